@@ -1,0 +1,25 @@
+/*
+ * options.h - defaults of the public option structs, and the struct_size
+ * check every call that takes such a struct makes first.
+ */
+#ifndef KVF_OPTIONS_H
+#define KVF_OPTIONS_H
+
+#include "api/status.h"
+
+#define KVF_DEFAULT_PAGE_SIZE 4096u
+#define KVF_DEFAULT_SEGMENT_SIZE (1u << 20)
+#define KVF_DEFAULT_CAPACITY (4ull << 30)
+#define KVF_DEFAULT_QUEUE_DEPTH 32u
+
+/*
+ * kvf_struct_check - accept a caller struct of any size that starts with
+ * struct_size: smaller than ours is an older caller (missing fields take
+ * defaults), larger is a newer caller and is refused with KVF_EVERSION
+ * unless its unknown tail is all zero.
+ * Return: KVF_OK, KVF_EINVAL (NULL or struct_size too small), KVF_EVERSION.
+ */
+kvf_status kvf_struct_check(const char *call, const char *what,
+			    const void *p, size_t lib_size);
+
+#endif /* KVF_OPTIONS_H */

@@ -1,0 +1,46 @@
+/*
+ * bench_common.h - what every kvbench subcommand shares: timing, a result
+ * table printed as text or JSON, and argument parsing helpers.
+ *
+ * Benchmarks print figures and ratios measured side by side in one run;
+ * they never pass or fail on a number.
+ */
+#ifndef KVF_BENCH_COMMON_H
+#define KVF_BENCH_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* bench_now_ns - monotonic clock in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* bench_parse_u64 - parse a decimal number with an optional K/M/G suffix
+ * (powers of 1024); returns 0 on success, -1 (message printed) on error. */
+int bench_parse_u64(const char *flag, const char *text, uint64_t *out);
+/* bench_parse_double - parse a number; 0 or -1 as above. */
+int bench_parse_double(const char *flag, const char *text, double *out);
+
+/* bench_usage_error - print "kvbench CMD: MSG" to stderr; returns 2. */
+int bench_usage_error(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * A JSON writer for flat and nested objects: bench_json_begin/end open and
+ * close an object ("key": { ... } inside another, or the top level when
+ * key is NULL); the field functions add one member each.
+ */
+struct bench_json {
+	FILE *f;
+	int depth;     /* open objects */
+	int need_comma; /* a member was written at this depth */
+};
+void bench_json_begin(struct bench_json *j, const char *key);
+void bench_json_end(struct bench_json *j);
+void bench_json_u64(struct bench_json *j, const char *key, uint64_t v);
+void bench_json_double(struct bench_json *j, const char *key, double v);
+void bench_json_str(struct bench_json *j, const char *key, const char *v);
+
+/* Subcommands: main-like entry points. */
+int bench_media_main(int argc, char **argv);
+
+#endif /* KVF_BENCH_COMMON_H */

@@ -1,0 +1,53 @@
+/*
+ * kvbench.c - the benchmark driver: `kvbench CMD [options]`.
+ *
+ * Each subcommand measures kvflash and a plain baseline side by side in
+ * one run and prints a table (or JSON with --json) of figures and ratios.
+ * Exit status: 0 done, 1 the benchmark failed to run, 2 bad usage.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/bench_common.h"
+#include "kvflash.h"
+
+struct bench_cmd {
+	const char *name;
+	int (*main)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct bench_cmd cmds[] = {
+	{ "media", bench_media_main,
+	  "segment writes and reads of a media backend vs a plain O_DIRECT loop" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvbench CMD [options]   (kvbench CMD --help for a command's options)\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "kvbench: missing command\n");
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("kvbench %s\n", kvf_version_string());
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (strcmp(argv[1], cmds[i].name) == 0)
+			return cmds[i].main(argc - 1, argv + 1);
+	fprintf(stderr, "kvbench: unknown command '%s' (kvbench --help lists them)\n",
+		argv[1]);
+	return 2;
+}

@@ -1,0 +1,11 @@
+# Dependencies, all from Debian's -dev packages through pkg-config.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
+pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+if(KVF_BUILD_TESTS)
+  pkg_check_modules(CRITERION REQUIRED IMPORTED_TARGET criterion)
+endif()
+find_library(KVF_LIBM m)

@@ -1,0 +1,26 @@
+# Installation: header, both libraries, kvtool, kvbench, a pkg-config file
+# and a CMake package exporting kvflash::kvflash and kvflash::kvflash_static.
+include(CMakePackageConfigHelpers)
+
+set(CMAKE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS kvflash_shared kvflash_static EXPORT kvflashTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS kvtool kvbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(EXPORT kvflashTargets NAMESPACE kvflash::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvflash)
+
+configure_package_config_file(cmake/kvflash-config.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvflash)
+write_basic_package_version_file(
+  ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config-version.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config-version.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvflash)
+
+configure_file(cmake/kvflash.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvflash.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvflash.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,220 @@
+/*
+ * media.c - the checked front of every media backend.
+ *
+ * Each kvf_media_* call validates its arguments against the geometry, so
+ * backends see only well-formed requests, then calls the backend's ops.
+ * Nothing reaches a backend once the handle is closed.
+ */
+#include "ftl/media.h"
+
+#include "api/alloc.h"
+#include "api/status.h"
+
+static int is_pow2(uint64_t x)
+{
+	return x != 0 && (x & (x - 1)) == 0;
+}
+
+static kvf_status check_geometry(const struct kvf_media_geometry *g)
+{
+	if (g->n_stripes == 0 || g->n_stripes > KVF_MEDIA_MAX_STRIPES)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: n_stripes %u out of range (1..%u)",
+				g->n_stripes, KVF_MEDIA_MAX_STRIPES);
+	if (!is_pow2(g->page_size) || g->page_size < 512 ||
+	    g->page_size > 65536)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: page_size %u is not a power of two in 512..65536",
+				g->page_size);
+	if (g->pages_per_segment == 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: pages_per_segment is 0");
+	if (g->segs_per_stripe == 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: segs_per_stripe is 0");
+	if (g->segs_per_stripe > (UINT64_MAX >> 1) / kvf_media_segment_bytes(g))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: %llu segments of %llu bytes overflow a stripe",
+				(unsigned long long)g->segs_per_stripe,
+				(unsigned long long)kvf_media_segment_bytes(g));
+	return KVF_OK;
+}
+
+kvf_status kvf_media_open(const struct kvf_media_config *cfg,
+			  struct kvf_media **out)
+{
+	kvf_status rc;
+
+	if (out == NULL || cfg == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_open: %s is NULL",
+				out == NULL ? "out" : "cfg");
+	*out = NULL;
+	if ((rc = check_geometry(&cfg->geo)) != KVF_OK)
+		return rc;
+	switch (cfg->kind) {
+	case KVF_MEDIA_MEMORY:
+		return kvf_media_mem_open(cfg, out);
+	case KVF_MEDIA_FILE:
+		return kvf_media_file_open(cfg, out);
+	case KVF_MEDIA_FLASH:
+		return kvf_fail(KVF_ENOTSUP,
+				"kvf_media_open: the flash emulator backend is not part of this build");
+	}
+	return kvf_fail(KVF_EINVAL, "kvf_media_open: unknown media kind %d",
+			(int)cfg->kind);
+}
+
+/* check_io - the checks shared by reads and writes; call names the caller */
+static kvf_status check_io(const char *call, struct kvf_media *m,
+			   const struct kvf_media_io *io, uint32_t n_io)
+{
+	const struct kvf_media_geometry *g;
+
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: media is NULL", call);
+	if (m->closed)
+		return kvf_fail(KVF_ECLOSED, "%s: media is closed", call);
+	if (io == NULL && n_io != 0)
+		return kvf_fail(KVF_EINVAL, "%s: io is NULL", call);
+	g = &m->geo;
+	for (uint32_t i = 0; i < n_io; i++) {
+		const struct kvf_media_io *r = &io[i];
+
+		if (r->stripe >= g->n_stripes)
+			return kvf_fail(KVF_ERANGE,
+					"%s: request %u: stripe %u out of range (media has %u)",
+					call, i, r->stripe, g->n_stripes);
+		if (r->seg >= g->segs_per_stripe)
+			return kvf_fail(KVF_ERANGE,
+					"%s: request %u: segment %llu out of range (stripe holds %llu)",
+					call, i, (unsigned long long)r->seg,
+					(unsigned long long)g->segs_per_stripe);
+		if (r->n_pages == 0)
+			return kvf_fail(KVF_EINVAL,
+					"%s: request %u: n_pages is 0", call, i);
+		if (r->page >= g->pages_per_segment ||
+		    r->n_pages > g->pages_per_segment - r->page)
+			return kvf_fail(KVF_ERANGE,
+					"%s: request %u: pages %u..%u past the segment end (%u pages)",
+					call, i, r->page,
+					r->page + r->n_pages - 1,
+					g->pages_per_segment);
+		if (r->buf == NULL)
+			return kvf_fail(KVF_EINVAL, "%s: request %u: buf is NULL",
+					call, i);
+		if ((uintptr_t)r->buf % KVF_MEDIA_ALIGN != 0)
+			return kvf_fail(KVF_EINVAL,
+					"%s: request %u: buf %p is not %u-byte aligned",
+					call, i, r->buf, KVF_MEDIA_ALIGN);
+	}
+	return KVF_OK;
+}
+
+kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
+			   uint32_t n_io)
+{
+	kvf_status rc = check_io("kvf_media_write", m, io, n_io);
+
+	if (rc != KVF_OK || n_io == 0)
+		return rc;
+	return m->ops->write(m, io, n_io);
+}
+
+kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
+			  uint32_t n_io)
+{
+	kvf_status rc = check_io("kvf_media_read", m, io, n_io);
+
+	if (rc != KVF_OK || n_io == 0)
+		return rc;
+	return m->ops->read(m, io, n_io);
+}
+
+kvf_status kvf_media_write_segment(struct kvf_media *m, uint32_t stripe,
+				   uint64_t seg, const void *buf, size_t len)
+{
+	struct kvf_media_io io;
+
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_write_segment: media is NULL");
+	if (len == 0 || len % m->geo.page_size != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_write_segment: length %zu is not a positive multiple of the page size %u",
+				len, m->geo.page_size);
+	if (len / m->geo.page_size > m->geo.pages_per_segment)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_write_segment: length %zu exceeds the segment size %llu",
+				len,
+				(unsigned long long)kvf_media_segment_bytes(&m->geo));
+	io.stripe = stripe;
+	io.seg = seg;
+	io.page = 0;
+	io.n_pages = (uint32_t)(len / m->geo.page_size);
+	io.buf = (void *)buf;
+	return kvf_media_write(m, &io, 1);
+}
+
+kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
+				uint64_t seg, uint32_t page, uint32_t n,
+				void *buf)
+{
+	struct kvf_media_io io = {
+		.stripe = stripe, .page = page, .seg = seg, .n_pages = n,
+		.buf = buf,
+	};
+
+	return kvf_media_read(m, &io, 1);
+}
+
+kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
+				  uint64_t seg)
+{
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_trim_segment: media is NULL");
+	if (m->closed)
+		return kvf_fail(KVF_ECLOSED,
+				"kvf_media_trim_segment: media is closed");
+	if (stripe >= m->geo.n_stripes)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_trim_segment: stripe %u out of range (media has %u)",
+				stripe, m->geo.n_stripes);
+	if (seg >= m->geo.segs_per_stripe)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_trim_segment: segment %llu out of range (stripe holds %llu)",
+				(unsigned long long)seg,
+				(unsigned long long)m->geo.segs_per_stripe);
+	return m->ops->trim_segment(m, stripe, seg);
+}
+
+kvf_status kvf_media_sync(struct kvf_media *m)
+{
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_sync: media is NULL");
+	if (m->closed)
+		return kvf_fail(KVF_ECLOSED, "kvf_media_sync: media is closed");
+	return m->ops->sync(m);
+}
+
+void kvf_media_stats(struct kvf_media *m, struct kvf_media_stats *out)
+{
+	if (m == NULL || out == NULL)
+		return;
+	*out = (struct kvf_media_stats){ .backend = m->ops->name };
+	m->ops->stats(m, out);
+}
+
+void kvf_media_close(struct kvf_media *m)
+{
+	if (m == NULL || m->closed)
+		return;
+	m->ops->close(m);
+	m->closed = 1;
+}
+
+void kvf_media_free(struct kvf_media *m)
+{
+	if (m == NULL)
+		return;
+	kvf_media_close(m);
+	kvf_free(m);
+}

@@ -1,0 +1,204 @@
+/*
+ * media_mem.c - the memory backend: segments in process memory.
+ *
+ * Each segment's bytes are allocated at its first write and freed by trim,
+ * so a large geometry costs only what is written.  Unwritten and trimmed
+ * pages read as zeros.
+ *
+ * Locking: `lock` is a reader-writer lock.  Reads and writes hold it shared
+ * (a first write installs the segment with a compare-and-swap); trim holds
+ * it exclusive, so no I/O can see a segment while it is freed.
+ */
+#include "ftl/media.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+
+struct media_mem {
+	struct kvf_media base;
+	pthread_rwlock_t lock;      /* see the file comment */
+	_Atomic(unsigned char *) *segs; /* [stripe * segs_per_stripe + seg] */
+	_Atomic uint64_t bytes_written; /* payload bytes written */
+	_Atomic uint64_t bytes_read;    /* payload bytes read */
+	_Atomic uint64_t write_ios;     /* write requests */
+	_Atomic uint64_t read_ios;      /* read requests */
+	_Atomic uint64_t trims;         /* trimmed segments */
+	_Atomic uint64_t syncs;         /* syncs */
+};
+
+static struct media_mem *to_mem(struct kvf_media *m)
+{
+	return (struct media_mem *)m;
+}
+
+static _Atomic(unsigned char *) *slot(struct media_mem *mm, uint32_t stripe,
+				       uint64_t seg)
+{
+	return &mm->segs[(uint64_t)stripe * mm->base.geo.segs_per_stripe + seg];
+}
+
+/* segment_for_write - the segment's bytes, allocated zeroed on first use */
+static unsigned char *segment_for_write(struct media_mem *mm, uint32_t stripe,
+					uint64_t seg)
+{
+	_Atomic(unsigned char *) *s = slot(mm, stripe, seg);
+	unsigned char *cur = atomic_load(s);
+	unsigned char *fresh;
+
+	if (cur)
+		return cur;
+	fresh = kvf_calloc(1, kvf_media_segment_bytes(&mm->base.geo));
+	if (fresh == NULL)
+		return NULL;
+	if (!atomic_compare_exchange_strong(s, &cur, fresh)) {
+		kvf_free(fresh); /* another writer installed it first */
+		return cur;
+	}
+	return fresh;
+}
+
+static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
+			    uint32_t n_io)
+{
+	struct media_mem *mm = to_mem(m);
+	uint32_t ps = m->geo.page_size;
+	kvf_status rc = KVF_OK;
+
+	pthread_rwlock_rdlock(&mm->lock);
+	for (uint32_t i = 0; i < n_io; i++) {
+		unsigned char *seg = segment_for_write(mm, io[i].stripe,
+						       io[i].seg);
+		size_t len = (size_t)io[i].n_pages * ps;
+
+		if (seg == NULL) {
+			rc = kvf_fail(KVF_ENOMEM,
+				      "kvf_media_write: memory backend: cannot allocate segment %llu of stripe %u (%llu bytes)",
+				      (unsigned long long)io[i].seg,
+				      io[i].stripe,
+				      (unsigned long long)kvf_media_segment_bytes(&m->geo));
+			break;
+		}
+		memcpy(seg + (size_t)io[i].page * ps, io[i].buf, len);
+		atomic_fetch_add(&mm->bytes_written, len);
+		atomic_fetch_add(&mm->write_ios, 1);
+	}
+	pthread_rwlock_unlock(&mm->lock);
+	return rc;
+}
+
+static kvf_status mem_read(struct kvf_media *m, const struct kvf_media_io *io,
+			   uint32_t n_io)
+{
+	struct media_mem *mm = to_mem(m);
+	uint32_t ps = m->geo.page_size;
+
+	pthread_rwlock_rdlock(&mm->lock);
+	for (uint32_t i = 0; i < n_io; i++) {
+		unsigned char *seg = atomic_load(slot(mm, io[i].stripe,
+						      io[i].seg));
+		size_t len = (size_t)io[i].n_pages * ps;
+
+		if (seg)
+			memcpy(io[i].buf, seg + (size_t)io[i].page * ps, len);
+		else
+			memset(io[i].buf, 0, len);
+		atomic_fetch_add(&mm->bytes_read, len);
+		atomic_fetch_add(&mm->read_ios, 1);
+	}
+	pthread_rwlock_unlock(&mm->lock);
+	return KVF_OK;
+}
+
+static kvf_status mem_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
+{
+	struct media_mem *mm = to_mem(m);
+	unsigned char *old;
+
+	pthread_rwlock_wrlock(&mm->lock);
+	old = atomic_exchange(slot(mm, stripe, seg), NULL);
+	pthread_rwlock_unlock(&mm->lock);
+	kvf_free(old);
+	atomic_fetch_add(&mm->trims, 1);
+	return KVF_OK;
+}
+
+static kvf_status mem_sync(struct kvf_media *m)
+{
+	atomic_fetch_add(&to_mem(m)->syncs, 1);
+	return KVF_OK;
+}
+
+static void mem_stats(struct kvf_media *m, struct kvf_media_stats *out)
+{
+	struct media_mem *mm = to_mem(m);
+	uint64_t pages;
+
+	out->bytes_written = atomic_load(&mm->bytes_written);
+	out->bytes_read = atomic_load(&mm->bytes_read);
+	out->write_ios = atomic_load(&mm->write_ios);
+	out->read_ios = atomic_load(&mm->read_ios);
+	out->trims = atomic_load(&mm->trims);
+	out->syncs = atomic_load(&mm->syncs);
+	pages = out->bytes_written / m->geo.page_size;
+	out->host_pages_written = pages;
+	out->nand_pages_programmed = pages;
+}
+
+static void mem_close(struct kvf_media *m)
+{
+	struct media_mem *mm = to_mem(m);
+	uint64_t n = (uint64_t)m->geo.n_stripes * m->geo.segs_per_stripe;
+
+	for (uint64_t i = 0; i < n; i++)
+		kvf_free(atomic_load(&mm->segs[i]));
+	kvf_free(mm->segs);
+	mm->segs = NULL;
+	pthread_rwlock_destroy(&mm->lock);
+}
+
+static const struct kvf_media_ops mem_ops = {
+	.version = KVF_MEDIA_OPS_VERSION,
+	.name = "memory",
+	.write = mem_write,
+	.read = mem_read,
+	.trim_segment = mem_trim,
+	.sync = mem_sync,
+	.stats = mem_stats,
+	.close = mem_close,
+};
+
+kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
+			      struct kvf_media **out)
+{
+	uint64_t n = (uint64_t)cfg->geo.n_stripes * cfg->geo.segs_per_stripe;
+	struct media_mem *mm;
+
+	if (n > SIZE_MAX / sizeof(*mm->segs))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: memory backend: %llu segments is too many",
+				(unsigned long long)n);
+	mm = kvf_calloc(1, sizeof(*mm));
+	if (mm == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_media_open: memory backend: out of memory");
+	mm->segs = kvf_calloc(n, sizeof(*mm->segs));
+	if (mm->segs == NULL) {
+		kvf_free(mm);
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_media_open: memory backend: cannot allocate the table of %llu segments",
+				(unsigned long long)n);
+	}
+	if (pthread_rwlock_init(&mm->lock, NULL) != 0) {
+		kvf_free(mm->segs);
+		kvf_free(mm);
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_media_open: memory backend: cannot create a lock");
+	}
+	mm->base.ops = &mem_ops;
+	mm->base.geo = cfg->geo;
+	*out = &mm->base;
+	return KVF_OK;
+}

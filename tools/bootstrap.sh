@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# bootstrap.sh - set up a fresh Debian 12 machine and build kvflash, then
+# run the demo or the tests.  Idempotent: packages already present are not
+# reinstalled, an existing build directory is reused.
+#
+#   bash tools/bootstrap.sh demo            build, then run the main job
+#   bash tools/bootstrap.sh test [SAN]      build, then run every test;
+#                                           SAN = address (ASan+UBSan) or
+#                                           thread (TSan), in build-SAN/
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+jobs=$(nproc 2>/dev/null || echo 2)
+packages=(gcc make cmake pkg-config binutils
+          librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev)
+
+say() { printf '==> %s\n' "$*"; }
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+      missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "packages: all present (${packages[*]})"
+    return
+  fi
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  say "packages: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}"
+}
+
+# build DIR [cmake args...]
+build() {
+  local dir=$1; shift
+  say "configure: $dir $*"
+  cmake -S "$root" -B "$dir" -DKVF_WERROR=ON "$@" >/dev/null
+  say "build: $dir ($jobs jobs)"
+  cmake --build "$dir" -j "$jobs"
+}
+
+cmd=${1:-}
+case "$cmd" in
+demo)
+  install_packages
+  build "$root/build"
+  demo_dir=${KVF_DEMO_DIR:-$root/kvflash-demo}
+  say "demo: striped segments through the file backend in $demo_dir"
+  "$root/build/bench/kvbench" media --dir "$demo_dir" --stripes 2 --size 256M
+  ;;
+test)
+  san=${2:-}
+  install_packages
+  case "$san" in
+  "") dir=$root/build ;;
+  address|thread) dir=$root/build-$san ;;
+  *) echo "bootstrap.sh: unknown sanitizer '$san' (address or thread)" >&2; exit 2 ;;
+  esac
+  build "$dir" -DKVF_SANITIZE="$san"
+  say "test: ctest in $dir"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  ;;
+*)
+  echo "usage: bash tools/bootstrap.sh demo | test [address|thread]" >&2
+  exit 2
+  ;;
+esac
