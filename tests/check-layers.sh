@@ -1,0 +1,194 @@
+#!/bin/bash
+# check-layers.sh - the layer rules of DESIGN.md and STYLE.md rule 2, as a
+# test: includes point down only, file names are unique, and the two
+# heavyweight dependencies stay behind one file each.
+#
+# Usage: tests/check-layers.sh SOURCE_ROOT
+#
+# Checked in every .c and .h file under api/ engine/ ftl/ compute/ tools/
+# bench/ (what each may include, by the layer of the header):
+#   compute/  compute/ and api/ only: pure kernels, no engine, no media
+#   ftl/      ftl/ and the api base headers (kvflash.h status.h alloc.h
+#             options.h) only: it knows nothing of KV caches
+#   engine/   anything below it; never tools/ or bench/
+#   tools/    the public kvflash.h (and tools/'s own headers) only
+#   bench/    anything but tools/
+#   api/      kvflash.h includes no project header; the base files (status,
+#             alloc, options, version) include only api/; the api glue
+#             never includes tools/ or bench/
+#   any       never tests/
+# and: <rocksdb/...> only in engine/catalog.c, <liburing.h> only in
+# ftl/uring.c; no two source files in those folders share a file name.
+#
+# A quoted include is looked up next to the including file, then from the
+# root, then in api/ (the public include path); it must exist.  An angle
+# include that names a project header counts as one.  Every problem is
+# printed as FILE:LINE: MESSAGE; the exit status is 1 if there is any.
+set -u
+
+if [ $# -ne 1 ] || [ ! -d "$1" ]; then
+	echo "usage: $0 SOURCE_ROOT" >&2
+	exit 2
+fi
+root=$(cd "$1" && pwd -P) || exit 2
+layers="api engine ftl compute tools bench"
+api_base="api/kvflash.h api/status.h api/alloc.h api/options.h"
+api_base_files="$api_base api/status.c api/alloc.c api/options.c api/version.c"
+passed=0
+failed=0
+
+problem() {
+	echo "$1"
+	failed=$((failed + 1))
+}
+
+# resolve FILE INC QUOTED - set $target to the project path (relative to
+# the root) that an include names, or to "" when it names no project file
+# (no subshells here: this runs once per include line)
+resolve() {
+	local file=$1 inc=$2 quoted=$3 cand
+	target=""
+	if [ "$quoted" = 1 ] && [ -f "$root/${file%/*}/$inc" ]; then
+		cand=${file%/*}/$inc
+	elif [ -f "$root/$inc" ]; then
+		cand=$inc
+	elif [ -f "$root/api/$inc" ]; then
+		cand=api/$inc
+	else
+		return
+	fi
+	case $cand in
+	*./*) cand=$(realpath -m "$root/$cand") && cand=${cand#"$root"/} ;;
+	esac
+	target=$cand
+}
+
+in_list() {
+	local w
+	for w in $2; do
+		[ "$w" = "$1" ] && return 0
+	done
+	return 1
+}
+
+# why_not FILE TARGET - set $why to the rule FILE breaks by including
+# TARGET, or to ""
+why_not() {
+	local file=$1 target=$2 from=${1%%/*} to=${2%%/*}
+	why=""
+	case $to in
+	tests) why="includes the tests/ header $target" ; return ;;
+	esac
+	case $from in
+	compute)
+		case $to in
+		compute | api) ;;
+		*) why="compute/ may include only compute/ and api/ headers, not $target" ;;
+		esac ;;
+	ftl)
+		if [ "$to" != ftl ] && ! in_list "$target" "$api_base"; then
+			why="ftl/ may include only ftl/ and the api base headers ($api_base), not $target"
+		fi ;;
+	engine)
+		case $to in
+		tools | bench) why="engine/ must not include $to/ ($target)" ;;
+		esac ;;
+	tools)
+		if [ "$to" != tools ] && [ "$target" != api/kvflash.h ]; then
+			why="tools/ may include only the public kvflash.h, not $target"
+		fi ;;
+	bench)
+		case $to in
+		tools) why="bench/ must not include tools/ ($target)" ;;
+		esac ;;
+	api)
+		if [ "$file" = api/kvflash.h ]; then
+			why="the public kvflash.h must include no project header ($target)"
+		elif in_list "$file" "$api_base_files" && [ "$to" != api ]; then
+			why="the api base may include only api/ headers, not $target"
+		else
+			case $to in
+			tools | bench) why="api/ must not include $to/ ($target)" ;;
+			esac
+		fi ;;
+	esac
+}
+
+# system_rule FILE INC - set $why if INC is a system header reserved to
+# another file, else to ""
+system_rule() {
+	why=""
+	case $2 in
+	rocksdb/*)
+		[ "$1" = engine/catalog.c ] ||
+			why="only engine/catalog.c may include <$2>" ;;
+	liburing.h | liburing/*)
+		[ "$1" = ftl/uring.c ] ||
+			why="only ftl/uring.c may include <$2>" ;;
+	esac
+}
+
+files=$(cd "$root" && for l in $layers; do
+	[ -d "$l" ] && find "$l" -type f \( -name '*.c' -o -name '*.h' \)
+done | LC_ALL=C sort)
+n_files=0
+n_includes=0
+inc_re='^[[:space:]]*#[[:space:]]*include[[:space:]]*(.*)$'
+
+for f in $files; do
+	n_files=$((n_files + 1))
+	while IFS= read -r hit; do
+		[ -n "$hit" ] || continue
+		line=${hit%%:*}
+		text=${hit#*:}
+		[[ $text =~ $inc_re ]] || continue
+		arg=${BASH_REMATCH[1]}
+		n_includes=$((n_includes + 1))
+		if [[ $arg =~ ^\"([^\"]+)\" ]]; then
+			inc=${BASH_REMATCH[1]}
+			resolve "$f" "$inc" 1
+			if [ -z "$target" ]; then
+				problem "$f:$line: \"$inc\" is not a file of the tree (include project headers with their layer prefix)"
+				continue
+			fi
+		elif [[ $arg =~ ^\<([^\>]+)\> ]]; then
+			inc=${BASH_REMATCH[1]}
+			resolve "$f" "$inc" 0
+			if [ -z "$target" ]; then
+				system_rule "$f" "$inc"
+				if [ -n "$why" ]; then
+					problem "$f:$line: $why"
+				else
+					passed=$((passed + 1))
+				fi
+				continue
+			fi
+		else
+			problem "$f:$line: cannot check the include '$arg'"
+			continue
+		fi
+		why_not "$f" "$target"
+		if [ -n "$why" ]; then
+			problem "$f:$line: $why"
+		else
+			passed=$((passed + 1))
+		fi
+	done < <(grep -nE '^[[:space:]]*#[[:space:]]*include' "$root/$f")
+done
+
+# unique file names: object and header names never collide
+dups=$(for f in $files; do echo "${f##*/}"; done | LC_ALL=C sort | uniq -d)
+for f in $files; do
+	b=${f##*/}
+	if in_list "$b" "$dups"; then
+		others=$(for g in $files; do
+			[ "$g" != "$f" ] && [ "${g##*/}" = "$b" ] && printf ' %s' "$g"
+		done)
+		problem "$f:1: file name $b is also used by$others"
+	else
+		passed=$((passed + 1))
+	fi
+done
+
+echo "check-layers: $n_files files, $n_includes includes: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,280 @@
+/*
+ * kvtool.c - the kvflash command-line tool: `kvtool [OPTIONS] CMD [ARGS]`.
+ *
+ * This file holds main(), the global options, the subcommand table and the
+ * usage text.  kvtool is an ordinary client of the library: it includes only
+ * the public header kvflash.h and links libkvflash, so everything it shows
+ * is something any embedding program can get too.
+ *
+ * Exit status: 0 success; 1 the command ran and failed (this includes an
+ * error writing its output); 2 bad usage.  A usage error prints exactly one
+ * line on stderr, "kvtool: PROBLEM (HINT)", and nothing on stdout, so that
+ * scripts can tell a typo from a failed command.
+ *
+ * Adding a command (the store commands info, ls, segments, verify and dump
+ * arrive with the store): write tools/kvtool_<cmd>.c defining
+ * `int cmd_<cmd>(const struct cmd *c, int argc, char **argv)`, move
+ * struct cmd and usage_error() into a new tools/kvtool.h that declares it,
+ * add the file to tools/CMakeLists.txt and add one row to cmds[] below with
+ * its usage line and summary.  `kvtool help CMD` and `kvtool CMD --help`
+ * then describe it with no further code.  A command receives argv[0] = its
+ * name and reports bad arguments with usage_error().
+ *
+ * No state, no locking: one run, one thread.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvflash.h"
+
+enum {
+	EXIT_OK = 0,     /* the command did what was asked */
+	EXIT_FAILED = 1, /* the command ran and failed */
+	EXIT_USAGE = 2   /* the command line was wrong; nothing was done */
+};
+
+/* One subcommand: one row of cmds[]. */
+struct cmd {
+	const char *name;    /* as typed after kvtool */
+	const char *args;    /* usage after the name, "" when none */
+	const char *summary; /* one line for the command list */
+	const char *details; /* more lines for `kvtool help CMD`, or NULL */
+	/* run - do the command; argv[0] is its name; returns an exit status */
+	int (*run)(const struct cmd *c, int argc, char **argv);
+};
+
+static int cmd_help(const struct cmd *c, int argc, char **argv);
+static int cmd_version(const struct cmd *c, int argc, char **argv);
+
+/*
+ * The subcommands, in the order --help lists them.  New commands go here,
+ * one row each, with their code in tools/kvtool_<cmd>.c (see the top of
+ * this file).
+ */
+static const struct cmd cmds[] = {
+	{ "help", "[CMD]", "describe kvtool, or one command",
+	  "With no CMD, the same as `kvtool --help`.\n", cmd_help },
+	{ "version", "", "print the library and header versions",
+	  "Prints three lines: the version of kvtool, the version of the\n"
+	  "libkvflash it runs with (kvf_version_string, kvf_version_number),\n"
+	  "and the version of the kvflash.h it was compiled against.\n",
+	  cmd_version },
+};
+
+#define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static const struct cmd *find_cmd(const char *name)
+{
+	for (size_t i = 0; i < N_CMDS; i++)
+		if (strcmp(cmds[i].name, name) == 0)
+			return &cmds[i];
+	return NULL;
+}
+
+static int is_help_opt(const char *arg)
+{
+	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+/*
+ * usage_error - report bad usage as one line on stderr and return
+ * EXIT_USAGE.  With a command c the line names it and ends with its usage
+ * line; without, it ends with a pointer to --help.
+ */
+static int usage_error(const struct cmd *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int usage_error(const struct cmd *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvtool: ", stderr);
+	if (c)
+		fprintf(stderr, "%s: ", c->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (c)
+		fprintf(stderr, " (usage: kvtool %s%s%s)\n", c->name,
+			*c->args ? " " : "", c->args);
+	else
+		fputs(" (kvtool --help lists options)\n", stderr);
+	return EXIT_USAGE;
+}
+
+/* unknown_cmd - the one message for a command name not in cmds[]. */
+static int unknown_cmd(const char *name)
+{
+	fprintf(stderr,
+		"kvtool: unknown command '%s' (kvtool --help lists commands)\n",
+		name);
+	return EXIT_USAGE;
+}
+
+static int missing_cmd(void)
+{
+	fputs("kvtool: missing command (kvtool --help lists commands)\n",
+	      stderr);
+	return EXIT_USAGE;
+}
+
+/* bad_arg - a command that takes no such argument was given arg. */
+static int bad_arg(const struct cmd *c, const char *arg)
+{
+	if (arg[0] == '-' && arg[1] != '\0')
+		return usage_error(c, "unknown option '%s'", arg);
+	return usage_error(c, "unexpected argument '%s'", arg);
+}
+
+/* The usage of `kvtool --help`, around the list of commands. */
+static const char usage_head[] =
+	"usage: kvtool [-h | --help] [--version] CMD [ARGS]\n"
+	"\n"
+	"kvtool is the command-line tool of kvflash, a flash-aware\n"
+	"KV-cache store.\n"
+	"\n"
+	"commands:\n";
+static const char usage_tail[] =
+	"\n"
+	"options:\n"
+	"  -h, --help  print this help and exit\n"
+	"  --version   print \"kvtool VERSION\" and exit\n"
+	"\n"
+	"`kvtool help CMD` or `kvtool CMD --help` describes one command.\n"
+	"Exit status: 0 success, 1 the command failed, 2 bad usage.\n";
+
+static void usage(FILE *f)
+{
+	int width = 0;
+
+	for (size_t i = 0; i < N_CMDS; i++) {
+		int w = (int)(strlen(cmds[i].name) + 1 + strlen(cmds[i].args));
+
+		if (w > width)
+			width = w;
+	}
+	fputs(usage_head, f);
+	for (size_t i = 0; i < N_CMDS; i++) {
+		int pad = width - (int)strlen(cmds[i].name) - 1;
+
+		fprintf(f, "  %s %-*s  %s\n", cmds[i].name, pad, cmds[i].args,
+			cmds[i].summary);
+	}
+	fputs(usage_tail, f);
+}
+
+static void cmd_usage(const struct cmd *c, FILE *f)
+{
+	fprintf(f, "kvtool %s - %s\n\nusage: kvtool %s%s%s\n", c->name,
+		c->summary, c->name, *c->args ? " " : "", c->args);
+	if (c->details)
+		fprintf(f, "\n%s", c->details);
+}
+
+static int cmd_help(const struct cmd *c, int argc, char **argv)
+{
+	const struct cmd *about;
+
+	if (argc > 2)
+		return usage_error(c, "too many arguments");
+	if (argc == 1) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (argv[1][0] == '-' && argv[1][1] != '\0')
+		return bad_arg(c, argv[1]);
+	about = find_cmd(argv[1]);
+	if (about == NULL)
+		return unknown_cmd(argv[1]);
+	cmd_usage(about, stdout);
+	return EXIT_OK;
+}
+
+static int cmd_version(const struct cmd *c, int argc, char **argv)
+{
+	if (argc > 1)
+		return bad_arg(c, argv[1]);
+	printf("kvtool %s\n", kvf_version_string());
+	printf("libkvflash %s (version number %u), loaded at run time\n",
+	       kvf_version_string(), kvf_version_number());
+	printf("kvflash.h %d.%d.%d (version number %u), compiled in\n",
+	       KVF_VERSION_MAJOR, KVF_VERSION_MINOR, KVF_VERSION_PATCH,
+	       (unsigned)KVF_VERSION_NUMBER);
+	return EXIT_OK;
+}
+
+/*
+ * flush_stdout - make a failed write visible: `kvtool --help > /dev/full`
+ * must not exit 0.  Returns rc, or EXIT_FAILED if stdout could not be
+ * written and rc was a success.
+ */
+static int flush_stdout(int rc)
+{
+	int err = 0;
+
+	if (fflush(stdout) != 0)
+		err = errno;
+	else if (ferror(stdout))
+		err = EIO; /* an earlier write failed; its errno is gone */
+	if (err == 0 || rc != EXIT_OK)
+		return rc;
+	fprintf(stderr, "kvtool: error writing to standard output: %s\n",
+		strerror(err));
+	return EXIT_FAILED;
+}
+
+/*
+ * run - parse the global options, then hand the rest to one command.
+ * The options are all read before any acts, so an unknown option is
+ * reported even after --help or --version.
+ */
+static int run(int argc, char **argv)
+{
+	int want_help = 0, want_version = 0;
+	const struct cmd *c;
+	int i;
+
+	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
+		if (strcmp(argv[i], "--") == 0) {
+			i++;
+			break;
+		}
+		if (is_help_opt(argv[i]))
+			want_help = 1;
+		else if (strcmp(argv[i], "--version") == 0)
+			want_version = 1;
+		else
+			return usage_error(NULL, "unknown option '%s'",
+					   argv[i]);
+	}
+	if (want_help) /* `kvtool --help [CMD]` is `kvtool help [CMD]` */
+		return cmd_help(find_cmd("help"), argc - i + 1, argv + i - 1);
+	if (want_version) {
+		if (i < argc)
+			return usage_error(
+				NULL,
+				"unexpected argument '%s' after --version",
+				argv[i]);
+		printf("kvtool %s\n", kvf_version_string());
+		return EXIT_OK;
+	}
+	if (i == argc)
+		return missing_cmd();
+	c = find_cmd(argv[i]);
+	if (c == NULL)
+		return unknown_cmd(argv[i]);
+	if (argc - i > 1 && is_help_opt(argv[i + 1])) {
+		if (argc - i > 2)
+			return bad_arg(c, argv[i + 2]);
+		cmd_usage(c, stdout);
+		return EXIT_OK;
+	}
+	return c->run(c, argc - i, argv + i);
+}
+
+int main(int argc, char **argv)
+{
+	return flush_stdout(run(argc, argv));
+}
