@@ -90,7 +90,8 @@ typedef enum {
 
 /*
  * kvf_strerror - a short static description of a status code.
- * Return: never NULL; unknown codes give "unknown status N".
+ * Return: never NULL.  An unknown code gives "unknown status N" in a
+ * thread-local buffer that the next unknown code on the thread reuses.
  * Concurrency: any thread, any time.
  */
 KVF_API const char *kvf_strerror(kvf_status status);

@@ -20,6 +20,10 @@ static void fill_sized(void *dst, const void *full, size_t full_size,
 	if (dst == NULL || struct_size < sizeof(size_t))
 		return;
 	memcpy(dst, full, n);
+	/* a newer caller's fields this library does not know are zeroed,
+	 * which is their default */
+	if (struct_size > full_size)
+		memset((char *)dst + full_size, 0, struct_size - full_size);
 	memcpy(dst, &struct_size, sizeof(size_t));
 }
 

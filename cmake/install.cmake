@@ -2,7 +2,6 @@
 # and a CMake package exporting kvflash::kvflash and kvflash::kvflash_static.
 include(CMakePackageConfigHelpers)
 
-set(CMAKE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS kvflash_shared kvflash_static EXPORT kvflashTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -21,6 +20,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/kvflash-config-version.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvflash)
 
+# the .pc finds its prefix relative to itself, so any --prefix works
+file(RELATIVE_PATH KVF_PC_UP ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig
+     ${CMAKE_INSTALL_PREFIX})
 configure_file(cmake/kvflash.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvflash.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvflash.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

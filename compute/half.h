@@ -2,8 +2,9 @@
  * half.h - conversions between f32 and the 16-bit storage types f16
  * (IEEE 754 binary16) and bf16 (the upper half of an f32).
  *
- * Both directions round to nearest even; NaN stays NaN (quiet), infinities
- * and signed zeros are kept, f16 subnormals are exact.  Pure functions.
+ * Narrowing rounds to nearest even and makes NaN quiet; widening is exact
+ * (bf16 -> f32 is a plain shift, so a signaling NaN stays signaling).
+ * Infinities and signed zeros are kept, f16 subnormals are exact.
  */
 #ifndef KVF_COMPUTE_HALF_H
 #define KVF_COMPUTE_HALF_H
