@@ -137,7 +137,8 @@ typedef struct {
 	uint32_t queue_depth;     /* I/O requests in flight per ring; 32 */
 	const char *const *device_paths; /* NULL = files in the store dir */
 	uint32_t n_device_paths;  /* entries in device_paths */
-	uint32_t direct_io;       /* 0 = default (on), 1 = on, 2 = off */
+	uint32_t direct_io;       /* 0 = where allowed, 1 = on, 2 = off */
+	uint32_t read_only;       /* 1 = open an existing store read-only */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -176,18 +177,169 @@ static inline void kvf_attn_opts_init(kvf_attn_opts *o)
 	kvf_attn_opts_init_sized(o, sizeof(*o));
 }
 
-/* Figures of one store; read them with kvf_stats_get (coming with the
- * store).  Byte counts are totals since the store was created. */
+/* Figures of one store, from kvf_stats_get.  Byte counts are totals since
+ * the store was opened. */
 typedef struct {
 	size_t struct_size;          /* sizeof(kvf_stats), set by the caller */
-	uint64_t user_bytes;         /* bytes handed to kvf_append */
+	uint64_t user_bytes;         /* bytes handed to kvf_append(_x) */
 	uint64_t host_bytes_written; /* bytes written to media, all causes */
 	double host_wa;              /* host_bytes_written / user_bytes */
 	double device_wa;            /* NAND programs / host page writes */
 	double total_wa;             /* host_wa * device_wa */
 	uint64_t bytes_read;         /* bytes read from media */
 	uint64_t index_bytes;        /* memory held by the index */
+	/* host_bytes_written, by cause */
+	uint64_t data_bytes;         /* full token-group pages */
+	uint64_t padding_bytes;      /* partial group pages written by sync */
+	uint64_t cleaner_bytes;      /* live pages the cleaner copied */
+	uint64_t kt_bytes;           /* K^T pages */
+	uint64_t summary_bytes;      /* segment summaries */
+	uint64_t metadata_bytes;     /* catalog bytes (not in host_wa) */
+	/* segments */
+	uint32_t segments_total;     /* segments of the media */
+	uint32_t segments_free;      /* ready for writing */
+	uint32_t segments_open;      /* being filled */
+	uint32_t segments_sealed;    /* holding live pages */
+	uint32_t segments_dying;     /* no live page; reused after a sync */
+	uint32_t segments_corrupt;   /* failed verification at open */
+	uint64_t segments_written;   /* segment writes since open */
+	uint64_t segments_cleaned;   /* victims the cleaner emptied */
+	uint64_t segments_reclaimed; /* segments trimmed for reuse */
+	uint64_t pages_read;         /* pages read from media */
+	uint64_t live_pages;         /* pages the index references */
+	uint64_t n_sequences;        /* live sequences */
+	uint64_t n_syncs;            /* syncs since the store was created */
 } kvf_stats;
+
+/* ---- the store --------------------------------------------------------- */
+
+typedef struct kvf_store kvf_store;
+
+/*
+ * kvf_open - create the store in dir, or reopen it.
+ * @dir: the store directory; created (one level) if missing.
+ * @opts: NULL to reopen with the stored configuration; otherwise every
+ *        field that shapes the store (model, page_size, segment_size,
+ *        capacity_bytes, n_stripes, kt_pages, media) must match a store
+ *        that exists (a zero model means "as stored").
+ * @out: receives the handle; NULL on failure.
+ * A store holds everything up to its last successful kvf_sync: after a
+ * crash, reopening gives back exactly that.  One open handle per directory.
+ * A KVF_MEDIA_MEMORY store starts empty at every open.
+ * Return: KVF_OK; KVF_EINVAL (bad option, message names it; or dir is not a
+ * store and not empty); KVF_EMISMATCH (option contradicts the stored
+ * configuration); KVF_EVERSION (newer format or options struct);
+ * KVF_ECORRUPT (damaged header or catalog: message names the file);
+ * KVF_EBUSY (open elsewhere); KVF_ENOENT (read_only and no store);
+ * KVF_ENOTSUP; KVF_EIO; KVF_ENOMEM.  A failed create leaves no files.
+ * Concurrency: any thread; different directories in parallel.
+ */
+KVF_API kvf_status kvf_open(const char *dir, const kvf_options *opts,
+			    kvf_store **out);
+
+/*
+ * kvf_close - sync, then release the store.  NULL is a no-op.
+ * The handle is gone afterwards even when the final sync fails.
+ * Return: KVF_OK, or the status of the final kvf_sync.
+ * Concurrency: no other call on st may run or follow.
+ */
+KVF_API kvf_status kvf_close(kvf_store *st);
+
+/*
+ * kvf_sync - make everything appended so far durable: partial token
+ * groups are written as padded pages, open segments are written, and the
+ * catalog is committed with its log on stable storage.
+ * Return: KVF_OK; KVF_ENOSPC (no room for the partial pages; nothing
+ * lost, free sequences and retry); KVF_EFATAL.
+ * Concurrency: any thread; appends and reads may run alongside.
+ */
+KVF_API kvf_status kvf_sync(kvf_store *st);
+
+/*
+ * kvf_stats_get - the store's figures.  Set out->struct_size first.
+ * Return: KVF_OK; KVF_EINVAL (NULL, struct_size too small); KVF_EVERSION.
+ * Concurrency: any thread, any time the store is open.
+ */
+KVF_API kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out);
+
+/*
+ * kvf_seq_create - start an empty sequence with the caller's id.
+ * Return: KVF_OK; KVF_EEXIST; KVF_EINVAL (id UINT64_MAX is reserved);
+ * KVF_ENOTSUP (read-only); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_create(kvf_store *st, uint64_t seq);
+
+/*
+ * kvf_seq_fork - make child a copy of parent's first n_tokens tokens of
+ * every layer.  Full token groups are shared by reference; the partial
+ * last group is copied.  Later appends to either do not affect the other.
+ * Return: KVF_OK; KVF_ENOENT (parent); KVF_EEXIST (child); KVF_ERANGE
+ * (n_tokens past the end of some layer of parent); KVF_EINVAL; KVF_EFATAL.
+ * Concurrency: any thread; waits for calls on parent.
+ */
+KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
+				uint64_t n_tokens);
+
+/*
+ * kvf_seq_free - delete a sequence; its pages become garbage (segments
+ * they empty are reused after the next kvf_sync).
+ * Return: KVF_OK; KVF_ENOENT; KVF_ENOTSUP (read-only); KVF_EFATAL.
+ * Concurrency: any thread; a call on seq running meanwhile either finishes
+ * first or answers KVF_ENOENT.
+ */
+KVF_API kvf_status kvf_seq_free(kvf_store *st, uint64_t seq);
+
+/*
+ * kvf_seq_len - tokens of K/V appended to one layer of a sequence.
+ * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer); KVF_EINVAL (NULL).
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
+			       uint64_t *n_tokens);
+
+/*
+ * kvf_append - append n_tokens tokens of K and V to one layer.
+ * @k, @v: [n_tokens][n_kv_heads][head_dim] in the store's dtype.
+ * All or nothing: a refused append changes nothing.
+ * Return: KVF_OK; KVF_ENOENT (seq); KVF_ERANGE (layer); KVF_EINVAL (NULL
+ * buffer); KVF_ENOSPC (media full of live data: free sequences); KVF_ENOTSUP
+ * (read-only); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: appends to different sequences run in parallel; calls on the
+ * same sequence are serialized.
+ */
+KVF_API kvf_status kvf_append(kvf_store *st, uint64_t seq, uint32_t layer,
+			      uint32_t n_tokens, const void *k, const void *v);
+
+/*
+ * kvf_read - tokens [t0, t1) of one KV head into caller buffers.
+ * @k_out, @v_out: [t1-t0][head_dim] in the store's dtype; either may be NULL
+ * to skip it.  Pages read from media are verified first.
+ * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer, head, or range past the
+ * end); KVF_EINVAL (reversed range, both outputs NULL); KVF_ECORRUPT (a
+ * page failed its checksum: message names segment and page; nothing of it
+ * is returned); KVF_EIO.
+ * Concurrency: any thread; other sequences may append meanwhile.
+ */
+KVF_API kvf_status kvf_read(kvf_store *st, uint64_t seq, uint32_t layer,
+			    uint32_t kv_head, uint64_t t0, uint64_t t1,
+			    void *k_out, void *v_out);
+
+/*
+ * kvf_append_x - append n_tokens pre-projection activations (the X-cache
+ * of HILOS, the recomputation input of KVPR) to one layer.
+ * @x: [n_tokens][n_q_heads * head_dim] in the store's dtype.
+ * Return and concurrency: as kvf_append.
+ */
+KVF_API kvf_status kvf_append_x(kvf_store *st, uint64_t seq, uint32_t layer,
+				uint32_t n_tokens, const void *x);
+
+/*
+ * kvf_read_x - X tokens [t0, t1) of one layer into x_out
+ * ([t1-t0][n_q_heads * head_dim]).  Return and concurrency: as kvf_read.
+ */
+KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
+			      uint64_t t0, uint64_t t1, void *x_out);
 
 /* ---- optimizer configuration ------------------------------------------ */
 

@@ -1,0 +1,285 @@
+/*
+ * append.c - the write path: kvf_append, kvf_append_x, and the sealing of
+ * partial groups at sync.
+ *
+ * An append first plans: which groups it completes and on which stripes
+ * their pages land, and reserves the segments that needs, loading any
+ * tail group it must extend.  Only then does it copy a single byte, so a
+ * refused append (KVF_ENOSPC, KVF_ENOMEM, KVF_ECORRUPT) changes nothing.
+ * Copying fills each stream's group buffer; a full group is sealed into a
+ * page of the sequence's open segment (engine/segment.c).
+ */
+#include "engine/append.h"
+
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/readpath.h"
+#include "engine/segment.h"
+#include "engine/seq.h"
+
+/* One stream an append writes to, and where its rows come from. */
+struct src_stream {
+	struct stream *s;          /* destination */
+	uint32_t sid;              /* its stream id */
+	const unsigned char *src;  /* row of the first new token */
+	size_t stride;             /* bytes between a token's rows */
+};
+
+/* plan_reserve - reserve the segments that sealing `pages[s]` more pages
+ * on each stripe s needs, given what seq's open segments still hold */
+static kvf_status plan_reserve(kvf_store *st, struct seq *seq,
+			       const uint32_t *pages, const char *call)
+{
+	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
+	uint32_t *need = kvf_calloc(ns, sizeof(uint32_t));
+	kvf_status rc;
+
+	if (need == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	for (uint32_t s = 0; s < ns; s++) {
+		const struct open_seg *os = &seq->open[s];
+		uint32_t room = os->segid != SEG_NONE ? d - os->n_pages : 0;
+
+		if (pages[s] > room)
+			need[s] = (pages[s] - room + d - 1) / d;
+	}
+	rc = seg_reserve(st, seq, need);
+	kvf_free(need);
+	if (rc != KVF_OK)
+		return kvf_fail(rc, "%s: sequence %llu: %s", call,
+				(unsigned long long)seq->id, kvf_last_error());
+	return KVF_OK;
+}
+
+/* seal - place stream s's full group g (in its group buffer) on media */
+static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
+		       uint32_t sid, uint64_t g, uint32_t tokens)
+{
+	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
+	uint32_t replaces = g < s->n_groups ? s->pages[g].addr : ADDR_NONE;
+	struct page_ref ref;
+	kvf_status rc;
+
+	if (tokens < st->group_tokens) /* zero the rest of a partial page */
+		memset(s->gbuf + (size_t)tokens * st->row_bytes, 0,
+		       (size_t)(st->group_tokens - tokens) * st->row_bytes);
+	rc = openseg_place(st, seq, stream_stripe(st, sid, g), s->gbuf, key,
+			   replaces, &ref);
+	if (rc != KVF_OK)
+		return rc;
+	s->pages[g] = ref;
+	if (g >= s->n_groups)
+		s->n_groups = (uint32_t)g + 1;
+	return KVF_OK;
+}
+
+/*
+ * append_streams - append n tokens to each of the n_src streams, which
+ * hold `tokens` tokens each now.
+ */
+static kvf_status append_streams(kvf_store *st, struct seq *seq,
+				 struct src_stream *src, uint32_t n_src,
+				 uint64_t tokens, uint32_t n, const char *call)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
+	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	kvf_status rc = KVF_OK;
+
+	if (pages == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	/* plan, and everything that can fail without changing anything */
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
+		for (uint64_t j = 0; j < k; j++)
+			pages[stream_stripe(st, src[i].sid, g0 + j)]++;
+		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
+			rc = stream_tail(st, seq, src[i].s, tokens);
+	}
+	if (rc == KVF_OK)
+		rc = plan_reserve(st, seq, pages, call);
+	kvf_free(pages);
+	if (rc != KVF_OK)
+		return rc;
+
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
+		struct stream *s = src[i].s;
+		uint64_t t = tokens;
+
+		for (uint32_t done = 0; done < n && rc == KVF_OK;) {
+			uint32_t at = (uint32_t)(t % G);
+			uint32_t m = G - at < n - done ? G - at : n - done;
+
+			for (uint32_t r = 0; r < m; r++)
+				memcpy(s->gbuf + (size_t)(at + r) * rb,
+				       src[i].src + (size_t)(done + r) * src[i].stride,
+				       rb);
+			done += m;
+			t += m;
+			if (at + m == G) {
+				rc = seal(st, seq, s, src[i].sid, t / G - 1, G);
+				s->tail_written = 0;
+				atomic_fetch_add(&st->c.data_bytes,
+						 st->hdr.page_size);
+			}
+		}
+	}
+	seg_unreserve(st, seq);
+	if (rc == KVF_OK)
+		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
+	return rc;
+}
+
+/* append_checks - what kvf_append and kvf_append_x check first */
+static kvf_status append_checks(kvf_store *st, const char *call,
+				uint32_t layer, uint32_t n_tokens,
+				const void *a, const void *b)
+{
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (n_tokens > 0 && (a == NULL || b == NULL))
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				a == NULL ? "the first buffer" : "the second buffer");
+	return KVF_OK;
+}
+
+kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
+		      uint32_t n_tokens, const void *k, const void *v)
+{
+	const char *call = "kvf_append";
+	struct src_stream *src;
+	struct seq *seq;
+	uint32_t H;
+	kvf_status rc;
+
+	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK)
+		return rc;
+	H = st->hdr.n_kv_heads;
+	src = kvf_calloc(2 * (size_t)H, sizeof(*src));
+	if (src == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (n_tokens > 0) {
+		for (uint32_t kind = 0; kind < 2; kind++)
+			for (uint32_t h = 0; h < H; h++) {
+				struct src_stream *x = &src[kind * H + h];
+
+				x->s = seq_kv_stream(st, seq, layer,
+						     (enum kv_kind)kind, h);
+				x->sid = stream_id(layer, (enum kv_kind)kind, h);
+				x->src = (const unsigned char *)(kind ? v : k) +
+					 (size_t)h * st->row_bytes;
+				x->stride = (size_t)H * st->row_bytes;
+			}
+		rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
+				    n_tokens, call);
+		if (rc == KVF_OK) {
+			seq->len[layer] += n_tokens;
+			seq->dirty = 1;
+		}
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	kvf_free(src);
+	return rc;
+}
+
+kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			uint32_t n_tokens, const void *x)
+{
+	const char *call = "kvf_append_x";
+	struct src_stream *src;
+	struct seq *seq;
+	uint32_t Q;
+	kvf_status rc;
+
+	if ((rc = append_checks(st, call, layer, n_tokens, x, x)) != KVF_OK)
+		return rc;
+	Q = st->hdr.n_q_heads;
+	src = kvf_calloc(Q, sizeof(*src));
+	if (src == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (n_tokens > 0 && (rc = seq_x_alloc(st, seq)) == KVF_OK) {
+		for (uint32_t q = 0; q < Q; q++) {
+			src[q].s = seq_x_stream(st, seq, layer, q);
+			src[q].sid = stream_id(layer, KIND_X, q);
+			src[q].src = (const unsigned char *)x +
+				     (size_t)q * st->row_bytes;
+			src[q].stride = (size_t)Q * st->row_bytes;
+		}
+		rc = append_streams(st, seq, src, Q, seq->x_len[layer],
+				    n_tokens, call);
+		if (rc == KVF_OK) {
+			seq->x_len[layer] += n_tokens;
+			seq->dirty = 1;
+		}
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	kvf_free(src);
+	return rc;
+}
+
+/* tail_pending - stream s has tail tokens not yet in a page on media */
+static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
+{
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+
+	return s != NULL && tail != 0 && s->gbuf != NULL && s->tail_written < tail;
+}
+
+kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
+{
+	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
+	kvf_status rc;
+
+	if (pages == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_sync: out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+
+		if (tail_pending(st, s, tokens))
+			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
+	}
+	rc = plan_reserve(st, seq, pages, "kvf_sync");
+	kvf_free(pages);
+	if (rc != KVF_OK)
+		return rc;
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+		uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+
+		if (!tail_pending(st, s, tokens))
+			continue;
+		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail);
+		if (rc == KVF_OK) {
+			s->tail_written = tail;
+			atomic_fetch_add(&st->c.padding_bytes, st->hdr.page_size);
+		}
+	}
+	seg_unreserve(st, seq);
+	return rc;
+}

@@ -1,0 +1,107 @@
+/*
+ * meta.h - the layout of the catalog records (engine/catalog.h).
+ *
+ * Keys start with one tag byte; numbers in keys are big-endian so records
+ * of one kind sort by id.  Values are little-endian packed structs.
+ *
+ *   KEY               VALUE
+ *   "C"               struct store_header (segfmt.h): the configuration
+ *   "N"               struct meta_sync: state of the last kvf_sync
+ *   "W"               u32 erase count per segment id (n_segments of them)
+ *   "S" seq(8)        struct meta_seq + u64 len[n_layers] + u64 x_len[n_layers]
+ *   "G" segid(4)      struct meta_seg + struct meta_slot[n_slots]
+ *   "R" seq(8)        struct meta_ref + struct meta_ref_entry[n]
+ *
+ * "G" is a sealed segment: for each index slot that points into it, which
+ * (sequence, stream, group) owns it.  "R" holds the index entries a forked
+ * sequence shares with its parent.  At open the index is rebuilt from "G"
+ * and "R": per (sequence, stream, group) the entry with the highest seqno
+ * wins, and entries older than their sequence's create_seqno (an earlier
+ * sequence with the same id) or past its length are ignored.
+ */
+#ifndef KVF_ENGINE_META_H
+#define KVF_ENGINE_META_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#define META_TAG_CONFIG 'C'
+#define META_TAG_SYNC 'N'
+#define META_TAG_WEAR 'W'
+#define META_TAG_SEQ 'S'
+#define META_TAG_SEG 'G'
+#define META_TAG_REF 'R'
+
+struct meta_sync {
+	uint64_t seqno;   /* highest seqno made durable by the last sync */
+	uint64_t n_syncs; /* syncs since the store was created */
+};
+
+struct meta_seq {
+	uint64_t create_seqno; /* seqno when this sequence was created */
+	uint64_t family;       /* root of its fork tree (itself if none) */
+	uint64_t parent;       /* forked from; UINT64_MAX if none */
+	uint32_t n_layers;     /* entries in each length array that follows */
+	uint32_t reserved;
+};
+
+struct meta_seg {
+	uint64_t seqno;        /* commit sequence number */
+	uint64_t write_ns;     /* wall clock when sealed (ns since epoch) */
+	uint64_t owner;        /* placement class: the sequence it was for */
+	uint32_t n_data_pages; /* data pages; the summary follows them */
+	uint32_t n_slots;      /* struct meta_slot entries that follow */
+};
+
+struct meta_slot {
+	uint64_t seq;    /* owning sequence */
+	uint64_t family; /* its fork family */
+	uint32_t stream; /* stream_id() */
+	uint32_t group;  /* group in the stream */
+	uint32_t page;   /* data page inside the segment */
+	uint32_t reserved;
+};
+
+struct meta_ref {
+	uint64_t seqno; /* seqno of the fork */
+	uint64_t n;     /* entries that follow */
+};
+
+struct meta_ref_entry {
+	uint32_t stream; /* stream_id() */
+	uint32_t group;  /* group in the stream */
+	uint32_t addr;   /* page address */
+	uint32_t reserved;
+};
+
+static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
+static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
+static_assert(sizeof(struct meta_slot) == 32, "meta_slot");
+static_assert(sizeof(struct meta_ref) == 16, "meta_ref");
+static_assert(sizeof(struct meta_ref_entry) == 16, "meta_ref_entry");
+
+/* meta keys */
+static inline void meta_key_u64(unsigned char key[9], char tag, uint64_t id)
+{
+	key[0] = (unsigned char)tag;
+	for (int i = 0; i < 8; i++)
+		key[1 + i] = (unsigned char)(id >> (56 - 8 * i));
+}
+
+static inline void meta_key_u32(unsigned char key[5], char tag, uint32_t id)
+{
+	key[0] = (unsigned char)tag;
+	for (int i = 0; i < 4; i++)
+		key[1 + i] = (unsigned char)(id >> (24 - 8 * i));
+}
+
+static inline uint64_t meta_key_id(const unsigned char *key, unsigned n)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		v = (v << 8) | key[1 + i];
+	return v;
+}
+
+#endif /* KVF_ENGINE_META_H */

@@ -1,0 +1,388 @@
+/*
+ * readpath.c - reads of stored tokens, and kvf_read / kvf_read_x.
+ *
+ * A stream's group g is in one of three places: the group buffer (the
+ * partial tail group), a page of one of the sequence's open segments (not
+ * written yet), or a page on media.  Media pages are gathered into batches
+ * of up to READ_BATCH pages, adjacent pages of one segment merged into one
+ * request, read with one kvf_media_read (the file backend keeps them in
+ * flight together), then checked and handed out in token order.
+ */
+#include "engine/readpath.h"
+
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/segment.h"
+#include "engine/seq.h"
+
+#define READ_BATCH 64u /* pages per media read batch */
+
+static kvf_status corrupt(kvf_store *st, uint32_t addr, uint32_t want,
+			  uint32_t found, const char *what)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+
+	return kvf_fail(KVF_ECORRUPT,
+			"%s: segment %u (stripe %u, segment %llu of the stripe) page %u: checksum mismatch (index has %08x, page has %08x)",
+			what, segid, seg_stripe(st, segid),
+			(unsigned long long)seg_in_stripe(st, segid),
+			addr_page(addr, st->page_bits), want, found);
+}
+
+kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
+			      void *dst, const char *what)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	uint32_t got;
+	kvf_status rc;
+
+	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
+				  seg_in_stripe(st, segid),
+				  addr_page(ref->addr, st->page_bits), 1, dst);
+	if (rc != KVF_OK)
+		return rc;
+	atomic_fetch_add(&st->c.bytes_read, st->hdr.page_size);
+	atomic_fetch_add(&st->c.pages_read, 1);
+	got = page_check(dst, st->hdr.page_size);
+	if (got != ref->check)
+		return corrupt(st, ref->addr, ref->check, got, what);
+	return KVF_OK;
+}
+
+/* tail_tokens - tokens in group g of a stream holding `tokens` tokens */
+static uint32_t group_tokens_in(kvf_store *st, uint64_t tokens, uint64_t g)
+{
+	uint64_t first = g * st->group_tokens;
+	uint64_t n = tokens - first;
+
+	return (uint32_t)(n < st->group_tokens ? n : st->group_tokens);
+}
+
+/* is_tail - group g is the partial last group, kept in the group buffer */
+static int is_tail(kvf_store *st, uint64_t tokens, uint64_t g)
+{
+	return g == tokens / st->group_tokens && tokens % st->group_tokens;
+}
+
+kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
+		       uint64_t tokens)
+{
+	uint64_t g = tokens / st->group_tokens;
+	unsigned char *buf;
+	void *page;
+	kvf_status rc;
+
+	if (s->gbuf)
+		return KVF_OK;
+	buf = kvf_calloc(1, st->hdr.page_size);
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
+	if (tokens % st->group_tokens == 0 || g >= s->n_groups ||
+	    s->pages[g].addr == ADDR_NONE) {
+		s->gbuf = buf;
+		return KVF_OK;
+	}
+	/* after a reopen the tail lives in a partial page on media */
+	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
+	if (page == NULL) {
+		kvf_free(buf);
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	}
+	rc = page_read_verified(st, &s->pages[g], page, "loading a tail group");
+	if (rc == KVF_OK) {
+		memcpy(buf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
+		s->gbuf = buf;
+		s->tail_written = (uint32_t)(tokens % st->group_tokens);
+	} else {
+		kvf_free(buf);
+	}
+	kvf_free(page);
+	(void)seq;
+	return rc;
+}
+
+kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t g, void *dst)
+{
+	const unsigned char *p;
+	void *page;
+	kvf_status rc;
+
+	memset(dst, 0, st->hdr.page_size);
+	if (is_tail(st, tokens, g)) {
+		if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+			return rc;
+		memcpy(dst, s->gbuf,
+		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
+		return KVF_OK;
+	}
+	if ((p = openseg_page(st, seq, s->pages[g].addr)) != NULL) {
+		memcpy(dst, p, st->hdr.page_size);
+		return KVF_OK;
+	}
+	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
+	if (page == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	rc = page_read_verified(st, &s->pages[g], page, "reading a group");
+	if (rc == KVF_OK)
+		memcpy(dst, page, st->hdr.page_size);
+	kvf_free(page);
+	return rc;
+}
+
+/* A batch of media pages waiting to be read and handed out. */
+struct batch {
+	unsigned char *buf;            /* READ_BATCH pages, aligned */
+	struct kvf_media_io io[READ_BATCH];
+	uint32_t n_io;                 /* requests (merged runs) */
+	uint64_t group[READ_BATCH];    /* group of each page */
+	struct page_ref ref[READ_BATCH]; /* what the index says */
+	uint32_t n;                    /* pages */
+};
+
+static void batch_add(kvf_store *st, struct batch *b, uint64_t g,
+		      const struct page_ref *ref)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	uint32_t page = addr_page(ref->addr, st->page_bits);
+	struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
+
+	if (last && last->stripe == seg_stripe(st, segid) &&
+	    last->seg == seg_in_stripe(st, segid) &&
+	    last->page + last->n_pages == page) {
+		last->n_pages++;
+	} else {
+		b->io[b->n_io++] = (struct kvf_media_io){
+			.stripe = seg_stripe(st, segid),
+			.seg = seg_in_stripe(st, segid), .page = page,
+			.n_pages = 1,
+			.buf = b->buf + (size_t)b->n * st->hdr.page_size };
+	}
+	b->group[b->n] = g;
+	b->ref[b->n] = *ref;
+	b->n++;
+}
+
+/* emit - hand tokens [t0, t1) of group g, whose page is at page, to fn */
+static kvf_status emit(kvf_store *st, uint64_t g, const unsigned char *page,
+		       uint64_t t0, uint64_t t1, span_fn fn, void *arg)
+{
+	uint64_t first = g * st->group_tokens;
+	uint64_t a = t0 > first ? t0 : first;
+	uint64_t z = t1 < first + st->group_tokens ? t1 : first + st->group_tokens;
+
+	return fn(arg, a, (uint32_t)(z - a),
+		  page + (size_t)(a - first) * st->row_bytes);
+}
+
+static kvf_status batch_run(kvf_store *st, struct batch *b, uint64_t t0,
+			    uint64_t t1, span_fn fn, void *arg)
+{
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc;
+
+	if (b->n == 0)
+		return KVF_OK;
+	rc = kvf_media_read(st->media, b->io, b->n_io);
+	if (rc != KVF_OK)
+		return rc;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->n * ps);
+	atomic_fetch_add(&st->c.pages_read, b->n);
+	for (uint32_t i = 0; i < b->n; i++) {
+		const unsigned char *p = b->buf + (size_t)i * ps;
+		uint32_t got = page_check(p, ps);
+
+		if (got != b->ref[i].check)
+			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
+				       "read");
+		if ((rc = emit(st, b->group[i], p, t0, t1, fn, arg)) != KVF_OK)
+			return rc;
+	}
+	b->n = 0;
+	b->n_io = 0;
+	return KVF_OK;
+}
+
+kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t t0, uint64_t t1,
+			     span_fn fn, void *arg)
+{
+	struct batch *b = NULL;
+	kvf_status rc = KVF_OK;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
+	     g++) {
+		const unsigned char *p = NULL;
+
+		if (is_tail(st, tokens, g)) {
+			if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+				break;
+			p = s->gbuf;
+		} else if (g >= s->n_groups || s->pages[g].addr == ADDR_NONE) {
+			rc = kvf_fail(KVF_ECORRUPT,
+				      "read: the index has no page for token group %llu of sequence %llu",
+				      (unsigned long long)g,
+				      (unsigned long long)seq->id);
+			break;
+		} else {
+			p = openseg_page(st, seq, s->pages[g].addr);
+		}
+		if (p) {
+			/* in memory: first hand out what is queued before it */
+			if (b && (rc = batch_run(st, b, t0, t1, fn, arg)) != KVF_OK)
+				break;
+			if ((rc = emit(st, g, p, t0, t1, fn, arg)) != KVF_OK)
+				break;
+			continue;
+		}
+		if (b == NULL) {
+			b = kvf_calloc(1, sizeof(*b));
+			if (b)
+				b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+							   (size_t)READ_BATCH * st->hdr.page_size);
+			if (b == NULL || b->buf == NULL) {
+				rc = kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+				break;
+			}
+		}
+		batch_add(st, b, g, &s->pages[g]);
+		if (b->n == READ_BATCH && (rc = batch_run(st, b, t0, t1, fn, arg)) != KVF_OK)
+			break;
+	}
+	if (rc == KVF_OK && b)
+		rc = batch_run(st, b, t0, t1, fn, arg);
+	if (b)
+		kvf_free(b->buf);
+	kvf_free(b);
+	return rc;
+}
+
+/* ---- kvf_read, kvf_read_x ---------------------------------------------- */
+
+struct copy_out {
+	unsigned char *dst; /* caller buffer */
+	uint64_t t0;        /* token at dst */
+	size_t row;         /* bytes per token in dst */
+	size_t src_row;     /* bytes per token in the span */
+	size_t offset;      /* byte offset of this slice in a dst row */
+};
+
+static kvf_status copy_rows(void *arg, uint64_t first, uint32_t n,
+			    const unsigned char *rows)
+{
+	struct copy_out *c = arg;
+
+	if (c->row == c->src_row) {
+		memcpy(c->dst + (first - c->t0) * c->row, rows, (size_t)n * c->row);
+		return KVF_OK;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(c->dst + (first - c->t0 + i) * c->row + c->offset,
+		       rows + (size_t)i * c->src_row, c->src_row);
+	return KVF_OK;
+}
+
+kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
+		    uint32_t kv_head, uint64_t t0, uint64_t t1, void *k_out,
+		    void *v_out)
+{
+	const char *call = "kvf_read";
+	void *outs[2] = { k_out, v_out };
+	struct seq *seq;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (kv_head >= st->hdr.n_kv_heads)
+		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
+				call, kv_head, st->hdr.n_kv_heads);
+	if (t0 > t1)
+		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
+				call, (unsigned long long)t0, (unsigned long long)t1);
+	if (k_out == NULL && v_out == NULL && t1 > t0)
+		return kvf_fail(KVF_EINVAL, "%s: k_out and v_out are both NULL", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (t1 > seq->len[layer]) {
+		rc = kvf_fail(KVF_ERANGE,
+			      "%s: token range [%llu, %llu) past the end of sequence %llu layer %u (%llu tokens)",
+			      call, (unsigned long long)t0,
+			      (unsigned long long)t1,
+			      (unsigned long long)seq_id, layer,
+			      (unsigned long long)seq->len[layer]);
+		goto out_seq;
+	}
+	for (int kind = 0; kind < 2 && rc == KVF_OK; kind++) {
+		struct copy_out c = { .dst = outs[kind], .t0 = t0,
+				      .row = st->row_bytes,
+				      .src_row = st->row_bytes };
+
+		if (outs[kind] == NULL)
+			continue;
+		rc = stream_read_spans(st, seq,
+				       seq_kv_stream(st, seq, layer,
+						     (enum kv_kind)kind, kv_head),
+				       seq->len[layer], t0, t1, copy_rows, &c);
+	}
+out_seq:
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_read_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
+		      uint64_t t0, uint64_t t1, void *x_out)
+{
+	const char *call = "kvf_read_x";
+	struct seq *seq;
+	kvf_status rc;
+
+	if (st == NULL || (x_out == NULL && t1 > t0))
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "x_out" : "store");
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (t0 > t1)
+		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
+				call, (unsigned long long)t0, (unsigned long long)t1);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (t1 > seq->x_len[layer]) {
+		rc = kvf_fail(KVF_ERANGE,
+			      "%s: token range [%llu, %llu) past the end of the X of sequence %llu layer %u (%llu tokens)",
+			      call, (unsigned long long)t0,
+			      (unsigned long long)t1,
+			      (unsigned long long)seq_id, layer,
+			      (unsigned long long)seq->x_len[layer]);
+		goto out_seq;
+	}
+	for (uint32_t q = 0; q < st->hdr.n_q_heads && rc == KVF_OK && t1 > t0; q++) {
+		struct copy_out c = { .dst = x_out, .t0 = t0,
+				      .row = (size_t)st->row_bytes * st->hdr.n_q_heads,
+				      .src_row = st->row_bytes,
+				      .offset = (size_t)q * st->row_bytes };
+
+		rc = stream_read_spans(st, seq, seq_x_stream(st, seq, layer, q),
+				       seq->x_len[layer], t0, t1, copy_rows, &c);
+	}
+out_seq:
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}

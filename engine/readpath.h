@@ -1,0 +1,50 @@
+/*
+ * readpath.h - reading a stream's tokens: from its group buffer, from an
+ * open segment still in memory, or from media, where every page is
+ * checked against the index's checksum before it is used.
+ *
+ * stream_read_spans is the page-span iterator the compute plane consumes:
+ * it hands out runs of consecutive tokens, one page (or part of one) at a
+ * time, in token order, reading media pages in batches through the media's
+ * queue so a head's range fans out over all stripes.
+ *
+ * Every function here needs the sequence's lock held by the caller.
+ */
+#ifndef KVF_ENGINE_READPATH_H
+#define KVF_ENGINE_READPATH_H
+
+#include "engine/store.h"
+
+/*
+ * span_fn - receives n_tokens rows (row_bytes each, contiguous) starting
+ * at token first.  A non-OK return stops the iteration and is returned.
+ */
+typedef kvf_status (*span_fn)(void *arg, uint64_t first, uint32_t n_tokens,
+			      const unsigned char *rows);
+
+/*
+ * stream_read_spans - deliver tokens [t0, t1) of stream s (which holds
+ * `tokens` tokens) to fn in order.
+ * Return: KVF_OK; KVF_ECORRUPT (page failed its checksum; the message
+ * names segment, stripe and page), KVF_EIO, KVF_ENOMEM, or fn's status.
+ */
+kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t t0, uint64_t t1,
+			     span_fn fn, void *arg);
+
+/* stream_group_copy - the whole page of group g of s into dst (page_size
+ * bytes; tokens past the stream's end are zero) */
+kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t g, void *dst);
+
+/* stream_tail - make s->gbuf hold the stream's partial tail group (loading
+ * it from media after a reopen); allocates an empty one if there is none */
+kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
+		       uint64_t tokens);
+
+/* page_read_verified - read one page at ref into dst (aligned) and check
+ * it; `what` names the caller for the message */
+kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
+			      void *dst, const char *what);
+
+#endif /* KVF_ENGINE_READPATH_H */

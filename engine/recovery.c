@@ -1,0 +1,441 @@
+/*
+ * recovery.c - open-time rebuild of sequences, segments and the index.
+ *
+ * 1. "N" and "W": the last sync's seqno, the erase counts.
+ * 2. "S": every sequence, with the lengths of its last sync.
+ * 3. "G" and "R" records are listed with their seqnos and applied oldest
+ *    first, so per (sequence, stream, group) the newest entry wins.  Before
+ *    a segment's entries are applied its summary is read from media and
+ *    checked (magic, store, segment, seqno, checksum); the page hashes it
+ *    holds become the index's checks.  A bad summary newer than the last
+ *    sync is a write the crash cut short: the segment is dropped.  An
+ *    older one is damage: its pages stay indexed with a check that cannot
+ *    match, so reading them gives KVF_ECORRUPT.
+ * 4. References are counted from the final index; segments without a live
+ *    page are trimmed and their records deleted.
+ * Work is proportional to the metadata: one summary read per segment.
+ */
+#include "engine/recovery.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/segment.h"
+#include "engine/seq.h"
+
+struct rec_item {
+	uint64_t seqno; /* of the record */
+	uint64_t id;    /* segment id ("G") or child sequence ("R") */
+	char tag;       /* META_TAG_SEG or META_TAG_REF */
+};
+
+struct rec_list {
+	struct rec_item *items;
+	size_t n, cap;
+	kvf_store *st;
+};
+
+static int push_item(struct rec_list *l, struct rec_item it)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		struct rec_item *p = kvf_realloc(l->items, cap * sizeof(*p));
+
+		if (p == NULL)
+			return KVF_ENOMEM;
+		l->items = p;
+		l->cap = cap;
+	}
+	l->items[l->n++] = it;
+	return 0;
+}
+
+static int bad_record(const char *what, uint64_t id, size_t len)
+{
+	return kvf_fail(KVF_ECORRUPT,
+			"kvf_open: catalog record %s %llu is malformed (%zu bytes)",
+			what, (unsigned long long)id, len);
+}
+
+static int list_seg(void *arg, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	struct rec_list *l = arg;
+	struct meta_seg m;
+	uint64_t id = meta_key_id(key, 4);
+
+	if (klen != 5 || vlen < sizeof(m))
+		return bad_record("segment", id, vlen);
+	memcpy(&m, val, sizeof(m));
+	if (id >= l->st->n_segments ||
+	    vlen != sizeof(m) + (size_t)m.n_slots * sizeof(struct meta_slot) ||
+	    m.n_data_pages > l->st->data_per_seg || m.n_data_pages == 0)
+		return bad_record("segment", id, vlen);
+	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_SEG });
+}
+
+static int list_ref(void *arg, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	struct rec_list *l = arg;
+	struct meta_ref m;
+	uint64_t id = meta_key_id(key, 8);
+
+	if (klen != 9 || vlen < sizeof(m))
+		return bad_record("fork reference", id, vlen);
+	memcpy(&m, val, sizeof(m));
+	if (vlen != sizeof(m) + m.n * sizeof(struct meta_ref_entry))
+		return bad_record("fork reference", id, vlen);
+	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_REF });
+}
+
+static int load_seq(void *arg, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	kvf_store *st = arg;
+	uint32_t nl = st->hdr.n_layers;
+	uint64_t id = meta_key_id(key, 8);
+	struct meta_seq m;
+	struct seq *seq;
+	kvf_status rc;
+
+	if (klen != 9 || vlen != sizeof(m) + 2 * (size_t)nl * sizeof(uint64_t))
+		return bad_record("sequence", id, vlen);
+	memcpy(&m, val, sizeof(m));
+	if (m.n_layers != nl)
+		return bad_record("sequence", id, vlen);
+	seq = seq_alloc(st, id);
+	if (seq == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	seq->create_seqno = m.create_seqno;
+	seq->family = m.family;
+	seq->parent = m.parent;
+	memcpy(seq->len, (const char *)val + sizeof(m), nl * sizeof(uint64_t));
+	memcpy(seq->x_len, (const char *)val + sizeof(m) + nl * sizeof(uint64_t),
+	       nl * sizeof(uint64_t));
+	for (uint32_t l = 0; l < nl; l++)
+		if (seq->x_len[l] && (rc = seq_x_alloc(st, seq)) != KVF_OK) {
+			seq_destroy(st, seq);
+			return rc;
+		}
+	if ((rc = seq_insert(st, seq)) != KVF_OK) {
+		seq_destroy(st, seq);
+		return rc;
+	}
+	if (m.create_seqno >= atomic_load(&st->next_seqno))
+		atomic_store(&st->next_seqno, m.create_seqno + 1);
+	return 0;
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+	const struct rec_item *x = a, *y = b;
+
+	return x->seqno < y->seqno ? -1 : x->seqno > y->seqno;
+}
+
+/* apply - one index entry from a record of the given seqno */
+static kvf_status apply(kvf_store *st, uint64_t seq_id, uint32_t sid,
+			uint32_t group, uint32_t addr, uint32_t check,
+			uint64_t seqno, int from_ref)
+{
+	struct seq *seq = seq_get(st, seq_id);
+	enum kv_kind kind = stream_kind(sid);
+	uint32_t layer = stream_layer(sid), head = stream_head(sid);
+	struct stream *s;
+	uint64_t tokens, groups;
+	kvf_status rc = KVF_OK;
+
+	if (seq == NULL)
+		return KVF_OK; /* freed: the entry is garbage */
+	if ((seqno < seq->create_seqno && !from_ref) || layer >= st->hdr.n_layers)
+		goto out;
+	if (kind == KIND_K || kind == KIND_V) {
+		if (head >= st->hdr.n_kv_heads)
+			goto out;
+		s = seq_kv_stream(st, seq, layer, kind, head);
+	} else if (kind == KIND_X && seq->x && head < st->hdr.n_q_heads) {
+		s = seq_x_stream(st, seq, layer, head);
+	} else {
+		goto out;
+	}
+	tokens = seq_tokens(seq, kind, layer);
+	groups = (tokens + st->group_tokens - 1) / st->group_tokens;
+	if (group >= groups)
+		goto out; /* past the synced length */
+	if ((rc = stream_reserve(s, groups)) != KVF_OK)
+		goto out;
+	s->pages[group] = (struct page_ref){ addr, check };
+	if (group >= s->n_groups)
+		s->n_groups = group + 1;
+out:
+	seq_put(st, seq);
+	return rc;
+}
+
+/* read_summary - read and check segment segid's summary; on success
+ * *hashes gets its n_data page hashes (kvf_malloc'd).  KVF_ECORRUPT when
+ * it does not check out. */
+static kvf_status read_summary(kvf_store *st, uint32_t segid,
+			       const struct meta_seg *m, uint64_t **hashes)
+{
+	uint32_t ps = st->hdr.page_size, n = m->n_data_pages;
+	uint32_t sp = summary_pages(n, ps);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)sp * ps);
+	struct seg_summary_header h;
+	uint64_t want, *out;
+	kvf_status rc;
+
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	if (n + sp > st->pages_per_seg) {
+		kvf_free(buf);
+		return kvf_fail(KVF_ECORRUPT, "segment %u: %u data pages do not fit",
+				segid, n);
+	}
+	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
+				  seg_in_stripe(st, segid), n, sp, buf);
+	if (rc != KVF_OK)
+		goto out;
+	memcpy(&h, buf, sizeof(h));
+	want = h.checksum;
+	h.checksum = 0;
+	memcpy(buf, &h, sizeof(h));
+	if (memcmp(h.magic, SEG_MAGIC, 8) != 0 || h.store_id != st->hdr.store_id ||
+	    h.segid != segid || h.seqno != m->seqno || h.n_data_pages != n ||
+	    XXH3_64bits(buf, sizeof(h) + (size_t)n * sizeof(struct seg_summary_entry)) != want) {
+		rc = kvf_fail(KVF_ECORRUPT,
+			      "segment %u (stripe %u, segment %llu): summary at page %u does not match its catalog record (seqno %llu)",
+			      segid, seg_stripe(st, segid),
+			      (unsigned long long)seg_in_stripe(st, segid), n,
+			      (unsigned long long)m->seqno);
+		goto out;
+	}
+	out = kvf_malloc((size_t)n * sizeof(uint64_t));
+	if (out == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct seg_summary_entry e;
+
+		memcpy(&e, buf + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+		out[i] = e.page_hash;
+	}
+	*hashes = out;
+out:
+	kvf_free(buf);
+	return rc;
+}
+
+/* apply_seg - apply a segment record after checking its summary */
+static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
+{
+	unsigned char key[5];
+	struct meta_seg m;
+	struct meta_slot *slots;
+	uint64_t *hashes = NULL;
+	void *val;
+	size_t vlen;
+	kvf_status rc;
+	int corrupt = 0;
+
+	meta_key_u32(key, META_TAG_SEG, segid);
+	if ((rc = catalog_get(st->cat, key, sizeof(key), &val, &vlen)) != KVF_OK)
+		return rc == KVF_ENOENT ? KVF_OK : rc;
+	memcpy(&m, val, sizeof(m));
+	slots = (struct meta_slot *)((char *)val + sizeof(m));
+	rc = read_summary(st, segid, &m, &hashes);
+	if (rc == KVF_ECORRUPT && m.seqno > st->synced_seqno) {
+		kvf_free(val); /* cut short by the crash: not there */
+		return KVF_OK;
+	}
+	if (rc == KVF_ECORRUPT)
+		corrupt = 1;
+	else if (rc != KVF_OK)
+		goto out;
+	if ((rc = seg_mark_sealed(st, segid, &m)) != KVF_OK)
+		goto out;
+	if (corrupt)
+		st->segs[segid].state = SEG_CORRUPT;
+	for (uint32_t i = 0; i < m.n_slots; i++) {
+		uint32_t page = slots[i].page, check;
+
+		if (page >= m.n_data_pages)
+			continue;
+		/* pages of a damaged segment get a check that cannot match
+		 * (count_refs inverts it), so reads say KVF_ECORRUPT */
+		check = corrupt ? 0 : (uint32_t)hashes[page];
+		rc = apply(st, slots[i].seq, slots[i].stream, slots[i].group,
+			   addr_make(segid, page, st->page_bits), check,
+			   m.seqno, 0);
+		if (rc != KVF_OK)
+			break;
+	}
+	if (rc == KVF_OK && !corrupt) {
+		checks[segid] = kvf_malloc((size_t)m.n_data_pages * sizeof(uint32_t));
+		if (checks[segid] == NULL)
+			rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		else
+			for (uint32_t i = 0; i < m.n_data_pages; i++)
+				checks[segid][i] = (uint32_t)hashes[i];
+	}
+out:
+	kvf_free(hashes);
+	kvf_free(val);
+	return rc;
+}
+
+static kvf_status apply_ref(kvf_store *st, uint64_t child)
+{
+	unsigned char key[9];
+	struct meta_ref m;
+	struct meta_ref_entry *e;
+	struct seq *seq;
+	void *val;
+	size_t vlen;
+	kvf_status rc;
+
+	meta_key_u64(key, META_TAG_REF, child);
+	if ((rc = catalog_get(st->cat, key, sizeof(key), &val, &vlen)) != KVF_OK)
+		return rc == KVF_ENOENT ? KVF_OK : rc;
+	memcpy(&m, val, sizeof(m));
+	e = (struct meta_ref_entry *)((char *)val + sizeof(m));
+	if ((seq = seq_get(st, child)) != NULL) {
+		seq->has_ref_record = 1;
+		seq_put(st, seq);
+	}
+	for (uint64_t i = 0; i < m.n && rc == KVF_OK; i++)
+		rc = apply(st, child, e[i].stream, e[i].group, e[i].addr, 0,
+			   m.seqno, 1);
+	kvf_free(val);
+	return rc;
+}
+
+struct count_ctx {
+	uint32_t **checks; /* per segment: page hashes (low 32 bits) */
+};
+
+/* count_refs - take the final index's references and fill its checks */
+static void count_refs(kvf_store *st, struct seq *seq, void *arg)
+{
+	struct count_ctx *c = arg;
+	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+
+		if (s == NULL)
+			continue;
+		for (uint32_t g = 0; g < s->n_groups; g++) {
+			struct page_ref *r = &s->pages[g];
+			uint32_t segid, page;
+			struct seg_info *si;
+
+			if (r->addr == ADDR_NONE)
+				continue;
+			segid = addr_seg(r->addr, st->page_bits);
+			page = addr_page(r->addr, st->page_bits);
+			si = segid < st->n_segments ? &st->segs[segid] : NULL;
+			if (si == NULL || si->refs == NULL || page >= si->n_data) {
+				r->addr = ADDR_NONE; /* names no sealed page */
+				continue;
+			}
+			if (si->refs[page]++ == 0)
+				si->live++;
+			r->check = c->checks[segid] ? c->checks[segid][page]
+						    : ~r->check;
+		}
+	}
+}
+
+kvf_status recovery_load(kvf_store *st)
+{
+	struct rec_list l = { .st = st };
+	struct count_ctx cc = { 0 };
+	unsigned char tag;
+	struct catalog_batch *b;
+	void *val;
+	size_t vlen;
+	kvf_status rc;
+
+	tag = META_TAG_SYNC;
+	rc = catalog_get(st->cat, &tag, 1, &val, &vlen);
+	if (rc == KVF_OK) {
+		struct meta_sync ms;
+
+		if (vlen != sizeof(ms)) {
+			kvf_free(val);
+			return bad_record("sync", 0, vlen);
+		}
+		memcpy(&ms, val, sizeof(ms));
+		kvf_free(val);
+		st->synced_seqno = ms.seqno;
+		st->n_syncs = ms.n_syncs;
+		if (ms.seqno >= atomic_load(&st->next_seqno))
+			atomic_store(&st->next_seqno, ms.seqno + 1);
+	} else if (rc != KVF_ENOENT) {
+		return rc;
+	}
+	tag = META_TAG_WEAR;
+	rc = catalog_get(st->cat, &tag, 1, &val, &vlen);
+	if (rc == KVF_OK) {
+		if (vlen == (size_t)st->n_segments * sizeof(uint32_t))
+			for (uint32_t i = 0; i < st->n_segments; i++)
+				memcpy(&st->segs[i].erase_count,
+				       (char *)val + (size_t)i * 4, 4);
+		kvf_free(val);
+	} else if (rc != KVF_ENOENT) {
+		return rc;
+	}
+	tag = META_TAG_SEQ;
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK)
+		return rc;
+	tag = META_TAG_SEG;
+	if ((rc = catalog_scan(st->cat, &tag, 1, list_seg, &l)) != KVF_OK)
+		goto out;
+	tag = META_TAG_REF;
+	if ((rc = catalog_scan(st->cat, &tag, 1, list_ref, &l)) != KVF_OK)
+		goto out;
+	qsort(l.items, l.n, sizeof(*l.items), cmp_item);
+	cc.checks = kvf_calloc(st->n_segments, sizeof(uint32_t *));
+	if (cc.checks == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < l.n && rc == KVF_OK; i++) {
+		if (l.items[i].seqno >= atomic_load(&st->next_seqno))
+			atomic_store(&st->next_seqno, l.items[i].seqno + 1);
+		if (l.items[i].tag == META_TAG_SEG)
+			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks);
+		else
+			rc = apply_ref(st, l.items[i].id);
+	}
+	if (rc != KVF_OK)
+		goto out;
+	seq_foreach(st, count_refs, &cc);
+	seg_finish_load(st);
+	if (st->read_only)
+		goto out;
+	/* segments that no live page needs: trim now, drop their records */
+	b = catalog_batch_new();
+	if (b == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto out;
+	}
+	rc = seg_reclaim(st, UINT64_MAX, b);
+	if (rc == KVF_OK && catalog_batch_count(b) > 0)
+		rc = catalog_commit(st->cat, b, 1);
+	catalog_batch_free(b);
+out:
+	if (cc.checks)
+		for (uint32_t i = 0; i < st->n_segments; i++)
+			kvf_free(cc.checks[i]);
+	kvf_free(cc.checks);
+	kvf_free(l.items);
+	return rc;
+}

@@ -1,0 +1,492 @@
+/*
+ * segment.c - the segment table and the per-sequence segment writer.
+ *
+ * Free segments wait in one FIFO per stripe, so erases spread evenly over
+ * each stripe's segments.  A page's reference count is the number of
+ * index slots that point at it (several after a fork); a sealed segment
+ * whose last reference goes becomes DYING, and seg_reclaim makes it FREE
+ * once a sync has made its death durable (see segment.h).
+ *
+ * Locking: seg_lock guards st->segs, the free FIFOs and the counts; it is
+ * taken inside seq->lock, never the other way round.
+ */
+#include "engine/segment.h"
+
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+
+uint64_t page_hash(const void *page, uint32_t page_size)
+{
+	return XXH3_64bits(page, page_size);
+}
+
+uint32_t page_check(const void *page, uint32_t page_size)
+{
+	return (uint32_t)page_hash(page, page_size);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+kvf_status seg_table_init(kvf_store *st)
+{
+	uint32_t ns = st->hdr.n_stripes;
+
+	st->segs = kvf_calloc(st->n_segments, sizeof(*st->segs));
+	st->free_fifo = kvf_calloc(st->n_segments, sizeof(uint32_t));
+	st->free_head = kvf_calloc(ns, sizeof(uint32_t));
+	st->free_count = kvf_calloc(ns, sizeof(uint32_t));
+	st->reserved = kvf_calloc(ns, sizeof(uint32_t));
+	if (!st->segs || !st->free_fifo || !st->free_head || !st->free_count ||
+	    !st->reserved) {
+		seg_table_free(st);
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_open: out of memory for the table of %u segments",
+				st->n_segments);
+	}
+	return KVF_OK;
+}
+
+void seg_table_free(kvf_store *st)
+{
+	if (st->segs)
+		for (uint32_t i = 0; i < st->n_segments; i++)
+			kvf_free(st->segs[i].refs);
+	kvf_free(st->segs);
+	kvf_free(st->free_fifo);
+	kvf_free(st->free_head);
+	kvf_free(st->free_count);
+	kvf_free(st->reserved);
+	st->segs = NULL;
+	st->free_fifo = st->free_head = st->free_count = st->reserved = NULL;
+}
+
+/* the FIFO of stripe s occupies free_fifo[s * segs_per_stripe ...] */
+static void free_push(kvf_store *st, uint32_t segid)
+{
+	uint32_t s = seg_stripe(st, segid);
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+	uint32_t tail = (st->free_head[s] + st->free_count[s]) % cap;
+
+	st->free_fifo[(uint64_t)s * cap + tail] = segid;
+	st->free_count[s]++;
+	st->n_free++;
+	st->segs[segid].state = SEG_FREE;
+}
+
+static uint32_t free_pop(kvf_store *st, uint32_t s)
+{
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+	uint32_t segid;
+
+	if (st->free_count[s] == 0)
+		return SEG_NONE;
+	segid = st->free_fifo[(uint64_t)s * cap + st->free_head[s]];
+	st->free_head[s] = (st->free_head[s] + 1) % cap;
+	st->free_count[s]--;
+	st->n_free--;
+	return segid;
+}
+
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
+{
+	uint32_t ns = st->hdr.n_stripes, s;
+
+	pthread_mutex_lock(&st->seg_lock);
+	for (s = 0; s < ns; s++)
+		if (need[s] > st->free_count[s] - st->reserved[s])
+			break;
+	if (s < ns) {
+		uint32_t avail = st->free_count[s] - st->reserved[s];
+
+		pthread_mutex_unlock(&st->seg_lock);
+		return kvf_fail(KVF_ENOSPC,
+				"needs %u free segments on stripe %u, %u are free (%u segments of %llu bytes per stripe)",
+				need[s], s, avail,
+				(uint32_t)st->hdr.segs_per_stripe,
+				(unsigned long long)st->hdr.segment_size);
+	}
+	for (s = 0; s < ns; s++) {
+		st->reserved[s] += need[s];
+		seq->reserved[s] += need[s];
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+	return KVF_OK;
+}
+
+void seg_unreserve(kvf_store *st, struct seq *seq)
+{
+	pthread_mutex_lock(&st->seg_lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		st->reserved[s] -= seq->reserved[s];
+		seq->reserved[s] = 0;
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+}
+
+uint32_t seg_free_count(kvf_store *st)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&st->seg_lock);
+	n = st->n_free;
+	pthread_mutex_unlock(&st->seg_lock);
+	return n;
+}
+
+kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
+			   const struct meta_seg *rec)
+{
+	struct seg_info *si = &st->segs[segid];
+
+	si->refs = kvf_calloc(rec->n_data_pages ? rec->n_data_pages : 1,
+			      sizeof(uint16_t));
+	if (si->refs == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	si->state = SEG_SEALED;
+	si->n_data = rec->n_data_pages;
+	si->seqno = rec->seqno;
+	si->write_ns = rec->write_ns;
+	si->owner = rec->owner;
+	si->live = 0;
+	return KVF_OK;
+}
+
+void seg_finish_load(kvf_store *st)
+{
+	for (uint32_t i = 0; i < st->n_segments; i++) {
+		struct seg_info *si = &st->segs[i];
+
+		if (si->state == SEG_SEALED && si->live == 0) {
+			si->state = SEG_DYING;
+			si->died_epoch = 0;
+			st->n_dying++;
+		} else if (si->state == SEG_FREE) {
+			free_push(st, i);
+		}
+	}
+}
+
+void seg_ref_inc(kvf_store *st, uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	uint32_t page = addr_page(addr, st->page_bits);
+	struct seg_info *si = &st->segs[segid];
+
+	pthread_mutex_lock(&st->seg_lock);
+	if (si->refs[page]++ == 0)
+		si->live++;
+	pthread_mutex_unlock(&st->seg_lock);
+}
+
+void seg_ref_dec(kvf_store *st, uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	uint32_t page = addr_page(addr, st->page_bits);
+	struct seg_info *si = &st->segs[segid];
+
+	pthread_mutex_lock(&st->seg_lock);
+	if (si->refs[page] > 0 && --si->refs[page] == 0 && --si->live == 0 &&
+	    si->state == SEG_SEALED) {
+		si->state = SEG_DYING;
+		si->died_epoch = st->epoch;
+		st->n_dying++;
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+}
+
+kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
+{
+	kvf_status rc = KVF_OK;
+
+	pthread_mutex_lock(&st->seg_lock);
+	for (uint32_t i = 0; i < st->n_segments && st->n_dying > 0; i++) {
+		struct seg_info *si = &st->segs[i];
+		unsigned char key[5];
+
+		if (si->state != SEG_DYING || si->died_epoch > upto)
+			continue;
+		rc = kvf_media_trim_segment(st->media, seg_stripe(st, i),
+					    seg_in_stripe(st, i));
+		if (rc != KVF_OK)
+			break;
+		meta_key_u32(key, META_TAG_SEG, i);
+		catalog_batch_delete(b, key, sizeof(key));
+		kvf_free(si->refs);
+		si->refs = NULL;
+		si->n_data = 0;
+		si->live = 0;
+		si->erase_count++;
+		st->n_dying--;
+		st->wear_dirty = 1;
+		atomic_fetch_add(&st->c.segments_reclaimed, 1);
+		free_push(st, i);
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+	return rc;
+}
+
+void seg_wear_record(kvf_store *st, struct catalog_batch *b)
+{
+	uint32_t *ec = kvf_malloc((size_t)st->n_segments * sizeof(uint32_t));
+	unsigned char key = META_TAG_WEAR;
+
+	if (ec == NULL)
+		return; /* wear counts are advisory: keep the old record */
+	pthread_mutex_lock(&st->seg_lock);
+	for (uint32_t i = 0; i < st->n_segments; i++)
+		ec[i] = st->segs[i].erase_count;
+	st->wear_dirty = 0;
+	pthread_mutex_unlock(&st->seg_lock);
+	catalog_batch_put(b, &key, 1, ec, (size_t)st->n_segments * sizeof(uint32_t));
+	kvf_free(ec);
+}
+
+/* openseg_buffers - allocate the buffers of an open segment once */
+static kvf_status openseg_buffers(kvf_store *st, struct open_seg *os)
+{
+	uint32_t d = st->data_per_seg;
+
+	if (os->buf)
+		return KVF_OK;
+	os->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
+	os->entries = kvf_calloc(d, sizeof(*os->entries));
+	os->slots = kvf_calloc(d, sizeof(*os->slots));
+	os->superseded = kvf_calloc(d, sizeof(uint32_t));
+	if (!os->buf || !os->entries || !os->slots || !os->superseded) {
+		kvf_free(os->buf);
+		kvf_free(os->entries);
+		kvf_free(os->slots);
+		kvf_free(os->superseded);
+		memset(os, 0, sizeof(*os));
+		os->segid = SEG_NONE;
+		return kvf_fail(KVF_ENOMEM,
+				"out of memory for a segment buffer of %llu bytes",
+				(unsigned long long)st->hdr.segment_size);
+	}
+	return KVF_OK;
+}
+
+/* openseg_open - take a free segment of stripe for os */
+static kvf_status openseg_open(kvf_store *st, struct seq *seq,
+			       struct open_seg *os, uint32_t stripe)
+{
+	struct seg_info *si;
+	uint16_t *refs;
+	uint32_t segid;
+	kvf_status rc;
+
+	if ((rc = openseg_buffers(st, os)) != KVF_OK)
+		return rc;
+	refs = kvf_calloc(st->data_per_seg, sizeof(uint16_t));
+	if (refs == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	pthread_mutex_lock(&st->seg_lock);
+	if (seq->reserved[stripe] > 0) {
+		seq->reserved[stripe]--;
+		st->reserved[stripe]--;
+		segid = free_pop(st, stripe);
+	} else if (st->free_count[stripe] > st->reserved[stripe]) {
+		segid = free_pop(st, stripe);
+	} else {
+		segid = SEG_NONE;
+	}
+	if (segid != SEG_NONE) {
+		si = &st->segs[segid];
+		si->state = SEG_OPEN;
+		si->refs = refs;
+		si->n_data = 0;
+		si->live = 0;
+		si->owner = seq->id;
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+	if (segid == SEG_NONE) {
+		kvf_free(refs);
+		return kvf_fail(KVF_ENOSPC,
+				"no free segment on stripe %u (%u segments of %llu bytes per stripe, all in use)",
+				stripe, (uint32_t)st->hdr.segs_per_stripe,
+				(unsigned long long)st->hdr.segment_size);
+	}
+	os->segid = segid;
+	os->n_pages = 0;
+	os->n_superseded = 0;
+	return KVF_OK;
+}
+
+/* openseg_flush - write os (data + summary) and commit its record */
+static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
+				struct open_seg *os)
+{
+	uint32_t ps = st->hdr.page_size, n = os->n_pages;
+	uint32_t sum_pages = summary_pages(n, ps);
+	unsigned char *sum = os->buf + (size_t)n * ps;
+	struct seg_summary_header h;
+	struct meta_seg rec;
+	struct catalog_batch *b;
+	unsigned char key[5];
+	size_t rec_len;
+	unsigned char *val;
+	kvf_status rc;
+
+	if (os->segid == SEG_NONE || n == 0)
+		return KVF_OK;
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, SEG_MAGIC, 8);
+	h.store_id = st->hdr.store_id;
+	h.seqno = atomic_fetch_add(&st->next_seqno, 1);
+	h.segid = os->segid;
+	h.n_data_pages = n;
+	h.page_size = ps;
+	memset(sum, 0, (size_t)sum_pages * ps);
+	memcpy(sum + sizeof(h), os->entries, (size_t)n * sizeof(*os->entries));
+	memcpy(sum, &h, sizeof(h));
+	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n * sizeof(*os->entries));
+	memcpy(sum, &h, sizeof(h));
+
+	rc = kvf_media_write_segment(st->media, seg_stripe(st, os->segid),
+				     seg_in_stripe(st, os->segid), os->buf,
+				     (size_t)(n + sum_pages) * ps);
+	if (rc != KVF_OK)
+		return store_set_fatal(st, rc, "segment write");
+
+	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = now_ns(),
+				 .owner = seq->id, .n_data_pages = n,
+				 .n_slots = n };
+	rec_len = sizeof(rec) + (size_t)n * sizeof(struct meta_slot);
+	val = kvf_malloc(rec_len);
+	b = catalog_batch_new();
+	if (val == NULL || b == NULL) {
+		kvf_free(val);
+		catalog_batch_free(b);
+		kvf_fail(KVF_ENOMEM, "out of memory for a segment record");
+		return store_set_fatal(st, KVF_ENOMEM, "segment commit");
+	}
+	memcpy(val, &rec, sizeof(rec));
+	memcpy(val + sizeof(rec), os->slots, (size_t)n * sizeof(struct meta_slot));
+	meta_key_u32(key, META_TAG_SEG, os->segid);
+	catalog_batch_put(b, key, sizeof(key), val, rec_len);
+	rc = catalog_commit(st->cat, b, 0);
+	catalog_batch_free(b);
+	kvf_free(val);
+	if (rc != KVF_OK)
+		return store_set_fatal(st, rc, "segment commit");
+
+	pthread_mutex_lock(&st->seg_lock);
+	{
+		struct seg_info *si = &st->segs[os->segid];
+
+		si->state = si->live ? SEG_SEALED : SEG_DYING;
+		if (si->state == SEG_DYING) {
+			si->died_epoch = st->epoch;
+			st->n_dying++;
+		}
+		si->n_data = n;
+		si->seqno = rec.seqno;
+		si->write_ns = rec.write_ns;
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
+	atomic_fetch_add(&st->c.segments_written, 1);
+	/* the pages these replace die only now that the record is in */
+	for (uint32_t i = 0; i < os->n_superseded; i++)
+		seg_ref_dec(st, os->superseded[i]);
+	os->segid = SEG_NONE;
+	os->n_pages = 0;
+	os->n_superseded = 0;
+	return KVF_OK;
+}
+
+kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 const void *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out)
+{
+	struct open_seg *os = &seq->open[stripe];
+	uint32_t ps = st->hdr.page_size, n;
+	uint64_t h;
+	kvf_status rc;
+
+	if (os->segid == SEG_NONE &&
+	    (rc = openseg_open(st, seq, os, stripe)) != KVF_OK)
+		return rc;
+	n = os->n_pages;
+	memcpy(os->buf + (size_t)n * ps, page, ps);
+	h = page_hash(page, ps);
+	os->entries[n] = (struct seg_summary_entry){ key.hi, key.lo, h };
+	os->slots[n] = (struct meta_slot){ .seq = seq->id,
+					   .family = seq->family,
+					   .stream = page_key_stream(key),
+					   .group = page_key_group(key),
+					   .page = n };
+	if (replaces != ADDR_NONE)
+		os->superseded[os->n_superseded++] = replaces;
+	pthread_mutex_lock(&st->seg_lock);
+	st->segs[os->segid].refs[n] = 1;
+	st->segs[os->segid].live++;
+	pthread_mutex_unlock(&st->seg_lock);
+	out->addr = addr_make(os->segid, n, st->page_bits);
+	out->check = (uint32_t)h;
+	os->n_pages = n + 1;
+	if (os->n_pages == st->data_per_seg)
+		return openseg_flush(st, seq, os);
+	return KVF_OK;
+}
+
+kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
+{
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		kvf_status rc = openseg_flush(st, seq, &seq->open[s]);
+
+		if (rc != KVF_OK)
+			return rc;
+	}
+	return KVF_OK;
+}
+
+const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
+				  uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	struct open_seg *os = &seq->open[seg_stripe(st, segid)];
+	uint32_t page = addr_page(addr, st->page_bits);
+
+	if (os->segid != segid || page >= os->n_pages)
+		return NULL;
+	return os->buf + (size_t)page * st->hdr.page_size;
+}
+
+void openseg_release(kvf_store *st, struct seq *seq)
+{
+	if (seq->open == NULL)
+		return;
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		struct open_seg *os = &seq->open[s];
+
+		/* the index gave up its references to these pages when it
+		 * moved to this segment; drop them now it never commits */
+		for (uint32_t i = 0; i < os->n_superseded; i++)
+			seg_ref_dec(st, os->superseded[i]);
+		if (os->segid != SEG_NONE) {
+			pthread_mutex_lock(&st->seg_lock);
+			kvf_free(st->segs[os->segid].refs);
+			st->segs[os->segid].refs = NULL;
+			st->segs[os->segid].live = 0;
+			free_push(st, os->segid);
+			pthread_mutex_unlock(&st->seg_lock);
+		}
+		kvf_free(os->buf);
+		kvf_free(os->entries);
+		kvf_free(os->slots);
+		kvf_free(os->superseded);
+	}
+	kvf_free(seq->open);
+	seq->open = NULL;
+}

@@ -1,0 +1,82 @@
+/*
+ * segment.h - the segment table and the segment writer.
+ *
+ * The table tracks every segment's state, live pages and page references
+ * (engine/store.h lists the states).  The writer fills a sequence's open
+ * segment on one stripe page by page and, when it is full (or at sync),
+ * writes data and summary in one media write and commits the segment's
+ * catalog record.  A page a new one replaces loses its reference only once
+ * the replacement's record has committed, and a segment that dies becomes
+ * reusable only after the next sync: so the state as of the last sync
+ * stays readable whatever happens in between.
+ */
+#ifndef KVF_ENGINE_SEGMENT_H
+#define KVF_ENGINE_SEGMENT_H
+
+#include "engine/store.h"
+
+kvf_status seg_table_init(kvf_store *st);
+void seg_table_free(kvf_store *st);
+
+/* seg_mark_sealed - at open: segid holds n_data pages committed as rec */
+kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
+			   const struct meta_seg *rec);
+/* seg_finish_load - at open, after all references are counted: every
+ * segment not sealed is free, sealed ones without live pages are dying */
+void seg_finish_load(kvf_store *st);
+
+/*
+ * seg_reserve - set aside need[s] free segments of each stripe s for seq's
+ * coming placements, all or none.  seg_unreserve returns what is left.
+ * Return: KVF_OK or KVF_ENOSPC (message names the stripe).
+ */
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need);
+void seg_unreserve(kvf_store *st, struct seq *seq);
+
+/* seg_free_count - free segments now (all stripes) */
+uint32_t seg_free_count(kvf_store *st);
+
+/* page references (seg_lock taken inside) */
+void seg_ref_inc(kvf_store *st, uint32_t addr);
+void seg_ref_dec(kvf_store *st, uint32_t addr);
+
+/*
+ * seg_reclaim - trim every DYING segment that died in an epoch <= upto,
+ * mark it FREE and add the deletion of its record to b.
+ * Return: KVF_OK or the media's error (the segment then stays DYING).
+ */
+kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b);
+
+/* seg_wear_record - add the erase-count array to b ("W") */
+void seg_wear_record(kvf_store *st, struct catalog_batch *b);
+
+/*
+ * openseg_place - put one sealed page of seq (key) into its open segment
+ * on stripe, opening a segment if needed, and flush the segment when it is
+ * full.  `replaces` is the address of the page this one supersedes (or
+ * ADDR_NONE).  *out receives the new page's reference.
+ * Return: KVF_OK; KVF_ENOSPC (no free segment; nothing changed); KVF_EFATAL
+ * when a flush failed.  Caller holds seq->lock.
+ */
+kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 const void *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out);
+
+/* openseg_flush_all - write and commit every open segment of seq.
+ * Caller holds seq->lock.  KVF_EFATAL on failure. */
+kvf_status openseg_flush_all(kvf_store *st, struct seq *seq);
+
+/* openseg_page - the bytes of addr if it lies in one of seq's open
+ * segments (not yet on media), else NULL.  Caller holds seq->lock. */
+const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
+				  uint32_t addr);
+
+/* openseg_release - give back seq's open segments without writing them
+ * (at free: their pages are garbage) and free the buffers. */
+void openseg_release(kvf_store *st, struct seq *seq);
+
+/* page_check - the 32-bit check stored in the index for page bytes */
+uint32_t page_check(const void *page, uint32_t page_size);
+uint64_t page_hash(const void *page, uint32_t page_size);
+
+#endif /* KVF_ENGINE_SEGMENT_H */

@@ -1,0 +1,69 @@
+/*
+ * seq.h - sequences: the id -> sequence table, their streams, and the
+ * catalog records that describe them.
+ *
+ * A struct seq is reference counted: the table holds one reference and
+ * every call that looks it up holds another until seq_put, so a sequence
+ * freed by one thread stays valid memory for a call in flight on another
+ * (which then sees seq->dead and answers KVF_ENOENT).
+ */
+#ifndef KVF_ENGINE_SEQ_H
+#define KVF_ENGINE_SEQ_H
+
+#include "engine/store.h"
+
+#define SEQ_NO_PARENT UINT64_MAX
+
+kvf_status seq_table_init(kvf_store *st);
+/* seq_table_free - destroy every sequence (no I/O) and the table */
+void seq_table_free(kvf_store *st);
+
+/* seq_get - the live sequence with this id, with a reference; NULL if none */
+struct seq *seq_get(kvf_store *st, uint64_t id);
+void seq_put(kvf_store *st, struct seq *seq);
+
+/* seq_get_locked - seq_get, then lock it; KVF_ENOENT (message names call
+ * and id) when absent or freed meanwhile */
+kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
+			  struct seq **out);
+void seq_unlock_put(kvf_store *st, struct seq *seq);
+
+/* seq_alloc - a new, empty sequence not yet in the table */
+struct seq *seq_alloc(kvf_store *st, uint64_t id);
+/* seq_insert - add to the table (which takes the reference of seq_alloc);
+ * KVF_EEXIST if the id is taken, KVF_ENOMEM */
+kvf_status seq_insert(kvf_store *st, struct seq *seq);
+/* seq_destroy - free a sequence's memory (not its pages) */
+void seq_destroy(kvf_store *st, struct seq *seq);
+
+/* seq_foreach - call fn on every live sequence (with a reference held) */
+void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
+		 void *arg);
+/* seq_count - live sequences */
+uint32_t seq_count(kvf_store *st);
+
+/* streams */
+struct stream *seq_kv_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			     enum kv_kind kind, uint32_t head);
+/* seq_x_streams - the X streams of seq, allocated on first use */
+struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			    uint32_t slice);
+kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
+/* stream_reserve - room for n groups in s->pages */
+kvf_status stream_reserve(struct stream *s, uint64_t n_groups);
+/* stream_stripe - the stripe group g of stream sid goes to */
+uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
+/* seq_n_streams - streams per sequence: K/V, then X */
+uint32_t seq_n_kv_streams(kvf_store *st);
+uint32_t seq_n_x_streams(kvf_store *st);
+/* seq_stream_at - stream number i (K/V first, then X; NULL for X streams
+ * not allocated) and its stream id */
+struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
+			     uint32_t *sid);
+/* seq_tokens - tokens of the stream kind in a layer */
+uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer);
+
+/* seq_record - add seq's "S" record to b */
+kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b);
+
+#endif /* KVF_ENGINE_SEQ_H */

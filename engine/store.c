@@ -1,0 +1,793 @@
+/*
+ * store.c - the store's lifecycle: kvf_open, kvf_close, kvf_sync,
+ * kvf_stats_get, and the sticky fatal state.
+ *
+ * Open checks the directory (header file, lock, catalog), opens the media
+ * and rebuilds the in-memory state (engine/recovery.c).  A store being
+ * created that fails part way removes everything it made.
+ *
+ * Sync: every sequence's partial groups and open segments are written
+ * (under that sequence's lock, one at a time, so other sequences keep
+ * appending), the media is synced, then one catalog batch with the
+ * sequences' lengths commits with its log synced.  Segments that died
+ * before the sync began are then reused (engine/segment.h explains why
+ * not sooner).
+ */
+#include "engine/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "api/options.h"
+#include "api/status.h"
+#include "engine/append.h"
+#include "engine/recovery.h"
+#include "engine/segment.h"
+#include "engine/seq.h"
+
+kvf_status store_check(kvf_store *st, const char *call)
+{
+	if (atomic_load(&st->fatal))
+		return kvf_fail(KVF_EFATAL,
+				"%s: the store %s stopped after a failed commit; close and reopen it",
+				call, st->dir);
+	return KVF_OK;
+}
+
+kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what)
+{
+	char prev[KVF_ERRMSG_CAP];
+
+	snprintf(prev, sizeof(prev), "%s", kvf_last_error());
+	atomic_store(&st->fatal, 1);
+	return kvf_fail(KVF_EFATAL,
+			"%s failed (%s: %s); the store %s is now unusable: close and reopen it",
+			what, kvf_strerror(cause), prev, st->dir);
+}
+
+static uint32_t dtype_bytes(kvf_dtype d)
+{
+	return d == KVF_DTYPE_F32 ? 4 : 2;
+}
+
+static uint64_t header_checksum(const struct store_header *h)
+{
+	return XXH3_64bits(h, offsetof(struct store_header, checksum));
+}
+
+static char *path_join(const char *dir, const char *leaf)
+{
+	size_t n = strlen(dir) + strlen(leaf) + 2;
+	char *p = kvf_malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s/%s", dir, leaf);
+	return p;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- options and header ------------------------------------------------ */
+
+/* take_options - the caller's options over our defaults */
+static kvf_status take_options(const kvf_options *in, kvf_options *o)
+{
+	kvf_status rc;
+
+	kvf_options_init(o, NULL);
+	if (in == NULL)
+		return KVF_OK;
+	if ((rc = kvf_struct_check("kvf_open", "opts", in, sizeof(*o))) != KVF_OK)
+		return rc;
+	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
+	o->struct_size = sizeof(*o);
+	return KVF_OK;
+}
+
+static int is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+/* build_header - validate o for a new store and describe it */
+static kvf_status build_header(const kvf_options *o, struct store_header *h)
+{
+	const kvf_model *m = &o->model;
+	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
+	uint32_t page_bits = 0, row;
+
+	if (m->n_layers == 0 || m->n_layers > KV_MAX_LAYERS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_layers %u out of range (1..%u)",
+				m->n_layers, KV_MAX_LAYERS);
+	if (m->n_kv_heads == 0 || m->n_kv_heads > KV_MAX_HEADS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_kv_heads %u out of range (1..%u)",
+				m->n_kv_heads, KV_MAX_HEADS);
+	if (m->n_q_heads == 0 || m->n_q_heads > KV_MAX_HEADS ||
+	    m->n_q_heads % m->n_kv_heads != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: model.n_q_heads %u must be a multiple of n_kv_heads %u, at most %u",
+				m->n_q_heads, m->n_kv_heads, KV_MAX_HEADS);
+	if ((unsigned)m->dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.dtype %d is not a kvf_dtype",
+				(int)m->dtype);
+	if (!is_pow2(o->page_size) || o->page_size < 4096 || o->page_size > 65536)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: page_size %u must be a power of two in 4096..65536",
+				o->page_size);
+	row = m->head_dim * dtype_bytes(m->dtype);
+	if (m->head_dim == 0 || row > o->page_size || o->page_size % row != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: model.head_dim %u: one token of a head (%u bytes) must divide the page size %u",
+				m->head_dim, row, o->page_size);
+	if (seg == 0 || seg % o->page_size != 0 || seg / o->page_size < 4 ||
+	    seg / o->page_size > 65536)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: segment_size %llu must be 4 to 65536 pages of %u bytes",
+				(unsigned long long)seg, o->page_size);
+	pps = seg / o->page_size;
+	while ((1ull << page_bits) < pps)
+		page_bits++;
+	if ((unsigned)o->media > KVF_MEDIA_FLASH)
+		return kvf_fail(KVF_EINVAL, "kvf_open: media %d is not a kvf_media_kind",
+				(int)o->media);
+	if (o->media == KVF_MEDIA_FLASH)
+		return kvf_fail(KVF_ENOTSUP,
+				"kvf_open: the flash emulator is not yet available as store media");
+	if (o->kt_pages > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
+				o->kt_pages);
+	if (o->kt_pages)
+		return kvf_fail(KVF_ENOTSUP,
+				"kvf_open: kt_pages (K^T pages for SparF) is not implemented yet");
+	n_stripes = o->n_stripes ? o->n_stripes
+				 : (o->n_device_paths ? o->n_device_paths : 1);
+	if (n_stripes > KVF_MEDIA_MAX_STRIPES)
+		return kvf_fail(KVF_EINVAL, "kvf_open: n_stripes %llu out of range (1..%u)",
+				(unsigned long long)n_stripes, KVF_MEDIA_MAX_STRIPES);
+	if (o->n_device_paths && (o->device_paths == NULL ||
+				  o->n_device_paths != n_stripes))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: %u device paths for %llu stripes (give one per stripe)",
+				o->n_device_paths, (unsigned long long)n_stripes);
+	per_stripe = o->capacity_bytes / n_stripes / seg;
+	if (per_stripe < 2)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: capacity_bytes %llu holds fewer than 2 segments of %llu bytes per stripe",
+				(unsigned long long)o->capacity_bytes,
+				(unsigned long long)seg);
+	if (per_stripe * n_stripes >= (1ull << (32 - page_bits)) - 1)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: capacity_bytes %llu is too many segments of %llu bytes (at most %llu)",
+				(unsigned long long)o->capacity_bytes,
+				(unsigned long long)seg,
+				(unsigned long long)(1ull << (32 - page_bits)) - 2);
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, STORE_MAGIC, 8);
+	h->format_version = STORE_FORMAT_VERSION;
+	h->header_size = sizeof(*h);
+	h->n_layers = m->n_layers;
+	h->n_q_heads = m->n_q_heads;
+	h->n_kv_heads = m->n_kv_heads;
+	h->head_dim = m->head_dim;
+	h->dtype = (uint32_t)m->dtype;
+	h->page_size = o->page_size;
+	h->segment_size = seg;
+	h->segs_per_stripe = per_stripe;
+	h->n_stripes = (uint32_t)n_stripes;
+	h->media = (uint32_t)o->media;
+	h->kt_pages = o->kt_pages;
+	h->page_bits = page_bits;
+	return KVF_OK;
+}
+
+/* check_against - o (from the caller) must agree with the stored h */
+static kvf_status check_against(const kvf_options *o, const struct store_header *h,
+				const char *path)
+{
+	const kvf_model *m = &o->model;
+	int model_given = m->n_layers || m->n_q_heads || m->n_kv_heads ||
+			  m->head_dim;
+	uint64_t n_stripes = o->n_stripes ? o->n_stripes
+					  : (o->n_device_paths ? o->n_device_paths : 1);
+
+#define MISMATCH(field, have, want)                                            \
+	kvf_fail(KVF_EMISMATCH,                                                \
+		 "kvf_open: %s %llu contradicts the store's %llu (%s)", field, \
+		 (unsigned long long)(have), (unsigned long long)(want), path)
+	if (model_given) {
+		if (m->n_layers != h->n_layers)
+			return MISMATCH("model.n_layers", m->n_layers, h->n_layers);
+		if (m->n_q_heads != h->n_q_heads)
+			return MISMATCH("model.n_q_heads", m->n_q_heads, h->n_q_heads);
+		if (m->n_kv_heads != h->n_kv_heads)
+			return MISMATCH("model.n_kv_heads", m->n_kv_heads, h->n_kv_heads);
+		if (m->head_dim != h->head_dim)
+			return MISMATCH("model.head_dim", m->head_dim, h->head_dim);
+		if ((uint32_t)m->dtype != h->dtype)
+			return MISMATCH("model.dtype", m->dtype, h->dtype);
+	}
+	if (o->page_size != h->page_size)
+		return MISMATCH("page_size", o->page_size, h->page_size);
+	if (o->segment_size != h->segment_size)
+		return MISMATCH("segment_size", o->segment_size, h->segment_size);
+	if (n_stripes != h->n_stripes)
+		return MISMATCH("n_stripes", n_stripes, h->n_stripes);
+	if (o->capacity_bytes / h->n_stripes / h->segment_size != h->segs_per_stripe)
+		return MISMATCH("capacity_bytes", o->capacity_bytes,
+				h->segs_per_stripe * h->n_stripes * h->segment_size);
+	if ((uint32_t)o->media != h->media)
+		return MISMATCH("media", o->media, h->media);
+	if (o->kt_pages != h->kt_pages)
+		return MISMATCH("kt_pages", o->kt_pages, h->kt_pages);
+#undef MISMATCH
+	return KVF_OK;
+}
+
+/* read_header - the store header at path; KVF_ENOENT if there is none */
+static kvf_status read_header(const char *path, struct store_header *h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return KVF_ENOENT;
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: open %s", path);
+	}
+	n = read(fd, h, sizeof(*h));
+	close(fd);
+	if (n < 0)
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: read %s", path);
+	if (n < 12 || memcmp(h->magic, STORE_MAGIC, 8) != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: %s is not a kvflash store header (bad magic)",
+				path);
+	if (h->format_version > STORE_FORMAT_VERSION)
+		return kvf_fail(KVF_EVERSION,
+				"kvf_open: %s has format version %u; this library reads up to %u",
+				path, h->format_version, STORE_FORMAT_VERSION);
+	if (n != sizeof(*h) || h->header_size != sizeof(*h) ||
+	    h->format_version != STORE_FORMAT_VERSION)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: %zd bytes, header_size %u (expected %zu)",
+				path, n, h->header_size, sizeof(*h));
+	if (header_checksum(h) != h->checksum)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: checksum %016llx, computed %016llx",
+				path, (unsigned long long)h->checksum,
+				(unsigned long long)header_checksum(h));
+	return KVF_OK;
+}
+
+/* write_header - write h to path atomically (temp file, fsync, rename) */
+static kvf_status write_header(const char *dir, const char *path,
+			       struct store_header *h)
+{
+	char *tmp = path_join(dir, STORE_HEADER_FILE ".tmp");
+	int fd, dfd;
+
+	if (tmp == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	h->checksum = header_checksum(h);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, h, sizeof(*h)) != (ssize_t)sizeof(*h) ||
+	    fsync(fd) != 0 || rename(tmp, path) != 0) {
+		int err = errno;
+
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		kvf_free(tmp);
+		return kvf_fail_errno(KVF_EIO, err, "kvf_open: writing %s", path);
+	}
+	close(fd);
+	kvf_free(tmp);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	return KVF_OK;
+}
+
+/* dir_is_empty - holds nothing but what kvf_open itself makes (LOCK) */
+static int dir_is_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int empty = 1;
+
+	if (d == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, "LOCK"))
+			empty = 0;
+	closedir(d);
+	return empty;
+}
+
+/* ---- open / close ------------------------------------------------------ */
+
+/* derive - the shape numbers every module uses, from the header */
+static void derive(kvf_store *st)
+{
+	const struct store_header *h = &st->hdr;
+
+	st->elt_bytes = dtype_bytes((kvf_dtype)h->dtype);
+	st->row_bytes = h->head_dim * st->elt_bytes;
+	st->group_tokens = h->page_size / st->row_bytes;
+	st->pages_per_seg = (uint32_t)(h->segment_size / h->page_size);
+	st->data_per_seg = max_data_pages(st->pages_per_seg, h->page_size);
+	st->page_bits = h->page_bits;
+	st->n_segments = (uint32_t)(h->segs_per_stripe * h->n_stripes);
+}
+
+/* open_media - the stripes: the caller's devices, or files in the dir */
+static kvf_status open_media(kvf_store *st, const kvf_options *o)
+{
+	struct kvf_media_config cfg = {
+		.kind = (kvf_media_kind)st->hdr.media,
+		.geo = { .n_stripes = st->hdr.n_stripes,
+			 .page_size = st->hdr.page_size,
+			 .pages_per_segment = st->pages_per_seg,
+			 .segs_per_stripe = st->hdr.segs_per_stripe },
+		.queue_depth = o->queue_depth,
+		.direct_io = o->direct_io == 1 ? KVF_MEDIA_ON :
+			     o->direct_io == 2 ? KVF_MEDIA_OFF : KVF_MEDIA_AUTO,
+	};
+	char **paths = NULL;
+	kvf_status rc;
+
+	if (cfg.kind == KVF_MEDIA_FILE && o->device_paths == NULL) {
+		paths = kvf_calloc(st->hdr.n_stripes, sizeof(*paths));
+		if (paths == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		for (uint32_t i = 0; i < st->hdr.n_stripes; i++) {
+			char leaf[32];
+
+			snprintf(leaf, sizeof(leaf), "stripe-%03u.kvf", i);
+			if ((paths[i] = path_join(st->dir, leaf)) == NULL) {
+				rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+				goto out;
+			}
+		}
+		cfg.paths = (const char *const *)paths;
+	} else {
+		cfg.paths = o->device_paths;
+	}
+	rc = kvf_media_open(&cfg, &st->media);
+	if (rc != KVF_OK)
+		rc = kvf_fail(rc, "kvf_open: %s", kvf_last_error());
+out:
+	for (uint32_t i = 0; paths && i < st->hdr.n_stripes; i++)
+		kvf_free(paths[i]);
+	kvf_free(paths);
+	return rc;
+}
+
+/* check_config_record - the catalog's "C" must be this header (or is
+ * written, for a new store) */
+static kvf_status check_config_record(kvf_store *st, int created)
+{
+	unsigned char tag = META_TAG_CONFIG;
+	struct catalog_batch *b;
+	void *val;
+	size_t vlen;
+	kvf_status rc;
+
+	if (!created) {
+		rc = catalog_get(st->cat, &tag, 1, &val, &vlen);
+		if (rc == KVF_ENOENT)
+			return kvf_fail(KVF_ECORRUPT,
+					"kvf_open: %s/meta has no configuration record: not this store's catalog",
+					st->dir);
+		if (rc != KVF_OK)
+			return rc;
+		rc = vlen == sizeof(st->hdr) && !memcmp(val, &st->hdr, vlen)
+			     ? KVF_OK
+			     : kvf_fail(KVF_ECORRUPT,
+					"kvf_open: %s/meta belongs to another store (its configuration differs from %s/KVFLASH)",
+					st->dir, st->dir);
+		kvf_free(val);
+		return rc;
+	}
+	b = catalog_batch_new();
+	if (b == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	catalog_batch_put(b, &tag, 1, &st->hdr, sizeof(st->hdr));
+	rc = catalog_commit(st->cat, b, 1);
+	catalog_batch_free(b);
+	return rc;
+}
+
+static uint64_t random_id(void)
+{
+	struct timespec ts;
+	uint64_t x;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	x = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+	    ((uint64_t)getpid() << 16);
+	return XXH3_64bits(&x, sizeof(x));
+}
+
+/* store_release - free everything; with `created` remove what open made */
+static void store_release(kvf_store *st, int created, int made_dir)
+{
+	kvf_media_free(st->media);
+	catalog_close(st->cat);
+	seq_table_free(st);
+	seg_table_free(st);
+	if (created) {
+		char *p;
+
+		for (uint32_t i = 0; i < st->hdr.n_stripes && st->opts.device_paths == NULL; i++) {
+			char leaf[32];
+
+			snprintf(leaf, sizeof(leaf), "stripe-%03u.kvf", i);
+			if ((p = path_join(st->dir, leaf)) != NULL) {
+				unlink(p);
+				kvf_free(p);
+			}
+		}
+		if ((p = path_join(st->dir, "meta")) != NULL) {
+			remove_tree(p);
+			kvf_free(p);
+		}
+		if ((p = path_join(st->dir, STORE_HEADER_FILE)) != NULL) {
+			unlink(p);
+			kvf_free(p);
+		}
+		if ((p = path_join(st->dir, "LOCK")) != NULL) {
+			unlink(p);
+			kvf_free(p);
+		}
+		if (made_dir)
+			rmdir(st->dir);
+	}
+	if (st->lock_fd >= 0)
+		close(st->lock_fd);
+	pthread_rwlock_destroy(&st->world);
+	pthread_rwlock_destroy(&st->seq_table_lock);
+	pthread_mutex_destroy(&st->seg_lock);
+	pthread_mutex_destroy(&st->sync_lock);
+	kvf_free(st->dir);
+	kvf_free(st);
+}
+
+/* lock_dir - one handle per directory */
+static kvf_status lock_dir(kvf_store *st)
+{
+	char *p = path_join(st->dir, "LOCK");
+	int fd;
+
+	if (p == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	fd = open(p, (st->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+	if (fd < 0 && st->read_only && errno == ENOENT)
+		fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		kvf_status rc = kvf_fail_errno(KVF_EIO, errno, "kvf_open: open %s", p);
+
+		kvf_free(p);
+		return rc;
+	}
+	if (flock(fd, (st->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+		kvf_status rc = errno == EWOULDBLOCK
+			? kvf_fail(KVF_EBUSY, "kvf_open: %s is open by another handle (%s is locked)",
+				   st->dir, p)
+			: kvf_fail_errno(KVF_EIO, errno, "kvf_open: flock %s", p);
+
+		close(fd);
+		kvf_free(p);
+		return rc;
+	}
+	kvf_free(p);
+	st->lock_fd = fd;
+	return KVF_OK;
+}
+
+kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
+{
+	struct store_header stored;
+	int created = 0, made_dir = 0;
+	kvf_store *st;
+	char *hpath = NULL, *mpath = NULL;
+	kvf_status rc;
+
+	if (out == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_open: out is NULL");
+	*out = NULL;
+	if (dir == NULL || *dir == '\0')
+		return kvf_fail(KVF_EINVAL, "kvf_open: dir is %s", dir ? "empty" : "NULL");
+	st = kvf_calloc(1, sizeof(*st));
+	if (st == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	st->lock_fd = -1;
+	pthread_rwlock_init(&st->world, NULL);
+	pthread_rwlock_init(&st->seq_table_lock, NULL);
+	pthread_mutex_init(&st->seg_lock, NULL);
+	pthread_mutex_init(&st->sync_lock, NULL);
+	atomic_init(&st->next_seqno, 1);
+	if ((rc = take_options(opts, &st->opts)) != KVF_OK)
+		goto fail;
+	st->read_only = st->opts.read_only != 0;
+	st->dir = kvf_strdup(dir);
+	hpath = path_join(dir, STORE_HEADER_FILE);
+	mpath = path_join(dir, "meta");
+	if (!st->dir || !hpath || !mpath) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto fail;
+	}
+	if (mkdir(dir, 0755) == 0) {
+		made_dir = 1;
+	} else if (errno != EEXIST || st->read_only) {
+		rc = errno == EEXIST ? KVF_OK :
+		     kvf_fail_errno(errno == ENOENT ? KVF_ENOENT : KVF_EIO, errno,
+				    "kvf_open: mkdir %s", dir);
+		if (rc != KVF_OK)
+			goto fail;
+	}
+	if ((rc = lock_dir(st)) != KVF_OK)
+		goto fail;
+	rc = read_header(hpath, &stored);
+	if (rc == KVF_OK && stored.media == KVF_MEDIA_MEMORY && !st->read_only) {
+		/* a memory store's data died with its last handle: start over */
+		remove_tree(mpath);
+		unlink(hpath);
+		rc = KVF_ENOENT;
+	}
+	if (rc == KVF_OK) {
+		if (opts && (rc = check_against(&st->opts, &stored, hpath)) != KVF_OK)
+			goto fail;
+		st->hdr = stored;
+	} else if (rc == KVF_ENOENT) {
+		if (st->read_only) {
+			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (no %s)",
+				      dir, hpath);
+			goto fail;
+		}
+		if (!dir_is_empty(dir)) {
+			rc = kvf_fail(KVF_EINVAL,
+				      "kvf_open: %s is not a kvflash store (no KVFLASH header) and is not empty",
+				      dir);
+			goto fail;
+		}
+		if (opts == NULL) {
+			rc = kvf_fail(KVF_EINVAL,
+				      "kvf_open: %s holds no store; creating one needs options with a model",
+				      dir);
+			goto fail;
+		}
+		if ((rc = build_header(&st->opts, &st->hdr)) != KVF_OK)
+			goto fail;
+		st->hdr.store_id = random_id();
+		created = 1;
+		if ((rc = write_header(dir, hpath, &st->hdr)) != KVF_OK)
+			goto fail;
+	} else {
+		goto fail;
+	}
+	derive(st);
+	if ((rc = catalog_open(mpath, created, st->read_only, &st->cat)) != KVF_OK) {
+		rc = kvf_fail(rc, "kvf_open: %s", kvf_last_error());
+		goto fail;
+	}
+	if ((rc = check_config_record(st, created)) != KVF_OK ||
+	    (rc = open_media(st, &st->opts)) != KVF_OK ||
+	    (rc = seg_table_init(st)) != KVF_OK ||
+	    (rc = seq_table_init(st)) != KVF_OK)
+		goto fail;
+	if (created)
+		seg_finish_load(st);
+	else if ((rc = recovery_load(st)) != KVF_OK)
+		goto fail;
+	kvf_free(hpath);
+	kvf_free(mpath);
+	*out = st;
+	return KVF_OK;
+
+fail:
+	kvf_free(hpath);
+	kvf_free(mpath);
+	store_release(st, created, made_dir);
+	return rc;
+}
+
+kvf_status kvf_close(kvf_store *st)
+{
+	kvf_status rc = KVF_OK;
+
+	if (st == NULL)
+		return KVF_OK;
+	if (!st->read_only && !atomic_load(&st->fatal))
+		rc = kvf_sync(st);
+	store_release(st, 0, 0);
+	return rc;
+}
+
+/* ---- sync --------------------------------------------------------------- */
+
+struct sync_ctx {
+	struct catalog_batch *b;
+	kvf_status rc;
+};
+
+static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
+{
+	struct sync_ctx *c = arg;
+
+	if (c->rc != KVF_OK)
+		return;
+	pthread_mutex_lock(&seq->lock);
+	if (!seq->dead) {
+		c->rc = seq_seal_partials(st, seq);
+		if (c->rc == KVF_OK)
+			c->rc = openseg_flush_all(st, seq);
+		if (c->rc == KVF_OK && seq->dirty)
+			c->rc = seq_record(st, seq, c->b);
+		if (c->rc == KVF_OK)
+			seq->dirty = 0;
+	}
+	pthread_mutex_unlock(&seq->lock);
+}
+
+kvf_status kvf_sync(kvf_store *st)
+{
+	struct sync_ctx c = { 0 };
+	struct catalog_batch *reclaim = NULL;
+	struct meta_sync ms;
+	unsigned char tag = META_TAG_SYNC;
+	uint64_t e0;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_sync: store is NULL");
+	if ((rc = store_check(st, "kvf_sync")) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return KVF_OK;
+	c.b = catalog_batch_new();
+	reclaim = catalog_batch_new();
+	if (c.b == NULL || reclaim == NULL) {
+		catalog_batch_free(c.b);
+		catalog_batch_free(reclaim);
+		return kvf_fail(KVF_ENOMEM, "kvf_sync: out of memory");
+	}
+	pthread_mutex_lock(&st->sync_lock);
+	pthread_rwlock_rdlock(&st->world);
+	pthread_mutex_lock(&st->seg_lock);
+	e0 = st->epoch++;
+	pthread_mutex_unlock(&st->seg_lock);
+	seq_foreach(st, sync_seq, &c);
+	if ((rc = c.rc) != KVF_OK)
+		goto out;
+	if ((rc = kvf_media_sync(st->media)) != KVF_OK) {
+		rc = store_set_fatal(st, rc, "kvf_sync: media sync");
+		goto out;
+	}
+	ms.seqno = atomic_load(&st->next_seqno) - 1;
+	ms.n_syncs = st->n_syncs + 1;
+	catalog_batch_put(c.b, &tag, 1, &ms, sizeof(ms));
+	if ((rc = catalog_commit(st->cat, c.b, 1)) != KVF_OK) {
+		rc = store_set_fatal(st, rc, "kvf_sync: catalog commit");
+		goto out;
+	}
+	st->synced_seqno = ms.seqno;
+	st->n_syncs = ms.n_syncs;
+	/* deaths before this sync began are durable now: reuse the space */
+	rc = seg_reclaim(st, e0, reclaim);
+	if (st->wear_dirty)
+		seg_wear_record(st, reclaim);
+	if (catalog_batch_count(reclaim) > 0) {
+		kvf_status crc = catalog_commit(st->cat, reclaim, 0);
+
+		if (crc != KVF_OK)
+			rc = store_set_fatal(st, crc, "kvf_sync: reclaim commit");
+	}
+	if (rc != KVF_OK && rc != KVF_EFATAL)
+		rc = kvf_fail(rc, "kvf_sync: %s", kvf_last_error());
+out:
+	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
+	catalog_batch_free(c.b);
+	catalog_batch_free(reclaim);
+	return rc;
+}
+
+/* ---- stats -------------------------------------------------------------- */
+
+static void index_bytes_of(kvf_store *st, struct seq *seq, void *arg)
+{
+	uint64_t *sum = arg;
+	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+
+	pthread_mutex_lock(&seq->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+
+		if (s)
+			*sum += (uint64_t)s->n_alloc * sizeof(struct page_ref) +
+				sizeof(*s);
+	}
+	pthread_mutex_unlock(&seq->lock);
+}
+
+kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
+{
+	struct kvf_media_stats ms;
+	kvf_stats s;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_stats_get: store is NULL");
+	if ((rc = kvf_struct_check("kvf_stats_get", "out", out, sizeof(s))) != KVF_OK)
+		return rc;
+	memset(&s, 0, sizeof(s));
+	s.user_bytes = atomic_load(&st->c.user_bytes);
+	s.data_bytes = atomic_load(&st->c.data_bytes);
+	s.padding_bytes = atomic_load(&st->c.padding_bytes);
+	s.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
+	s.summary_bytes = atomic_load(&st->c.summary_bytes);
+	s.host_bytes_written = s.data_bytes + s.padding_bytes +
+			       s.cleaner_bytes + s.kt_bytes + s.summary_bytes;
+	s.metadata_bytes = catalog_bytes_written(st->cat);
+	s.host_wa = s.user_bytes ? (double)s.host_bytes_written / (double)s.user_bytes : 0;
+	kvf_media_stats(st->media, &ms);
+	s.device_wa = ms.host_pages_written
+		? (double)ms.nand_pages_programmed / (double)ms.host_pages_written
+		: 1.0;
+	s.total_wa = s.host_wa * s.device_wa;
+	s.bytes_read = atomic_load(&st->c.bytes_read);
+	s.pages_read = atomic_load(&st->c.pages_read);
+	s.segments_written = atomic_load(&st->c.segments_written);
+	s.segments_cleaned = atomic_load(&st->c.segments_cleaned);
+	s.segments_reclaimed = atomic_load(&st->c.segments_reclaimed);
+	s.n_syncs = st->n_syncs;
+	seq_foreach(st, index_bytes_of, &s.index_bytes);
+	pthread_mutex_lock(&st->seg_lock);
+	s.segments_total = st->n_segments;
+	for (uint32_t i = 0; i < st->n_segments; i++) {
+		switch (st->segs[i].state) {
+		case SEG_FREE: s.segments_free++; break;
+		case SEG_OPEN: s.segments_open++; break;
+		case SEG_SEALED: s.segments_sealed++; break;
+		case SEG_DYING: s.segments_dying++; break;
+		case SEG_CORRUPT: s.segments_corrupt++; break;
+		}
+		s.live_pages += st->segs[i].live;
+		if (st->segs[i].refs)
+			s.index_bytes += (uint64_t)st->segs[i].n_data * sizeof(uint16_t);
+	}
+	pthread_mutex_unlock(&st->seg_lock);
+	s.index_bytes += (uint64_t)st->n_segments * sizeof(struct seg_info);
+	s.n_sequences = seq_count(st);
+	s.struct_size = out->struct_size;
+	memcpy(out, &s, out->struct_size < sizeof(s) ? out->struct_size : sizeof(s));
+	return KVF_OK;
+}

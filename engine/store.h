@@ -1,0 +1,185 @@
+/*
+ * store.h - the store's internal state, shared by the engine's modules.
+ *
+ * A store is a directory: the header file KVFLASH, the catalog (RocksDB)
+ * in meta/, a LOCK file, and the media (files stripe-NNN.kvf unless device
+ * paths were given).
+ *
+ * Data flows: kvf_append copies each head's tokens into its stream's group
+ * buffer; a full group is sealed into a page of the sequence's open segment
+ * on the stream's next stripe; a full open segment is written with its
+ * summary in one write and its catalog record is committed; kvf_sync seals
+ * partial groups and segments and makes it all durable.
+ *
+ * Locking, in the order they may be taken:
+ *   world (rwlock)  every public call holds it shared; the cleaner's
+ *                   relocation commit, sync's reclaim and close hold it
+ *                   exclusive, so they see no call half done;
+ *   seq->lock       a sequence's streams, lengths and open segments;
+ *                   held for a whole call on that sequence (reads too);
+ *   seq_table_lock  the id -> sequence table;
+ *   seg_lock        the segment table, free lists, page references.
+ * Nobody holds two seq locks, except fork (parent, then the new child).
+ *
+ * Segment states: FREE -> OPEN (a sequence is filling it) -> SEALED (on
+ * media, record committed) -> DYING (no live page; reusable after the
+ * next sync makes its death durable) -> FREE (trimmed).  CORRUPT: failed
+ * verification at open; kept out of use.
+ */
+#ifndef KVF_ENGINE_STORE_H
+#define KVF_ENGINE_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "engine/catalog.h"
+#include "engine/key.h"
+#include "engine/meta.h"
+#include "engine/segfmt.h"
+#include "ftl/media.h"
+#include "kvflash.h"
+
+enum seg_state {
+	SEG_FREE = 0,
+	SEG_OPEN,
+	SEG_SEALED,
+	SEG_DYING,
+	SEG_CORRUPT
+};
+
+#define SEG_NONE UINT32_MAX
+
+/* Where a group's page is, and the low 32 bits of its XXH3-64 so every
+ * read from media is verified without reading the segment summary. */
+struct page_ref {
+	uint32_t addr;  /* page address, ADDR_NONE if none */
+	uint32_t check; /* low 32 bits of the page's XXH3-64 */
+};
+
+/* One (layer, kind, head) of one sequence. */
+struct stream {
+	struct page_ref *pages; /* per group */
+	uint32_t n_alloc;      /* capacity of pages (groups) */
+	uint32_t n_groups;     /* groups with an entry in pages */
+	unsigned char *gbuf;   /* the tail group, page_size bytes; NULL if
+				* not loaded (empty, or on media only) */
+	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
+};
+
+/* A segment being filled for one sequence on one stripe. */
+struct open_seg {
+	uint32_t segid;        /* SEG_NONE: none open */
+	uint32_t n_pages;      /* data pages placed */
+	unsigned char *buf;    /* the segment's bytes (aligned) */
+	struct seg_summary_entry *entries; /* per data page */
+	struct meta_slot *slots;           /* per data page: its owner */
+	uint32_t *superseded;  /* addresses this segment's pages replace */
+	uint32_t n_superseded; /* entries in superseded */
+};
+
+struct seq {
+	uint64_t id;
+	uint64_t family;       /* root of its fork tree */
+	uint64_t parent;       /* UINT64_MAX if not forked */
+	uint64_t create_seqno; /* seqno of its creation */
+	pthread_mutex_t lock;  /* guards everything below */
+	_Atomic int refs;      /* the table's one, plus each user's */
+	int dead;              /* freed; calls answer KVF_ENOENT */
+	int dirty;             /* lengths changed since the last sync */
+	int has_ref_record;    /* an "R" record exists (forked) */
+	uint64_t *len;         /* K/V tokens per layer */
+	uint64_t *x_len;       /* X tokens per layer */
+	struct stream *kv;     /* [layer][kind K,V][kv_head] */
+	struct stream *x;      /* [layer][q_head], NULL before the first X */
+	struct open_seg *open; /* [n_stripes] */
+	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
+};
+
+struct seg_info {
+	uint8_t state;         /* enum seg_state */
+	uint32_t n_data;       /* data pages */
+	uint32_t live;         /* pages with refs > 0 */
+	uint32_t erase_count;  /* times trimmed for reuse */
+	uint64_t seqno;        /* commit sequence number (sealed) */
+	uint64_t write_ns;     /* when sealed, ns since the epoch */
+	uint64_t owner;        /* sequence it was filled for */
+	uint64_t died_epoch;   /* DYING: sync epoch of its death */
+	uint16_t *refs;        /* per data page: index references */
+};
+
+/* counters for kvf_stats; atomics, updated where the bytes move */
+struct store_counters {
+	_Atomic uint64_t user_bytes;      /* bytes handed to append */
+	_Atomic uint64_t data_bytes;      /* full data pages written */
+	_Atomic uint64_t padding_bytes;   /* partial pages written by sync */
+	_Atomic uint64_t cleaner_bytes;   /* pages copied by the cleaner */
+	_Atomic uint64_t summary_bytes;   /* summary pages written */
+	_Atomic uint64_t bytes_read;      /* bytes read from media */
+	_Atomic uint64_t pages_read;      /* pages read from media */
+	_Atomic uint64_t segments_written; /* segment writes */
+	_Atomic uint64_t segments_cleaned; /* victims the cleaner emptied */
+	_Atomic uint64_t segments_reclaimed; /* trimmed for reuse */
+};
+
+struct kvf_store {
+	char *dir;              /* the store directory */
+	kvf_options opts;       /* as opened; paths not kept */
+	struct store_header hdr; /* the configuration on disk */
+	int read_only;          /* opened read-only */
+	int lock_fd;            /* flock on DIR/LOCK */
+	struct catalog *cat;
+	struct kvf_media *media;
+	_Atomic int fatal;      /* sticky KVF_EFATAL */
+
+	/* shape, derived once */
+	uint32_t elt_bytes;     /* bytes per element of the dtype */
+	uint32_t group_tokens;  /* G: tokens per page of one head */
+	uint32_t row_bytes;     /* head_dim * elt_bytes: one token of a head */
+	uint32_t pages_per_seg; /* pages per segment */
+	uint32_t data_per_seg;  /* data pages per segment (summary aside) */
+	uint32_t page_bits;     /* low bits of an address: page in segment */
+	uint32_t n_segments;    /* n_stripes * segs_per_stripe */
+
+	pthread_rwlock_t world; /* see the file comment */
+
+	pthread_rwlock_t seq_table_lock;
+	struct seq **seq_table; /* open addressing by id; NULL = empty */
+	uint32_t seq_table_cap; /* power of two */
+	uint32_t n_seqs;        /* live sequences */
+
+	pthread_mutex_t seg_lock;
+	struct seg_info *segs;  /* [n_segments] */
+	uint32_t *free_fifo;    /* per stripe ring of free segment ids */
+	uint32_t *free_head, *free_count; /* [n_stripes] */
+	uint32_t *reserved;     /* [n_stripes] free segments promised */
+	uint32_t n_free;        /* free segments, all stripes */
+	uint32_t n_dying;       /* DYING segments */
+	uint64_t epoch;         /* sync epoch; see seg_info.died_epoch */
+	int wear_dirty;         /* erase counts changed since last sync */
+
+	_Atomic uint64_t next_seqno; /* commit sequence numbers */
+	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
+	uint64_t n_syncs;       /* syncs since create */
+	struct store_counters c;
+	pthread_mutex_t sync_lock; /* one kvf_sync at a time */
+};
+
+/* seg_stripe - the stripe of a global segment id */
+static inline uint32_t seg_stripe(const struct kvf_store *st, uint32_t segid)
+{
+	return segid % st->hdr.n_stripes;
+}
+
+static inline uint64_t seg_in_stripe(const struct kvf_store *st,
+				     uint32_t segid)
+{
+	return segid / st->hdr.n_stripes;
+}
+
+/* store_check - refuse calls on a store in the fatal state */
+kvf_status store_check(kvf_store *st, const char *call);
+/* store_set_fatal - enter the fatal state; returns KVF_EFATAL */
+kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *call);
+
+#endif /* KVF_ENGINE_STORE_H */
