@@ -73,6 +73,27 @@ kvf_status kvf_fail(kvf_status status, const char *fmt, ...)
 	return status;
 }
 
+kvf_status kvf_fail_wrap(kvf_status status, const char *what)
+{
+	char prev[KVF_ERRMSG_CAP];
+
+	size_t n, rest;
+
+	memcpy(prev, last_error, sizeof(prev));
+	n = strlen(what);
+	if (n > sizeof(last_error) - 3)
+		n = sizeof(last_error) - 3;
+	memcpy(last_error, what, n);
+	memcpy(last_error + n, ": ", 2);
+	n += 2;
+	rest = strnlen(prev, sizeof(prev) - 1);
+	if (rest > sizeof(last_error) - 1 - n)
+		rest = sizeof(last_error) - 1 - n; /* truncated, like kvf_fail */
+	memcpy(last_error + n, prev, rest);
+	last_error[n + rest] = '\0';
+	return status;
+}
+
 kvf_status kvf_fail_errno(kvf_status status, int err, const char *fmt, ...)
 {
 	va_list ap;

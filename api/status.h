@@ -26,6 +26,12 @@ kvf_status kvf_fail(kvf_status status, const char *fmt, ...)
 kvf_status kvf_fail_errno(kvf_status status, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/*
+ * kvf_fail_wrap - prefix this thread's current message with "what: " and
+ * return status (for a caller adding context to a callee's failure).
+ */
+kvf_status kvf_fail_wrap(kvf_status status, const char *what);
+
 /* kvf_clear_error - forget this thread's message (tests use it). */
 void kvf_clear_error(void);
 

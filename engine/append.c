@@ -15,6 +15,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/cleaner.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -48,8 +49,7 @@ static kvf_status plan_reserve(kvf_store *st, struct seq *seq,
 	rc = seg_reserve(st, seq, need);
 	kvf_free(need);
 	if (rc != KVF_OK)
-		return kvf_fail(rc, "%s: sequence %llu: %s", call,
-				(unsigned long long)seq->id, kvf_last_error());
+		return kvf_fail_wrap(rc, call);
 	return KVF_OK;
 }
 
@@ -154,8 +154,8 @@ static kvf_status append_checks(kvf_store *st, const char *call,
 	return KVF_OK;
 }
 
-kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
-		      uint32_t n_tokens, const void *k, const void *v)
+static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			      uint32_t n_tokens, const void *k, const void *v)
 {
 	const char *call = "kvf_append";
 	struct src_stream *src;
@@ -198,8 +198,8 @@ out:
 	return rc;
 }
 
-kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
-			uint32_t n_tokens, const void *x)
+static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
+				uint32_t n_tokens, const void *x)
 {
 	const char *call = "kvf_append_x";
 	struct src_stream *src;
@@ -236,6 +236,47 @@ out:
 	pthread_rwlock_unlock(&st->world);
 	kvf_free(src);
 	return rc;
+}
+
+/*
+ * with_cleaning - run an append; when it is refused for space (having
+ * changed nothing), run the cleaner with no lock held and try again while
+ * the cleaner makes progress
+ */
+#define APPEND_RETRIES 4
+
+kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
+		      uint32_t n_tokens, const void *k, const void *v)
+{
+	kvf_status rc;
+
+	for (int i = 0;; i++) {
+		rc = append_once(st, seq_id, layer, n_tokens, k, v);
+		if (rc != KVF_ENOSPC || i == APPEND_RETRIES ||
+		    cleaner_run(st, 1) != KVF_OK)
+			break;
+	}
+	return rc == KVF_ENOSPC ? kvf_fail(rc, "kvf_append: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
+					   (unsigned long long)seq_id,
+					   st->n_segments)
+				: rc;
+}
+
+kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			uint32_t n_tokens, const void *x)
+{
+	kvf_status rc;
+
+	for (int i = 0;; i++) {
+		rc = append_x_once(st, seq_id, layer, n_tokens, x);
+		if (rc != KVF_ENOSPC || i == APPEND_RETRIES ||
+		    cleaner_run(st, 1) != KVF_OK)
+			break;
+	}
+	return rc == KVF_ENOSPC ? kvf_fail(rc, "kvf_append_x: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
+					   (unsigned long long)seq_id,
+					   st->n_segments)
+				: rc;
 }
 
 /* tail_pending - stream s has tail tokens not yet in a page on media */

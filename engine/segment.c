@@ -18,6 +18,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/cleaner.h"
 
 uint64_t page_hash(const void *page, uint32_t page_size)
 {
@@ -97,16 +98,25 @@ static uint32_t free_pop(kvf_store *st, uint32_t s)
 	return segid;
 }
 
+/* avail_for_writers - free segments of stripe s that writers may still
+ * take: not promised to another writer, not the cleaner's reserve */
+static uint32_t avail_for_writers(kvf_store *st, uint32_t s)
+{
+	uint32_t held = st->reserved[s] + CLEANER_RESERVE;
+
+	return st->free_count[s] > held ? st->free_count[s] - held : 0;
+}
+
 kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
 {
 	uint32_t ns = st->hdr.n_stripes, s;
 
 	pthread_mutex_lock(&st->seg_lock);
 	for (s = 0; s < ns; s++)
-		if (need[s] > st->free_count[s] - st->reserved[s])
+		if (need[s] > avail_for_writers(st, s))
 			break;
 	if (s < ns) {
-		uint32_t avail = st->free_count[s] - st->reserved[s];
+		uint32_t avail = avail_for_writers(st, s);
 
 		pthread_mutex_unlock(&st->seg_lock);
 		return kvf_fail(KVF_ENOSPC,
@@ -284,6 +294,7 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	uint16_t *refs;
 	uint32_t segid;
 	kvf_status rc;
+	int low;
 
 	if ((rc = openseg_buffers(st, os)) != KVF_OK)
 		return rc;
@@ -295,11 +306,12 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 		seq->reserved[stripe]--;
 		st->reserved[stripe]--;
 		segid = free_pop(st, stripe);
-	} else if (st->free_count[stripe] > st->reserved[stripe]) {
+	} else if (avail_for_writers(st, stripe) > 0) {
 		segid = free_pop(st, stripe);
 	} else {
 		segid = SEG_NONE;
 	}
+	low = st->free_count[stripe] < st->hdr.segs_per_stripe / 10 + 2;
 	if (segid != SEG_NONE) {
 		si = &st->segs[segid];
 		si->state = SEG_OPEN;
@@ -309,6 +321,8 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 		si->owner = seq->id;
 	}
 	pthread_mutex_unlock(&st->seg_lock);
+	if (low)
+		cleaner_kick(st);
 	if (segid == SEG_NONE) {
 		kvf_free(refs);
 		return kvf_fail(KVF_ENOSPC,

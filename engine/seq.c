@@ -644,8 +644,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
 	if ((rc = seq_insert(st, child)) != KVF_OK) {
-		rc = kvf_fail(rc, "%s: sequence %llu exists already", call,
-			      (unsigned long long)child_id);
+		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
 	/* from here the child is visible: references are taken before the

@@ -32,6 +32,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/append.h"
+#include "engine/cleaner.h"
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -213,6 +214,10 @@ static kvf_status check_against(const kvf_options *o, const struct store_header 
 	uint64_t n_stripes = o->n_stripes ? o->n_stripes
 					  : (o->n_device_paths ? o->n_device_paths : 1);
 
+	/* a read-only open with no model (tools) takes everything as stored */
+	if (!model_given && o->read_only)
+		return KVF_OK;
+
 #define MISMATCH(field, have, want)                                            \
 	kvf_fail(KVF_EMISMATCH,                                                \
 		 "kvf_open: %s %llu contradicts the store's %llu (%s)", field, \
@@ -381,7 +386,7 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 	}
 	rc = kvf_media_open(&cfg, &st->media);
 	if (rc != KVF_OK)
-		rc = kvf_fail(rc, "kvf_open: %s", kvf_last_error());
+		kvf_fail_wrap(rc, "kvf_open");
 out:
 	for (uint32_t i = 0; paths && i < st->hdr.n_stripes; i++)
 		kvf_free(paths[i]);
@@ -438,6 +443,7 @@ static uint64_t random_id(void)
 /* store_release - free everything; with `created` remove what open made */
 static void store_release(kvf_store *st, int created, int made_dir)
 {
+	cleaner_stop(st);
 	kvf_media_free(st->media);
 	catalog_close(st->cat);
 	seq_table_free(st);
@@ -533,6 +539,7 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 	pthread_mutex_init(&st->seg_lock, NULL);
 	pthread_mutex_init(&st->sync_lock, NULL);
 	atomic_init(&st->next_seqno, 1);
+	st->epoch = 1;
 	if ((rc = take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
 	st->read_only = st->opts.read_only != 0;
@@ -594,7 +601,7 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 	}
 	derive(st);
 	if ((rc = catalog_open(mpath, created, st->read_only, &st->cat)) != KVF_OK) {
-		rc = kvf_fail(rc, "kvf_open: %s", kvf_last_error());
+		kvf_fail_wrap(rc, "kvf_open");
 		goto fail;
 	}
 	if ((rc = check_config_record(st, created)) != KVF_OK ||
@@ -605,6 +612,8 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 	if (created)
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK)
+		goto fail;
+	if (!st->read_only && (rc = cleaner_start(st)) != KVF_OK)
 		goto fail;
 	kvf_free(hpath);
 	kvf_free(mpath);
@@ -624,6 +633,7 @@ kvf_status kvf_close(kvf_store *st)
 
 	if (st == NULL)
 		return KVF_OK;
+	cleaner_stop(st);
 	if (!st->read_only && !atomic_load(&st->fatal))
 		rc = kvf_sync(st);
 	store_release(st, 0, 0);
@@ -656,13 +666,47 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	pthread_mutex_unlock(&seq->lock);
 }
 
+kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
+				int is_sync)
+{
+	struct catalog_batch *reclaim;
+	unsigned char tag = META_TAG_SYNC;
+	struct meta_sync ms;
+	uint64_t e0;
+	kvf_status rc;
+
+	/* deaths recorded from here on wait for the next durable point */
+	pthread_mutex_lock(&st->seg_lock);
+	e0 = st->epoch++;
+	pthread_mutex_unlock(&st->seg_lock);
+	if ((rc = kvf_media_sync(st->media)) != KVF_OK)
+		return store_set_fatal(st, rc, "media sync");
+	ms.seqno = atomic_load(&st->next_seqno) - 1;
+	ms.n_syncs = st->n_syncs + (is_sync ? 1 : 0);
+	catalog_batch_put(b, &tag, 1, &ms, sizeof(ms));
+	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK)
+		return store_set_fatal(st, rc, "catalog commit");
+	st->synced_seqno = ms.seqno;
+	st->n_syncs = ms.n_syncs;
+	reclaim = catalog_batch_new();
+	if (reclaim == NULL)
+		return KVF_OK; /* the space is reused at the next durable point */
+	rc = seg_reclaim(st, e0, reclaim);
+	if (st->wear_dirty)
+		seg_wear_record(st, reclaim);
+	if (catalog_batch_count(reclaim) > 0) {
+		kvf_status crc = catalog_commit(st->cat, reclaim, 0);
+
+		if (crc != KVF_OK)
+			rc = store_set_fatal(st, crc, "reclaim commit");
+	}
+	catalog_batch_free(reclaim);
+	return rc;
+}
+
 kvf_status kvf_sync(kvf_store *st)
 {
 	struct sync_ctx c = { 0 };
-	struct catalog_batch *reclaim = NULL;
-	struct meta_sync ms;
-	unsigned char tag = META_TAG_SYNC;
-	uint64_t e0;
 	kvf_status rc;
 
 	if (st == NULL)
@@ -672,50 +716,33 @@ kvf_status kvf_sync(kvf_store *st)
 	if (st->read_only)
 		return KVF_OK;
 	c.b = catalog_batch_new();
-	reclaim = catalog_batch_new();
-	if (c.b == NULL || reclaim == NULL) {
-		catalog_batch_free(c.b);
-		catalog_batch_free(reclaim);
+	if (c.b == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_sync: out of memory");
+	for (int attempt = 0;; attempt++) {
+		pthread_mutex_lock(&st->sync_lock);
+		pthread_rwlock_rdlock(&st->world);
+		seq_foreach(st, sync_seq, &c);
+		rc = c.rc;
+		if (rc != KVF_ENOSPC || attempt == 1)
+			break;
+		/* no room for the partial pages: clean, then go again */
+		pthread_rwlock_unlock(&st->world);
+		pthread_mutex_unlock(&st->sync_lock);
+		if (cleaner_run(st, 1) != KVF_OK) {
+			rc = KVF_ENOSPC;
+			kvf_fail_wrap(rc, "kvf_sync");
+			catalog_batch_free(c.b);
+			return rc;
+		}
+		c.rc = KVF_OK;
 	}
-	pthread_mutex_lock(&st->sync_lock);
-	pthread_rwlock_rdlock(&st->world);
-	pthread_mutex_lock(&st->seg_lock);
-	e0 = st->epoch++;
-	pthread_mutex_unlock(&st->seg_lock);
-	seq_foreach(st, sync_seq, &c);
-	if ((rc = c.rc) != KVF_OK)
-		goto out;
-	if ((rc = kvf_media_sync(st->media)) != KVF_OK) {
-		rc = store_set_fatal(st, rc, "kvf_sync: media sync");
-		goto out;
-	}
-	ms.seqno = atomic_load(&st->next_seqno) - 1;
-	ms.n_syncs = st->n_syncs + 1;
-	catalog_batch_put(c.b, &tag, 1, &ms, sizeof(ms));
-	if ((rc = catalog_commit(st->cat, c.b, 1)) != KVF_OK) {
-		rc = store_set_fatal(st, rc, "kvf_sync: catalog commit");
-		goto out;
-	}
-	st->synced_seqno = ms.seqno;
-	st->n_syncs = ms.n_syncs;
-	/* deaths before this sync began are durable now: reuse the space */
-	rc = seg_reclaim(st, e0, reclaim);
-	if (st->wear_dirty)
-		seg_wear_record(st, reclaim);
-	if (catalog_batch_count(reclaim) > 0) {
-		kvf_status crc = catalog_commit(st->cat, reclaim, 0);
-
-		if (crc != KVF_OK)
-			rc = store_set_fatal(st, crc, "kvf_sync: reclaim commit");
-	}
-	if (rc != KVF_OK && rc != KVF_EFATAL)
-		rc = kvf_fail(rc, "kvf_sync: %s", kvf_last_error());
-out:
+	if (rc == KVF_OK)
+		rc = store_durable_point(st, c.b, 1);
+	if (rc != KVF_OK)
+		kvf_fail_wrap(rc, "kvf_sync");
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
 	catalog_batch_free(c.b);
-	catalog_batch_free(reclaim);
 	return rc;
 }
 

@@ -155,14 +155,24 @@ struct kvf_store {
 	uint32_t *reserved;     /* [n_stripes] free segments promised */
 	uint32_t n_free;        /* free segments, all stripes */
 	uint32_t n_dying;       /* DYING segments */
-	uint64_t epoch;         /* sync epoch; see seg_info.died_epoch */
+	uint64_t epoch;         /* durable-point epoch, from 1; a death
+				 * recorded in epoch e is reusable after the
+				 * durable point that ends e; 0 = already */
 	int wear_dirty;         /* erase counts changed since last sync */
 
 	_Atomic uint64_t next_seqno; /* commit sequence numbers */
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
 	struct store_counters c;
-	pthread_mutex_t sync_lock; /* one kvf_sync at a time */
+	pthread_mutex_t sync_lock; /* one sync or cleaning pass at a time */
+
+	/* the background cleaner (engine/cleaner.c) */
+	pthread_t cleaner_thread;
+	pthread_mutex_t cleaner_lock; /* guards the three flags below */
+	pthread_cond_t cleaner_cond;  /* kicks and stop */
+	int cleaner_stop;             /* close asks it to end */
+	int cleaner_kicked;           /* a writer saw free space run low */
+	int cleaner_running;          /* the thread exists */
 };
 
 /* seg_stripe - the stripe of a global segment id */
@@ -176,6 +186,15 @@ static inline uint64_t seg_in_stripe(const struct kvf_store *st,
 {
 	return segid / st->hdr.n_stripes;
 }
+
+/*
+ * store_durable_point - make every committed segment durable (media sync,
+ * then b plus the sync record committed with a synced log) and reuse the
+ * segments that died before it.  is_sync counts it as a kvf_sync.
+ * Caller holds sync_lock.  Return: KVF_OK, or KVF_EFATAL.
+ */
+kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
+				int is_sync);
 
 /* store_check - refuse calls on a store in the fatal state */
 kvf_status store_check(kvf_store *st, const char *call);

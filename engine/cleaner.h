@@ -1,0 +1,34 @@
+/*
+ * cleaner.h - making free segments out of partly dead ones.
+ *
+ * Lifetime-aware placement makes most segments die whole (a freed sequence
+ * takes its segments with it); the cleaner handles the rest: it picks
+ * victims by cost-benefit (LFS: (1 - u) * age / (1 + u), u = live
+ * fraction), copies their live pages into one fresh segment of the same
+ * stripe, commits, and frees the victims.
+ */
+#ifndef KVF_ENGINE_CLEANER_H
+#define KVF_ENGINE_CLEANER_H
+
+#include "engine/store.h"
+
+/* free segments per stripe that only the cleaner may take */
+#define CLEANER_RESERVE 1u
+
+/*
+ * cleaner_run - get at least `want` free segments on each stripe if it can:
+ * first by reusing dying segments (a durable point), then by cleaning.
+ * Takes st->world exclusive: the caller must hold no store lock.
+ * Return: KVF_OK when it made progress or there was nothing to do,
+ * KVF_ENOSPC when nothing could be freed, KVF_EFATAL.
+ */
+kvf_status cleaner_run(kvf_store *st, uint32_t want);
+
+/* cleaner_start / cleaner_stop - the background cleaner thread, which
+ * keeps free segments above a low watermark */
+kvf_status cleaner_start(kvf_store *st);
+void cleaner_stop(kvf_store *st);
+/* cleaner_kick - wake the background cleaner (free space is getting low) */
+void cleaner_kick(kvf_store *st);
+
+#endif /* KVF_ENGINE_CLEANER_H */
