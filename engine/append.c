@@ -16,6 +16,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/cleaner.h"
+#include "engine/kt.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -77,11 +78,14 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 
 /*
  * append_streams - append n tokens to each of the n_src streams, which
- * hold `tokens` tokens each now.
+ * hold `tokens` tokens each now.  For a K/V append kt_layer is the layer
+ * (src[0..n_kv_heads) are the K heads) and K^T pages follow the K tokens;
+ * otherwise it is UINT32_MAX.
  */
 static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				 struct src_stream *src, uint32_t n_src,
-				 uint64_t tokens, uint32_t n, const char *call)
+				 uint64_t tokens, uint32_t n, uint32_t kt_layer,
+				 const char *call)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
 	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
@@ -97,6 +101,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
 			rc = stream_tail(st, seq, src[i].s, tokens);
 	}
+	if (rc == KVF_OK && kt_layer != UINT32_MAX)
+		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
 	if (rc == KVF_OK)
 		rc = plan_reserve(st, seq, pages, call);
 	kvf_free(pages);
@@ -125,6 +131,9 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			}
 		}
 	}
+	if (rc == KVF_OK && kt_layer != UINT32_MAX)
+		rc = kt_append(st, seq, kt_layer, tokens, n, src[0].src,
+			       src[0].stride);
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
@@ -185,7 +194,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 				x->stride = (size_t)H * st->row_bytes;
 			}
 		rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
-				    n_tokens, call);
+				    n_tokens, layer, call);
 		if (rc == KVF_OK) {
 			seq->len[layer] += n_tokens;
 			seq->dirty = 1;
@@ -225,7 +234,7 @@ static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			src[q].stride = (size_t)Q * st->row_bytes;
 		}
 		rc = append_streams(st, seq, src, Q, seq->x_len[layer],
-				    n_tokens, call);
+				    n_tokens, UINT32_MAX, call);
 		if (rc == KVF_OK) {
 			seq->x_len[layer] += n_tokens;
 			seq->dirty = 1;
@@ -289,6 +298,7 @@ static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
 
 kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 {
+	/* K/V and X streams; a K^T block is never written partial */
 	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
 	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
 	kvf_status rc;

@@ -120,16 +120,11 @@ struct find_ctx {
 static void find_owners(kvf_store *st, struct seq *seq, void *arg)
 {
 	struct find_ctx *c = arg;
-	enum kv_kind kind = stream_kind(c->sid);
-	uint32_t layer = stream_layer(c->sid), head = stream_head(c->sid);
 	struct stream *s;
 
 	if (seq->family != c->family || seq->dead || c->oom)
 		return;
-	if (kind == KIND_X)
-		s = seq->x ? seq_x_stream(st, seq, layer, head) : NULL;
-	else
-		s = seq_kv_stream(st, seq, layer, kind, head);
+	s = seq_stream_of(st, seq, c->sid);
 	if (s == NULL || c->group >= s->n_groups ||
 	    s->pages[c->group].addr != c->addr)
 		return;

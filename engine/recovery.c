@@ -117,7 +117,8 @@ static int load_seq(void *arg, const void *key, size_t klen, const void *val,
 	memcpy(seq->x_len, (const char *)val + sizeof(m) + nl * sizeof(uint64_t),
 	       nl * sizeof(uint64_t));
 	for (uint32_t l = 0; l < nl; l++)
-		if (seq->x_len[l] && (rc = seq_x_alloc(st, seq)) != KVF_OK) {
+		if ((seq->x_len[l] && (rc = seq_x_alloc(st, seq)) != KVF_OK) ||
+		    (seq->len[l] && (rc = seq_kt_alloc(st, seq)) != KVF_OK)) {
 			seq_destroy(st, seq);
 			return rc;
 		}
@@ -143,30 +144,17 @@ static kvf_status apply(kvf_store *st, uint64_t seq_id, uint32_t sid,
 			uint64_t seqno, int from_ref)
 {
 	struct seq *seq = seq_get(st, seq_id);
-	enum kv_kind kind = stream_kind(sid);
-	uint32_t layer = stream_layer(sid), head = stream_head(sid);
 	struct stream *s;
-	uint64_t tokens, groups;
 	kvf_status rc = KVF_OK;
 
 	if (seq == NULL)
 		return KVF_OK; /* freed: the entry is garbage */
-	if ((seqno < seq->create_seqno && !from_ref) || layer >= st->hdr.n_layers)
-		goto out;
-	if (kind == KIND_K || kind == KIND_V) {
-		if (head >= st->hdr.n_kv_heads)
-			goto out;
-		s = seq_kv_stream(st, seq, layer, kind, head);
-	} else if (kind == KIND_X && seq->x && head < st->hdr.n_q_heads) {
-		s = seq_x_stream(st, seq, layer, head);
-	} else {
-		goto out;
-	}
-	tokens = seq_tokens(seq, kind, layer);
-	groups = (tokens + st->group_tokens - 1) / st->group_tokens;
-	if (group >= groups)
+	if (seqno < seq->create_seqno && !from_ref)
+		goto out; /* from an earlier sequence with this id */
+	s = seq_stream_of(st, seq, sid);
+	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
 		goto out; /* past the synced length */
-	if ((rc = stream_reserve(s, groups)) != KVF_OK)
+	if ((rc = stream_reserve(s, seq_stream_groups(st, seq, sid))) != KVF_OK)
 		goto out;
 	s->pages[group] = (struct page_ref){ addr, check };
 	if (group >= s->n_groups)
@@ -323,7 +311,7 @@ struct count_ctx {
 static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 {
 	struct count_ctx *c = arg;
-	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t n = seq_n_streams(st);
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t sid;

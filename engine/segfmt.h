@@ -36,7 +36,8 @@
  *   68      4   media kind
  *   72      4   kt_pages
  *   76      4   page_bits (low bits of a page address)
- *   80     40   reserved, 0
+ *   80      4   kt_dims: head dims per K^T page (E), 0 without kt_pages
+ *   84     36   reserved, 0
  *  120      8   checksum: XXH3-64 of bytes 0..119
  */
 #ifndef KVF_ENGINE_SEGFMT_H
@@ -85,7 +86,8 @@ struct store_header {
 	uint32_t media;
 	uint32_t kt_pages;
 	uint32_t page_bits;
-	unsigned char reserved[40];
+	uint32_t kt_dims;
+	unsigned char reserved[36];
 	uint64_t checksum;
 };
 

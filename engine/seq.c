@@ -162,6 +162,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	}
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));
+	streams_free(seq->kt, seq_n_kt_streams(st));
 	kvf_free(seq->len);
 	kvf_free(seq->x_len);
 	kvf_free(seq->reserved);
@@ -291,6 +292,16 @@ struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
 	return &seq->x[(size_t)layer * st->hdr.n_q_heads + slice];
 }
 
+uint32_t seq_n_kt_streams(kvf_store *st)
+{
+	return st->kt_dims ? st->hdr.n_layers * st->hdr.n_kv_heads : 0;
+}
+
+uint32_t seq_n_streams(kvf_store *st)
+{
+	return seq_n_kv_streams(st) + seq_n_x_streams(st) + seq_n_kt_streams(st);
+}
+
 struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 			     uint32_t *sid)
 {
@@ -304,13 +315,62 @@ struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 		return &seq->kv[i];
 	}
 	i -= nkv;
-	*sid = stream_id(i / q, KIND_X, i % q);
-	return seq->x ? &seq->x[i] : NULL;
+	if (i < seq_n_x_streams(st)) {
+		*sid = stream_id(i / q, KIND_X, i % q);
+		return seq->x ? &seq->x[i] : NULL;
+	}
+	i -= seq_n_x_streams(st);
+	*sid = stream_id(i / h, KIND_KT, i % h);
+	return seq->kt ? &seq->kt[i] : NULL;
+}
+
+struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
+{
+	uint32_t layer = stream_layer(sid), head = stream_head(sid);
+	enum kv_kind kind = stream_kind(sid);
+
+	if (layer >= st->hdr.n_layers)
+		return NULL;
+	switch (kind) {
+	case KIND_K:
+	case KIND_V:
+		return head < st->hdr.n_kv_heads
+			       ? seq_kv_stream(st, seq, layer, kind, head) : NULL;
+	case KIND_X:
+		return seq->x && head < st->hdr.n_q_heads
+			       ? seq_x_stream(st, seq, layer, head) : NULL;
+	case KIND_KT:
+		return seq->kt && head < st->hdr.n_kv_heads
+			       ? &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head]
+			       : NULL;
+	default:
+		return NULL;
+	}
+}
+
+uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
+{
+	enum kv_kind kind = stream_kind(sid);
+	uint64_t tokens = seq_tokens(seq, kind, stream_layer(sid));
+
+	if (kind == KIND_KT)
+		return tokens / st->kt_tokens * st->kt_groups;
+	return (tokens + st->group_tokens - 1) / st->group_tokens;
 }
 
 uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer)
 {
 	return kind == KIND_X ? seq->x_len[layer] : seq->len[layer];
+}
+
+kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)
+{
+	if (seq->kt || st->kt_dims == 0)
+		return KVF_OK;
+	seq->kt = kvf_calloc(seq_n_kt_streams(st), sizeof(struct stream));
+	if (seq->kt == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for K^T streams");
+	return KVF_OK;
 }
 
 kvf_status stream_reserve(struct stream *s, uint64_t n_groups)
@@ -444,7 +504,7 @@ out:
 /* drop_refs - give up every page reference of seq's index (at free) */
 static void drop_refs(kvf_store *st, struct seq *seq)
 {
-	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t n = seq_n_streams(st);
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t sid;
@@ -555,6 +615,27 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	return stream_group_copy(st, parent, ps, parent_tokens, full, cs->gbuf);
 }
 
+/* fork_kt_stream - share the K^T entries of the blocks below n_tokens */
+static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
+				 struct stream *cs, uint32_t sid,
+				 uint64_t n_tokens, struct meta_ref_entry *refs,
+				 uint64_t *n_refs)
+{
+	uint64_t n = n_tokens / st->kt_tokens * st->kt_groups;
+	kvf_status rc;
+
+	if ((rc = stream_reserve(cs, n + 1)) != KVF_OK)
+		return rc;
+	for (uint64_t i = 0; i < n; i++) {
+		cs->pages[i] = ps->pages[i];
+		refs[(*n_refs)++] = (struct meta_ref_entry){
+			.stream = sid, .group = (uint32_t)i,
+			.addr = ps->pages[i].addr };
+	}
+	cs->n_groups = (uint32_t)n;
+	return KVF_OK;
+}
+
 kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
@@ -593,14 +674,15 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			goto out_parent;
 		}
 	G = st->group_tokens;
-	n_streams = seq_n_kv_streams(st) + (parent->x ? seq_n_x_streams(st) : 0);
-	max_refs = (uint64_t)n_streams * (n_tokens / G);
+	n_streams = seq_n_streams(st);
+	max_refs = (uint64_t)n_streams * (n_tokens / G + 1);
 	child = seq_alloc(st, child_id);
 	refs = kvf_malloc(sizeof(struct meta_ref) +
 			  (max_refs ? max_refs : 1) * sizeof(*refs));
 	b = catalog_batch_new();
 	if (child == NULL || refs == NULL || b == NULL ||
-	    (parent->x && seq_x_alloc(st, child) != KVF_OK)) {
+	    (parent->x && seq_x_alloc(st, child) != KVF_OK) ||
+	    (parent->kt && seq_kt_alloc(st, child) != KVF_OK)) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out_child;
 	}
@@ -618,6 +700,19 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		uint64_t ptok = seq_tokens(parent, kind, stream_layer(sid));
 		uint64_t n = n_tokens < ptok ? n_tokens : ptok;
 
+		if (ps == NULL || cs == NULL)
+			continue;
+		if (kind == KIND_KT) {
+			/* complete blocks only: the child rebuilds its open
+			 * block from its K tokens when it needs it */
+			n = n / st->kt_tokens * st->kt_tokens;
+			rc = fork_kt_stream(st, ps, cs, sid, n,
+					    (struct meta_ref_entry *)((struct meta_ref *)refs + 1),
+					    &n_refs);
+			if (rc != KVF_OK)
+				goto out_child;
+			continue;
+		}
 		rc = fork_stream(st, parent, ps, cs, sid, n, ptok,
 				 (struct meta_ref_entry *)((struct meta_ref *)refs + 1),
 				 &n_refs);

@@ -53,13 +53,23 @@ kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
 kvf_status stream_reserve(struct stream *s, uint64_t n_groups);
 /* stream_stripe - the stripe group g of stream sid goes to */
 uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
-/* seq_n_streams - streams per sequence: K/V, then X */
+/* streams per sequence: K/V, X, K^T, and all of them */
 uint32_t seq_n_kv_streams(kvf_store *st);
 uint32_t seq_n_x_streams(kvf_store *st);
-/* seq_stream_at - stream number i (K/V first, then X; NULL for X streams
- * not allocated) and its stream id */
+uint32_t seq_n_kt_streams(kvf_store *st);
+uint32_t seq_n_streams(kvf_store *st);
+/* seq_stream_at - stream number i (K/V, then X, then K^T; NULL for X or
+ * K^T streams not allocated) and its stream id */
 struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 			     uint32_t *sid);
+/* seq_stream_of - the stream with id sid; NULL if out of range or not
+ * allocated */
+struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid);
+/* seq_stream_groups - entries stream sid must have for seq's lengths:
+ * token groups for K/V/X, complete blocks * kt_groups for K^T */
+uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid);
+/* seq_kt_alloc - the K^T streams, on first use (no-op without kt_pages) */
+kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq);
 /* seq_tokens - tokens of the stream kind in a layer */
 uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer);
 

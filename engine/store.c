@@ -33,6 +33,7 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/cleaner.h"
+#include "engine/kt.h"
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -160,9 +161,6 @@ static kvf_status build_header(const kvf_options *o, struct store_header *h)
 	if (o->kt_pages > 1)
 		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
 				o->kt_pages);
-	if (o->kt_pages)
-		return kvf_fail(KVF_ENOTSUP,
-				"kvf_open: kt_pages (K^T pages for SparF) is not implemented yet");
 	n_stripes = o->n_stripes ? o->n_stripes
 				 : (o->n_device_paths ? o->n_device_paths : 1);
 	if (n_stripes > KVF_MEDIA_MAX_STRIPES)
@@ -201,6 +199,7 @@ static kvf_status build_header(const kvf_options *o, struct store_header *h)
 	h->media = (uint32_t)o->media;
 	h->kt_pages = o->kt_pages;
 	h->page_bits = page_bits;
+	h->kt_dims = o->kt_pages ? kt_choose_dims(m->head_dim) : 0;
 	return KVF_OK;
 }
 
@@ -349,6 +348,9 @@ static void derive(kvf_store *st)
 	st->data_per_seg = max_data_pages(st->pages_per_seg, h->page_size);
 	st->page_bits = h->page_bits;
 	st->n_segments = (uint32_t)(h->segs_per_stripe * h->n_stripes);
+	st->kt_dims = h->kt_dims;
+	st->kt_groups = h->kt_dims ? h->head_dim / h->kt_dims : 0;
+	st->kt_tokens = h->kt_dims ? h->page_size / (h->kt_dims * st->elt_bytes) : 0;
 }
 
 /* open_media - the stripes: the caller's devices, or files in the dir */
@@ -751,7 +753,7 @@ kvf_status kvf_sync(kvf_store *st)
 static void index_bytes_of(kvf_store *st, struct seq *seq, void *arg)
 {
 	uint64_t *sum = arg;
-	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t n = seq_n_streams(st);
 
 	pthread_mutex_lock(&seq->lock);
 	for (uint32_t i = 0; i < n; i++) {
@@ -781,6 +783,7 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.padding_bytes = atomic_load(&st->c.padding_bytes);
 	s.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
 	s.summary_bytes = atomic_load(&st->c.summary_bytes);
+	s.kt_bytes = atomic_load(&st->c.kt_bytes);
 	s.host_bytes_written = s.data_bytes + s.padding_bytes +
 			       s.cleaner_bytes + s.kt_bytes + s.summary_bytes;
 	s.metadata_bytes = catalog_bytes_written(st->cat);

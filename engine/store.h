@@ -92,6 +92,10 @@ struct seq {
 	uint64_t *x_len;       /* X tokens per layer */
 	struct stream *kv;     /* [layer][kind K,V][kv_head] */
 	struct stream *x;      /* [layer][q_head], NULL before the first X */
+	struct stream *kt;     /* [layer][kv_head] K^T pages, NULL without
+				* kt_pages; pages[block * kt_groups + dim
+				* group]; gbuf holds kt_groups pages of the
+				* block being filled */
 	struct open_seg *open; /* [n_stripes] */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
@@ -113,6 +117,7 @@ struct store_counters {
 	_Atomic uint64_t user_bytes;      /* bytes handed to append */
 	_Atomic uint64_t data_bytes;      /* full data pages written */
 	_Atomic uint64_t padding_bytes;   /* partial pages written by sync */
+	_Atomic uint64_t kt_bytes;        /* K^T pages written */
 	_Atomic uint64_t cleaner_bytes;   /* pages copied by the cleaner */
 	_Atomic uint64_t summary_bytes;   /* summary pages written */
 	_Atomic uint64_t bytes_read;      /* bytes read from media */
@@ -140,6 +145,9 @@ struct kvf_store {
 	uint32_t data_per_seg;  /* data pages per segment (summary aside) */
 	uint32_t page_bits;     /* low bits of an address: page in segment */
 	uint32_t n_segments;    /* n_stripes * segs_per_stripe */
+	uint32_t kt_dims;       /* E: head dims per K^T page (0: no K^T) */
+	uint32_t kt_tokens;     /* T: tokens per K^T page */
+	uint32_t kt_groups;     /* head_dim / E: K^T pages per token block */
 
 	pthread_rwlock_t world; /* see the file comment */
 
