@@ -536,7 +536,17 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 	if (st == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	st->lock_fd = -1;
-	pthread_rwlock_init(&st->world, NULL);
+	{
+		/* writer-preferring, so a cleaning pass is not starved by a
+		 * stream of appends; nothing takes world twice */
+		pthread_rwlockattr_t a;
+
+		pthread_rwlockattr_init(&a);
+		pthread_rwlockattr_setkind_np(&a,
+			PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		pthread_rwlock_init(&st->world, &a);
+		pthread_rwlockattr_destroy(&a);
+	}
 	pthread_rwlock_init(&st->seq_table_lock, NULL);
 	pthread_mutex_init(&st->seg_lock, NULL);
 	pthread_mutex_init(&st->sync_lock, NULL);
