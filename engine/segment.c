@@ -186,6 +186,17 @@ void seg_finish_load(kvf_store *st)
 	}
 }
 
+int seg_ref_full(kvf_store *st, uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	int full;
+
+	pthread_mutex_lock(&st->seg_lock);
+	full = st->segs[segid].refs[addr_page(addr, st->page_bits)] == UINT16_MAX;
+	pthread_mutex_unlock(&st->seg_lock);
+	return full;
+}
+
 void seg_ref_inc(kvf_store *st, uint32_t addr)
 {
 	uint32_t segid = addr_seg(addr, st->page_bits);

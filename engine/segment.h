@@ -36,7 +36,9 @@ void seg_unreserve(kvf_store *st, struct seq *seq);
 /* seg_free_count - free segments now (all stripes) */
 uint32_t seg_free_count(kvf_store *st);
 
-/* page references (seg_lock taken inside) */
+/* page references (seg_lock taken inside); a page holds at most
+ * UINT16_MAX, and seg_ref_full says when it has them */
+int seg_ref_full(kvf_store *st, uint32_t addr);
 void seg_ref_inc(kvf_store *st, uint32_t addr);
 void seg_ref_dec(kvf_store *st, uint32_t addr);
 

@@ -640,6 +640,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
 	const char *call = "kvf_seq_fork";
+	unsigned char *ref_rec = NULL; /* struct meta_ref + entries */
 	struct meta_ref_entry *refs = NULL;
 	struct catalog_batch *b = NULL;
 	struct seq *parent, *child = NULL, *old;
@@ -677,10 +678,12 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	n_streams = seq_n_streams(st);
 	max_refs = (uint64_t)n_streams * (n_tokens / G + 1);
 	child = seq_alloc(st, child_id);
-	refs = kvf_malloc(sizeof(struct meta_ref) +
-			  (max_refs ? max_refs : 1) * sizeof(*refs));
+	ref_rec = kvf_malloc(sizeof(struct meta_ref) +
+			     (max_refs ? max_refs : 1) * sizeof(*refs));
+	if (ref_rec)
+		refs = (struct meta_ref_entry *)(ref_rec + sizeof(struct meta_ref));
 	b = catalog_batch_new();
-	if (child == NULL || refs == NULL || b == NULL ||
+	if (child == NULL || ref_rec == NULL || b == NULL ||
 	    (parent->x && seq_x_alloc(st, child) != KVF_OK) ||
 	    (parent->kt && seq_kt_alloc(st, child) != KVF_OK)) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
@@ -706,15 +709,12 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			/* complete blocks only: the child rebuilds its open
 			 * block from its K tokens when it needs it */
 			n = n / st->kt_tokens * st->kt_tokens;
-			rc = fork_kt_stream(st, ps, cs, sid, n,
-					    (struct meta_ref_entry *)((struct meta_ref *)refs + 1),
-					    &n_refs);
+			rc = fork_kt_stream(st, ps, cs, sid, n, refs, &n_refs);
 			if (rc != KVF_OK)
 				goto out_child;
 			continue;
 		}
-		rc = fork_stream(st, parent, ps, cs, sid, n, ptok,
-				 (struct meta_ref_entry *)((struct meta_ref *)refs + 1),
+		rc = fork_stream(st, parent, ps, cs, sid, n, ptok, refs,
 				 &n_refs);
 		if (rc != KVF_OK)
 			goto out_child;
@@ -727,15 +727,22 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	child->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
 	child->has_ref_record = 1;
 	{
-		struct meta_ref *h = (struct meta_ref *)refs;
+		struct meta_ref h = { .seqno = child->create_seqno, .n = n_refs };
 		unsigned char key[9];
 
-		h->seqno = child->create_seqno;
-		h->n = n_refs;
+		memcpy(ref_rec, &h, sizeof(h));
 		meta_key_u64(key, META_TAG_REF, child_id);
-		catalog_batch_put(b, key, sizeof(key), refs,
-				  sizeof(*h) + n_refs * sizeof(struct meta_ref_entry));
+		catalog_batch_put(b, key, sizeof(key), ref_rec,
+				  sizeof(h) + n_refs * sizeof(*refs));
 	}
+	for (uint64_t i = 0; i < n_refs; i++)
+		if (seg_ref_full(st, refs[i].addr)) {
+			rc = kvf_fail(KVF_ERANGE,
+				      "%s: a page of sequence %llu is already shared by %u sequences, the most a page can be",
+				      call, (unsigned long long)parent_id,
+				      UINT16_MAX);
+			goto out_child;
+		}
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
 	if ((rc = seq_insert(st, child)) != KVF_OK) {
@@ -744,18 +751,14 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	}
 	/* from here the child is visible: references are taken before the
 	 * commit so a failed commit (fatal) leaves counts consistent */
-	{
-		struct meta_ref_entry *e = (struct meta_ref_entry *)((struct meta_ref *)refs + 1);
-
-		for (uint64_t i = 0; i < n_refs; i++)
-			seg_ref_inc(st, e[i].addr);
-	}
+	for (uint64_t i = 0; i < n_refs; i++)
+		seg_ref_inc(st, refs[i].addr);
 	child = NULL;
 	rc = commit_batch(st, b, call);
 out_child:
 	if (child)
 		seq_destroy(st, child);
-	kvf_free(refs);
+	kvf_free(ref_rec);
 	catalog_batch_free(b);
 out_parent:
 	seq_unlock_put(st, parent);
