@@ -57,8 +57,7 @@ kvf_status kvf_media_open(const struct kvf_media_config *cfg,
 	case KVF_MEDIA_FILE:
 		return kvf_media_file_open(cfg, out);
 	case KVF_MEDIA_FLASH:
-		return kvf_fail(KVF_ENOTSUP,
-				"kvf_media_open: the flash emulator backend is not part of this build");
+		return kvf_media_flash_open(cfg, out);
 	}
 	return kvf_fail(KVF_EINVAL, "kvf_media_open: unknown media kind %d",
 			(int)cfg->kind);

@@ -166,5 +166,7 @@ kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
 			      struct kvf_media **out);
 kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 			       struct kvf_media **out);
+kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
+				struct kvf_media **out);
 
 #endif /* KVF_FTL_MEDIA_H */
