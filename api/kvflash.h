@@ -139,6 +139,12 @@ typedef struct {
 	uint32_t n_device_paths;  /* entries in device_paths */
 	uint32_t direct_io;       /* 0 = where allowed, 1 = on, 2 = off */
 	uint32_t read_only;       /* 1 = open an existing store read-only */
+	/* KVF_MEDIA_FLASH: the emulated device (kept in memory, so a flash
+	 * store starts empty at each open, like a memory store) */
+	uint32_t flash_channels;  /* channels; 0 = one per stripe */
+	uint32_t flash_cell;      /* 0 = TLC, 1 SLC, 2 MLC, 3 TLC, 4 QLC */
+	float flash_spare;        /* spare factor (physical - logical) /
+				   * physical; 0 = 0.07 */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -225,7 +231,7 @@ typedef struct kvf_store kvf_store;
  * @out: receives the handle; NULL on failure.
  * A store holds everything up to its last successful kvf_sync: after a
  * crash, reopening gives back exactly that.  One open handle per directory.
- * A KVF_MEDIA_MEMORY store starts empty at every open.
+ * A KVF_MEDIA_MEMORY or KVF_MEDIA_FLASH store starts empty at every open.
  * Return: KVF_OK; KVF_EINVAL (bad option, message names it; or dir is not a
  * store and not empty); KVF_EMISMATCH (option contradicts the stored
  * configuration); KVF_EVERSION (newer format or options struct);

@@ -37,6 +37,7 @@
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
+#include "ftl/nand.h"
 
 kvf_status store_check(kvf_store *st, const char *call)
 {
@@ -155,9 +156,12 @@ static kvf_status build_header(const kvf_options *o, struct store_header *h)
 	if ((unsigned)o->media > KVF_MEDIA_FLASH)
 		return kvf_fail(KVF_EINVAL, "kvf_open: media %d is not a kvf_media_kind",
 				(int)o->media);
-	if (o->media == KVF_MEDIA_FLASH)
-		return kvf_fail(KVF_ENOTSUP,
-				"kvf_open: the flash emulator is not yet available as store media");
+	if (o->flash_cell > 4)
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_cell %u out of range (0..4)",
+				o->flash_cell);
+	if (!(o->flash_spare >= 0 && o->flash_spare < 0.9f))
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_spare %g out of range [0, 0.9)",
+				(double)o->flash_spare);
 	if (o->kt_pages > 1)
 		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
 				o->kt_pages);
@@ -366,9 +370,22 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 		.direct_io = o->direct_io == 1 ? KVF_MEDIA_ON :
 			     o->direct_io == 2 ? KVF_MEDIA_OFF : KVF_MEDIA_AUTO,
 	};
+	struct kvf_flash_config fc;
 	char **paths = NULL;
 	kvf_status rc;
 
+	if (cfg.kind == KVF_MEDIA_FLASH) {
+		/* one erase block per segment, page-mapped like an SSD */
+		kvf_flash_config_init(&fc);
+		fc.channels = o->flash_channels ? o->flash_channels
+						: st->hdr.n_stripes;
+		fc.cell = (enum kvf_flash_cell)o->flash_cell;
+		fc.spare_factor = o->flash_spare;
+		fc.pages_per_block = st->pages_per_seg;
+		fc.page_size = st->hdr.page_size;
+		fc.backing = KVF_FLASH_BACKING_MEMORY;
+		cfg.flash = &fc;
+	}
 	if (cfg.kind == KVF_MEDIA_FILE && o->device_paths == NULL) {
 		paths = kvf_calloc(st->hdr.n_stripes, sizeof(*paths));
 		if (paths == NULL)
@@ -446,7 +463,8 @@ static uint64_t random_id(void)
 static void store_release(kvf_store *st, int created, int made_dir)
 {
 	cleaner_stop(st);
-	kvf_media_free(st->media);
+	if (!st->media_borrowed)
+		kvf_media_free(st->media);
 	catalog_close(st->cat);
 	seq_table_free(st);
 	seg_table_free(st);
@@ -521,6 +539,12 @@ static kvf_status lock_dir(kvf_store *st)
 
 kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 {
+	return store_open_media(dir, opts, NULL, out);
+}
+
+kvf_status store_open_media(const char *dir, const kvf_options *opts,
+		      struct kvf_media *media, kvf_store **out)
+{
 	struct store_header stored;
 	int created = 0, made_dir = 0;
 	kvf_store *st;
@@ -574,8 +598,10 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 	if ((rc = lock_dir(st)) != KVF_OK)
 		goto fail;
 	rc = read_header(hpath, &stored);
-	if (rc == KVF_OK && stored.media == KVF_MEDIA_MEMORY && !st->read_only) {
-		/* a memory store's data died with its last handle: start over */
+	st->media_borrowed = media != NULL;
+	if (rc == KVF_OK && stored.media != KVF_MEDIA_FILE && !st->read_only &&
+	    media == NULL) {
+		/* a memory or flash store's data died with its last handle */
 		remove_tree(mpath);
 		unlink(hpath);
 		rc = KVF_ENOENT;
@@ -616,8 +642,24 @@ kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 		kvf_fail_wrap(rc, "kvf_open");
 		goto fail;
 	}
+	if (media) {
+		const struct kvf_media_geometry *g = &media->geo;
+
+		if (g->n_stripes != st->hdr.n_stripes ||
+		    g->page_size != st->hdr.page_size ||
+		    g->pages_per_segment != st->pages_per_seg ||
+		    g->segs_per_stripe != st->hdr.segs_per_stripe) {
+			rc = kvf_fail(KVF_EMISMATCH,
+				      "kvf_open: the media's geometry (%u stripes, %u-byte pages, %u pages a segment, %llu segments a stripe) is not the store's",
+				      g->n_stripes, g->page_size,
+				      g->pages_per_segment,
+				      (unsigned long long)g->segs_per_stripe);
+			goto fail;
+		}
+		st->media = media;
+	}
 	if ((rc = check_config_record(st, created)) != KVF_OK ||
-	    (rc = open_media(st, &st->opts)) != KVF_OK ||
+	    (!media && (rc = open_media(st, &st->opts)) != KVF_OK) ||
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK)
 		goto fail;

@@ -135,6 +135,7 @@ struct kvf_store {
 	int lock_fd;            /* flock on DIR/LOCK */
 	struct catalog *cat;
 	struct kvf_media *media;
+	int media_borrowed;     /* media is the caller's (store_open) */
 	_Atomic int fatal;      /* sticky KVF_EFATAL */
 
 	/* shape, derived once */
@@ -203,6 +204,15 @@ static inline uint64_t seg_in_stripe(const struct kvf_store *st,
  */
 kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 				int is_sync);
+
+/*
+ * store_open - kvf_open, on the caller's media when media is not NULL: the
+ * store then uses it as it is (no fresh start for memory or flash media),
+ * and kvf_close leaves it open.  For tests and benchmarks that keep a
+ * device across store handles (power cuts on the flash emulator).
+ */
+kvf_status store_open_media(const char *dir, const kvf_options *opts,
+		      struct kvf_media *media, kvf_store **out);
 
 /* store_check - refuse calls on a store in the fatal state */
 kvf_status store_check(kvf_store *st, const char *call);
