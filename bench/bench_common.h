@@ -42,5 +42,6 @@ void bench_json_str(struct bench_json *j, const char *key, const char *v);
 
 /* Subcommands: main-like entry points. */
 int bench_media_main(int argc, char **argv);
+int bench_ftl_main(int argc, char **argv);
 
 #endif /* KVF_BENCH_COMMON_H */

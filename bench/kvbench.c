@@ -20,6 +20,8 @@ struct bench_cmd {
 static const struct bench_cmd cmds[] = {
 	{ "media", bench_media_main,
 	  "segment writes and reads of a media backend vs a plain O_DIRECT loop" },
+	{ "ftl", bench_ftl_main,
+	  "the emulated NAND device alone: GC, WA vs analytic models, wear, timing, emulator speed" },
 };
 
 static void usage(FILE *f)

@@ -348,6 +348,10 @@ static kvf_status relocate(struct ftl *f, uint32_t v, uint32_t fi)
 
 		if (lpn == FTL_NONE)
 			continue;
+		/* GC stays on the victim's die where it can: copy-back, and
+		 * no die waits for another's read */
+		if (fr_is_gc(f, fi))
+			f->front[fi].next = (v % f->n_dies) % f->front[fi].width;
 		if ((rc = frontier_block(f, fi, &b)) != KVF_OK)
 			return rc;
 		page = wp_of(f, b);
@@ -414,21 +418,21 @@ static kvf_status gc_one(struct ftl *f, int background)
 }
 
 /*
- * find_cold - a block holding cold data at the least erase count, or
- * FTL_NONE.  Cold: not written for a whole drive write (n_lpn host
- * pages).  A young block at the minimum was just taken from the pool for
- * hot data and will be erased soon anyway; moving it would put hot data
- * on a worn block.  The scan resumes where the last one stopped.
+ * find_cold - a block holding cold data that lags the most worn block by
+ * more than wl_gap erases, or FTL_NONE.  Cold: not written for a whole
+ * drive write (n_lpn host pages).  A young block at the minimum was just
+ * taken from the pool and is cycling; moving it would put hot data on a
+ * worn block.  The scan resumes where the last one stopped.
  */
 static uint32_t find_cold(struct ftl *f)
 {
-	uint32_t min = f->wear.min_ec;
+	uint32_t below = f->wear.max_ec - f->prm.wl_gap;
 
 	for (uint32_t i = 0; i < f->n_blocks; i++) {
 		uint32_t b = f->wl_cursor;
 
 		f->wl_cursor = b + 1 == f->n_blocks ? 0 : b + 1;
-		if (f->nand->erase_count[gblk(f, b)] != min ||
+		if (f->nand->erase_count[gblk(f, b)] >= below ||
 		    f->clock - f->gc.seal_time[b] < f->n_lpn)
 			continue;
 		if (f->state[b] == BLK_SEALED || f->state[b] == BLK_OPEN)
