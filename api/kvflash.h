@@ -227,7 +227,8 @@ typedef struct kvf_store kvf_store;
  * @opts: NULL to reopen with the stored configuration; otherwise every
  *        field that shapes the store (model, page_size, segment_size,
  *        capacity_bytes, n_stripes, kt_pages, media) must match a store
- *        that exists (a zero model means "as stored").
+ *        that exists (a zero model means "as stored"; a zero model
+ *        with read_only takes every field as stored).
  * @out: receives the handle; NULL on failure.
  * A store holds everything up to its last successful kvf_sync: after a
  * crash, reopening gives back exactly that.  One open handle per directory.
@@ -346,6 +347,209 @@ KVF_API kvf_status kvf_append_x(kvf_store *st, uint64_t seq, uint32_t layer,
  */
 KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
 			      uint64_t t0, uint64_t t1, void *x_out);
+
+/* ---- inspection ------------------------------------------------------- */
+
+/*
+ * Calls for tools (kvtool) and tests that look inside a store: its
+ * configuration, its sequences, its segments, and a full verification.
+ * They read the store and change nothing in it, so they work on a store
+ * opened read-only (kvf_options.read_only = 1 and a zero model: everything
+ * as stored) as well as on one being written.
+ */
+
+#define KVF_SEQ_NONE UINT64_MAX     /* no sequence (ids never take it) */
+#define KVF_SEGMENT_NONE UINT32_MAX /* no segment */
+#define KVF_PAGE_SUMMARY UINT32_MAX /* kvf_verify_damage: the summary */
+
+/* What a stored page holds. */
+typedef enum {
+	KVF_KIND_K = 0,  /* keys, token-indexed */
+	KVF_KIND_V = 1,  /* values, token-indexed */
+	KVF_KIND_X = 2,  /* pre-projection activations (kvf_append_x) */
+	KVF_KIND_KT = 3  /* keys transposed (kt_pages) */
+} kvf_kind;
+
+/* The state of a segment of the media. */
+typedef enum {
+	KVF_SEG_FREE = 0,   /* ready for writing */
+	KVF_SEG_OPEN = 1,   /* a sequence is filling it (in memory) */
+	KVF_SEG_SEALED = 2, /* on media, committed, holding live pages */
+	KVF_SEG_DYING = 3,  /* no live page; reused after the next sync */
+	KVF_SEG_CORRUPT = 4 /* failed verification at open; kept out of use */
+} kvf_seg_state;
+
+/* The configuration of an open store, from kvf_store_info_get. */
+typedef struct {
+	size_t struct_size;        /* sizeof(kvf_store_info), set by the caller */
+	uint32_t format_version;   /* on-disk format of the store */
+	uint32_t library_version;  /* kvf_version_number() of the library */
+	kvf_model model;           /* the shape the store holds */
+	uint32_t page_size;        /* bytes per page */
+	uint32_t group_tokens;     /* tokens of one head in one K/V page */
+	uint64_t segment_size;     /* bytes per segment per stripe */
+	uint64_t segs_per_stripe;  /* segments on each stripe */
+	uint32_t n_stripes;        /* stripes (files or devices) */
+	uint32_t data_pages_per_segment; /* most data pages of a segment
+					  * (its summary takes the rest) */
+	uint64_t capacity_bytes;   /* n_stripes * segs_per_stripe * segment_size */
+	kvf_media_kind media;      /* where the segments live */
+	uint32_t kt_pages;         /* 1 = K^T pages are kept */
+	uint64_t store_id;         /* random id, also in every segment summary */
+	uint32_t read_only;        /* 1 = this handle was opened read-only */
+} kvf_store_info;
+
+/*
+ * kvf_store_info_get - the configuration of st.  Set out->struct_size first.
+ * Return: KVF_OK; KVF_EINVAL (st or out NULL, struct_size too small);
+ * KVF_EVERSION (struct_size larger, nonzero tail); KVF_EFATAL.
+ * Concurrency: any thread, any time the store is open.
+ */
+KVF_API kvf_status kvf_store_info_get(kvf_store *st, kvf_store_info *out);
+
+/*
+ * kvf_seq_list - the ids of the live sequences, ascending.
+ * @ids: receives the first min(cap, *n) ids; may be NULL when cap is 0.
+ * @cap: entries ids has room for.
+ * @n: receives the number of live sequences, even when larger than cap
+ *     (call with cap 0 to size the array; sequences created meanwhile
+ *     may make it grow).
+ * Return: KVF_OK; KVF_EINVAL (st or n NULL, ids NULL with cap > 0);
+ * KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; a sequence created or freed meanwhile is listed
+ * or not, as if the call ran entirely before or after it.
+ */
+KVF_API kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap,
+				size_t *n);
+
+/*
+ * kvf_seq_x_len - tokens of X (kvf_append_x) appended to one layer of a
+ * sequence.
+ * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer); KVF_EINVAL (NULL);
+ * KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_x_len(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t *n_tokens);
+
+/* One sequence, from kvf_seq_info_get.  Per-layer lengths come from
+ * kvf_seq_len and kvf_seq_x_len. */
+typedef struct {
+	size_t struct_size;    /* sizeof(kvf_seq_info), set by the caller */
+	uint64_t id;           /* the sequence */
+	uint64_t family;       /* root of its fork tree; id if never forked */
+	uint64_t parent;       /* forked from; KVF_SEQ_NONE if not a fork */
+	uint64_t tokens;       /* K/V tokens, summed over the layers */
+	uint64_t x_tokens;     /* X tokens, summed over the layers */
+	uint64_t pages;        /* pages its index names (media or being
+				* written); partial groups in memory aside */
+	uint64_t shared_pages; /* of those, pages other sequences (forks)
+				* name too */
+} kvf_seq_info;
+
+/*
+ * kvf_seq_info_get - what one sequence is and holds.  Set
+ * out->struct_size first.
+ * Return: KVF_OK; KVF_ENOENT (seq); KVF_EINVAL (st or out NULL,
+ * struct_size too small); KVF_EVERSION; KVF_EFATAL.
+ * Concurrency: any thread; waits for calls on seq.
+ */
+KVF_API kvf_status kvf_seq_info_get(kvf_store *st, uint64_t seq,
+				    kvf_seq_info *out);
+
+/* One segment, from kvf_segment_info_get.  Segments are numbered
+ * 0 .. kvf_stats.segments_total - 1; segment s lies on stripe
+ * s % n_stripes, at index s / n_stripes of that stripe. */
+typedef struct {
+	size_t struct_size;     /* sizeof(kvf_segment_info), set by the caller */
+	uint32_t segid;         /* the segment */
+	uint32_t stripe;        /* stripe (file or device) holding it */
+	uint64_t seg_in_stripe; /* index on the stripe: byte offset is
+				 * seg_in_stripe * segment_size */
+	kvf_seg_state state;    /* see kvf_seg_state */
+	uint32_t data_pages;    /* data pages on media; 0 when FREE or OPEN */
+	uint32_t live_pages;    /* pages the index names (OPEN: placed so far) */
+	uint32_t erase_count;   /* times trimmed for reuse */
+	uint64_t seqno;         /* commit sequence number; 0 when FREE or OPEN */
+	uint64_t write_ns;      /* when written, ns since the epoch (UTC);
+				 * 0 when FREE or OPEN */
+	uint64_t owner;         /* sequence it was filled for (the cleaner's
+				 * copies say 0); KVF_SEQ_NONE when FREE */
+} kvf_segment_info;
+
+/*
+ * kvf_segment_info_get - the state of segment segid.  Set
+ * out->struct_size first.
+ * Return: KVF_OK; KVF_ERANGE (segid not below segments_total); KVF_EINVAL
+ * (st or out NULL, struct_size too small); KVF_EVERSION; KVF_EFATAL.
+ * Concurrency: any thread; the answer is one consistent snapshot of the
+ * segment, which writers and the cleaner may change right after.
+ */
+KVF_API kvf_status kvf_segment_info_get(kvf_store *st, uint32_t segid,
+					kvf_segment_info *out);
+
+/* One damaged page (or segment summary) that kvf_verify found. */
+typedef struct {
+	size_t struct_size;     /* sizeof(kvf_verify_damage) of the library:
+				 * fields past it are absent */
+	uint32_t segid;         /* segment; KVF_SEGMENT_NONE when the index
+				 * has no page for the group at all */
+	uint32_t page;          /* data page in the segment, or
+				 * KVF_PAGE_SUMMARY: the segment's summary */
+	uint32_t stripe;        /* stripe of the segment */
+	uint64_t seg_in_stripe; /* its index on the stripe */
+	uint64_t seq;           /* sequence whose index names the page;
+				 * KVF_SEQ_NONE for a summary */
+	uint32_t layer;         /* layer of the page */
+	kvf_kind kind;          /* what it holds */
+	uint32_t head;          /* KV head (K, V), or slice (X: query head) */
+	uint64_t group;         /* token group: tokens [group * group_tokens,
+				 * (group + 1) * group_tokens) */
+	kvf_status status;      /* KVF_ECORRUPT, or KVF_EIO (unreadable) */
+	const char *message;    /* what is wrong, naming the segment, page,
+				 * expected and found; valid during the call */
+} kvf_verify_damage;
+
+/*
+ * kvf_verify_fn - receives each damage kvf_verify finds, on the thread
+ * that called kvf_verify, with no lock of the store held.  Return 0 to go
+ * on, nonzero to stop the verification early.
+ */
+typedef int (*kvf_verify_fn)(void *arg, const kvf_verify_damage *d);
+
+/* The outcome of kvf_verify. */
+typedef struct {
+	size_t struct_size;         /* sizeof(kvf_verify_report), set by the caller */
+	uint64_t sequences_checked; /* sequences walked */
+	uint64_t pages_checked;     /* index entries whose page was checked */
+	uint64_t bad_pages;         /* of those, damaged or missing */
+	uint32_t segments_checked;  /* segment summaries read and checked */
+	uint32_t bad_segments;      /* of those, damaged or unreadable */
+	uint64_t bytes_read;        /* bytes read from media */
+	uint32_t stopped;           /* 1 = fn asked to stop; counts are partial */
+} kvf_verify_report;
+
+/*
+ * kvf_verify - read every page the index names and check it, and check
+ * that the index and the segment summaries agree.
+ * For each sealed segment the summary is read and its magic, store id,
+ * segment id, sequence number and checksum checked.  For each sequence,
+ * every page its index names on media is read and checked: its XXH3-64
+ * against the summary's and the index's check; the summary's key against
+ * the index slot (stream and token group; a fork's shared pages name the
+ * ancestor that wrote them); the segment's state.  fn (may be NULL) gets
+ * one call per damaged page, one per damaged summary, and one per token
+ * group the index lost.  Pages still in memory (partial groups, segments
+ * being filled) are not on media and are not checked.
+ * @out: receives the counts; bad_pages + bad_segments == 0 means clean.
+ * Return: KVF_OK, also when damage was found (out says so); KVF_EINVAL (st
+ * or out NULL, struct_size too small); KVF_EVERSION; KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; other calls run meanwhile (each sequence is
+ * checked as of one moment; sequences created after the call began are not
+ * checked, those freed meanwhile are skipped).  fn must not close st.
+ */
+KVF_API kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
+			      kvf_verify_report *out);
 
 /* ---- optimizer configuration ------------------------------------------ */
 

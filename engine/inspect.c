@@ -77,7 +77,7 @@ static const char *const state_names[] = { "FREE", "OPEN", "SEALED", "DYING",
 
 static const char *state_name(unsigned s)
 {
-	return s <= SEG_CORRUPT ? state_names[s] : "unknown";
+	return s <= SEG_CORRUPT ? state_names[s] : "nonexistent";
 }
 
 /* ---- kvf_store_info_get ------------------------------------------------- */
@@ -355,6 +355,7 @@ kvf_status summary_load(kvf_store *st, uint32_t segid, uint32_t n_data,
 /* What is wrong with a page; the message is made from these when the
  * damage is reported. */
 enum problem {
+	P_NONE,         /* nothing wrong */
 	P_HOLE,         /* the index has no page for the group */
 	P_IO,           /* the page could not be read (text) */
 	P_SUMMARY,      /* the segment's summary is damaged (text) */
@@ -512,12 +513,15 @@ static void describe(kvf_store *st, const struct pending *p, char *buf,
 		 d->head, (unsigned long long)d->group, (unsigned long long)t0,
 		 (unsigned long long)(t0 + st->group_tokens - 1));
 	switch (p->problem) {
+	case P_NONE:
+		snprintf(buf, cap, "%s: no damage", what);
+		break;
 	case P_HOLE:
 		snprintf(buf, cap, "%s: the index has no page for it", what);
 		break;
 	case P_IO:
-		snprintf(buf, cap, "%s: %s of %s: %s", where, "cannot read the page",
-			 what, p->text);
+		snprintf(buf, cap, "%s, %s: cannot read the page: %s", where, what,
+			 p->text);
 		break;
 	case P_SUMMARY:
 		snprintf(buf, cap, "%s", p->text);
@@ -630,6 +634,10 @@ static int check_summary(struct vctx *c, uint32_t segid, uint32_t n_data,
 {
 	kvf_status rc = summary_load(c->st, segid, n_data, seqno, c->sum_buf, v);
 
+	if (rc == KVF_ENOMEM) { /* not damage: the check cannot run */
+		c->oom = 1;
+		return 0;
+	}
 	if (rc == KVF_OK)
 		c->rep.bytes_read += (uint64_t)summary_pages(n_data, c->st->hdr.page_size) *
 				     c->st->hdr.page_size;
@@ -642,7 +650,8 @@ static int check_summary(struct vctx *c, uint32_t segid, uint32_t n_data,
 	return rc == KVF_OK;
 }
 
-/* check_page - one entry whose page bytes are at page */
+/* check_page - one entry whose page bytes are at page; v is the
+ * segment's summary, NULL when it does not check out */
 static void check_page(struct vctx *c, const struct seq *seq,
 		       const struct ventry *e, const unsigned char *page,
 		       const struct summary_view *v)
@@ -650,47 +659,42 @@ static void check_page(struct vctx *c, const struct seq *seq,
 	kvf_store *st = c->st;
 	uint32_t pg = addr_page(e->addr, st->page_bits);
 	uint64_t h = page_hash(page, st->hdr.page_size);
-	struct seg_summary_entry se;
-	struct pending *p = NULL;
+	int in_summary = v != NULL && pg < v->h.n_data_pages;
+	struct seg_summary_entry se = { 0, 0, 0 };
 	enum problem problem;
+	struct pending *p;
 
 	c->rep.pages_checked++;
-	if (v == NULL) {
-		if ((uint32_t)h == e->check)
-			return;
-		problem = P_DATA_INDEX;
-	} else if (pg >= v->h.n_data_pages) {
-		problem = P_PAST_SUMMARY;
-	} else {
+	if (in_summary)
 		se = summary_entry(v, pg);
-		if ((uint32_t)h != e->check && h != se.page_hash)
-			problem = P_DATA;
-		else if ((uint32_t)h != e->check)
-			problem = P_INDEX_CHECK;
-		else if (h != se.page_hash)
-			problem = P_SUMMARY_HASH;
-		else if ((uint32_t)(se.key_lo >> 32) != e->sid ||
-			 (uint32_t)se.key_lo != e->group)
-			problem = P_KEY;
-		else if (!writer_ok(st, seq, se.key_hi))
-			problem = P_WRITER;
-		else
-			return;
-		p = damage(c, problem, seq->id, e->sid, e->group, e->addr);
-		if (p) {
-			p->sum_hash = se.page_hash;
-			p->key_hi = se.key_hi;
-			p->key_lo = se.key_lo;
-		}
-	}
-	if (p == NULL)
-		p = damage(c, problem, seq->id, e->sid, e->group, e->addr);
+	if (v == NULL)
+		problem = (uint32_t)h == e->check ? P_NONE : P_DATA_INDEX;
+	else if (!in_summary)
+		problem = P_PAST_SUMMARY;
+	else if ((uint32_t)h != e->check && h != se.page_hash)
+		problem = P_DATA;
+	else if ((uint32_t)h != e->check)
+		problem = P_INDEX_CHECK;
+	else if (h != se.page_hash)
+		problem = P_SUMMARY_HASH;
+	else if ((uint32_t)(se.key_lo >> 32) != e->sid ||
+		 (uint32_t)se.key_lo != e->group)
+		problem = P_KEY;
+	else if (!writer_ok(st, seq, se.key_hi))
+		problem = P_WRITER;
+	else
+		problem = P_NONE;
+	if (problem == P_NONE)
+		return;
+	p = damage(c, problem, seq->id, e->sid, e->group, e->addr);
 	if (p == NULL)
 		return;
 	p->check = e->check;
 	p->page_hash = h;
-	if (v)
-		p->n_sum = v->h.n_data_pages;
+	p->sum_hash = se.page_hash;
+	p->key_hi = se.key_hi;
+	p->key_lo = se.key_lo;
+	p->n_sum = v ? v->h.n_data_pages : 0;
 }
 
 /* read_batch - read the pages of entries [i, j) (one segment, sorted by
@@ -772,6 +776,8 @@ static void check_segment(struct vctx *c, const struct seq *seq, size_t i,
 	pthread_mutex_unlock(&st->seg_lock);
 	if (state == SEG_SEALED || state == SEG_CORRUPT)
 		v = check_summary(c, segid, n_data, seqno, &view) ? &view : NULL;
+	if (c->oom)
+		return;
 	if (state != SEG_SEALED) {
 		for (size_t k = i; k < end; k++) {
 			struct pending *p;
@@ -794,6 +800,10 @@ static void check_segment(struct vctx *c, const struct seq *seq, size_t i,
 		if (j - i > sizeof(slot) / sizeof(slot[0]))
 			j = i + sizeof(slot) / sizeof(slot[0]);
 		rc = read_batch(c, segid, c->ents + i, j - i, slot);
+		if (rc == KVF_ENOMEM) { /* not damage: the check cannot run */
+			c->oom = 1;
+			return;
+		}
 		for (size_t k = i; k < j; k++) {
 			if (rc != KVF_OK) {
 				c->rep.pages_checked++;
@@ -925,11 +935,13 @@ static int verify_rest(struct vctx *c)
 			continue;
 		}
 		rc = summary_load(st, segid, n_data, seqno, c->sum_buf, &v);
+		if (rc == KVF_ENOMEM)
+			c->oom = 1;
 		pthread_mutex_lock(&st->seg_lock);
 		same = st->segs[segid].state == state &&
 		       st->segs[segid].seqno == seqno;
 		pthread_mutex_unlock(&st->seg_lock);
-		if (same) {
+		if (same && !c->oom) {
 			c->seen[segid] = seqno;
 			c->rep.segments_checked++;
 			if (rc == KVF_OK)
@@ -998,8 +1010,6 @@ kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
 			      call);
 		goto out;
 	}
-	if ((rc = store_check(st, call)) != KVF_OK)
-		goto out;
 	publish(out, &c.rep, sizeof(c.rep));
 out:
 	kvf_free(ids);
