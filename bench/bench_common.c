@@ -1,11 +1,16 @@
 /* bench_common.c - timing, argument parsing and JSON output for kvbench. */
 #include "bench/bench_common.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t bench_now_ns(void)
 {
@@ -13,6 +18,16 @@ uint64_t bench_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double bench_cpu_s(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 int bench_parse_u64(const char *flag, const char *text, uint64_t *out)
@@ -60,6 +75,76 @@ int bench_parse_double(const char *flag, const char *text, double *out)
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+double bench_median(double *v, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double bench_mbs(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / 1e6 / ((double)ns / 1e9) : 0;
+}
+
+/* is_store_or_empty - path holds a KVFLASH store header, or nothing */
+static int is_store_or_empty(const char *path)
+{
+	char magic[8], *hdr = malloc(strlen(path) + 16);
+	DIR *d;
+	struct dirent *e;
+	FILE *f;
+	int ok = 0;
+
+	if (hdr == NULL)
+		return 0;
+	snprintf(hdr, strlen(path) + 16, "%s/KVFLASH", path);
+	if ((f = fopen(hdr, "rb")) != NULL) {
+		ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, "KVFLASH", 8) == 0;
+		fclose(f);
+	}
+	free(hdr);
+	if (ok || (d = opendir(path)) == NULL)
+		return ok;
+	ok = 1;
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			ok = 0;
+	closedir(d);
+	return ok;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int bench_remove_store(const char *path)
+{
+	if (access(path, F_OK) != 0)
+		return 0;
+	if (!is_store_or_empty(path)) {
+		fprintf(stderr, "kvbench: %s exists and is not a kvflash store; not removing it (choose another --dir)\n",
+			path);
+		return -1;
+	}
+	if (nftw(path, rm_one, 8, FTW_DEPTH | FTW_PHYS) != 0) {
+		fprintf(stderr, "kvbench: removing %s: %s\n", path,
+			strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 

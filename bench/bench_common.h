@@ -13,12 +13,27 @@
 
 /* bench_now_ns - monotonic clock in nanoseconds. */
 uint64_t bench_now_ns(void);
+/* bench_cpu_s - CPU time (user + system) of the whole process so far,
+ * every thread included, in seconds. */
+double bench_cpu_s(void);
 
 /* bench_parse_u64 - parse a decimal number with an optional K/M/G suffix
  * (powers of 1024); returns 0 on success, -1 (message printed) on error. */
 int bench_parse_u64(const char *flag, const char *text, uint64_t *out);
 /* bench_parse_double - parse a number; 0 or -1 as above. */
 int bench_parse_double(const char *flag, const char *text, double *out);
+
+/* bench_median - the median of v[0..n-1] (n >= 1); sorts v. */
+double bench_median(double *v, uint32_t n);
+/* bench_mbs - bytes over ns as MB/s (10^6 bytes); 0 when ns is 0. */
+double bench_mbs(uint64_t bytes, uint64_t ns);
+
+/*
+ * bench_remove_store - remove the directory path if it is a kvflash store
+ * (holds a KVFLASH header) or empty; nothing to do if it does not exist.
+ * Returns 0, or -1 (message printed) when path is something else.
+ */
+int bench_remove_store(const char *path);
 
 /* bench_usage_error - print "kvbench CMD: MSG" to stderr; returns 2. */
 int bench_usage_error(const char *cmd, const char *fmt, ...)
@@ -43,5 +58,7 @@ void bench_json_str(struct bench_json *j, const char *key, const char *v);
 /* Subcommands: main-like entry points. */
 int bench_media_main(int argc, char **argv);
 int bench_ftl_main(int argc, char **argv);
+int bench_append_main(int argc, char **argv);
+int bench_demo_main(int argc, char **argv);
 
 #endif /* KVF_BENCH_COMMON_H */

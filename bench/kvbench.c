@@ -20,6 +20,10 @@ struct bench_cmd {
 static const struct bench_cmd cmds[] = {
 	{ "media", bench_media_main,
 	  "segment writes and reads of a media backend vs a plain O_DIRECT loop" },
+	{ "append", bench_append_main,
+	  "store prefill/decode appends, WA, index memory, cold head reads vs plain O_DIRECT" },
+	{ "demo", bench_demo_main,
+	  "the main job: a Llama-8B-shaped decode workload on a store left in a directory" },
 	{ "ftl", bench_ftl_main,
 	  "the emulated NAND device alone: GC, WA vs analytic models, wear, timing, emulator speed" },
 };

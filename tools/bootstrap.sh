@@ -3,7 +3,10 @@
 # run the demo or the tests.  Idempotent: packages already present are not
 # reinstalled, an existing build directory is reused.
 #
-#   bash tools/bootstrap.sh demo            build, then run the main job
+#   bash tools/bootstrap.sh demo            build, then run the main job:
+#                                           a decode workload on a store in
+#                                           ./kvflash-demo (KVF_DEMO_DIR),
+#                                           replaced at every run
 #   bash tools/bootstrap.sh test [SAN]      build, then run every test;
 #                                           SAN = address (ASan+UBSan) or
 #                                           thread (TSan), in build-SAN/
@@ -43,14 +46,43 @@ build() {
   cmake --build "$dir" -j "$jobs"
 }
 
+# remove_demo_dir DIR - remove what an earlier demo left at DIR (a store,
+# or the files of `kvbench media`), so that the demo starts afresh;
+# anything else there stops the script untouched
+remove_demo_dir() {
+  local d=$1 f
+  [ -e "$d" ] || return 0
+  if [ ! -f "$d/KVFLASH" ]; then
+    for f in "$d"/* "$d"/.[!.]*; do
+      [ -e "$f" ] || continue
+      case ${f##*/} in
+      LOCK|stripe*.kvf|plain.dat) ;;
+      *) echo "bootstrap.sh: $d exists and is not a kvflash demo store; move it away or set KVF_DEMO_DIR" >&2
+         exit 1 ;;
+      esac
+    done
+  fi
+  say "demo: removing the store of an earlier run in $d"
+  rm -rf -- "$d"
+}
+
 cmd=${1:-}
 case "$cmd" in
 demo)
   install_packages
   build "$root/build"
   demo_dir=${KVF_DEMO_DIR:-$root/kvflash-demo}
-  say "demo: striped segments through the file backend in $demo_dir"
-  "$root/build/bench/kvbench" media --dir "$demo_dir" --stripes 2 --size 256M
+  remove_demo_dir "$demo_dir"
+  say "demo: a Llama-8B-shaped decode workload on a new store in $demo_dir"
+  "$root/build/bench/kvbench" demo --dir "$demo_dir"
+  # kvtool info arrives with the store's inspection commands; until then
+  # the store is simply left for inspection
+  if "$root/build/tools/kvtool" info --help >/dev/null 2>&1; then
+    say "demo: kvtool info $demo_dir"
+    "$root/build/tools/kvtool" info "$demo_dir"
+  else
+    say "demo: the store is left in $demo_dir (this kvtool has no 'info' yet)"
+  fi
   ;;
 test)
   san=${2:-}
