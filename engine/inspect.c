@@ -867,7 +867,8 @@ static void collect(struct vctx *c, struct seq *seq)
 				.sid = sid, .group = (uint32_t)g };
 		}
 	}
-	qsort(c->ents, c->n_ents, sizeof(*c->ents), cmp_ventry);
+	if (c->n_ents > 1)
+		qsort(c->ents, c->n_ents, sizeof(*c->ents), cmp_ventry);
 }
 
 /* verify_seq - check one sequence; KVF_OK also when it was freed */
