@@ -11,14 +11,14 @@
  * line on stderr, "kvtool: PROBLEM (HINT)", and nothing on stdout, so that
  * scripts can tell a typo from a failed command.
  *
- * Adding a command (the store commands info, ls, segments, verify and dump
- * arrive with the store): write tools/kvtool_<cmd>.c defining
- * `int cmd_<cmd>(const struct cmd *c, int argc, char **argv)`, move
- * struct cmd and usage_error() into a new tools/kvtool.h that declares it,
- * add the file to tools/CMakeLists.txt and add one row to cmds[] below with
- * its usage line and summary.  `kvtool help CMD` and `kvtool CMD --help`
- * then describe it with no further code.  A command receives argv[0] = its
- * name and reports bad arguments with usage_error().
+ * Adding a command: write tools/kvtool_<cmd>.c defining
+ * `int cmd_<cmd>(const struct cmd *c, int argc, char **argv)`, declare it
+ * in tools/kvtool.h, add the file to tools/CMakeLists.txt and add one row
+ * to cmds[] below with its usage line and summary.  `kvtool help CMD` and
+ * `kvtool CMD --help` then describe it with no further code.  A command
+ * receives argv[0] = its name and reports bad arguments with usage_error().
+ * The store commands (info, ls, segments, verify, dump) share their
+ * argument parsing and store opening in tools/kvtool_common.c.
  *
  * No state, no locking: one run, one thread.
  */
@@ -27,23 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kvflash.h"
-
-enum {
-	EXIT_OK = 0,     /* the command did what was asked */
-	EXIT_FAILED = 1, /* the command ran and failed */
-	EXIT_USAGE = 2   /* the command line was wrong; nothing was done */
-};
-
-/* One subcommand: one row of cmds[]. */
-struct cmd {
-	const char *name;    /* as typed after kvtool */
-	const char *args;    /* usage after the name, "" when none */
-	const char *summary; /* one line for the command list */
-	const char *details; /* more lines for `kvtool help CMD`, or NULL */
-	/* run - do the command; argv[0] is its name; returns an exit status */
-	int (*run)(const struct cmd *c, int argc, char **argv);
-};
+#include "kvtool.h"
 
 static int cmd_help(const struct cmd *c, int argc, char **argv);
 static int cmd_version(const struct cmd *c, int argc, char **argv);
@@ -61,6 +45,45 @@ static const struct cmd cmds[] = {
 	  "libkvflash it runs with (kvf_version_string, kvf_version_number),\n"
 	  "and the version of the kvflash.h it was compiled against.\n",
 	  cmd_version },
+	{ "info", "[--json] DIR", "show a store's configuration and use",
+	  "Shows the model shape, the format and library versions, the page,\n"
+	  "segment and stripe layout, the capacity, the number of sequences,\n"
+	  "the segments by state and the live pages, and the byte counts and\n"
+	  "write amplification of kvf_stats_get (counted since this open, so\n"
+	  "zero for the read-only open kvtool makes).  --json prints one JSON\n"
+	  "object instead.  The store is opened read-only and not changed.\n",
+	  cmd_info },
+	{ "ls", "[--json] DIR", "list a store's sequences",
+	  "One row per sequence, by id: its parent (if forked) and family, the\n"
+	  "pages its index names and how many of them it shares with forks, and\n"
+	  "its K/V and X tokens per layer (\"N xL\" when all L layers hold N).\n"
+	  "--json prints one JSON object with the full per-layer lengths.\n"
+	  "The store is opened read-only and not changed.\n",
+	  cmd_ls },
+	{ "segments", "[--all] [--json] DIR", "list a store's segments",
+	  "One row per segment that is not free (--all: every segment): its\n"
+	  "stripe and index on the stripe, state, data and live pages, the\n"
+	  "sequence it was filled for, its commit number, its age and its erase\n"
+	  "count; then a line of totals by state.  --json prints one JSON\n"
+	  "object.  The store is opened read-only and not changed.\n",
+	  cmd_segments },
+	{ "verify", "[--json] DIR", "check every page of a store",
+	  "Reads every page the index names and checks it against its checksum,\n"
+	  "and checks that the index and the segment summaries agree (keys,\n"
+	  "page hashes, summary headers).  Prints one line per damaged page or\n"
+	  "summary, then the totals.  Exit status 0 when the store is clean, 1\n"
+	  "when damage was found or the check could not run.  --json prints one\n"
+	  "JSON object.  The store is opened read-only and not changed.\n",
+	  cmd_verify },
+	{ "dump", "[--json] DIR --seq S --layer L --head H --tokens A:B [--kind k|v|x]",
+	  "print stored K, V or X values",
+	  "Prints tokens A to B-1 of one head of one layer of sequence S as\n"
+	  "floats, one line per token: K and V by default, or one --kind.  For\n"
+	  "--kind x, H is the query-head slice of the X row.  A: or :B leave\n"
+	  "that end open (the start, or the sequence's length).  --json prints\n"
+	  "one JSON object with an array of rows per kind.  The store is opened\n"
+	  "read-only and not changed.\n",
+	  cmd_dump },
 };
 
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -78,15 +101,7 @@ static int is_help_opt(const char *arg)
 	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
-/*
- * usage_error - report bad usage as one line on stderr and return
- * EXIT_USAGE.  With a command c the line names it and ends with its usage
- * line; without, it ends with a pointer to --help.
- */
-static int usage_error(const struct cmd *c, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static int usage_error(const struct cmd *c, const char *fmt, ...)
+int usage_error(const struct cmd *c, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -120,8 +135,7 @@ static int missing_cmd(void)
 	return EXIT_USAGE;
 }
 
-/* bad_arg - a command that takes no such argument was given arg. */
-static int bad_arg(const struct cmd *c, const char *arg)
+int bad_arg(const struct cmd *c, const char *arg)
 {
 	if (arg[0] == '-' && arg[1] != '\0')
 		return usage_error(c, "unknown option '%s'", arg);
@@ -145,6 +159,10 @@ static const char usage_tail[] =
 	"`kvtool help CMD` or `kvtool CMD --help` describes one command.\n"
 	"Exit status: 0 success, 1 the command failed, 2 bad usage.\n";
 
+/* usage lines wider than this (name and args) get their summary on the
+ * next line, so one long command does not push every summary right */
+#define USAGE_WIDTH_MAX 32
+
 static void usage(FILE *f)
 {
 	int width = 0;
@@ -152,15 +170,19 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < N_CMDS; i++) {
 		int w = (int)(strlen(cmds[i].name) + 1 + strlen(cmds[i].args));
 
-		if (w > width)
+		if (w > width && w <= USAGE_WIDTH_MAX)
 			width = w;
 	}
 	fputs(usage_head, f);
 	for (size_t i = 0; i < N_CMDS; i++) {
 		int pad = width - (int)strlen(cmds[i].name) - 1;
 
-		fprintf(f, "  %s %-*s  %s\n", cmds[i].name, pad, cmds[i].args,
-			cmds[i].summary);
+		if (pad < (int)strlen(cmds[i].args))
+			fprintf(f, "  %s %s\n  %*s  %s\n", cmds[i].name,
+				cmds[i].args, width, "", cmds[i].summary);
+		else
+			fprintf(f, "  %s %-*s  %s\n", cmds[i].name, pad,
+				cmds[i].args, cmds[i].summary);
 	}
 	fputs(usage_tail, f);
 }

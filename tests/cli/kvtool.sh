@@ -128,6 +128,13 @@ expect_stdout_has '^usage: kvtool '
 expect_stdout_has '^commands:$'
 expect_stdout_has '^  help +\[CMD\] +[a-z]'
 expect_stdout_has '^  version +[a-z]'
+expect_stdout_has '^  info +\[--json\] DIR +[a-z]'
+expect_stdout_has '^  ls +\[--json\] DIR +[a-z]'
+expect_stdout_has '^  segments +\[--all\] \[--json\] DIR +[a-z]'
+expect_stdout_has '^  verify +\[--json\] DIR +[a-z]'
+# a usage line too wide for the column puts its summary on the next line
+expect_stdout_has '^  dump \[--json\] DIR --seq S --layer L --head H --tokens A:B \[--kind k\|v\|x\]$'
+expect_stdout_has '^ {4,}print stored K, V or X values$'
 expect_stdout_has '^  -h, --help '
 expect_stdout_has '^  --version '
 help_text=$out

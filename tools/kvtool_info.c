@@ -1,0 +1,147 @@
+/*
+ * kvtool_info.c - `kvtool info [--json] DIR`: a store's configuration
+ * (kvf_store_info_get), its sequences and segments, and the figures of
+ * kvf_stats_get.
+ *
+ * The byte counts and write amplification of kvf_stats_get are counted
+ * since the store was opened, so for the read-only open made here they
+ * are zero; they are printed anyway, labelled so, for the same output on
+ * a store a program has open.  The store is opened read-only and never
+ * changed.
+ */
+#include <string.h>
+
+#include "kvtool.h"
+
+/* What info shows, gathered before anything is printed. */
+struct info {
+	const char *dir;     /* the store directory */
+	kvf_store_info si;   /* configuration */
+	kvf_stats stats;     /* figures since open */
+	size_t n_seqs;       /* live sequences */
+};
+
+static void version_text(char *buf, size_t cap, unsigned v)
+{
+	snprintf(buf, cap, "%u.%u.%u", v / 10000, v / 100 % 100, v % 100);
+}
+
+static void print_text(const struct info *in)
+{
+	const kvf_store_info *si = &in->si;
+	const kvf_stats *s = &in->stats;
+	char b[6][32], ver[32];
+
+	version_text(ver, sizeof(ver), si->library_version);
+	printf("store        %s\n", in->dir);
+	printf("format       version %u (library %s)\n", si->format_version, ver);
+	printf("store id     %016llx\n", (unsigned long long)si->store_id);
+	printf("model        %u layers, %u query heads, %u KV heads, head_dim %u, %s\n",
+	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
+	       si->model.head_dim, dtype_name(si->model.dtype));
+	printf("pages        %u bytes, %u tokens of one head per K/V page\n",
+	       si->page_size, si->group_tokens);
+	printf("segments     %s each (%u data pages and a summary); %u stripes x %llu = %u segments\n",
+	       human_bytes(b[0], sizeof(b[0]), si->segment_size),
+	       si->data_pages_per_segment, si->n_stripes,
+	       (unsigned long long)si->segs_per_stripe, s->segments_total);
+	printf("capacity     %s (%llu bytes), %s media, K^T pages %s%s\n",
+	       human_bytes(b[1], sizeof(b[1]), si->capacity_bytes),
+	       (unsigned long long)si->capacity_bytes, media_name(si->media),
+	       si->kt_pages ? "on" : "off", si->read_only ? ", opened read-only" : "");
+	printf("sequences    %zu\n", in->n_seqs);
+	printf("segment use  %u sealed, %u open, %u dying, %u corrupt, %u free\n",
+	       s->segments_sealed, s->segments_open, s->segments_dying,
+	       s->segments_corrupt, s->segments_free);
+	printf("live pages   %llu (%s)\n", (unsigned long long)s->live_pages,
+	       human_bytes(b[2], sizeof(b[2]), s->live_pages * si->page_size));
+	printf("syncs        %llu since the store was created\n",
+	       (unsigned long long)s->n_syncs);
+	printf("index        %s of memory\n",
+	       human_bytes(b[3], sizeof(b[3]), s->index_bytes));
+	printf("since open   user %s, written %s, read %s, catalog %s\n",
+	       human_bytes(b[0], sizeof(b[0]), s->user_bytes),
+	       human_bytes(b[1], sizeof(b[1]), s->host_bytes_written),
+	       human_bytes(b[2], sizeof(b[2]), s->bytes_read),
+	       human_bytes(b[3], sizeof(b[3]), s->metadata_bytes));
+	printf("written      data %s, padding %s, cleaner %s, K^T %s, summaries %s\n",
+	       human_bytes(b[0], sizeof(b[0]), s->data_bytes),
+	       human_bytes(b[1], sizeof(b[1]), s->padding_bytes),
+	       human_bytes(b[2], sizeof(b[2]), s->cleaner_bytes),
+	       human_bytes(b[4], sizeof(b[4]), s->kt_bytes),
+	       human_bytes(b[5], sizeof(b[5]), s->summary_bytes));
+	printf("WA           host %.3f, device %.3f, total %.3f%s\n", s->host_wa,
+	       s->device_wa, s->total_wa,
+	       s->user_bytes ? "" : " (nothing appended since open)");
+}
+
+static void print_json(const struct info *in)
+{
+	const kvf_store_info *si = &in->si;
+	const kvf_stats *s = &in->stats;
+	char ver[32];
+
+	version_text(ver, sizeof(ver), si->library_version);
+	fputs("{\"store\": ", stdout);
+	json_string(stdout, in->dir);
+	printf(", \"format_version\": %u, \"library_version\": \"%s\"",
+	       si->format_version, ver);
+	printf(", \"store_id\": \"%016llx\"", (unsigned long long)si->store_id);
+	printf(", \"model\": {\"n_layers\": %u, \"n_q_heads\": %u, \"n_kv_heads\": %u, \"head_dim\": %u, \"dtype\": \"%s\"}",
+	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
+	       si->model.head_dim, dtype_name(si->model.dtype));
+	printf(", \"page_size\": %u, \"group_tokens\": %u, \"segment_size\": %llu",
+	       si->page_size, si->group_tokens,
+	       (unsigned long long)si->segment_size);
+	printf(", \"data_pages_per_segment\": %u, \"n_stripes\": %u, \"segs_per_stripe\": %llu",
+	       si->data_pages_per_segment, si->n_stripes,
+	       (unsigned long long)si->segs_per_stripe);
+	printf(", \"capacity_bytes\": %llu, \"media\": \"%s\", \"kt_pages\": %u, \"read_only\": %s",
+	       (unsigned long long)si->capacity_bytes, media_name(si->media),
+	       si->kt_pages, si->read_only ? "true" : "false");
+	printf(", \"sequences\": %zu", in->n_seqs);
+	printf(", \"segments\": {\"total\": %u, \"free\": %u, \"open\": %u, \"sealed\": %u, \"dying\": %u, \"corrupt\": %u}",
+	       s->segments_total, s->segments_free, s->segments_open,
+	       s->segments_sealed, s->segments_dying, s->segments_corrupt);
+	printf(", \"live_pages\": %llu, \"n_syncs\": %llu, \"index_bytes\": %llu",
+	       (unsigned long long)s->live_pages, (unsigned long long)s->n_syncs,
+	       (unsigned long long)s->index_bytes);
+	printf(", \"since_open\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu, \"metadata_bytes\": %llu, \"bytes_read\": %llu",
+	       (unsigned long long)s->user_bytes,
+	       (unsigned long long)s->host_bytes_written,
+	       (unsigned long long)s->data_bytes,
+	       (unsigned long long)s->padding_bytes,
+	       (unsigned long long)s->cleaner_bytes,
+	       (unsigned long long)s->kt_bytes,
+	       (unsigned long long)s->summary_bytes,
+	       (unsigned long long)s->metadata_bytes,
+	       (unsigned long long)s->bytes_read);
+	printf(", \"host_wa\": %.6f, \"device_wa\": %.6f, \"total_wa\": %.6f}}\n",
+	       s->host_wa, s->device_wa, s->total_wa);
+}
+
+int cmd_info(const struct cmd *c, int argc, char **argv)
+{
+	int json = 0, rc;
+	const struct opt_spec opts[] = { { "--json", &json, NULL } };
+	struct info in;
+	kvf_store *st;
+
+	if ((rc = parse_store_args(c, argc, argv, opts, 1, &in.dir)) != EXIT_OK)
+		return rc;
+	if ((rc = store_open(c, in.dir, &st)) != EXIT_OK)
+		return rc;
+	memset(&in.si, 0, sizeof(in.si));
+	memset(&in.stats, 0, sizeof(in.stats));
+	in.si.struct_size = sizeof(in.si);
+	in.stats.struct_size = sizeof(in.stats);
+	if (kvf_store_info_get(st, &in.si) != KVF_OK ||
+	    kvf_stats_get(st, &in.stats) != KVF_OK ||
+	    kvf_seq_list(st, NULL, 0, &in.n_seqs) != KVF_OK)
+		return store_close(c, st, call_failed(c));
+	if (json)
+		print_json(&in);
+	else
+		print_text(&in);
+	return store_close(c, st, EXIT_OK);
+}
