@@ -504,7 +504,9 @@ typedef struct {
 	kvf_kind kind;          /* what it holds */
 	uint32_t head;          /* KV head (K, V), or slice (X: query head) */
 	uint64_t group;         /* token group: tokens [group * group_tokens,
-				 * (group + 1) * group_tokens) */
+				 * (group + 1) * group_tokens); for KT the
+				 * entry of the K^T stream: token block *
+				 * K^T pages per block + dim group */
 	kvf_status status;      /* KVF_ECORRUPT, or KVF_EIO (unreadable) */
 	const char *message;    /* what is wrong, naming the segment, page,
 				 * expected and found; valid during the call */
@@ -522,7 +524,8 @@ typedef struct {
 	size_t struct_size;         /* sizeof(kvf_verify_report), set by the caller */
 	uint64_t sequences_checked; /* sequences walked */
 	uint64_t pages_checked;     /* index entries whose page was checked */
-	uint64_t bad_pages;         /* of those, damaged or missing */
+	uint64_t bad_pages;         /* of those, damaged or missing (calls
+				     * of fn for pages) */
 	uint32_t segments_checked;  /* segment summaries read and checked */
 	uint32_t bad_segments;      /* of those, damaged or unreadable */
 	uint64_t bytes_read;        /* bytes read from media */
@@ -538,9 +541,10 @@ typedef struct {
  * against the summary's and the index's check; the summary's key against
  * the index slot (stream and token group; a fork's shared pages name the
  * ancestor that wrote them); the segment's state.  fn (may be NULL) gets
- * one call per damaged page, one per damaged summary, and one per token
- * group the index lost.  Pages still in memory (partial groups, segments
- * being filled) are not on media and are not checked.
+ * one call per index entry naming a damaged page (a page forks share is
+ * reported for each sequence naming it), one per damaged summary, and one
+ * per token group the index lost.  Pages still in memory (partial groups,
+ * segments being filled) are not on media and are not checked.
  * @out: receives the counts; bad_pages + bad_segments == 0 means clean.
  * Return: KVF_OK, also when damage was found (out says so); KVF_EINVAL (st
  * or out NULL, struct_size too small); KVF_EVERSION; KVF_ENOMEM; KVF_EFATAL.

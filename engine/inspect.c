@@ -227,7 +227,7 @@ kvf_status kvf_seq_info_get(kvf_store *st, uint64_t id, kvf_seq_info *out)
 	if ((rc = common(st, call, out, sizeof(in))) != KVF_OK)
 		return rc;
 	memset(&in, 0, sizeof(in));
-	n_streams = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	n_streams = seq_n_streams(st);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
@@ -507,11 +507,25 @@ static void describe(kvf_store *st, const struct pending *p, char *buf,
 	uint64_t t0 = d->group * st->group_tokens;
 
 	page_where(st, d, where, sizeof(where));
-	snprintf(what, sizeof(what),
-		 "sequence %llu layer %u %s head %u group %llu (tokens %llu..%llu)",
-		 (unsigned long long)d->seq, d->layer, kind_name((enum kv_kind)d->kind),
-		 d->head, (unsigned long long)d->group, (unsigned long long)t0,
-		 (unsigned long long)(t0 + st->group_tokens - 1));
+	if (d->kind == KVF_KIND_KT && st->kt_groups) {
+		uint64_t block = d->group / st->kt_groups;
+
+		t0 = block * st->kt_tokens;
+		snprintf(what, sizeof(what),
+			 "sequence %llu layer %u KT head %u block %llu dim group %llu (tokens %llu..%llu)",
+			 (unsigned long long)d->seq, d->layer, d->head,
+			 (unsigned long long)block,
+			 (unsigned long long)(d->group % st->kt_groups),
+			 (unsigned long long)t0,
+			 (unsigned long long)(t0 + st->kt_tokens - 1));
+	} else {
+		snprintf(what, sizeof(what),
+			 "sequence %llu layer %u %s head %u group %llu (tokens %llu..%llu)",
+			 (unsigned long long)d->seq, d->layer,
+			 kind_name((enum kv_kind)d->kind), d->head,
+			 (unsigned long long)d->group, (unsigned long long)t0,
+			 (unsigned long long)(t0 + st->group_tokens - 1));
+	}
 	switch (p->problem) {
 	case P_NONE:
 		snprintf(buf, cap, "%s: no damage", what);
@@ -627,6 +641,13 @@ static int writer_ok(kvf_store *st, const struct seq *seq, uint64_t writer)
 	return 0;
 }
 
+/* summary_bytes - bytes the summary of n_data data pages takes on media */
+static uint64_t summary_bytes(const kvf_store *st, uint32_t n_data)
+{
+	return (uint64_t)summary_pages(n_data, st->hdr.page_size) *
+	       st->hdr.page_size;
+}
+
 /* check_summary - load segid's summary into c->sum_buf; count it once per
  * seqno.  Return: 1 if it checks out (*v set), 0 if not. */
 static int check_summary(struct vctx *c, uint32_t segid, uint32_t n_data,
@@ -639,8 +660,7 @@ static int check_summary(struct vctx *c, uint32_t segid, uint32_t n_data,
 		return 0;
 	}
 	if (rc == KVF_OK)
-		c->rep.bytes_read += (uint64_t)summary_pages(n_data, c->st->hdr.page_size) *
-				     c->st->hdr.page_size;
+		c->rep.bytes_read += summary_bytes(c->st, n_data);
 	if (c->seen[segid] == seqno)
 		return rc == KVF_OK;
 	c->seen[segid] = seqno;
@@ -722,7 +742,8 @@ static kvf_status read_batch(struct vctx *c, uint32_t segid,
 				.stripe = seg_stripe(st, segid),
 				.seg = seg_in_stripe(st, segid), .page = pg,
 				.n_pages = 1,
-				.buf = c->data_buf + (size_t)n_pages * st->hdr.page_size };
+				.buf = c->data_buf +
+				       (size_t)n_pages * st->hdr.page_size };
 		}
 		slot[k] = n_pages++;
 		last = pg;
@@ -831,25 +852,25 @@ static int cmp_ventry(const void *a, const void *b)
 static void collect(struct vctx *c, struct seq *seq)
 {
 	kvf_store *st = c->st;
-	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
-	uint32_t G = st->group_tokens;
+	uint32_t n = seq_n_streams(st), G = st->group_tokens;
 
 	c->n_ents = 0;
 	for (uint32_t i = 0; i < n && !c->oom; i++) {
 		uint32_t sid;
 		struct stream *s = seq_stream_at(st, seq, i, &sid);
-		uint64_t tokens, groups;
+		enum kv_kind kind = stream_kind(sid);
+		uint64_t tokens = seq_tokens(seq, kind, stream_layer(sid));
+		uint64_t groups = seq_stream_groups(st, seq, sid);
 
-		if (s == NULL)
-			continue;
-		tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
-		groups = (tokens + G - 1) / G;
 		for (uint64_t g = 0; g < groups && !c->oom; g++) {
-			uint32_t a = g < s->n_groups ? s->pages[g].addr : ADDR_NONE;
-			int tail = g == tokens / G; /* partial last group */
+			uint32_t a = s && g < s->n_groups ? s->pages[g].addr
+							  : ADDR_NONE;
+			/* the partial last token group (K^T streams count
+			 * complete blocks only) */
+			int tail = kind != KIND_KT && g == tokens / G;
 
 			if (a == ADDR_NONE) {
-				if (tail && s->gbuf != NULL)
+				if (tail && s && s->gbuf != NULL)
 					continue; /* in memory only, so far */
 				c->rep.pages_checked++;
 				damage(c, P_HOLE, seq->id, sid, (uint32_t)g, ADDR_NONE);
@@ -946,8 +967,7 @@ static int verify_rest(struct vctx *c)
 			c->seen[segid] = seqno;
 			c->rep.segments_checked++;
 			if (rc == KVF_OK)
-				c->rep.bytes_read += (uint64_t)summary_pages(n_data, st->hdr.page_size) *
-						     st->hdr.page_size;
+				c->rep.bytes_read += summary_bytes(st, n_data);
 			else
 				summary_damage(c, segid, rc);
 		}

@@ -45,11 +45,14 @@ static void json_damage(const struct verify_out *o, const kvf_verify_damage *d)
 	if (d->seq == KVF_SEQ_NONE) {
 		fputs(", \"seq\": null", stdout);
 	} else {
-		printf(", \"seq\": %llu, \"layer\": %u, \"kind\": \"%s\", \"head\": %u, \"group\": %llu, \"tokens\": [%llu, %llu]",
+		printf(", \"seq\": %llu, \"layer\": %u, \"kind\": \"%s\", \"head\": %u, \"group\": %llu",
 		       (unsigned long long)d->seq, d->layer, kind_name(d->kind),
-		       d->head, (unsigned long long)d->group,
-		       (unsigned long long)t0,
-		       (unsigned long long)(t0 + o->si.group_tokens));
+		       d->head, (unsigned long long)d->group);
+		if (d->kind == KVF_KIND_KT) /* an entry of the K^T stream */
+			fputs(", \"tokens\": null", stdout);
+		else
+			printf(", \"tokens\": [%llu, %llu]", (unsigned long long)t0,
+			       (unsigned long long)(t0 + o->si.group_tokens));
 	}
 	printf(", \"status\": %d, \"status_text\": ", (int)d->status);
 	json_string(stdout, kvf_strerror(d->status));

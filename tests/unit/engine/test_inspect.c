@@ -783,6 +783,64 @@ Test(inspect, verify_index_damage)
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }
 
+/* ---- K^T pages -------------------------------------------------------------- */
+
+Test(inspect, verify_kt)
+{
+	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_seq_info qi = { .struct_size = sizeof(qi) };
+	kvf_verify_report r;
+	kvf_options o;
+	kvf_store *st = NULL;
+	struct found *f;
+	struct stream *s;
+	struct seq *seq;
+	uint32_t addr, segid, page;
+	char want[96];
+
+	kvf_options_init(&o, &m);
+	o.segment_size = SEG_BYTES;
+	o.capacity_bytes = 8ull << 20;
+	o.n_stripes = STRIPES;
+	o.kt_pages = 1;
+	cr_assert(eq(int, kvf_open(store_dir(), &o, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		append_tokens(st, 1, l, 0, 300);
+	cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_seq_info_get(st, 1, &qi), KVF_OK));
+	f = verify(st, &r);
+	cr_assert(eq(sz, f->n, 0), "%s", f->n ? f->msg[0] : "");
+	cr_assert(eq(u64, r.pages_checked, qi.pages));
+	cr_assert(gt(u64, qi.pages, LAYERS * 4 * 10), "K^T pages are counted");
+	free(f);
+
+	cr_assert(eq(int, seq_get_locked(st, "test", 1, &seq), KVF_OK));
+	s = seq_stream_of(st, seq, stream_id(0, KIND_KT, 1));
+	cr_assert_not_null(s);
+	cr_assert(gt(u32, s->n_groups, 0));
+	addr = s->pages[0].addr;
+	seq_unlock_put(st, seq);
+	segid = addr_seg(addr, st->page_bits);
+	page = addr_page(addr, st->page_bits);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	flip(segid % STRIPES, (uint64_t)(segid / STRIPES) * SEG_BYTES +
+				      (uint64_t)page * 4096 + 8);
+	st = open_store(1);
+	f = verify(st, &r);
+	cr_assert(eq(sz, f->n, 1), "%zu", f->n);
+	cr_assert(eq(int, f->d[0].kind, KVF_KIND_KT));
+	cr_assert(eq(u32, f->d[0].head, 1));
+	cr_assert(eq(u64, f->d[0].group, 0));
+	cr_assert(eq(u32, f->d[0].segid, segid));
+	cr_assert(eq(u32, f->d[0].page, page));
+	snprintf(want, sizeof(want), "sequence 1 layer 0 KT head 1 block 0 dim group 0");
+	cr_assert(contains(f->msg[0], want), "%s", f->msg[0]);
+	free(f);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+}
+
 /* ---- the fatal state ----------------------------------------------------------- */
 
 Test(inspect, fatal)
