@@ -108,17 +108,17 @@ static double unit(uint64_t *s)
 /* zipf_init - Vose's alias method over n ranks, p(k) ~ 1 / (k+1)^theta */
 static int zipf_init(struct gen *g, double theta)
 {
-	uint32_t *small = malloc(g->n * sizeof(uint32_t));
-	uint32_t *large = malloc(g->n * sizeof(uint32_t));
+	uint32_t *small = kvf_malloc(g->n * sizeof(uint32_t));
+	uint32_t *large = kvf_malloc(g->n * sizeof(uint32_t));
 	uint64_t ns = 0, nl = 0;
 	double sum = 0.0;
 
-	g->prob = malloc(g->n * sizeof(double));
-	g->alias = malloc(g->n * sizeof(uint32_t));
-	g->perm = malloc(g->n * sizeof(uint32_t));
+	g->prob = kvf_malloc(g->n * sizeof(double));
+	g->alias = kvf_malloc(g->n * sizeof(uint32_t));
+	g->perm = kvf_malloc(g->n * sizeof(uint32_t));
 	if (!small || !large || !g->prob || !g->alias || !g->perm) {
-		free(small);
-		free(large);
+		kvf_free(small);
+		kvf_free(large);
 		return -1;
 	}
 	for (uint64_t k = 0; k < g->n; k++)
@@ -153,8 +153,8 @@ static int zipf_init(struct gen *g, double theta)
 		g->perm[k] = g->perm[j];
 		g->perm[j] = t;
 	}
-	free(small);
-	free(large);
+	kvf_free(small);
+	kvf_free(large);
 	return 0;
 }
 
@@ -175,9 +175,9 @@ static int gen_init(struct gen *g, const struct ftl_args *a, uint64_t n)
 
 static void gen_release(struct gen *g)
 {
-	free(g->prob);
-	free(g->alias);
-	free(g->perm);
+	kvf_free(g->prob);
+	kvf_free(g->alias);
+	kvf_free(g->perm);
 }
 
 /* gen_page - the next page; *hot tells its class (hotcold, zipf top) */
@@ -719,15 +719,16 @@ static int validate(const struct ftl_args *base)
 	       base->blocks, base->ppb, base->warmup, base->measure);
 	printf("models evaluated at the effective spare factor of each run: FIFO = fixed point u = exp(-(1-u)/(1-Sf)); greedy, d-choices(%u) = mean field, b = %u\n\n",
 	       base->gc_d, base->ppb);
-	printf("  Sf    |  Sf eff  FIFO meas  model   err   |  Sf eff  greedy meas  model   err   |  Sf eff  d-ch meas  model   err\n");
-	printf("  ------+-----------------------------------+-------------------------------------+----------------------------------\n");
+	printf("         |               FIFO                |              greedy               |           d-choices(%u)\n",
+	       base->gc_d);
+	printf("  Sf     | Sf eff  measured    model    err   | Sf eff  measured    model    err   | Sf eff  measured    model    err\n");
+	printf("  -------+-----------------------------------+-----------------------------------+-----------------------------------\n");
 	for (size_t s = 0; s < N_SPARES; s++) {
-		printf("  %.2f  ", val_spares[s]);
+		printf("  %.2f   ", val_spares[s]);
 		for (size_t p = 0; p < N_VGC; p++)
-			printf("| %.4f  %8.4f  %7.4f  %+5.2f%% %s", sfe[s][p],
+			printf("| %.4f %9.4f %9.4f %+6.2f%% ", sfe[s][p],
 			       meas[s][p], model[s][p],
-			       100.0 * (meas[s][p] / model[s][p] - 1.0),
-			       p == 1 ? "  " : "");
+			       100.0 * (meas[s][p] / model[s][p] - 1.0));
 		printf("\n");
 	}
 	printf("\n  worst |error| %.2f%%; emulator %.2f M host page writes/s, %.2f M NAND programs/s over %.1f s wall\n",

@@ -45,6 +45,14 @@ kvf_status gc_init(struct gc_index *g, enum kvf_flash_gc_policy policy,
 			g->bhead[v] = GC_NONE;
 		g->min_hint = ppb;
 	}
+	if (policy == KVF_FLASH_GC_COST_BENEFIT) {
+		g->cb_weight = kvf_malloc(((size_t)ppb + 1) * sizeof(double));
+		if (g->cb_weight == NULL)
+			goto out_nomem;
+		g->cb_weight[0] = 0.0; /* unused: an empty block wins at once */
+		for (uint32_t v = 1; v <= ppb; v++)
+			g->cb_weight[v] = (double)(ppb - v) / (2.0 * v);
+	}
 	for (uint32_t b = 0; b < n_blocks; b++)
 		g->pos[b] = GC_NONE;
 	return KVF_OK;
@@ -67,6 +75,7 @@ void gc_release(struct gc_index *g)
 	kvf_free(g->bnext);
 	kvf_free(g->bprev);
 	kvf_free(g->bhead);
+	kvf_free(g->cb_weight);
 	memset(g, 0, sizeof(*g));
 }
 
@@ -195,13 +204,11 @@ static uint32_t pick_cost_benefit(const struct gc_index *g, uint64_t now)
 	for (uint32_t i = 0; i < g->n_sealed; i++) {
 		uint32_t b = g->set[i];
 		uint32_t v = g->valid[b];
-		double u, score;
+		double score;
 
 		if (v == 0)
 			return b;
-		u = (double)v / g->ppb;
-		score = (double)(now - g->seal_time[b] + 1) * (1.0 - u) /
-			(2.0 * u);
+		score = (double)(now - g->seal_time[b] + 1) * g->cb_weight[v];
 		if (score > best_score) {
 			best_score = score;
 			best = b;

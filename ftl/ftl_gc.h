@@ -45,6 +45,7 @@ struct gc_index {
 	uint32_t *bprev;     /* greedy: [block] previous in that list */
 	uint32_t *bhead;     /* greedy: [valid count] first block */
 	uint32_t min_hint;   /* greedy: no sealed block has fewer valid */
+	double *cb_weight;   /* cost-benefit: [valid] (1 - u) / 2u */
 };
 
 /*

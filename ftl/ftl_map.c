@@ -17,6 +17,7 @@
 #include "ftl/ftl_map.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
@@ -70,6 +71,27 @@ static int torn_here(const struct ftl *f, uint32_t b, uint32_t page)
 	       n->cut_page == page && wp_of(f, b) == page + 1;
 }
 
+#define HUGE_BYTES (2u << 20) /* a transparent huge page (bytes) */
+
+/*
+ * map_alloc - memory for a map array.  Arrays of 2 MiB or more are
+ * rounded up to whole huge pages and the kernel is asked to back them
+ * with such (best effort): the maps are walked at random, one TLB miss
+ * per write on 4 KiB pages once they outgrow the caches.
+ */
+static void *map_alloc(size_t bytes)
+{
+	size_t round = (bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
+	void *p;
+
+	if (bytes < HUGE_BYTES)
+		return kvf_malloc(bytes);
+	p = kvf_aligned_alloc(HUGE_BYTES, round);
+	if (p)
+		(void)madvise(p, round, MADV_HUGEPAGE);
+	return p;
+}
+
 kvf_status ftl_init(struct ftl *f, struct nand *nand, uint32_t part,
 		    uint32_t base, uint32_t n_blocks, uint64_t n_lpn,
 		    const struct ftl_params *prm)
@@ -91,8 +113,8 @@ kvf_status ftl_init(struct ftl *f, struct nand *nand, uint32_t part,
 	f->dirty = FTL_NONE;
 	n_l2p = prm->mapping == KVF_FLASH_MAP_PAGE ? n_lpn : n_lpn / f->ppb;
 	n_ppn = (uint64_t)n_blocks << f->shift;
-	f->l2p = kvf_malloc(n_l2p * sizeof(uint32_t));
-	f->p2l = kvf_malloc(n_ppn * sizeof(uint32_t));
+	f->l2p = map_alloc(n_l2p * sizeof(uint32_t));
+	f->p2l = map_alloc(n_ppn * sizeof(uint32_t));
 	f->state = kvf_calloc(n_blocks, sizeof(uint8_t));
 	f->bstream = kvf_calloc(n_blocks, sizeof(uint8_t));
 	f->front = kvf_calloc(n_fr, sizeof(*f->front));
@@ -391,10 +413,18 @@ static void give_back(struct ftl *f, uint32_t b, uint64_t sealed_at)
 	gc_reseal(&f->gc, b, sealed_at);
 }
 
+static kvf_status gc_victim(struct ftl *f, uint32_t v, int background);
+
 static kvf_status gc_one(struct ftl *f, int background)
 {
-	uint32_t v = gc_pick(&f->gc, f->clock), live;
+	return gc_victim(f, gc_pick(&f->gc, f->clock), background);
+}
+
+/* gc_victim - collect v (GC_NONE: there is nothing to collect) */
+static kvf_status gc_victim(struct ftl *f, uint32_t v, int background)
+{
 	uint64_t sealed_at;
+	uint32_t live;
 	kvf_status rc;
 
 	if (v == GC_NONE)
@@ -731,12 +761,15 @@ kvf_status ftl_power_restored(struct ftl *f)
 	return erase_block(f, b);
 }
 
-static kvf_status write_prologue(const struct ftl *f)
+static kvf_status write_prologue(struct ftl *f)
 {
 	if (f->nand->powered_off)
 		return dark(f, "write");
 	if (f->worn_out)
 		return worn_out(f);
+	/* a merge that failed for another reason than a cut left this */
+	if (f->dirty != FTL_NONE)
+		return ftl_power_restored(f);
 	return KVF_OK;
 }
 
@@ -878,8 +911,11 @@ kvf_status ftl_collect(struct ftl *f, uint32_t target, uint64_t *budget_ns)
 	while (f->pool.n_free < target && *budget_ns > 0 &&
 	       f->gc.n_sealed > 0) {
 		uint64_t before = tm->end_ns, used;
+		uint32_t v = gc_pick(&f->gc, f->clock);
 
-		if ((rc = gc_one(f, 1)) != KVF_OK)
+		if (f->gc.valid[v] >= f->ppb)
+			break; /* a full victim would only move pages around */
+		if ((rc = gc_victim(f, v, 1)) != KVF_OK)
 			return rc;
 		used = tm->end_ns - before;
 		*budget_ns = used >= *budget_ns ? 0 : *budget_ns - used;

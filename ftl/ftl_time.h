@@ -133,7 +133,7 @@ static inline uint64_t ftl_time_erase(struct ftl_time *tm, uint32_t die)
 	return done;
 }
 
-/* ftl_time_idle_until - is every die and channel free at time t (ns)? */
+/* ftl_time_idle_at - is every die and channel free at time t (ns)? */
 int ftl_time_idle_at(const struct ftl_time *tm, uint64_t t);
 
 /*

@@ -39,7 +39,7 @@
 #define LAT_BUCKETS (64u * LAT_SUB)
 
 struct media_flash {
-	struct kvf_media base;
+	struct kvf_media base;      /* the media head: ops, geometry */
 	pthread_mutex_t lock;       /* serializes every call */
 	struct kvf_flash_config cfg; /* as opened (path not kept) */
 	const char *cell;           /* cell type name */

@@ -104,7 +104,7 @@ struct kvf_flash_stats {
 	uint64_t latency_p50_ns;    /* median (log buckets, +-6%) */
 	uint64_t latency_p99_ns;    /* 99th percentile (same) */
 	/* endurance at the WA and wear seen since open */
-	struct kvf_flash_lifetime life;
+	struct kvf_flash_lifetime life; /* projection (bytes, requests) */
 };
 
 /* kvf_media_is_flash - is m the flash backend? */
