@@ -183,8 +183,9 @@ static inline void kvf_attn_opts_init(kvf_attn_opts *o)
 	kvf_attn_opts_init_sized(o, sizeof(*o));
 }
 
-/* Figures of one store, from kvf_stats_get.  Byte counts are totals since
- * the store was opened. */
+/* Figures of one store, from kvf_stats_get.  Written bytes count since the
+ * store was created (as of its last sync, plus this handle's since); read
+ * bytes and segment events count since open. */
 typedef struct {
 	size_t struct_size;          /* sizeof(kvf_stats), set by the caller */
 	uint64_t user_bytes;         /* bytes handed to kvf_append(_x) */

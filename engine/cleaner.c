@@ -274,7 +274,8 @@ static kvf_status commit_pass(struct pass *p)
 		rc = kvf_media_sync(st->media);
 	if (rc != KVF_OK)
 		return store_set_fatal(st, rc, "cleaner: segment write");
-	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = 0, .owner = 0,
+	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = 0,
+				 .owner = KVF_SEQ_NONE,
 				 .n_data_pages = n, .n_slots = p->n_slots };
 	{
 		struct timespec ts;
@@ -314,7 +315,7 @@ static kvf_status commit_pass(struct pass *p)
 		o->n_data = n;
 		o->seqno = rec.seqno;
 		o->write_ns = rec.write_ns;
-		o->owner = 0;
+		o->owner = KVF_SEQ_NONE;
 		o->live = 0;
 	}
 	for (uint32_t i = 0; i < p->n_owners; i++) {

@@ -92,11 +92,13 @@ kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 		   uint64_t tokens, uint32_t n, uint32_t *pages)
 {
 	uint32_t T = st->kt_tokens, ng = st->kt_groups;
-	uint64_t b0 = tokens / T, kb = (tokens % T + n) / T;
+	uint64_t b0, kb;
 	kvf_status rc;
 
 	if (st->kt_dims == 0)
 		return KVF_OK;
+	b0 = tokens / T;
+	kb = (tokens % T + n) / T;
 	if ((rc = seq_kt_alloc(st, seq)) != KVF_OK)
 		return rc;
 	for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++) {

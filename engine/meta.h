@@ -33,8 +33,15 @@
 #define META_TAG_REF 'R'
 
 struct meta_sync {
-	uint64_t seqno;   /* highest seqno made durable by the last sync */
-	uint64_t n_syncs; /* syncs since the store was created */
+	uint64_t seqno;         /* highest seqno made durable by the last sync */
+	uint64_t n_syncs;       /* syncs since the store was created */
+	/* byte counters since the store was created (store_counters) */
+	uint64_t user_bytes;
+	uint64_t data_bytes;
+	uint64_t padding_bytes;
+	uint64_t kt_bytes;
+	uint64_t cleaner_bytes;
+	uint64_t summary_bytes;
 };
 
 struct meta_seq {
@@ -48,7 +55,8 @@ struct meta_seq {
 struct meta_seg {
 	uint64_t seqno;        /* commit sequence number */
 	uint64_t write_ns;     /* wall clock when sealed (ns since epoch) */
-	uint64_t owner;        /* placement class: the sequence it was for */
+	uint64_t owner;        /* placement class: the sequence it was
+				* for; KVF_SEQ_NONE for the cleaner's */
 	uint32_t n_data_pages; /* data pages; the summary follows them */
 	uint32_t n_slots;      /* struct meta_slot entries that follow */
 };
@@ -74,6 +82,7 @@ struct meta_ref_entry {
 	uint32_t reserved;
 };
 
+static_assert(sizeof(struct meta_sync) == 64, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
 static_assert(sizeof(struct meta_slot) == 32, "meta_slot");

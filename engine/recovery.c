@@ -364,6 +364,12 @@ kvf_status recovery_load(kvf_store *st)
 		kvf_free(val);
 		st->synced_seqno = ms.seqno;
 		st->n_syncs = ms.n_syncs;
+		atomic_store(&st->c.user_bytes, ms.user_bytes);
+		atomic_store(&st->c.data_bytes, ms.data_bytes);
+		atomic_store(&st->c.padding_bytes, ms.padding_bytes);
+		atomic_store(&st->c.kt_bytes, ms.kt_bytes);
+		atomic_store(&st->c.cleaner_bytes, ms.cleaner_bytes);
+		atomic_store(&st->c.summary_bytes, ms.summary_bytes);
 		if (ms.seqno >= atomic_load(&st->next_seqno))
 			atomic_store(&st->next_seqno, ms.seqno + 1);
 	} else if (rc != KVF_ENOENT) {

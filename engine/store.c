@@ -367,6 +367,7 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 			 .pages_per_segment = st->pages_per_seg,
 			 .segs_per_stripe = st->hdr.segs_per_stripe },
 		.queue_depth = o->queue_depth,
+		.read_only = st->read_only,
 		.direct_io = o->direct_io == 1 ? KVF_MEDIA_ON :
 			     o->direct_io == 2 ? KVF_MEDIA_OFF : KVF_MEDIA_AUTO,
 	};
@@ -586,14 +587,21 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto fail;
 	}
-	if (mkdir(dir, 0755) == 0) {
-		made_dir = 1;
-	} else if (errno != EEXIST || st->read_only) {
-		rc = errno == EEXIST ? KVF_OK :
-		     kvf_fail_errno(errno == ENOENT ? KVF_ENOENT : KVF_EIO, errno,
-				    "kvf_open: mkdir %s", dir);
-		if (rc != KVF_OK)
+	if (st->read_only) {
+		struct stat sb;
+
+		if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (%s)",
+				      dir, errno == ENOENT ? "no such directory"
+							   : "not a directory");
 			goto fail;
+		}
+	} else if (mkdir(dir, 0755) == 0) {
+		made_dir = 1;
+	} else if (errno != EEXIST) {
+		rc = kvf_fail_errno(errno == ENOENT ? KVF_ENOENT : KVF_EIO, errno,
+				    "kvf_open: mkdir %s", dir);
+		goto fail;
 	}
 	if ((rc = lock_dir(st)) != KVF_OK)
 		goto fail;
@@ -737,6 +745,12 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 		return store_set_fatal(st, rc, "media sync");
 	ms.seqno = atomic_load(&st->next_seqno) - 1;
 	ms.n_syncs = st->n_syncs + (is_sync ? 1 : 0);
+	ms.user_bytes = atomic_load(&st->c.user_bytes);
+	ms.data_bytes = atomic_load(&st->c.data_bytes);
+	ms.padding_bytes = atomic_load(&st->c.padding_bytes);
+	ms.kt_bytes = atomic_load(&st->c.kt_bytes);
+	ms.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
+	ms.summary_bytes = atomic_load(&st->c.summary_bytes);
 	catalog_batch_put(b, &tag, 1, &ms, sizeof(ms));
 	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK)
 		return store_set_fatal(st, rc, "catalog commit");

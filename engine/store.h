@@ -112,7 +112,9 @@ struct seg_info {
 	uint16_t *refs;        /* per data page: index references */
 };
 
-/* counters for kvf_stats; atomics, updated where the bytes move */
+/* counters for kvf_stats; atomics, updated where the bytes move.  The
+ * write counters are saved by every durable point ("N") and restored at
+ * open, so they count since the store was created; reads count since open */
 struct store_counters {
 	_Atomic uint64_t user_bytes;      /* bytes handed to append */
 	_Atomic uint64_t data_bytes;      /* full data pages written */

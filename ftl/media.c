@@ -53,14 +53,30 @@ kvf_status kvf_media_open(const struct kvf_media_config *cfg,
 		return rc;
 	switch (cfg->kind) {
 	case KVF_MEDIA_MEMORY:
-		return kvf_media_mem_open(cfg, out);
+		rc = kvf_media_mem_open(cfg, out);
+		break;
 	case KVF_MEDIA_FILE:
-		return kvf_media_file_open(cfg, out);
+		rc = kvf_media_file_open(cfg, out);
+		break;
 	case KVF_MEDIA_FLASH:
-		return kvf_media_flash_open(cfg, out);
+		rc = kvf_media_flash_open(cfg, out);
+		break;
+	default:
+		return kvf_fail(KVF_EINVAL, "kvf_media_open: unknown media kind %d",
+				(int)cfg->kind);
 	}
-	return kvf_fail(KVF_EINVAL, "kvf_media_open: unknown media kind %d",
-			(int)cfg->kind);
+	if (rc == KVF_OK)
+		(*out)->read_only = cfg->read_only != 0;
+	return rc;
+}
+
+/* refuse_read_only - writes and trims on a read-only media */
+static kvf_status refuse_read_only(const char *call, struct kvf_media *m)
+{
+	if (m->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the media is open read-only",
+				call);
+	return KVF_OK;
 }
 
 /* check_io - the checks shared by reads and writes; call names the caller */
@@ -114,6 +130,8 @@ kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
 {
 	kvf_status rc = check_io("kvf_media_write", m, io, n_io);
 
+	if (rc == KVF_OK)
+		rc = refuse_read_only("kvf_media_write", m);
 	if (rc != KVF_OK || n_io == 0)
 		return rc;
 	return m->ops->write(m, io, n_io);
@@ -182,6 +200,8 @@ kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				"kvf_media_trim_segment: segment %llu out of range (stripe holds %llu)",
 				(unsigned long long)seg,
 				(unsigned long long)m->geo.segs_per_stripe);
+	if (m->read_only)
+		return refuse_read_only("kvf_media_trim_segment", m);
 	return m->ops->trim_segment(m, stripe, seg);
 }
 
@@ -191,6 +211,8 @@ kvf_status kvf_media_sync(struct kvf_media *m)
 		return kvf_fail(KVF_EINVAL, "kvf_media_sync: media is NULL");
 	if (m->closed)
 		return kvf_fail(KVF_ECLOSED, "kvf_media_sync: media is closed");
+	if (m->read_only)
+		return KVF_OK; /* nothing was written */
 	return m->ops->sync(m);
 }
 

@@ -93,7 +93,8 @@ struct kvf_media_ops {
 struct kvf_media {
 	const struct kvf_media_ops *ops;
 	struct kvf_media_geometry geo;
-	int closed; /* set by kvf_media_close */
+	int closed;    /* set by kvf_media_close */
+	int read_only; /* set at open from the config */
 };
 
 enum kvf_media_switch {
@@ -112,6 +113,9 @@ struct kvf_media_config {
 	enum kvf_media_switch direct_io; /* file: O_DIRECT */
 	enum kvf_media_switch uring;     /* file: io_uring */
 	uint32_t max_rings;       /* file: rings for concurrent callers; 0 = 4 */
+	uint32_t read_only;       /* 1: open existing stripes for reading
+				   * only (shared lock); writes and trims
+				   * answer KVF_ENOTSUP */
 	const struct kvf_flash_config *flash; /* flash: NULL = defaults */
 };
 

@@ -309,12 +309,17 @@ static const struct kvf_media_ops file_ops = {
 
 /* open_fd - open path with O_DIRECT if wanted, falling back to buffered
  * I/O where the file system refuses it (EINVAL) and direct_io is AUTO */
-static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io)
+static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io,
+			  int read_only)
 {
 	struct stat st;
 	int existed = stat(s->path, &st) == 0;
-	int flags = O_RDWR | O_CLOEXEC | O_CREAT;
+	int flags = read_only ? O_RDONLY | O_CLOEXEC : O_RDWR | O_CLOEXEC | O_CREAT;
 	int fd = -1;
+
+	if (read_only && !existed)
+		return kvf_fail_errno(KVF_EIO, ENOENT, "kvf_media_open: open %s",
+				      s->path);
 
 	if (direct_io != KVF_MEDIA_OFF) {
 		int err;
@@ -343,12 +348,14 @@ static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io
 	return KVF_OK;
 }
 
-/* prepare_stripe - lock the file and size it to hold the geometry */
-static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need)
+/* prepare_stripe - lock the file and size it to hold the geometry (a
+ * read-only open takes a shared lock and must find it sized already) */
+static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
+				 int read_only)
 {
 	struct stat st;
 
-	if (kvf_sysio->flock(s->fd, LOCK_EX | LOCK_NB) != 0) {
+	if (kvf_sysio->flock(s->fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
 		if (errno == EWOULDBLOCK)
 			return kvf_fail(KVF_EBUSY,
 					"kvf_media_open: %s is in use by another open media (locked)",
@@ -380,6 +387,11 @@ static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need)
 				s->path);
 	if ((uint64_t)st.st_size >= need)
 		return KVF_OK;
+	if (read_only)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_open: %s holds %llu bytes, the geometry needs %llu",
+				s->path, (unsigned long long)st.st_size,
+				(unsigned long long)need);
 	if (kvf_sysio->fallocate(s->fd, 0, 0, (off_t)need) == 0)
 		return KVF_OK;
 	if (errno == ENOSPC)
@@ -464,8 +476,8 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 			n_touched++;
 			goto out_close;
 		}
-		if ((rc = open_fd(s, cfg->direct_io)) != KVF_OK ||
-		    (rc = prepare_stripe(s, need)) != KVF_OK) {
+		if ((rc = open_fd(s, cfg->direct_io, cfg->read_only != 0)) != KVF_OK ||
+		    (rc = prepare_stripe(s, need, cfg->read_only != 0)) != KVF_OK) {
 			n_touched++;
 			goto out_close;
 		}

@@ -513,3 +513,34 @@ Test(media_file_only, batch_deeper_than_queue)
 	kvf_free(a);
 	kvf_free(b);
 }
+
+/* Read-only opens share the files, never create or grow them, and refuse
+ * writes and trims; a writer's exclusive lock keeps them out. */
+Test(media_file_only, read_only_opens)
+{
+	struct kvf_media *m = open_ok(2, KVF_MEDIA_AUTO), *r1 = NULL, *r2 = NULL;
+	struct kvf_media_config cfg = config(2, KVF_MEDIA_AUTO);
+	unsigned char *a = filled(PPS, 0x3c), *b = filled(PPS, 0);
+	struct stat sb;
+
+	cr_assert(eq(int, kvf_media_write_segment(m, 1, 2, a, (size_t)PPS * PAGE), KVF_OK));
+	cfg.read_only = 1;
+	EXPECT(kvf_media_open(&cfg, &r1), KVF_EBUSY, "in use by another open media");
+	kvf_media_free(m);
+	cr_assert(eq(int, kvf_media_open(&cfg, &r1), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_media_open(&cfg, &r2), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_media_read_pages(r2, 1, 2, 0, PPS, b), KVF_OK));
+	cr_assert(eq(int, memcmp(a, b, (size_t)PPS * PAGE), 0));
+	EXPECT(kvf_media_write_segment(r1, 0, 0, a, PAGE), KVF_ENOTSUP, "open read-only");
+	EXPECT(kvf_media_trim_segment(r1, 1, 2), KVF_ENOTSUP, "open read-only");
+	cr_assert(eq(int, kvf_media_sync(r1), KVF_OK));
+	kvf_media_free(r1);
+	kvf_media_free(r2);
+	/* a missing stripe is not created */
+	cfg = config(3, KVF_MEDIA_AUTO);
+	cfg.read_only = 1;
+	EXPECT(kvf_media_open(&cfg, &r1), KVF_EIO, "stripe2");
+	cr_assert(ne(int, stat(paths[2], &sb), 0), "read-only open created stripe2");
+	kvf_free(a);
+	kvf_free(b);
+}
