@@ -1,0 +1,388 @@
+/*
+ * attn_avx2.c - dense decode attention and raw scores, AVX2+FMA+F16C.
+ * Compiled with -mavx2 -mfma -mf16c; reached only through dispatch.c's
+ * table on a CPU that has all three.
+ *
+ * Same plan as attn.c, per block of KVC_BLOCK_TOKENS tokens (the block's
+ * K and V rows stay in L1 while the heads take their turns):
+ *  1. the list of unmasked tokens of the block;
+ *  2. for each group of up to 8 query heads: scores, 8 dims per FMA, each
+ *     K vector converted once (vcvtph2ps for f16) and used by every head
+ *     of the group; with up to 4 heads two tokens go together, so the q
+ *     loads are shared and two FMA chains run;
+ *  3. per head, the block max; if it raises m, acc and l are scaled once
+ *     by expf(m_old - m_new); p = exp8(s - m) eight tokens at a time;
+ *  4. acc += p_t * v_t, 8 dims at a time, each V vector converted once
+ *     and used by every head of the group (two dim vectors at a time for
+ *     one or two heads, for two FMA chains).
+ * Groups are 8, 4, 2 and 1 heads (n_q = 6 is 4 + 2), each an inlined
+ * instance with its accumulators in registers.  A head_dim that is not a
+ * multiple of 8 goes to the scalar kernels.
+ */
+#include <assert.h>
+#include <math.h>
+
+#include "compute/kern_impl.h"
+#include "compute/kernels.h"
+#include "compute/vec_avx2.h"
+
+#define B KVC_BLOCK_TOKENS
+
+/*
+ * dots - s[h * ss + j] = q_h . k_{tl[j]} for the NH heads at q (rows of D
+ * floats) and the nt listed rows of the block k (rows of rb bytes).
+ */
+KVC_INLINE void dots(const float *q, size_t D, const unsigned char *k,
+		     size_t rb, kvf_dtype dt, const uint8_t *tl, uint32_t nt,
+		     float *s, size_t ss, int NH)
+{
+	uint32_t j = 0;
+
+	if (NH <= 4) {
+		for (; j + 2 <= nt; j += 2) {
+			const unsigned char *k0 = k + tl[j] * rb;
+			const unsigned char *k1 = k + tl[j + 1] * rb;
+			__m256 a0[4], a1[4];
+
+#pragma GCC unroll 4
+			for (int h = 0; h < NH; h++)
+				a0[h] = a1[h] = _mm256_setzero_ps();
+			for (size_t d = 0; d < D; d += 8) {
+				__m256 x0 = load8(k0, d, dt);
+				__m256 x1 = load8(k1, d, dt);
+
+#pragma GCC unroll 4
+				for (int h = 0; h < NH; h++) {
+					__m256 qv =
+						_mm256_loadu_ps(q + h * D + d);
+
+					a0[h] = _mm256_fmadd_ps(qv, x0, a0[h]);
+					a1[h] = _mm256_fmadd_ps(qv, x1, a1[h]);
+				}
+			}
+#pragma GCC unroll 4
+			for (int h = 0; h < NH; h++) {
+				s[h * ss + j] = hsum8(a0[h]);
+				s[h * ss + j + 1] = hsum8(a1[h]);
+			}
+		}
+	}
+	for (; j < nt; j++) {
+		const unsigned char *k0 = k + tl[j] * rb;
+		__m256 a[8];
+
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			a[h] = _mm256_setzero_ps();
+		for (size_t d = 0; d < D; d += 8) {
+			__m256 x0 = load8(k0, d, dt);
+
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(
+							       q + h * D + d),
+						       x0, a[h]);
+		}
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			s[h * ss + j] = hsum8(a[h]);
+	}
+}
+
+/* softmax_block - for one head: fold the nt scores s[] (padded here with
+ * -INFINITY to a multiple of 8) into (m, l, acc), leaving p[] = exp(s -
+ * m_new). */
+KVC_INLINE void softmax_block(float *s, float *p, uint32_t nt, float *m,
+			      float *l, float *acc, size_t D)
+{
+	uint32_t nt8 = (nt + 7) & ~7u;
+	__m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
+	float mn;
+
+	for (uint32_t j = nt; j < nt8; j++)
+		s[j] = -INFINITY;
+	for (uint32_t j = 0; j < nt8; j += 8)
+		mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+	mn = hmax8(mx);
+	if (mn > *m) {
+		float c = expf(*m - mn);
+		__m256 cv = _mm256_set1_ps(c);
+
+		*l *= c;
+		for (size_t d = 0; d < D; d += 8)
+			_mm256_storeu_ps(acc + d,
+					 _mm256_mul_ps(cv, _mm256_loadu_ps(acc +
+									   d)));
+		*m = mn;
+	} else {
+		mn = *m;
+	}
+	mx = _mm256_set1_ps(mn);
+	for (uint32_t j = 0; j < nt8; j += 8) {
+		__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx));
+
+		_mm256_storeu_ps(p + j, e);
+		sum = _mm256_add_ps(sum, e);
+	}
+	*l += hsum8(sum);
+}
+
+/* accumulate_v - acc[h] += sum_j p[h][j] * v_{tl[j]} for NH heads. */
+KVC_INLINE void accumulate_v(float *acc, size_t D, const unsigned char *v,
+			     size_t rb, kvf_dtype dt, const uint8_t *tl,
+			     uint32_t nt, const float *p, int NH)
+{
+	size_t d = 0;
+
+	if (NH <= 2) {
+		for (; d + 16 <= D; d += 16) {
+			__m256 a0[2], a1[2];
+
+#pragma GCC unroll 2
+			for (int h = 0; h < NH; h++) {
+				a0[h] = _mm256_loadu_ps(acc + h * D + d);
+				a1[h] = _mm256_loadu_ps(acc + h * D + d + 8);
+			}
+			for (uint32_t j = 0; j < nt; j++) {
+				const unsigned char *row = v + tl[j] * rb;
+				__m256 x0 = load8(row, d, dt);
+				__m256 x1 = load8(row, d + 8, dt);
+
+#pragma GCC unroll 2
+				for (int h = 0; h < NH; h++) {
+					__m256 pv = _mm256_broadcast_ss(
+						p + h * B + j);
+
+					a0[h] = _mm256_fmadd_ps(pv, x0, a0[h]);
+					a1[h] = _mm256_fmadd_ps(pv, x1, a1[h]);
+				}
+			}
+#pragma GCC unroll 2
+			for (int h = 0; h < NH; h++) {
+				_mm256_storeu_ps(acc + h * D + d, a0[h]);
+				_mm256_storeu_ps(acc + h * D + d + 8, a1[h]);
+			}
+		}
+	}
+	for (; d < D; d += 8) {
+		__m256 a[8];
+
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			a[h] = _mm256_loadu_ps(acc + h * D + d);
+		for (uint32_t j = 0; j < nt; j++) {
+			__m256 x0 = load8(v + tl[j] * rb, d, dt);
+
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(
+							       p + h * B + j),
+						       x0, a[h]);
+		}
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			_mm256_storeu_ps(acc + h * D + d, a[h]);
+	}
+}
+
+/* fold_group - fold the listed tokens of one block into heads h0 ..
+ * h0 + NH - 1; s and p are [NH][B] scratch, s keeps the raw scores. */
+KVC_INLINE void fold_group(struct kvc_attn_state *st, uint32_t h0,
+			   const float *q, const unsigned char *kb,
+			   const unsigned char *vb, size_t rb, kvf_dtype dt,
+			   const uint8_t *tl, uint32_t nt, float *s, float *p,
+			   int NH)
+{
+	size_t D = st->head_dim;
+
+	dots(q + h0 * D, D, kb, rb, dt, tl, nt, s, B, NH);
+	for (int h = 0; h < NH; h++)
+		softmax_block(s + h * B, p + h * B, nt, st->m + h0 + h,
+			      st->l + h0 + h, st->acc + (h0 + h) * D, D);
+	accumulate_v(st->acc + h0 * D, D, vb, rb, dt, tl, nt, p, NH);
+}
+
+/* group_heads - heads in the next group, of the n_left still to do. */
+static uint32_t group_heads(uint32_t n_left)
+{
+	return n_left >= 8 ? 8 : n_left >= 4 ? 4 : n_left >= 2 ? 2 : 1;
+}
+
+/* list_tokens - the unmasked tokens t0 .. t0 + nb - 1 as block offsets. */
+static uint32_t list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb,
+			    uint8_t *tl)
+{
+	uint32_t nt = 0;
+
+	for (uint32_t t = 0; t < nb; t++)
+		if (!mask || mask[t0 + t])
+			tl[nt++] = (uint8_t)t;
+	return nt;
+}
+
+/* scatter_scores - the g rows of raw scores of one block into out, with
+ * -INFINITY for the unlisted (masked) tokens. */
+static void scatter_scores(float *out, size_t stride, const float *s,
+			   uint32_t g, const uint8_t *tl, uint32_t nt,
+			   uint32_t nb)
+{
+	for (uint32_t h = 0; h < g; h++) {
+		float *row = out + h * stride;
+
+		for (uint32_t t = 0; t < nb; t++)
+			row[t] = -INFINITY;
+		for (uint32_t j = 0; j < nt; j++)
+			row[tl[j]] = s[h * B + j];
+	}
+}
+
+KVC_INLINE void fold_dt(struct kvc_attn_state *st, const float *q,
+			const void *k, const void *v, uint32_t n, kvf_dtype dt,
+			const uint8_t *mask, float *scores,
+			size_t scores_stride)
+{
+	size_t D = st->head_dim, rb = D * kvc_elt_bytes(dt);
+	uint8_t tl[B];
+	float s[8 * B], p[8 * B];
+
+	for (uint32_t t0 = 0; t0 < n; t0 += B) {
+		uint32_t nb = n - t0 < B ? n - t0 : B;
+		const unsigned char *kb = (const unsigned char *)k + t0 * rb;
+		const unsigned char *vb = (const unsigned char *)v + t0 * rb;
+		uint32_t nt = list_tokens(mask, t0, nb, tl);
+
+		for (uint32_t h0 = 0, g; h0 < st->n_q; h0 += g) {
+			g = group_heads(st->n_q - h0);
+			if (nt) {
+				switch (g) {
+				case 8:
+					fold_group(st, h0, q, kb, vb, rb, dt,
+						   tl, nt, s, p, 8);
+					break;
+				case 4:
+					fold_group(st, h0, q, kb, vb, rb, dt,
+						   tl, nt, s, p, 4);
+					break;
+				case 2:
+					fold_group(st, h0, q, kb, vb, rb, dt,
+						   tl, nt, s, p, 2);
+					break;
+				default:
+					fold_group(st, h0, q, kb, vb, rb, dt,
+						   tl, nt, s, p, 1);
+					break;
+				}
+			}
+			if (scores)
+				scatter_scores(scores + h0 * scores_stride + t0,
+					       scores_stride, s, g, tl, nt, nb);
+		}
+	}
+}
+
+void kvc_attn_fold_avx2(struct kvc_attn_state *st, const float *q,
+			const void *k, const void *v, uint32_t n,
+			kvf_dtype dtype, const uint8_t *mask, float *scores,
+			size_t scores_stride)
+{
+	assert(n == 0 || (k && v && q));
+	if (st->head_dim % 8) {
+		kvc_attn_fold_scalar(st, q, k, v, n, dtype, mask, scores,
+				     scores_stride);
+		return;
+	}
+	switch (dtype) {
+	case KVF_DTYPE_F16:
+		fold_dt(st, q, k, v, n, KVF_DTYPE_F16, mask, scores,
+			scores_stride);
+		break;
+	case KVF_DTYPE_BF16:
+		fold_dt(st, q, k, v, n, KVF_DTYPE_BF16, mask, scores,
+			scores_stride);
+		break;
+	default:
+		fold_dt(st, q, k, v, n, KVF_DTYPE_F32, mask, scores,
+			scores_stride);
+		break;
+	}
+}
+
+/* scores_group - raw scores of the NH heads at q for one block. */
+KVC_INLINE void scores_group(const float *q, size_t D, const unsigned char *kb,
+			     size_t rb, kvf_dtype dt, const uint8_t *tl,
+			     uint32_t nt, uint32_t nb, int masked, float *out,
+			     size_t stride, float *s, int NH)
+{
+	if (!masked) { /* tl[j] == j: straight into out */
+		dots(q, D, kb, rb, dt, tl, nt, out, stride, NH);
+		return;
+	}
+	dots(q, D, kb, rb, dt, tl, nt, s, B, NH);
+	scatter_scores(out, stride, s, (uint32_t)NH, tl, nt, nb);
+}
+
+KVC_INLINE void scores_dt(const float *q, uint32_t n_q, size_t D, const void *k,
+			  uint32_t n, kvf_dtype dt, const uint8_t *mask,
+			  float *out, size_t stride)
+{
+	size_t rb = D * kvc_elt_bytes(dt);
+	uint8_t tl[B];
+	float s[8 * B];
+
+	for (uint32_t t0 = 0; t0 < n; t0 += B) {
+		uint32_t nb = n - t0 < B ? n - t0 : B;
+		const unsigned char *kb = (const unsigned char *)k + t0 * rb;
+		uint32_t nt = list_tokens(mask, t0, nb, tl);
+		int masked = nt != nb;
+
+		for (uint32_t h0 = 0, g; h0 < n_q; h0 += g) {
+			const float *qg = q + h0 * D;
+			float *o = out + h0 * stride + t0;
+
+			g = group_heads(n_q - h0);
+			switch (g) {
+			case 8:
+				scores_group(qg, D, kb, rb, dt, tl, nt, nb,
+					     masked, o, stride, s, 8);
+				break;
+			case 4:
+				scores_group(qg, D, kb, rb, dt, tl, nt, nb,
+					     masked, o, stride, s, 4);
+				break;
+			case 2:
+				scores_group(qg, D, kb, rb, dt, tl, nt, nb,
+					     masked, o, stride, s, 2);
+				break;
+			default:
+				scores_group(qg, D, kb, rb, dt, tl, nt, nb,
+					     masked, o, stride, s, 1);
+				break;
+			}
+		}
+	}
+}
+
+void kvc_scores_avx2(const float *q, uint32_t n_q, uint32_t head_dim,
+		     const void *k, uint32_t n, kvf_dtype dtype,
+		     const uint8_t *mask, float *out, size_t out_stride)
+{
+	if (head_dim % 8) {
+		kvc_scores_scalar(q, n_q, head_dim, k, n, dtype, mask, out,
+				  out_stride);
+		return;
+	}
+	switch (dtype) {
+	case KVF_DTYPE_F16:
+		scores_dt(q, n_q, head_dim, k, n, KVF_DTYPE_F16, mask, out,
+			  out_stride);
+		break;
+	case KVF_DTYPE_BF16:
+		scores_dt(q, n_q, head_dim, k, n, KVF_DTYPE_BF16, mask, out,
+			  out_stride);
+		break;
+	default:
+		scores_dt(q, n_q, head_dim, k, n, KVF_DTYPE_F32, mask, out,
+			  out_stride);
+		break;
+	}
+}

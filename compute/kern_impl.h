@@ -1,0 +1,92 @@
+/*
+ * kern_impl.h - what the kernel variants share inside compute/: the
+ * declarations of each variant's functions (for dispatch.c's tables) and
+ * the scalar element access every variant uses for tails.
+ *
+ * Only compute/ includes this file; the engine uses kernels.h.
+ */
+#ifndef KVF_COMPUTE_KERN_IMPL_H
+#define KVF_COMPUTE_KERN_IMPL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "compute/half.h"
+#include "compute/kernels.h"
+
+/* kvc_elt_bytes - bytes per element of dtype. */
+static inline size_t kvc_elt_bytes(kvf_dtype dtype)
+{
+	return dtype == KVF_DTYPE_F32 ? 4 : 2;
+}
+
+/* kvc_elt - element i of the array p of dtype, widened exactly to f32. */
+static inline float kvc_elt(const void *p, size_t i, kvf_dtype dtype)
+{
+	const unsigned char *b = (const unsigned char *)p;
+	uint16_t h;
+	float f;
+
+	if (dtype == KVF_DTYPE_F32) {
+		memcpy(&f, b + i * 4, sizeof(f));
+		return f;
+	}
+	memcpy(&h, b + i * 2, sizeof(h));
+	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
+}
+
+/* kvc_dot_row - q . row for a row of n elements of dtype (fp32 sum). */
+static inline float kvc_dot_row(const float *q, const void *row, uint32_t n,
+				kvf_dtype dtype)
+{
+	float s = 0.0f;
+
+	for (uint32_t d = 0; d < n; d++)
+		s += q[d] * kvc_elt(row, d, dtype);
+	return s;
+}
+
+/*
+ * kvc_sparf_correction - SparQ's temperature correction c_h of kernels.h
+ * (sparf_scores) for one head q of head_dim floats and its r dims: 1 when
+ * r covers the head or the selected part of q is all zero.
+ */
+static inline float kvc_sparf_correction(const float *q, uint32_t head_dim,
+					 const uint32_t *dims, uint32_t r)
+{
+	float all = 0.0f, sel = 0.0f;
+
+	for (uint32_t d = 0; d < head_dim; d++)
+		all += fabsf(q[d]);
+	for (uint32_t i = 0; i < r; i++)
+		sel += fabsf(q[dims[i]]);
+	if (r >= head_dim || !(sel > 0.0f))
+		return 1.0f;
+	return sqrtf(all / sel);
+}
+
+/* The scalar variant (attn.c, score.c, sparf.c). */
+kvc_attn_fold_fn kvc_attn_fold_scalar;
+kvc_scores_fn kvc_scores_scalar;
+kvc_probs_fn kvc_probs_scalar;
+kvc_h2o_accumulate_fn kvc_h2o_accumulate_scalar;
+kvc_softmax_stats_fn kvc_softmax_stats_scalar;
+kvc_softmax_mass_fn kvc_softmax_mass_scalar;
+kvc_sparf_scores_fn kvc_sparf_scores_scalar;
+kvc_vmean_fold_fn kvc_vmean_fold_scalar;
+
+/* The AVX2+FMA+F16C variant (attn_avx2.c, score_avx2.c, sparf_avx2.c);
+ * only built, and
+ * only referenced by dispatch.c, when KVC_HAVE_AVX2 is 1. */
+kvc_attn_fold_fn kvc_attn_fold_avx2;
+kvc_scores_fn kvc_scores_avx2;
+kvc_probs_fn kvc_probs_avx2;
+kvc_h2o_accumulate_fn kvc_h2o_accumulate_avx2;
+kvc_softmax_stats_fn kvc_softmax_stats_avx2;
+kvc_softmax_mass_fn kvc_softmax_mass_avx2;
+kvc_sparf_scores_fn kvc_sparf_scores_avx2;
+kvc_vmean_fold_fn kvc_vmean_fold_avx2;
+
+#endif /* KVF_COMPUTE_KERN_IMPL_H */
