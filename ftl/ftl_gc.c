@@ -2,8 +2,8 @@
  * ftl_gc.c - the victim index (see ftl_gc.h) and the analytic models of
  * write amplification under uniform random writes.
  *
- * The greedy lists are kept only when the policy is greedy, so the other
- * policies pay nothing per invalidated page.  The models are derived in
+ * The valid-count lists are kept only for greedy and cost-benefit, so
+ * FIFO and d-choices pay nothing per invalidated page.  The models are derived in
  * docs/ftl.md; the code follows the numbered steps there.
  */
 #include "ftl/ftl_gc.h"
@@ -35,7 +35,8 @@ kvf_status gc_init(struct gc_index *g, enum kvf_flash_gc_policy policy,
 	if (!g->valid || !g->seal_time || !g->pos || !g->set || !g->fnext ||
 	    !g->fprev)
 		goto out_nomem;
-	if (policy == KVF_FLASH_GC_GREEDY) {
+	if (policy == KVF_FLASH_GC_GREEDY ||
+	    policy == KVF_FLASH_GC_COST_BENEFIT) {
 		g->bnext = kvf_malloc((size_t)n_blocks * sizeof(uint32_t));
 		g->bprev = kvf_malloc((size_t)n_blocks * sizeof(uint32_t));
 		g->bhead = kvf_malloc(((size_t)ppb + 1) * sizeof(uint32_t));
@@ -194,21 +195,28 @@ static uint32_t pick_greedy(struct gc_index *g)
 /*
  * Cost-benefit (Rosenblum and Ousterhout's LFS cleaner, as SSD studies
  * use it): benefit/cost = (1 - u) * age / (2u).  A block with no valid
- * page costs nothing to clean and wins at once.
+ * page costs nothing to clean and wins at once.  The walk goes from the
+ * oldest sealed block (the FIFO list is in seal order) and stops when
+ * even the fewest valid pages any block has could not make a younger
+ * block win: exact, and it seldom looks far.
  */
-static uint32_t pick_cost_benefit(const struct gc_index *g, uint64_t now)
+static uint32_t pick_cost_benefit(struct gc_index *g, uint64_t now)
 {
-	uint32_t best = GC_NONE;
-	double best_score = -1.0;
+	uint32_t best = pick_greedy(g), min_v;
+	double best_score = -1.0, top;
 
-	for (uint32_t i = 0; i < g->n_sealed; i++) {
-		uint32_t b = g->set[i];
-		uint32_t v = g->valid[b];
+	if (best == GC_NONE || g->valid[best] == 0)
+		return best;
+	min_v = g->valid[best];
+	top = g->cb_weight[min_v];
+	best = GC_NONE;
+	for (uint32_t b = g->fifo_head; b != GC_NONE; b = g->fnext[b]) {
+		double age = (double)(now - g->seal_time[b] + 1);
 		double score;
 
-		if (v == 0)
-			return b;
-		score = (double)(now - g->seal_time[b] + 1) * g->cb_weight[v];
+		if (age * top <= best_score)
+			break;
+		score = age * g->cb_weight[g->valid[b]];
 		if (score > best_score) {
 			best_score = score;
 			best = b;

@@ -7,7 +7,8 @@
  *  - greedy:       fewest valid pages.  Sealed blocks sit in one list per
  *                  valid count, so a pick is O(1) amortized;
  *  - cost-benefit: largest age * (1 - u) / 2u, u = valid / pages per block
- *                  and age = clock - seal time (a scan of sealed blocks);
+ *                  and age = clock - seal time (a walk from the oldest
+ *                  block, cut short by a bound; it keeps the lists too);
  *  - FIFO:         the block sealed longest ago (a list in seal order);
  *  - d-choices:    fewest valid pages among d sealed blocks drawn
  *                  uniformly with replacement.
@@ -41,10 +42,10 @@ struct gc_index {
 	uint32_t *fprev;     /* [block] previous in seal order (FIFO) */
 	uint32_t fifo_head;  /* sealed longest ago */
 	uint32_t fifo_tail;  /* sealed last */
-	uint32_t *bnext;     /* greedy: [block] next in its valid-count list */
-	uint32_t *bprev;     /* greedy: [block] previous in that list */
-	uint32_t *bhead;     /* greedy: [valid count] first block */
-	uint32_t min_hint;   /* greedy: no sealed block has fewer valid */
+	uint32_t *bnext;     /* greedy, c-b: [block] next in its valid-count list */
+	uint32_t *bprev;     /* greedy, c-b: [block] previous in that list */
+	uint32_t *bhead;     /* greedy, c-b: [valid count] first block */
+	uint32_t min_hint;   /* greedy, c-b: no sealed block has fewer valid */
 	double *cb_weight;   /* cost-benefit: [valid] (1 - u) / 2u */
 };
 

@@ -4,8 +4,8 @@
  *
  * Every program goes through one of three paths, which keep the
  * invariants and count the program by cause: host writes (page_write,
- * block_append, block_merge), relocations (relocate for page mapping,
- * block_move for block mapping) and padding.  A power cut surfaces as
+ * block_append, block_fill), relocations (relocate for page mapping,
+ * block_fill via block_move for block mapping) and padding (block_pad).  A power cut surfaces as
  * KVF_EIO from the NAND layer; a program it tore still took its page, so
  * the torn page is accounted like any other and, for host data, mapped:
  * the logical page then reads back as KVF_ECORRUPT until rewritten.  A
@@ -21,8 +21,6 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-
-enum fr_kind { FR_HOST, FR_GC, FR_WL };
 
 static inline uint32_t gblk(const struct ftl *f, uint32_t b)
 {

@@ -76,10 +76,13 @@ Test(ftl_gc, cost_benefit_weighs_age_against_utilization)
 	cr_assert(eq(u32, gc_pick(&g, 100), 3));
 	/* much later the age term dominates less: still 3 (ratio fixed) */
 	cr_assert(eq(u32, gc_pick(&g, 100000), 3));
-	g.valid[0] = 2; /* u = 1/4: 0 now wins by far */
+	for (int i = 0; i < 4; i++)
+		gc_invalidate(&g, 0); /* u = 1/4: 0 now wins by far */
 	cr_assert(eq(u32, gc_pick(&g, 100), 0));
-	g.valid[2] = 0; /* an empty block costs nothing */
+	for (int i = 0; i < 7; i++)
+		gc_invalidate(&g, 2); /* an empty block costs nothing */
 	cr_assert(eq(u32, gc_pick(&g, 100), 2));
+	cr_assert(eq(int, gc_check(&g), KVF_OK), "%s", kvf_last_error());
 	gc_release(&g);
 }
 
