@@ -76,6 +76,28 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 	return KVF_OK;
 }
 
+/* seal_direct - gather G rows (stride bytes apart) into a page of the
+ * open segment as stream s's group g */
+static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint32_t sid, uint64_t g, const unsigned char *rows,
+			      size_t stride)
+{
+	uint32_t stripe = stream_stripe(st, sid, g), rb = st->row_bytes;
+	unsigned char *dst;
+	kvf_status rc;
+
+	if ((rc = openseg_slot(st, seq, stripe, &dst)) != KVF_OK)
+		return rc;
+	for (uint32_t r = 0; r < st->group_tokens; r++)
+		memcpy(dst + (size_t)r * rb, rows + (size_t)r * stride, rb);
+	rc = openseg_fill(st, seq, stripe, page_key_make(seq->id, sid, (uint32_t)g),
+			  ADDR_NONE, &s->pages[g]);
+	if (g >= s->n_groups)
+		s->n_groups = (uint32_t)g + 1;
+	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
+	return rc;
+}
+
 /*
  * append_streams - append n tokens to each of the n_src streams, which
  * hold `tokens` tokens each now.  For a K/V append kt_layer is the layer
@@ -116,6 +138,17 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		for (uint32_t done = 0; done < n && rc == KVF_OK;) {
 			uint32_t at = (uint32_t)(t % G);
 			uint32_t m = G - at < n - done ? G - at : n - done;
+
+			if (at == 0 && m == G) {
+				/* a whole group: gather it straight into the
+				 * segment, skipping the group buffer */
+				rc = seal_direct(st, seq, s, src[i].sid, t / G,
+						 src[i].src + (size_t)done * src[i].stride,
+						 src[i].stride);
+				done += G;
+				t += G;
+				continue;
+			}
 
 			for (uint32_t r = 0; r < m; r++)
 				memcpy(s->gbuf + (size_t)(at + r) * rb,

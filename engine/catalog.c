@@ -62,6 +62,9 @@ kvf_status catalog_open(const char *dir, int create, int read_only,
 	rocksdb_options_set_keep_log_file_num(c->opts, 2);
 	rocksdb_options_set_max_log_file_size(c->opts, 1 << 20);
 	rocksdb_options_set_max_background_jobs(c->opts, 1);
+	/* records are small binary structs: compression costs CPU on the
+	 * append path and saves little */
+	rocksdb_options_set_compression(c->opts, rocksdb_no_compression);
 	if (read_only)
 		c->db = rocksdb_open_for_read_only(c->opts, dir, 0, &err);
 	else

@@ -29,6 +29,7 @@
 #include "api/status.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
+#include "engine/writer.h"
 
 /* A slot that points at a page being moved. */
 struct owner {
@@ -428,6 +429,8 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 
 	pthread_mutex_lock(&st->sync_lock);
 	pthread_rwlock_wrlock(&st->world);
+	/* segment states and references settle once the writer is idle */
+	writer_wait_all(st);
 	/* dying segments only wait for a durable point */
 	if (st->n_dying > 0 && (b = catalog_batch_new()) != NULL) {
 		uint32_t before = st->n_free;

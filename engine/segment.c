@@ -13,29 +13,22 @@
 #include "engine/segment.h"
 
 #include <string.h>
-#include <time.h>
+#include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/cleaner.h"
+#include "engine/writer.h"
 
 uint64_t page_hash(const void *page, uint32_t page_size)
 {
-	return XXH3_64bits(page, page_size);
+	return XXH3_64bits_dispatch(page, page_size); /* AVX2 where present */
 }
 
 uint32_t page_check(const void *page, uint32_t page_size)
 {
 	return (uint32_t)page_hash(page, page_size);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 kvf_status seg_table_init(kvf_store *st)
@@ -272,31 +265,6 @@ void seg_wear_record(kvf_store *st, struct catalog_batch *b)
 	kvf_free(ec);
 }
 
-/* openseg_buffers - allocate the buffers of an open segment once */
-static kvf_status openseg_buffers(kvf_store *st, struct open_seg *os)
-{
-	uint32_t d = st->data_per_seg;
-
-	if (os->buf)
-		return KVF_OK;
-	os->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
-	os->entries = kvf_calloc(d, sizeof(*os->entries));
-	os->slots = kvf_calloc(d, sizeof(*os->slots));
-	os->superseded = kvf_calloc(d, sizeof(uint32_t));
-	if (!os->buf || !os->entries || !os->slots || !os->superseded) {
-		kvf_free(os->buf);
-		kvf_free(os->entries);
-		kvf_free(os->slots);
-		kvf_free(os->superseded);
-		memset(os, 0, sizeof(*os));
-		os->segid = SEG_NONE;
-		return kvf_fail(KVF_ENOMEM,
-				"out of memory for a segment buffer of %llu bytes",
-				(unsigned long long)st->hdr.segment_size);
-	}
-	return KVF_OK;
-}
-
 /* openseg_open - take a free segment of stripe for os */
 static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 			       struct open_seg *os, uint32_t stripe)
@@ -304,11 +272,10 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	struct seg_info *si;
 	uint16_t *refs;
 	uint32_t segid;
-	kvf_status rc;
 	int low;
 
-	if ((rc = openseg_buffers(st, os)) != KVF_OK)
-		return rc;
+	if (os->sb == NULL && (os->sb = segbuf_get(st)) == NULL)
+		return KVF_ENOMEM;
 	refs = kvf_calloc(st->data_per_seg, sizeof(uint16_t));
 	if (refs == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory");
@@ -347,112 +314,81 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	return KVF_OK;
 }
 
-/* openseg_flush - write os (data + summary) and commit its record */
+void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
+		uint64_t seqno, uint64_t write_ns)
+{
+	struct seg_info *si = &st->segs[segid];
+
+	pthread_mutex_lock(&st->seg_lock);
+	si->state = si->live ? SEG_SEALED : SEG_DYING;
+	if (si->state == SEG_DYING) {
+		si->died_epoch = st->epoch;
+		st->n_dying++;
+	}
+	si->n_data = n_data;
+	si->seqno = seqno;
+	si->write_ns = write_ns;
+	pthread_mutex_unlock(&st->seg_lock);
+}
+
+/* openseg_flush - hand os to the writer; the sequence keeps reading its
+ * pages from the job until the write is done */
 static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
 				struct open_seg *os)
 {
-	uint32_t ps = st->hdr.page_size, n = os->n_pages;
-	uint32_t sum_pages = summary_pages(n, ps);
-	unsigned char *sum = os->buf + (size_t)n * ps;
-	struct seg_summary_header h;
-	struct meta_seg rec;
-	struct catalog_batch *b;
-	unsigned char key[5];
-	size_t rec_len;
-	unsigned char *val;
-	kvf_status rc;
+	struct flush_job *job;
 
-	if (os->segid == SEG_NONE || n == 0)
+	if (os->segid == SEG_NONE || os->n_pages == 0)
 		return KVF_OK;
-	memset(&h, 0, sizeof(h));
-	memcpy(h.magic, SEG_MAGIC, 8);
-	h.store_id = st->hdr.store_id;
-	h.seqno = atomic_fetch_add(&st->next_seqno, 1);
-	h.segid = os->segid;
-	h.n_data_pages = n;
-	h.page_size = ps;
-	memset(sum, 0, (size_t)sum_pages * ps);
-	memcpy(sum + sizeof(h), os->entries, (size_t)n * sizeof(*os->entries));
-	memcpy(sum, &h, sizeof(h));
-	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n * sizeof(*os->entries));
-	memcpy(sum, &h, sizeof(h));
-
-	rc = kvf_media_write_segment(st->media, seg_stripe(st, os->segid),
-				     seg_in_stripe(st, os->segid), os->buf,
-				     (size_t)(n + sum_pages) * ps);
-	if (rc != KVF_OK)
-		return store_set_fatal(st, rc, "segment write");
-
-	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = now_ns(),
-				 .owner = seq->id, .n_data_pages = n,
-				 .n_slots = n };
-	rec_len = sizeof(rec) + (size_t)n * sizeof(struct meta_slot);
-	val = kvf_malloc(rec_len);
-	b = catalog_batch_new();
-	if (val == NULL || b == NULL) {
-		kvf_free(val);
-		catalog_batch_free(b);
-		kvf_fail(KVF_ENOMEM, "out of memory for a segment record");
-		return store_set_fatal(st, KVF_ENOMEM, "segment commit");
+	job = kvf_calloc(1, sizeof(*job));
+	if (job == NULL) {
+		kvf_fail(KVF_ENOMEM, "out of memory for a segment write");
+		return store_set_fatal(st, KVF_ENOMEM, "segment write");
 	}
-	memcpy(val, &rec, sizeof(rec));
-	memcpy(val + sizeof(rec), os->slots, (size_t)n * sizeof(struct meta_slot));
-	meta_key_u32(key, META_TAG_SEG, os->segid);
-	catalog_batch_put(b, key, sizeof(key), val, rec_len);
-	rc = catalog_commit(st->cat, b, 0);
-	catalog_batch_free(b);
-	kvf_free(val);
-	if (rc != KVF_OK)
-		return store_set_fatal(st, rc, "segment commit");
-
-	pthread_mutex_lock(&st->seg_lock);
-	{
-		struct seg_info *si = &st->segs[os->segid];
-
-		si->state = si->live ? SEG_SEALED : SEG_DYING;
-		if (si->state == SEG_DYING) {
-			si->died_epoch = st->epoch;
-			st->n_dying++;
-		}
-		si->n_data = n;
-		si->seqno = rec.seqno;
-		si->write_ns = rec.write_ns;
-	}
-	pthread_mutex_unlock(&st->seg_lock);
-	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
-	atomic_fetch_add(&st->c.segments_written, 1);
-	/* the pages these replace die only now that the record is in */
-	for (uint32_t i = 0; i < os->n_superseded; i++)
-		seg_ref_dec(st, os->superseded[i]);
+	job->sb = os->sb;
+	job->segid = os->segid;
+	job->n_pages = os->n_pages;
+	job->n_superseded = os->n_superseded;
+	job->seqno = atomic_fetch_add(&st->next_seqno, 1);
+	job->owner = seq->id;
+	os->sb = NULL;
 	os->segid = SEG_NONE;
 	os->n_pages = 0;
 	os->n_superseded = 0;
-	return KVF_OK;
+	writer_submit(st, seq, job);
+	return seq_jobs_reap(st, seq, 0);
 }
 
-kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
-			 const void *page, struct page_key key,
-			 uint32_t replaces, struct page_ref *out)
+kvf_status openseg_slot(kvf_store *st, struct seq *seq, uint32_t stripe,
+			unsigned char **page)
 {
 	struct open_seg *os = &seq->open[stripe];
-	uint32_t ps = st->hdr.page_size, n;
-	uint64_t h;
 	kvf_status rc;
 
 	if (os->segid == SEG_NONE &&
 	    (rc = openseg_open(st, seq, os, stripe)) != KVF_OK)
 		return rc;
-	n = os->n_pages;
-	memcpy(os->buf + (size_t)n * ps, page, ps);
-	h = page_hash(page, ps);
-	os->entries[n] = (struct seg_summary_entry){ key.hi, key.lo, h };
-	os->slots[n] = (struct meta_slot){ .seq = seq->id,
-					   .family = seq->family,
-					   .stream = page_key_stream(key),
-					   .group = page_key_group(key),
-					   .page = n };
+	*page = os->sb->buf + (size_t)os->n_pages * st->hdr.page_size;
+	return KVF_OK;
+}
+
+kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
+			struct page_key key, uint32_t replaces,
+			struct page_ref *out)
+{
+	struct open_seg *os = &seq->open[stripe];
+	uint32_t n = os->n_pages;
+	uint64_t h = page_hash(os->sb->buf + (size_t)n * st->hdr.page_size,
+			       st->hdr.page_size);
+
+	os->sb->entries[n] = (struct seg_summary_entry){ key.hi, key.lo, h };
+	os->sb->slots[n] = (struct meta_slot){ .seq = seq->id,
+					       .family = seq->family,
+					       .stream = page_key_stream(key),
+					       .group = page_key_group(key),
+					       .page = n };
 	if (replaces != ADDR_NONE)
-		os->superseded[os->n_superseded++] = replaces;
+		os->sb->superseded[os->n_superseded++] = replaces;
 	pthread_mutex_lock(&st->seg_lock);
 	st->segs[os->segid].refs[n] = 1;
 	st->segs[os->segid].live++;
@@ -465,6 +401,19 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
 	return KVF_OK;
 }
 
+kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 const void *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out)
+{
+	unsigned char *dst;
+	kvf_status rc = openseg_slot(st, seq, stripe, &dst);
+
+	if (rc != KVF_OK)
+		return rc;
+	memcpy(dst, page, st->hdr.page_size);
+	return openseg_fill(st, seq, stripe, key, replaces, out);
+}
+
 kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
 {
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
@@ -473,7 +422,7 @@ kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
 		if (rc != KVF_OK)
 			return rc;
 	}
-	return KVF_OK;
+	return seq_jobs_reap(st, seq, 1);
 }
 
 const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
@@ -484,8 +433,8 @@ const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
 	uint32_t page = addr_page(addr, st->page_bits);
 
 	if (os->segid != segid || page >= os->n_pages)
-		return NULL;
-	return os->buf + (size_t)page * st->hdr.page_size;
+		return seq_job_page(st, seq, addr);
+	return os->sb->buf + (size_t)page * st->hdr.page_size;
 }
 
 void openseg_release(kvf_store *st, struct seq *seq)
@@ -498,7 +447,7 @@ void openseg_release(kvf_store *st, struct seq *seq)
 		/* the index gave up its references to these pages when it
 		 * moved to this segment; drop them now it never commits */
 		for (uint32_t i = 0; i < os->n_superseded; i++)
-			seg_ref_dec(st, os->superseded[i]);
+			seg_ref_dec(st, os->sb->superseded[i]);
 		if (os->segid != SEG_NONE) {
 			pthread_mutex_lock(&st->seg_lock);
 			kvf_free(st->segs[os->segid].refs);
@@ -507,11 +456,10 @@ void openseg_release(kvf_store *st, struct seq *seq)
 			free_push(st, os->segid);
 			pthread_mutex_unlock(&st->seg_lock);
 		}
-		kvf_free(os->buf);
-		kvf_free(os->entries);
-		kvf_free(os->slots);
-		kvf_free(os->superseded);
+		segbuf_put(st, os->sb);
+		os->sb = NULL;
+		os->segid = SEG_NONE;
+		os->n_pages = 0;
+		os->n_superseded = 0;
 	}
-	kvf_free(seq->open);
-	seq->open = NULL;
 }

@@ -64,18 +64,38 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
 			 const void *page, struct page_key key,
 			 uint32_t replaces, struct page_ref *out);
 
-/* openseg_flush_all - write and commit every open segment of seq.
- * Caller holds seq->lock.  KVF_EFATAL on failure. */
+/*
+ * openseg_slot / openseg_fill - openseg_place in two steps, for a caller
+ * that builds the page in place: openseg_slot gives the next page of the
+ * open segment on stripe (opening one if needed; KVF_ENOSPC), the caller
+ * writes page_size bytes there, then openseg_fill records it as
+ * openseg_place would.  Nothing else may run on seq in between.
+ */
+kvf_status openseg_slot(kvf_store *st, struct seq *seq, uint32_t stripe,
+			unsigned char **page);
+kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
+			struct page_key key, uint32_t replaces,
+			struct page_ref *out);
+
+/* openseg_flush_all - write and commit every open segment of seq, and
+ * wait for its segments in flight.  Caller holds seq->lock.  KVF_EFATAL on
+ * failure. */
 kvf_status openseg_flush_all(kvf_store *st, struct seq *seq);
 
 /* openseg_page - the bytes of addr if it lies in one of seq's open
- * segments (not yet on media), else NULL.  Caller holds seq->lock. */
+ * segments or segments still being written, else NULL (it is on media).
+ * Caller holds seq->lock. */
 const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
 				  uint32_t addr);
 
 /* openseg_release - give back seq's open segments without writing them
- * (at free: their pages are garbage) and free the buffers. */
+ * (at free: their pages are garbage); their buffers go back to the pool */
 void openseg_release(kvf_store *st, struct seq *seq);
+
+/* seg_sealed - the writer committed segid: it is sealed (or dying, if
+ * its pages were all replaced meanwhile) */
+void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
+		uint64_t seqno, uint64_t write_ns);
 
 /* page_check - the 32-bit check stored in the index for page bytes */
 uint32_t page_check(const void *page, uint32_t page_size);

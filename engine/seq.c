@@ -19,6 +19,7 @@
 #include "api/status.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
+#include "engine/writer.h"
 
 static uint64_t hash_id(uint64_t id)
 {
@@ -152,13 +153,17 @@ static void streams_free(struct stream *s, uint32_t n)
 void seq_destroy(kvf_store *st, struct seq *seq)
 {
 	if (seq->open) {
-		for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
-			kvf_free(seq->open[s].buf);
-			kvf_free(seq->open[s].entries);
-			kvf_free(seq->open[s].slots);
-			kvf_free(seq->open[s].superseded);
-		}
+		for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+			segbuf_put(st, seq->open[s].sb);
 		kvf_free(seq->open);
+	}
+	/* the writer is done with every job by the time a sequence goes */
+	while (seq->jobs) {
+		struct flush_job *j = seq->jobs;
+
+		seq->jobs = j->seq_next;
+		segbuf_put(st, j->sb);
+		kvf_free(j);
 	}
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));
@@ -535,6 +540,11 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
+	/* every page must be committed before its reference is dropped */
+	if ((rc = seq_jobs_reap(st, seq, 1)) != KVF_OK) {
+		seq_unlock_put(st, seq);
+		goto out;
+	}
 	b = catalog_batch_new();
 	if (b == NULL) {
 		seq_unlock_put(st, seq);

@@ -37,26 +37,34 @@
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
+#include "engine/writer.h"
 #include "ftl/nand.h"
 
 kvf_status store_check(kvf_store *st, const char *call)
 {
 	if (atomic_load(&st->fatal))
 		return kvf_fail(KVF_EFATAL,
-				"%s: the store %s stopped after a failed commit; close and reopen it",
-				call, st->dir);
+				"%s: the store %s stopped after a failure; close and reopen it (%s)",
+				call, st->dir, st->fatal_msg);
 	return KVF_OK;
 }
 
 kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what)
 {
 	char prev[KVF_ERRMSG_CAP];
+	int expected = 0;
 
 	snprintf(prev, sizeof(prev), "%s", kvf_last_error());
-	atomic_store(&st->fatal, 1);
-	return kvf_fail(KVF_EFATAL,
-			"%s failed (%s: %s); the store %s is now unusable: close and reopen it",
-			what, kvf_strerror(cause), prev, st->dir);
+	kvf_fail(KVF_EFATAL,
+		 "%s failed (%s: %s); the store %s is now unusable: close and reopen it",
+		 what, kvf_strerror(cause), prev, st->dir);
+	/* the first failure names the cause for every later call */
+	pthread_mutex_lock(&st->pool_lock);
+	if (atomic_compare_exchange_strong(&st->fatal, &expected, 1))
+		snprintf(st->fatal_msg, sizeof(st->fatal_msg), "%s",
+			 kvf_last_error());
+	pthread_mutex_unlock(&st->pool_lock);
+	return KVF_EFATAL;
 }
 
 static uint32_t dtype_bytes(kvf_dtype d)
@@ -464,6 +472,7 @@ static uint64_t random_id(void)
 static void store_release(kvf_store *st, int created, int made_dir)
 {
 	cleaner_stop(st);
+	writer_stop(st);
 	if (!st->media_borrowed)
 		kvf_media_free(st->media);
 	catalog_close(st->cat);
@@ -502,6 +511,11 @@ static void store_release(kvf_store *st, int created, int made_dir)
 	pthread_rwlock_destroy(&st->seq_table_lock);
 	pthread_mutex_destroy(&st->seg_lock);
 	pthread_mutex_destroy(&st->sync_lock);
+	segbuf_pool_free(st);
+	pthread_mutex_destroy(&st->pool_lock);
+	pthread_cond_destroy(&st->writer_idle);
+	pthread_cond_destroy(&st->writer_work);
+	pthread_mutex_destroy(&st->writer_lock);
 	kvf_free(st->dir);
 	kvf_free(st);
 }
@@ -575,6 +589,10 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	pthread_rwlock_init(&st->seq_table_lock, NULL);
 	pthread_mutex_init(&st->seg_lock, NULL);
 	pthread_mutex_init(&st->sync_lock, NULL);
+	pthread_mutex_init(&st->writer_lock, NULL);
+	pthread_cond_init(&st->writer_work, NULL);
+	pthread_cond_init(&st->writer_idle, NULL);
+	pthread_mutex_init(&st->pool_lock, NULL);
 	atomic_init(&st->next_seqno, 1);
 	st->epoch = 1;
 	if ((rc = take_options(opts, &st->opts)) != KVF_OK)
@@ -675,7 +693,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK)
 		goto fail;
-	if (!st->read_only && (rc = cleaner_start(st)) != KVF_OK)
+	if (!st->read_only && ((rc = writer_start(st)) != KVF_OK ||
+			       (rc = cleaner_start(st)) != KVF_OK))
 		goto fail;
 	kvf_free(hpath);
 	kvf_free(mpath);

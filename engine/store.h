@@ -38,6 +38,7 @@
 #include "engine/meta.h"
 #include "engine/segfmt.h"
 #include "ftl/media.h"
+#include "api/status.h"
 #include "kvflash.h"
 
 enum seg_state {
@@ -49,6 +50,7 @@ enum seg_state {
 };
 
 #define SEG_NONE UINT32_MAX
+#define WRITER_THREADS 2 /* segment writes in flight at once */
 
 /* Where a group's page is, and the low 32 bits of its XXH3-64 so every
  * read from media is verified without reading the segment summary. */
@@ -71,12 +73,13 @@ struct stream {
 struct open_seg {
 	uint32_t segid;        /* SEG_NONE: none open */
 	uint32_t n_pages;      /* data pages placed */
-	unsigned char *buf;    /* the segment's bytes (aligned) */
-	struct seg_summary_entry *entries; /* per data page */
-	struct meta_slot *slots;           /* per data page: its owner */
-	uint32_t *superseded;  /* addresses this segment's pages replace */
-	uint32_t n_superseded; /* entries in superseded */
+	uint32_t n_superseded; /* entries in sb->superseded */
+	struct segbuf *sb;     /* its buffers (engine/writer.h); NULL when
+				* none is open */
 };
+
+struct segbuf;
+struct flush_job;
 
 struct seq {
 	uint64_t id;
@@ -97,6 +100,7 @@ struct seq {
 				* group]; gbuf holds kt_groups pages of the
 				* block being filled */
 	struct open_seg *open; /* [n_stripes] */
+	struct flush_job *jobs; /* segments being written, newest first */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
 
@@ -176,6 +180,19 @@ struct kvf_store {
 	uint64_t n_syncs;       /* syncs since create */
 	struct store_counters c;
 	pthread_mutex_t sync_lock; /* one sync or cleaning pass at a time */
+
+	/* the segment writer (engine/writer.c) */
+	pthread_t writer_threads[WRITER_THREADS];
+	pthread_mutex_t writer_lock;  /* guards the queue and counts below */
+	pthread_cond_t writer_work;   /* a job was queued, or stop */
+	pthread_cond_t writer_idle;   /* a job finished */
+	struct flush_job *wq_head, *wq_tail; /* queued, oldest first */
+	uint32_t inflight;            /* jobs queued or being written */
+	int writer_stop;              /* close asks it to end */
+	int writer_running;           /* threads started */
+	pthread_mutex_t pool_lock;    /* guards free_bufs */
+	struct segbuf *free_bufs;     /* segment buffers to reuse */
+	char fatal_msg[KVF_ERRMSG_CAP]; /* why the store stopped; set once */
 
 	/* the background cleaner (engine/cleaner.c) */
 	pthread_t cleaner_thread;

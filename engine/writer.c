@@ -1,0 +1,291 @@
+/*
+ * writer.c - the segment writer thread, its job queue and the buffer pool.
+ *
+ * WRITER_THREADS threads take jobs in submission order, so that many
+ * segment writes are in flight at once.  For each job a thread builds the
+ * summary after the data pages, writes the segment in one media write,
+ * commits the segment's record, seals the segment and drops the
+ * references of the pages the job's pages replace (they die only now that
+ * their replacements are committed).  Then it marks the job done; the
+ * sequence that owns it reaps it under its own lock.
+ *
+ * Locking: writer_lock guards the queue, `inflight`, `writer_stop`; a job's
+ * `done` is atomic.  The writer takes seg_lock (segment states) and the
+ * catalog's own locking; never a sequence lock, so an appender holding its
+ * sequence's lock may wait for it.
+ */
+#include "engine/writer.h"
+
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "engine/segment.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct segbuf *segbuf_get(kvf_store *st)
+{
+	uint32_t d = st->data_per_seg;
+	struct segbuf *sb;
+
+	pthread_mutex_lock(&st->pool_lock);
+	sb = st->free_bufs;
+	if (sb)
+		st->free_bufs = sb->next;
+	pthread_mutex_unlock(&st->pool_lock);
+	if (sb)
+		return sb;
+	sb = kvf_calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		goto fail;
+	sb->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
+	sb->entries = kvf_calloc(d, sizeof(*sb->entries));
+	sb->slots = kvf_calloc(d, sizeof(*sb->slots));
+	sb->superseded = kvf_calloc(d, sizeof(uint32_t));
+	if (sb->buf && sb->entries && sb->slots && sb->superseded)
+		return sb;
+fail:
+	if (sb) {
+		kvf_free(sb->buf);
+		kvf_free(sb->entries);
+		kvf_free(sb->slots);
+		kvf_free(sb->superseded);
+		kvf_free(sb);
+	}
+	kvf_fail(KVF_ENOMEM, "out of memory for a segment buffer of %llu bytes",
+		 (unsigned long long)st->hdr.segment_size);
+	return NULL;
+}
+
+void segbuf_put(kvf_store *st, struct segbuf *sb)
+{
+	if (sb == NULL)
+		return;
+	pthread_mutex_lock(&st->pool_lock);
+	sb->next = st->free_bufs;
+	st->free_bufs = sb;
+	pthread_mutex_unlock(&st->pool_lock);
+}
+
+void segbuf_pool_free(kvf_store *st)
+{
+	struct segbuf *sb = st->free_bufs;
+
+	while (sb) {
+		struct segbuf *next = sb->next;
+
+		kvf_free(sb->buf);
+		kvf_free(sb->entries);
+		kvf_free(sb->slots);
+		kvf_free(sb->superseded);
+		kvf_free(sb);
+		sb = next;
+	}
+	st->free_bufs = NULL;
+}
+
+/* job_run - write and commit one job; sets the fatal state on failure */
+static void job_run(kvf_store *st, struct flush_job *job)
+{
+	uint32_t ps = st->hdr.page_size, n = job->n_pages;
+	uint32_t sum_pages = summary_pages(n, ps);
+	unsigned char *sum = job->sb->buf + (size_t)n * ps;
+	struct seg_summary_header h;
+	struct meta_seg rec;
+	struct catalog_batch *b;
+	unsigned char key[5];
+	size_t rec_len;
+	unsigned char *val;
+	kvf_status rc;
+
+	if (atomic_load(&st->fatal))
+		return; /* nothing after a failure may commit */
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, SEG_MAGIC, 8);
+	h.store_id = st->hdr.store_id;
+	h.seqno = job->seqno;
+	h.segid = job->segid;
+	h.n_data_pages = n;
+	h.page_size = ps;
+	memset(sum, 0, (size_t)sum_pages * ps);
+	memcpy(sum + sizeof(h), job->sb->entries,
+	       (size_t)n * sizeof(*job->sb->entries));
+	memcpy(sum, &h, sizeof(h));
+	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n *
+						 sizeof(*job->sb->entries));
+	memcpy(sum, &h, sizeof(h));
+	rc = kvf_media_write_segment(st->media, seg_stripe(st, job->segid),
+				     seg_in_stripe(st, job->segid), job->sb->buf,
+				     (size_t)(n + sum_pages) * ps);
+	if (rc != KVF_OK) {
+		store_set_fatal(st, rc, "segment write");
+		return;
+	}
+	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = now_ns(),
+				 .owner = job->owner, .n_data_pages = n,
+				 .n_slots = n };
+	rec_len = sizeof(rec) + (size_t)n * sizeof(struct meta_slot);
+	val = kvf_malloc(rec_len);
+	b = catalog_batch_new();
+	if (val == NULL || b == NULL) {
+		kvf_free(val);
+		catalog_batch_free(b);
+		kvf_fail(KVF_ENOMEM, "out of memory for a segment record");
+		store_set_fatal(st, KVF_ENOMEM, "segment commit");
+		return;
+	}
+	memcpy(val, &rec, sizeof(rec));
+	memcpy(val + sizeof(rec), job->sb->slots, (size_t)n * sizeof(struct meta_slot));
+	meta_key_u32(key, META_TAG_SEG, job->segid);
+	catalog_batch_put(b, key, sizeof(key), val, rec_len);
+	rc = catalog_commit(st->cat, b, 0);
+	catalog_batch_free(b);
+	kvf_free(val);
+	if (rc != KVF_OK) {
+		store_set_fatal(st, rc, "segment commit");
+		return;
+	}
+	seg_sealed(st, job->segid, n, rec.seqno, rec.write_ns);
+	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
+	atomic_fetch_add(&st->c.segments_written, 1);
+	for (uint32_t i = 0; i < job->n_superseded; i++)
+		seg_ref_dec(st, job->sb->superseded[i]);
+}
+
+static void *writer_main(void *arg)
+{
+	kvf_store *st = arg;
+
+	pthread_mutex_lock(&st->writer_lock);
+	for (;;) {
+		struct flush_job *job = st->wq_head;
+
+		if (job == NULL) {
+			if (st->writer_stop)
+				break;
+			pthread_cond_wait(&st->writer_work, &st->writer_lock);
+			continue;
+		}
+		st->wq_head = job->next;
+		if (st->wq_head == NULL)
+			st->wq_tail = NULL;
+		pthread_mutex_unlock(&st->writer_lock);
+		job_run(st, job);
+		pthread_mutex_lock(&st->writer_lock);
+		atomic_store(&job->done, 1);
+		st->inflight--;
+		pthread_cond_broadcast(&st->writer_idle);
+	}
+	pthread_mutex_unlock(&st->writer_lock);
+	return NULL;
+}
+
+kvf_status writer_start(kvf_store *st)
+{
+	st->writer_stop = 0;
+	for (int i = 0; i < WRITER_THREADS; i++) {
+		if (pthread_create(&st->writer_threads[i], NULL, writer_main,
+				   st) != 0) {
+			writer_stop(st);
+			return kvf_fail(KVF_ENOMEM,
+					"kvf_open: cannot start segment writer thread %d",
+					i);
+		}
+		st->writer_running++;
+	}
+	return KVF_OK;
+}
+
+void writer_stop(kvf_store *st)
+{
+	if (!st->writer_running)
+		return;
+	pthread_mutex_lock(&st->writer_lock);
+	st->writer_stop = 1;
+	pthread_cond_broadcast(&st->writer_work);
+	pthread_mutex_unlock(&st->writer_lock);
+	for (int i = 0; i < st->writer_running; i++)
+		pthread_join(st->writer_threads[i], NULL);
+	st->writer_running = 0;
+}
+
+void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
+{
+	job->next = NULL;
+	job->seq_next = seq->jobs;
+	seq->jobs = job;
+	if (!st->writer_running) { /* read-only or closing: write here */
+		job_run(st, job);
+		atomic_store(&job->done, 1);
+		return;
+	}
+	pthread_mutex_lock(&st->writer_lock);
+	while (st->inflight >= WRITER_MAX_INFLIGHT)
+		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
+	st->inflight++;
+	if (st->wq_tail)
+		st->wq_tail->next = job;
+	else
+		st->wq_head = job;
+	st->wq_tail = job;
+	pthread_cond_signal(&st->writer_work);
+	pthread_mutex_unlock(&st->writer_lock);
+}
+
+kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
+{
+	struct flush_job **pp = &seq->jobs;
+
+	if (wait && seq->jobs) {
+		pthread_mutex_lock(&st->writer_lock);
+		for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
+			while (!atomic_load(&j->done))
+				pthread_cond_wait(&st->writer_idle, &st->writer_lock);
+		pthread_mutex_unlock(&st->writer_lock);
+	}
+	while (*pp) {
+		struct flush_job *j = *pp;
+
+		if (!atomic_load(&j->done)) {
+			pp = &j->seq_next;
+			continue;
+		}
+		*pp = j->seq_next;
+		segbuf_put(st, j->sb);
+		kvf_free(j);
+	}
+	if (atomic_load(&st->fatal))
+		return store_check(st, "segment writer");
+	return KVF_OK;
+}
+
+const unsigned char *seq_job_page(kvf_store *st, struct seq *seq,
+				  uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	uint32_t page = addr_page(addr, st->page_bits);
+
+	/* a finished job's pages are on media, and its segment may even be
+	 * reused since: only jobs still in flight are read from memory */
+	for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
+		if (j->segid == segid && page < j->n_pages &&
+		    !atomic_load(&j->done))
+			return j->sb->buf + (size_t)page * st->hdr.page_size;
+	return NULL;
+}
+
+void writer_wait_all(kvf_store *st)
+{
+	pthread_mutex_lock(&st->writer_lock);
+	while (st->inflight > 0)
+		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
+	pthread_mutex_unlock(&st->writer_lock);
+}

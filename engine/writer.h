@@ -1,0 +1,75 @@
+/*
+ * writer.h - segment writes off the append path.
+ *
+ * A full open segment becomes a flush job: its buffers go to a writer
+ * thread, which writes data and summary to media in one write, commits the
+ * segment's record, marks it sealed and drops the references of the pages
+ * it replaces; the appender takes a fresh buffer from a pool and carries
+ * on, so filling the next segment overlaps writing the last one.
+ *
+ * Until its job is reaped, a segment's pages are read from the job's
+ * buffer (the media write may still be in flight): each sequence keeps its
+ * jobs on a list under its lock.  Jobs may commit out of order: each
+ * carries the seqno it got at submission, and recovery orders by seqno.
+ * A job that fails puts the store in the fatal state.
+ */
+#ifndef KVF_ENGINE_WRITER_H
+#define KVF_ENGINE_WRITER_H
+
+#include "engine/store.h"
+
+#define WRITER_MAX_INFLIGHT 8u /* jobs in flight per store */
+
+/* The buffers of one segment being filled or written. */
+struct segbuf {
+	unsigned char *buf;                /* segment_size bytes, aligned */
+	struct seg_summary_entry *entries; /* per data page */
+	struct meta_slot *slots;           /* per data page: its owner */
+	uint32_t *superseded;              /* addresses these pages replace */
+	struct segbuf *next;               /* free list link; pool lock */
+};
+
+struct flush_job {
+	struct segbuf *sb;       /* the segment's buffers */
+	uint32_t segid;          /* segment written */
+	uint32_t n_pages;        /* data pages */
+	uint32_t n_superseded;   /* entries in sb->superseded */
+	uint64_t seqno;          /* commit sequence number */
+	uint64_t owner;          /* sequence it was filled for */
+	_Atomic int done;        /* written and committed (or failed) */
+	struct flush_job *next;  /* writer queue; writer lock */
+	struct flush_job *seq_next; /* the sequence's in-flight list */
+};
+
+kvf_status writer_start(kvf_store *st);
+/* writer_stop - finish every queued job, then end the thread */
+void writer_stop(kvf_store *st);
+
+/* segbuf_get - buffers for a segment, from the pool or new; NULL: ENOMEM
+ * (message set) */
+struct segbuf *segbuf_get(kvf_store *st);
+void segbuf_put(kvf_store *st, struct segbuf *sb);
+/* segbuf_pool_free - free the pool (at close) */
+void segbuf_pool_free(kvf_store *st);
+
+/*
+ * writer_submit - queue job for writing and put it on seq's list.  Waits
+ * while WRITER_MAX_INFLIGHT jobs are in flight.  Caller holds seq->lock.
+ */
+void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job);
+
+/*
+ * seq_jobs_reap - drop seq's finished jobs, returning their buffers; with
+ * `wait`, first wait for all of them.  Caller holds seq->lock.
+ * Return: KVF_OK, or KVF_EFATAL when a job failed.
+ */
+kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait);
+
+/* seq_job_page - the bytes of addr if it lies in one of seq's jobs */
+const unsigned char *seq_job_page(kvf_store *st, struct seq *seq,
+				  uint32_t addr);
+
+/* writer_wait_all - until no job of any sequence is in flight */
+void writer_wait_all(kvf_store *st);
+
+#endif /* KVF_ENGINE_WRITER_H */
