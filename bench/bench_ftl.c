@@ -512,6 +512,9 @@ static void print_table(const struct ftl_args *a, const struct ftl_run *r,
 	       a->wl_text, a->trim > 0.0 ? " + trim" : "",
 	       a->streams ? " with stream hints" : "", a->warmup, a->measure,
 	       (unsigned long long)r->n_lpn);
+	printf("  capacity          %.3f GB logical, %.3f GB raw (%u-byte spare area per page)\n",
+	       (double)e->logical_pages * e->page_size / 1e9,
+	       (double)e->raw_bytes / 1e9, e->oob_bytes);
 	printf("  spare factor      %.4f configured, %.4f effective (OP %.4f)\n",
 	       e->spare_factor, f->sfe, e->over_provisioning);
 	printf("  host pages        %llu measured", (unsigned long long)host);
@@ -594,6 +597,8 @@ static void print_json(const struct ftl_args *a, const struct ftl_run *r,
 	bench_json_u64(&j, "warmup_drive_writes", a->warmup);
 	bench_json_u64(&j, "measured_drive_writes", a->measure);
 	bench_json_u64(&j, "logical_pages", r->n_lpn);
+	bench_json_u64(&j, "oob_bytes", e->oob_bytes);
+	bench_json_u64(&j, "raw_bytes", e->raw_bytes);
 	bench_json_end(&j);
 	bench_json_double(&j, "device_wa", f->wa);
 	bench_json_double(&j, "spare_factor", e->spare_factor);

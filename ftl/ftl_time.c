@@ -54,14 +54,14 @@ const char *ftl_cell_defaults(enum kvf_flash_cell cell,
 
 kvf_status ftl_time_init(struct ftl_time *tm, uint32_t n_dies,
 			 uint32_t n_channels, const struct kvf_flash_timing *t,
-			 uint32_t page_size)
+			 uint32_t xfer_bytes)
 {
 	*tm = (struct ftl_time){ .n_dies = n_dies, .n_channels = n_channels };
 	tm->read_ns = t->read_ns;
 	tm->prog_ns = t->prog_ns;
 	tm->erase_ns = t->erase_ns;
 	/* bytes * 1e9 / (mbps * 1e6), rounded up: never a free transfer */
-	tm->xfer_ns = ((uint64_t)page_size * 1000u + t->channel_mbps - 1) /
+	tm->xfer_ns = ((uint64_t)xfer_bytes * 1000u + t->channel_mbps - 1) /
 		      t->channel_mbps;
 	tm->die_free_ns = kvf_calloc(n_dies, sizeof(uint64_t));
 	tm->die_busy_ns = kvf_calloc(n_dies, sizeof(uint64_t));

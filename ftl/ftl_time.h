@@ -5,7 +5,8 @@
  * the channel that connects the die, in the order the operations are
  * issued (first come, first served on each resource):
  *  - read:    the die senses the page into its register (tR), then the
- *             channel moves it to the controller (page_size / rate); the
+ *             channel moves it and its spare area to the controller
+ *             ((page_size + oob_bytes) / rate); the
  *             die stays busy until its register is emptied;
  *  - program: the channel moves the page into the die's register, then the
  *             die programs it (tPROG);
@@ -67,12 +68,13 @@ struct ftl_time {
 
 /*
  * ftl_time_init - model n_dies dies on n_channels channels with timings t
- * (every field non-zero) for pages of page_size bytes.
+ * (every field non-zero), a page transfer moving xfer_bytes (the page and
+ * its spare area).
  * Return: KVF_OK, KVF_ENOMEM.
  */
 kvf_status ftl_time_init(struct ftl_time *tm, uint32_t n_dies,
 			 uint32_t n_channels, const struct kvf_flash_timing *t,
-			 uint32_t page_size);
+			 uint32_t xfer_bytes);
 /* ftl_time_release - free the arrays; tm may be zeroed or released. */
 void ftl_time_release(struct ftl_time *tm);
 

@@ -132,6 +132,7 @@ static kvf_status derive_geometry(const struct kvf_media_geometry *mg,
 	g->dies_per_channel = or_default(fc->dies_per_channel, 1);
 	g->planes_per_die = or_default(fc->planes_per_die, 1);
 	g->page_size = or_default(fc->page_size, mg->page_size);
+	g->oob_bytes = or_default(fc->oob_bytes, g->page_size / 128 * 7);
 	g->pages_per_block = or_default(fc->pages_per_block,
 					mg->pages_per_segment);
 	g->n_parts = mg->n_stripes;
@@ -153,6 +154,10 @@ static kvf_status derive_geometry(const struct kvf_media_geometry *mg,
 		return kvf_fail(KVF_EINVAL,
 				"kvf_media_open: flash: page size %u: NAND pages are 4096, 8192 or 16384 bytes",
 				g->page_size);
+	if (g->oob_bytes > g->page_size / 4)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_open: flash: oob_bytes %u exceeds a quarter of the %u-byte page",
+				g->oob_bytes, g->page_size);
 	if (g->pages_per_block < 2 || g->pages_per_block > MAX_PAGES_PER_BLOCK)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_media_open: flash: pages_per_block %u out of range (2..%u)",
@@ -907,6 +912,7 @@ static void sum_counters(const struct media_flash *mf, struct kvf_flash_stats *s
 	s->device_wa = s->host_pages ? (double)s->nand_programs / s->host_pages :
 				       0.0;
 	s->physical_pages = (uint64_t)s->blocks * s->pages_per_block;
+	s->raw_bytes = s->physical_pages * ((uint64_t)s->page_size + s->oob_bytes);
 	s->spare_factor = 1.0 - (double)s->logical_pages / s->physical_pages;
 	s->over_provisioning = (double)(s->physical_pages - s->logical_pages) /
 			       (double)s->logical_pages;
@@ -976,6 +982,7 @@ kvf_status kvf_flash_stats(struct kvf_media *m, struct kvf_flash_stats *out)
 	s.blocks = g->n_blocks;
 	s.pages_per_block = g->pages_per_block;
 	s.page_size = g->page_size;
+	s.oob_bytes = g->oob_bytes;
 	s.cell = mf->cell;
 	s.mapping = mf->cfg.mapping == KVF_FLASH_MAP_PAGE ? "page" : "block";
 	s.gc = kvf_flash_gc_name(mf->cfg.gc);

@@ -49,11 +49,14 @@ struct kvf_flash_stats {
 	uint32_t blocks;            /* blocks in the device */
 	uint32_t pages_per_block;   /* pages per block */
 	uint32_t page_size;         /* bytes per page */
+	uint32_t oob_bytes;         /* spare-area bytes per page */
 	const char *cell;           /* "SLC", "MLC", "TLC", "QLC" */
 	const char *mapping;        /* "page" or "block" */
 	const char *gc;             /* "greedy", "cost-benefit", ... */
 	uint64_t logical_pages;     /* exported pages (all stripes) */
 	uint64_t physical_pages;    /* pages of all blocks */
+	uint64_t raw_bytes;         /* raw capacity: pages x (page + spare area)
+				     * (bytes) */
 	double spare_factor;        /* (physical - logical) / physical */
 	double over_provisioning;   /* (physical - logical) / logical */
 	double spare_factor_effective; /* the same over the pages that held

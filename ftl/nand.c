@@ -135,7 +135,7 @@ kvf_status nand_init(struct nand *n, const struct nand_geometry *g,
 			goto out_release;
 	}
 	if ((rc = ftl_time_init(&n->time, geo.n_dies, geo.channels, t,
-				geo.page_size)) != KVF_OK)
+				geo.page_size + geo.oob_bytes)) != KVF_OK)
 		goto out_release;
 	return KVF_OK;
 

@@ -20,6 +20,11 @@
  * dark (every operation answers KVF_EIO) until nand_power_on, and nothing
  * else changes.
  *
+ * Each page also has a spare (out-of-band) area of oob_bytes for ECC and
+ * the FTL's per-page metadata; the emulator keeps that metadata in the
+ * FTL's maps, so the spare area counts in raw capacity and in the bytes a
+ * transfer moves, and holds no emulated bytes.
+ *
  * Bytes are kept in memory (one buffer per block, allocated at its first
  * program), in a sparse file (page p of block b at byte offset
  * ppn * page_size; erased blocks are punched out), or not at all (backing
@@ -72,6 +77,9 @@ struct kvf_flash_config {
 	uint32_t blocks_per_plane; /* 0 = as many as spare_factor needs */
 	uint32_t pages_per_block;  /* 0 = the media's pages_per_segment */
 	uint32_t page_size;        /* bytes: 4096, 8192 or 16384; 0 = media's */
+	uint32_t oob_bytes;        /* spare (out-of-band) bytes per page, for
+				    * ECC and FTL metadata; 0 = 7/128 of the
+				    * page (224 for 4 KiB) */
 	double spare_factor;       /* (physical - logical) / physical, used
 				    * when blocks_per_plane is 0; 0 = 0.07 */
 	enum kvf_flash_cell cell;  /* timings and P/E rating; 0 = TLC */
@@ -111,6 +119,8 @@ struct nand_geometry {
 	uint32_t blocks_per_plane; /* blocks in each plane */
 	uint32_t pages_per_block;  /* pages in each block */
 	uint32_t page_size;        /* bytes per page */
+	uint32_t oob_bytes;        /* spare-area bytes per page (counted in raw
+				    * capacity and transfers, not stored) */
 	uint32_t n_dies;           /* channels * dies_per_channel */
 	uint32_t n_blocks;         /* blocks in the device */
 	uint32_t page_shift;       /* ppn = block << page_shift | page */

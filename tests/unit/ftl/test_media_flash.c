@@ -107,6 +107,8 @@ Test(media_flash, defaults_open_and_round_trip)
 	cr_assert(eq(str, (char *)fs.gc, "greedy"));
 	cr_assert(eq(str, (char *)fs.mapping, "page"));
 	cr_assert(eq(u32, fs.pages_per_block, PPS));
+	cr_assert(eq(u32, fs.oob_bytes, 224));
+	cr_assert(eq(u64, fs.raw_bytes, fs.physical_pages * (PAGE + 224)));
 	/* the default spare factor is honored, both conventions agree */
 	cr_assert(ge(dbl, fs.spare_factor, 0.07));
 	cr_assert(fabs(fs.over_provisioning -
@@ -216,6 +218,9 @@ Test(media_flash, bad_configs_refused)
 	fc.frontier_width = 4;
 	fc.gc_fg_free = 3;
 	refuse(&mc, KVF_EINVAL, "gc_fg_free 3 is below what GC and wear leveling need (4 blocks)");
+	mc = config(&fc, 1, 16);
+	fc.oob_bytes = 2048;
+	refuse(&mc, KVF_EINVAL, "oob_bytes 2048 exceeds a quarter of the 4096-byte page");
 	mc = config(&fc, 1, 16);
 	fc.channels = 300;
 	refuse(&mc, KVF_EINVAL, "exceeds the limits");
