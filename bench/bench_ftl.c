@@ -66,6 +66,7 @@ struct ftl_args {
 	int qd1;                       /* sync issue: latency */
 	uint64_t seed;                 /* generator seed */
 	int validate;                  /* the model table */
+	int wearout;                   /* write until the device wears out */
 	int json;                      /* JSON output */
 	const char *wl_text;           /* the --workload text */
 };
@@ -222,6 +223,15 @@ static int fail(const char *what)
 	return 1;
 }
 
+/* worn_write - a write failed: in a wear-out run, KVF_ENOSPC is the end
+ * being reached (returns 2, silently); anything else is a failure */
+static int worn_write(const struct ftl_args *a, kvf_status rc)
+{
+	if (a->wearout && rc == KVF_ENOSPC)
+		return 2;
+	return fail("writing");
+}
+
 static int open_device(const struct ftl_args *a, struct kvf_media **m,
 		       uint64_t *n_lpn)
 {
@@ -264,9 +274,11 @@ static int open_device(const struct ftl_args *a, struct kvf_media **m,
 }
 
 /* write_segments - n whole-segment requests (seq or random) */
-static int write_segments(struct kvf_media *m, struct gen *g, uint64_t n,
-			  uint32_t pps, void *buf)
+static int write_segments(const struct ftl_args *a, struct kvf_media *m,
+			  struct gen *g, uint64_t n, uint32_t pps, void *buf)
 {
+	kvf_status rc;
+
 	uint64_t segs = g->n / pps;
 
 	for (uint64_t i = 0; i < n; i++) {
@@ -275,19 +287,21 @@ static int write_segments(struct kvf_media *m, struct gen *g, uint64_t n,
 		struct kvf_media_io io = { .stripe = 0, .seg = seg, .page = 0,
 					   .n_pages = pps, .buf = buf };
 
-		if (kvf_flash_write(m, &io, 1, 0) != KVF_OK)
-			return fail("writing");
+		if ((rc = kvf_flash_write(m, &io, 1, 0)) != KVF_OK)
+			return worn_write(a, rc);
 	}
 	return 0;
 }
 
 /* run_pages - n_host host page writes of the workload, with trims and
- * idle spells mixed in */
+ * idle spells mixed in; 0, 1 (failed, message printed) or 2 (a wear-out
+ * run reached the end of the device's life) */
 static int run_pages(struct kvf_media *m, const struct ftl_args *a,
 		     struct gen *g, uint64_t n_host, void *seg_buf,
 		     struct ftl_run *r)
 {
 	uint64_t lpns[2][BATCH], done = 0, since_idle = 0;
+	int rc;
 
 	while (done < n_host) {
 		uint32_t n[2] = { 0, 0 }, want;
@@ -306,8 +320,9 @@ static int run_pages(struct kvf_media *m, const struct ftl_args *a,
 				r->trims++;
 				continue;
 			}
-			if (write_segments(m, g, segs, a->ppb, seg_buf))
-				return 1;
+			if ((rc = write_segments(a, m, g, segs, a->ppb,
+						 seg_buf)) != 0)
+				return rc;
 			want = (uint32_t)(segs * a->ppb);
 		} else {
 			for (uint32_t i = 0; i < want; i++) {
@@ -325,11 +340,16 @@ static int run_pages(struct kvf_media *m, const struct ftl_args *a,
 				hot = a->streams ? !hot : 0; /* stream 1 cold */
 				lpns[hot][n[hot]++] = l;
 			}
-			for (int s = 0; s < 2; s++)
-				if (n[s] && kvf_flash_write_lpns(m, 0, lpns[s], n[s],
-								 (uint32_t)s) !=
-						    KVF_OK)
-					return fail("writing");
+			for (int s = 0; s < 2; s++) {
+				kvf_status st;
+
+				if (n[s] == 0)
+					continue;
+				st = kvf_flash_write_lpns(m, 0, lpns[s], n[s],
+							  (uint32_t)s);
+				if (st != KVF_OK)
+					return worn_write(a, st);
+			}
 		}
 		done += want;
 		since_idle += want;
@@ -742,6 +762,101 @@ static int validate(const struct ftl_args *base)
 	return 0;
 }
 
+/* ---- wear-out ---- */
+
+/*
+ * wearout - fill, warm up, project the lifetime from the warm-up's WA and
+ * wear, then keep writing the workload until the device turns read-only;
+ * report the host bytes written when the first block retired and at the
+ * end, against the projection.
+ */
+static int wearout(const struct ftl_args *a)
+{
+	struct kvf_flash_stats s0, s1, s;
+	struct kvf_flash_lifetime p;
+	struct kvf_media *m = NULL;
+	struct ftl_run r;
+	struct gen g;
+	double first = 0.0, t0;
+	void *seg_buf;
+	int rc = 1, w = 0;
+
+	memset(&r, 0, sizeof(r));
+	if (open_device(a, &m, &r.n_lpn))
+		return 1;
+	seg_buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+				    (size_t)a->ppb * a->page_size);
+	if (seg_buf == NULL || gen_init(&g, a, r.n_lpn)) {
+		fprintf(stderr, "kvbench ftl: out of memory\n");
+		kvf_free(seg_buf);
+		kvf_media_free(m);
+		return 1;
+	}
+	t0 = (double)bench_now_ns();
+	if (fill(m, r.n_lpn))
+		goto out;
+	kvf_flash_stats(m, &s0);
+	if (run_pages(m, a, &g, (uint64_t)a->warmup * r.n_lpn, seg_buf, &r))
+		goto out;
+	kvf_flash_stats(m, &s1);
+	kvf_flash_project(&s1, (double)(s1.host_pages - s0.host_pages) *
+				       s1.page_size,
+			  (double)(s1.erases - s0.erases), a->page_size, &p);
+	while ((w = run_pages(m, a, &g, r.n_lpn / 16 + 1, seg_buf, &r)) == 0) {
+		kvf_flash_stats(m, &s);
+		if (first == 0.0 && s.retired_blocks > 0)
+			first = (double)s.host_pages * s.page_size;
+	}
+	if (w != 2)
+		goto out;
+	kvf_flash_stats(m, &s);
+	if (a->json) {
+		struct bench_json j = { .f = stdout };
+
+		bench_json_begin(&j, NULL);
+		bench_json_str(&j, "bench", "ftl-wearout");
+		bench_json_u64(&j, "pe_limit", s.pe_limit);
+		bench_json_double(&j, "warmup_device_wa",
+				  (double)(s1.nand_programs - s0.nand_programs) /
+					  (double)(s1.host_pages - s0.host_pages));
+		bench_json_double(&j, "projected_host_bytes", p.host_bytes_total);
+		bench_json_double(&j, "host_bytes_at_first_retirement", first);
+		bench_json_double(&j, "host_bytes_at_wear_out",
+				  (double)s.host_pages * s.page_size);
+		bench_json_u64(&j, "retired_blocks", s.retired_blocks);
+		bench_json_u64(&j, "lost_bytes", s.lost_bytes);
+		bench_json_double(&j, "device_wa", s.device_wa);
+		bench_json_double(&j, "wall_s",
+				  ((double)bench_now_ns() - t0) / 1e9);
+		bench_json_end(&j);
+	} else {
+		printf("kvbench ftl --wearout: %u blocks x %u pages, %s, P/E limit %u, %s\n",
+		       s.blocks, s.pages_per_block, a->wl_text, s.pe_limit, s.gc);
+		printf("  after warm-up     WA %.4f, erase max/mean %u/%.2f: projected %.4g host bytes until the first block wears out (%.1f drive writes)\n",
+		       (double)(s1.nand_programs - s0.nand_programs) /
+			       (double)(s1.host_pages - s0.host_pages),
+		       s1.erase_max, s1.erase_mean, p.host_bytes_total,
+		       p.drive_writes);
+		printf("  first retirement  after %.4g host bytes (%+.1f%% of the projection)\n",
+		       first, 100.0 * (first / p.host_bytes_total - 1.0));
+		printf("  worn out          after %.4g host bytes (%.1f drive writes): %llu blocks retired, %.3g bytes lost, device WA %.4f over its life\n",
+		       (double)s.host_pages * s.page_size,
+		       (double)s.host_pages / (double)r.n_lpn,
+		       (unsigned long long)s.retired_blocks,
+		       (double)s.lost_bytes, s.device_wa);
+		printf("  emulator          %.2f s wall, %.2f M NAND programs/s\n",
+		       ((double)bench_now_ns() - t0) / 1e9,
+		       (double)s.nand_programs /
+			       (((double)bench_now_ns() - t0) / 1e9) / 1e6);
+	}
+	rc = 0;
+out:
+	gen_release(&g);
+	kvf_free(seg_buf);
+	kvf_media_free(m);
+	return rc;
+}
+
 /* ---- arguments ---- */
 
 static void usage(FILE *f)
@@ -769,6 +884,8 @@ static void usage(FILE *f)
 		"  --qd1                  each request waits for the last: latency figures\n"
 		"  --seed N               workload seed\n"
 		"  --validate             measured WA vs the analytic models, Sf 0.05..0.5\n"
+		"  --wearout              after warm-up, write until the device wears out and\n"
+		"                         compare with the lifetime projected after warm-up\n"
 		"  --json                 JSON instead of a table\n");
 }
 
@@ -936,6 +1053,10 @@ int bench_ftl_main(int argc, char **argv)
 			a.qd1 = 1;
 			continue;
 		}
+		if (strcmp(fl, "--wearout") == 0) {
+			a.wearout = 1;
+			continue;
+		}
 		if (i + 1 >= argc)
 			return bench_usage_error("ftl", "unknown option or missing value: '%s' (kvbench ftl --help)", fl);
 		rc = parse_value(fl, argv[i + 1], &a);
@@ -949,6 +1070,8 @@ int bench_ftl_main(int argc, char **argv)
 		return 2;
 	if (a.validate)
 		return validate(&a);
+	if (a.wearout)
+		return wearout(&a);
 	if (run_case(&a, &r))
 		return 1;
 	figures(&a, &r, &f);
