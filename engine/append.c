@@ -59,7 +59,7 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint32_t sid, uint64_t g, uint32_t tokens)
 {
 	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
-	uint32_t replaces = g < s->n_groups ? s->pages[g].addr : ADDR_NONE;
+	uint32_t replaces = g < s->n_groups ? stream_page(s, g).addr : ADDR_NONE;
 	struct page_ref ref;
 	kvf_status rc;
 
@@ -70,7 +70,7 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 			   replaces, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	s->pages[g] = ref;
+	stream_set_page(s, g, ref);
 	if (g >= s->n_groups)
 		s->n_groups = (uint32_t)g + 1;
 	return KVF_OK;
@@ -83,6 +83,7 @@ static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 			      size_t stride)
 {
 	uint32_t stripe = stream_stripe(st, sid, g), rb = st->row_bytes;
+	struct page_ref ref;
 	unsigned char *dst;
 	kvf_status rc;
 
@@ -91,7 +92,10 @@ static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 	for (uint32_t r = 0; r < st->group_tokens; r++)
 		memcpy(dst + (size_t)r * rb, rows + (size_t)r * stride, rb);
 	rc = openseg_fill(st, seq, stripe, page_key_make(seq->id, sid, (uint32_t)g),
-			  ADDR_NONE, &s->pages[g]);
+			  ADDR_NONE, &ref);
+	if (rc != KVF_OK)
+		return rc;
+	stream_set_page(s, g, ref);
 	if (g >= s->n_groups)
 		s->n_groups = (uint32_t)g + 1;
 	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);

@@ -127,7 +127,7 @@ static void find_owners(kvf_store *st, struct seq *seq, void *arg)
 		return;
 	s = seq_stream_of(st, seq, c->sid);
 	if (s == NULL || c->group >= s->n_groups ||
-	    s->pages[c->group].addr != c->addr)
+	    stream_page(s, c->group).addr != c->addr)
 		return;
 	if (grow((void **)&c->p->owners, &c->p->cap_owners,
 		 c->p->n_owners + 1, sizeof(struct owner))) {
@@ -158,24 +158,24 @@ static int take_victim(struct pass *p, uint32_t v)
 	struct meta_seg rec;
 	struct meta_slot *vslots;
 	unsigned char key[5];
-	uint16_t *refs;
+	uint32_t *refs;
 	void *val = NULL;
 	size_t vlen;
 	int taken = 0;
 
 	pthread_mutex_lock(&st->seg_lock);
 	n_data = st->segs[v].n_data;
-	refs = kvf_malloc((size_t)n_data * sizeof(*refs));
-	if (refs)
-		memcpy(refs, st->segs[v].refs, (size_t)n_data * sizeof(*refs));
 	if (p->n_pages + st->segs[v].live > st->data_per_seg) {
 		pthread_mutex_unlock(&st->seg_lock);
-		kvf_free(refs);
 		return 0;
 	}
 	pthread_mutex_unlock(&st->seg_lock);
+	/* the world lock is held: the references cannot change under us */
+	refs = kvf_malloc((size_t)n_data * sizeof(*refs));
 	if (refs == NULL)
 		return kvf_fail(KVF_ENOMEM, "cleaner: out of memory"), -1;
+	for (uint32_t pg = 0; pg < n_data; pg++)
+		refs[pg] = seg_page_refs(st, addr_make(v, pg, st->page_bits));
 	meta_key_u32(key, META_TAG_SEG, v);
 	sp = summary_pages(n_data, ps);
 	if (catalog_get(st->cat, key, sizeof(key), &val, &vlen) != KVF_OK ||
@@ -319,19 +319,24 @@ static kvf_status commit_pass(struct pass *p)
 		o->owner = KVF_SEQ_NONE;
 		o->live = 0;
 	}
+	for (uint32_t i = 0; i < p->n_victims; i++)
+		seg_refs_drop_locked(st, p->victims[i]);
+	pthread_mutex_unlock(&st->seg_lock);
 	for (uint32_t i = 0; i < p->n_owners; i++) {
 		struct owner *w = &p->owners[i];
-		struct page_ref *r = &w->s->pages[w->group];
+		struct page_ref r = stream_page(w->s, w->group);
 
-		r->addr = addr_make(p->out, w->out_page, st->page_bits);
-		if (st->segs[p->out].refs[w->out_page]++ == 0)
-			st->segs[p->out].live++;
+		r.addr = addr_make(p->out, w->out_page, st->page_bits);
+		stream_set_page(w->s, w->group, r);
+		if (seg_ref_inc(st, r.addr) != KVF_OK && rc == KVF_OK)
+			rc = store_set_fatal(st, KVF_ENOMEM, "cleaner: references");
 	}
+	if (rc != KVF_OK)
+		return rc;
+	pthread_mutex_lock(&st->seg_lock);
 	for (uint32_t i = 0; i < p->n_victims; i++) {
 		struct seg_info *si = &st->segs[p->victims[i]];
 
-		memset(si->refs, 0, (size_t)si->n_data * sizeof(uint16_t));
-		si->live = 0;
 		si->state = SEG_DYING;
 		si->died_epoch = 0; /* durable already */
 		st->n_dying++;
@@ -398,10 +403,10 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		st->free_count[s]--;
 		st->n_free--;
 		st->segs[p.out].state = SEG_OPEN;
-		st->segs[p.out].refs = kvf_calloc(st->data_per_seg, sizeof(uint16_t));
+		st->segs[p.out].live_bits = seg_bits_alloc(st);
 	}
 	pthread_mutex_unlock(&st->seg_lock);
-	if (p.out == SEG_NONE || st->segs[p.out].refs == NULL) {
+	if (p.out == SEG_NONE || st->segs[p.out].live_bits == NULL) {
 		drop_owners(&p, 0);
 		rc = kvf_fail(KVF_ENOSPC, "cleaner: no free segment on stripe %u to copy into", s);
 		goto out;

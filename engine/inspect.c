@@ -199,21 +199,16 @@ kvf_status kvf_seq_x_len(kvf_store *st, uint64_t id, uint32_t layer,
 static void count_pages(kvf_store *st, const struct stream *s,
 			uint64_t *pages, uint64_t *shared)
 {
-	pthread_mutex_lock(&st->seg_lock);
 	for (uint32_t g = 0; g < s->n_groups; g++) {
-		uint32_t a = s->pages[g].addr, segid, page;
-		const struct seg_info *si;
+		uint32_t a = stream_page(s, g).addr;
 
 		if (a == ADDR_NONE)
 			continue;
 		(*pages)++;
-		segid = addr_seg(a, st->page_bits);
-		page = addr_page(a, st->page_bits);
-		si = segid < st->n_segments ? &st->segs[segid] : NULL;
-		if (si && si->refs && page < st->data_per_seg && si->refs[page] > 1)
+		if (addr_seg(a, st->page_bits) < st->n_segments &&
+		    seg_page_refs(st, a) > 1)
 			(*shared)++;
 	}
-	pthread_mutex_unlock(&st->seg_lock);
 }
 
 kvf_status kvf_seq_info_get(kvf_store *st, uint64_t id, kvf_seq_info *out)
@@ -374,7 +369,7 @@ enum problem {
 struct pending {
 	kvf_verify_damage d;   /* message still NULL */
 	enum problem problem;
-	uint32_t check;        /* the index's 32-bit check */
+	uint32_t check;        /* the index's check (page_check) */
 	uint32_t n_sum;        /* P_PAST_SUMMARY: the summary's pages */
 	uint8_t state;         /* P_SEG_STATE: the segment's state */
 	uint64_t sum_hash;     /* the summary's hash of the page */
@@ -688,12 +683,12 @@ static void check_page(struct vctx *c, const struct seq *seq,
 	if (in_summary)
 		se = summary_entry(v, pg);
 	if (v == NULL)
-		problem = (uint32_t)h == e->check ? P_NONE : P_DATA_INDEX;
+		problem = ((uint32_t)h & PAGE_CHECK_MASK) == e->check ? P_NONE : P_DATA_INDEX;
 	else if (!in_summary)
 		problem = P_PAST_SUMMARY;
-	else if ((uint32_t)h != e->check && h != se.page_hash)
+	else if (((uint32_t)h & PAGE_CHECK_MASK) != e->check && h != se.page_hash)
 		problem = P_DATA;
-	else if ((uint32_t)h != e->check)
+	else if (((uint32_t)h & PAGE_CHECK_MASK) != e->check)
 		problem = P_INDEX_CHECK;
 	else if (h != se.page_hash)
 		problem = P_SUMMARY_HASH;
@@ -863,8 +858,10 @@ static void collect(struct vctx *c, struct seq *seq)
 		uint64_t groups = seq_stream_groups(st, seq, sid);
 
 		for (uint64_t g = 0; g < groups && !c->oom; g++) {
-			uint32_t a = s && g < s->n_groups ? s->pages[g].addr
-							  : ADDR_NONE;
+			struct page_ref r = s && g < s->n_groups
+				? stream_page(s, g)
+				: (struct page_ref){ ADDR_NONE, 0 };
+			uint32_t a = r.addr;
 			/* the partial last token group (K^T streams count
 			 * complete blocks only) */
 			int tail = kind != KIND_KT && g == tokens / G;
@@ -884,7 +881,7 @@ static void collect(struct vctx *c, struct seq *seq)
 				break;
 			}
 			c->ents[c->n_ents++] = (struct ventry){
-				.addr = a, .check = s->pages[g].check,
+				.addr = a, .check = r.check,
 				.sid = sid, .group = (uint32_t)g };
 		}
 	}

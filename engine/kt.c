@@ -125,11 +125,13 @@ static kvf_status seal_block(kvf_store *st, struct seq *seq, struct stream *s,
 		struct page_key key = page_key_make(seq->id, sid, (uint32_t)idx);
 		kvf_status rc;
 
+		struct page_ref ref;
+
 		rc = openseg_place(st, seq, stream_stripe(st, sid, idx),
-				   s->gbuf + (size_t)d * ps, key, ADDR_NONE,
-				   &s->pages[idx]);
+				   s->gbuf + (size_t)d * ps, key, ADDR_NONE, &ref);
 		if (rc != KVF_OK)
 			return rc;
+		stream_set_page(s, idx, ref);
 		s->n_groups = (uint32_t)idx + 1;
 		atomic_fetch_add(&st->c.kt_bytes, ps);
 	}
@@ -194,11 +196,11 @@ kvf_status kt_read(kvf_store *st, struct seq *seq, uint32_t layer,
 				break;
 			src = s->gbuf + (size_t)dg * ps;
 		} else {
-			const struct page_ref *r = &s->pages[b * st->kt_groups + dg];
+			struct page_ref r = stream_page(s, b * st->kt_groups + dg);
 
-			src = openseg_page(st, seq, r->addr);
+			src = openseg_page(st, seq, r.addr);
 			if (src == NULL) {
-				rc = page_read_verified(st, r, page, "reading K^T");
+				rc = page_read_verified(st, &r, page, "reading K^T");
 				src = page;
 			}
 		}

@@ -70,6 +70,7 @@ kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens)
 {
 	uint64_t g = tokens / st->group_tokens;
+	struct page_ref ref;
 	unsigned char *buf;
 	void *page;
 	kvf_status rc;
@@ -80,7 +81,7 @@ kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 	if (buf == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
 	if (tokens % st->group_tokens == 0 || g >= s->n_groups ||
-	    s->pages[g].addr == ADDR_NONE) {
+	    stream_page(s, g).addr == ADDR_NONE) {
 		s->gbuf = buf;
 		return KVF_OK;
 	}
@@ -90,7 +91,8 @@ kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		kvf_free(buf);
 		return kvf_fail(KVF_ENOMEM, "out of memory");
 	}
-	rc = page_read_verified(st, &s->pages[g], page, "loading a tail group");
+	ref = stream_page(s, g);
+	rc = page_read_verified(st, &ref, page, "loading a tail group");
 	if (rc == KVF_OK) {
 		memcpy(buf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
 		s->gbuf = buf;
@@ -106,6 +108,7 @@ kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 			     uint64_t tokens, uint64_t g, void *dst)
 {
+	struct page_ref ref;
 	const unsigned char *p;
 	void *page;
 	kvf_status rc;
@@ -118,14 +121,15 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
 		return KVF_OK;
 	}
-	if ((p = openseg_page(st, seq, s->pages[g].addr)) != NULL) {
+	ref = stream_page(s, g);
+	if ((p = openseg_page(st, seq, ref.addr)) != NULL) {
 		memcpy(dst, p, st->hdr.page_size);
 		return KVF_OK;
 	}
 	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
 	if (page == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory");
-	rc = page_read_verified(st, &s->pages[g], page, "reading a group");
+	rc = page_read_verified(st, &ref, page, "reading a group");
 	if (rc == KVF_OK)
 		memcpy(dst, page, st->hdr.page_size);
 	kvf_free(page);
@@ -222,14 +226,14 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
 				break;
 			p = s->gbuf;
-		} else if (g >= s->n_groups || s->pages[g].addr == ADDR_NONE) {
+		} else if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE) {
 			rc = kvf_fail(KVF_ECORRUPT,
 				      "read: the index has no page for token group %llu of sequence %llu",
 				      (unsigned long long)g,
 				      (unsigned long long)seq->id);
 			break;
 		} else {
-			p = openseg_page(st, seq, s->pages[g].addr);
+			p = openseg_page(st, seq, stream_page(s, g).addr);
 		}
 		if (p) {
 			/* in memory: first hand out what is queued before it */
@@ -249,7 +253,11 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 				break;
 			}
 		}
-		batch_add(st, b, g, &s->pages[g]);
+		{
+			struct page_ref r = stream_page(s, g);
+
+			batch_add(st, b, g, &r);
+		}
 		if (b->n == READ_BATCH && (rc = batch_run(st, b, t0, t1, fn, arg)) != KVF_OK)
 			break;
 	}

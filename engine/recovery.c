@@ -156,7 +156,7 @@ static kvf_status apply(kvf_store *st, uint64_t seq_id, uint32_t sid,
 		goto out; /* past the synced length */
 	if ((rc = stream_reserve(s, seq_stream_groups(st, seq, sid))) != KVF_OK)
 		goto out;
-	s->pages[group] = (struct page_ref){ addr, check };
+	stream_set_page(s, group, (struct page_ref){ addr, check });
 	if (group >= s->n_groups)
 		s->n_groups = group + 1;
 out:
@@ -256,7 +256,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 			continue;
 		/* pages of a damaged segment get a check that cannot match
 		 * (count_refs inverts it), so reads say KVF_ECORRUPT */
-		check = corrupt ? 0 : (uint32_t)hashes[page];
+		check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
 		rc = apply(st, slots[i].seq, slots[i].stream, slots[i].group,
 			   addr_make(segid, page, st->page_bits), check,
 			   m.seqno, 0);
@@ -269,7 +269,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 			rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		else
 			for (uint32_t i = 0; i < m.n_data_pages; i++)
-				checks[segid][i] = (uint32_t)hashes[i];
+				checks[segid][i] = (uint32_t)hashes[i] & PAGE_CHECK_MASK;
 	}
 out:
 	kvf_free(hashes);
@@ -304,7 +304,8 @@ static kvf_status apply_ref(kvf_store *st, uint64_t child)
 }
 
 struct count_ctx {
-	uint32_t **checks; /* per segment: page hashes (low 32 bits) */
+	uint32_t **checks; /* per segment: page checks (page_check) */
+	int oom;           /* a reference could not be counted */
 };
 
 /* count_refs - take the final index's references and fill its checks */
@@ -320,23 +321,25 @@ static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 		if (s == NULL)
 			continue;
 		for (uint32_t g = 0; g < s->n_groups; g++) {
-			struct page_ref *r = &s->pages[g];
+			struct page_ref r = stream_page(s, g);
 			uint32_t segid, page;
 			struct seg_info *si;
 
-			if (r->addr == ADDR_NONE)
+			if (r.addr == ADDR_NONE)
 				continue;
-			segid = addr_seg(r->addr, st->page_bits);
-			page = addr_page(r->addr, st->page_bits);
+			segid = addr_seg(r.addr, st->page_bits);
+			page = addr_page(r.addr, st->page_bits);
 			si = segid < st->n_segments ? &st->segs[segid] : NULL;
-			if (si == NULL || si->refs == NULL || page >= si->n_data) {
-				r->addr = ADDR_NONE; /* names no sealed page */
+			if (si == NULL || si->live_bits == NULL || page >= si->n_data) {
+				r.addr = ADDR_NONE; /* names no sealed page */
+				stream_set_page(s, g, r);
 				continue;
 			}
-			if (si->refs[page]++ == 0)
-				si->live++;
-			r->check = c->checks[segid] ? c->checks[segid][page]
-						    : ~r->check;
+			if (seg_ref_inc(st, r.addr) != KVF_OK)
+				c->oom = 1;
+			r.check = c->checks[segid] ? c->checks[segid][page]
+						   : ~r.check & PAGE_CHECK_MASK;
+			stream_set_page(s, g, r);
 		}
 	}
 }
@@ -412,6 +415,10 @@ kvf_status recovery_load(kvf_store *st)
 	if (rc != KVF_OK)
 		goto out;
 	seq_foreach(st, count_refs, &cc);
+	if (cc.oom) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for page references");
+		goto out;
+	}
 	seg_finish_load(st);
 	if (st->read_only)
 		goto out;

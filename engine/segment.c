@@ -28,7 +28,7 @@ uint64_t page_hash(const void *page, uint32_t page_size)
 
 uint32_t page_check(const void *page, uint32_t page_size)
 {
-	return (uint32_t)page_hash(page, page_size);
+	return (uint32_t)page_hash(page, page_size) & PAGE_CHECK_MASK;
 }
 
 kvf_status seg_table_init(kvf_store *st)
@@ -54,7 +54,11 @@ void seg_table_free(kvf_store *st)
 {
 	if (st->segs)
 		for (uint32_t i = 0; i < st->n_segments; i++)
-			kvf_free(st->segs[i].refs);
+			kvf_free(st->segs[i].live_bits);
+	kvf_free(st->shared_addr);
+	kvf_free(st->shared_extra);
+	st->shared_addr = st->shared_extra = NULL;
+	st->shared_cap = st->shared_n = 0;
 	kvf_free(st->segs);
 	kvf_free(st->free_fifo);
 	kvf_free(st->free_head);
@@ -151,9 +155,8 @@ kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
 {
 	struct seg_info *si = &st->segs[segid];
 
-	si->refs = kvf_calloc(rec->n_data_pages ? rec->n_data_pages : 1,
-			      sizeof(uint16_t));
-	if (si->refs == NULL)
+	si->live_bits = seg_bits_alloc(st);
+	if (si->live_bits == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	si->state = SEG_SEALED;
 	si->n_data = rec->n_data_pages;
@@ -179,43 +182,207 @@ void seg_finish_load(kvf_store *st)
 	}
 }
 
+/* ---- page references ----------------------------------------------------
+ * A page's reference count is its live bit plus, for pages a fork shares,
+ * an entry in the shared map holding the references beyond the first, so
+ * the common unshared page costs one bit.  All under seg_lock.
+ */
+
+uint64_t *seg_bits_alloc(kvf_store *st)
+{
+	return kvf_calloc((st->data_per_seg + 63) / 64, sizeof(uint64_t));
+}
+
+static uint32_t shared_slot(kvf_store *st, uint32_t addr)
+{
+	uint32_t mask = st->shared_cap - 1;
+	uint32_t i = (addr * 2654435761u) & mask;
+
+	while (st->shared_addr[i] != ADDR_NONE && st->shared_addr[i] != addr)
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* shared_extra - references of addr beyond the first */
+static uint32_t shared_extra(kvf_store *st, uint32_t addr)
+{
+	uint32_t i;
+
+	if (st->shared_n == 0)
+		return 0;
+	i = shared_slot(st, addr);
+	return st->shared_addr[i] == addr ? st->shared_extra[i] : 0;
+}
+
+static int shared_grow(kvf_store *st)
+{
+	uint32_t old_cap = st->shared_cap, cap = old_cap ? old_cap * 2 : 64;
+	uint32_t *oa = st->shared_addr, *oe = st->shared_extra;
+	uint32_t *na = kvf_malloc((size_t)cap * sizeof(uint32_t));
+	uint32_t *ne = kvf_malloc((size_t)cap * sizeof(uint32_t));
+
+	if (na == NULL || ne == NULL) {
+		kvf_free(na);
+		kvf_free(ne);
+		return -1;
+	}
+	memset(na, 0xff, (size_t)cap * sizeof(uint32_t)); /* ADDR_NONE */
+	st->shared_addr = na;
+	st->shared_extra = ne;
+	st->shared_cap = cap;
+	for (uint32_t k = 0; k < old_cap; k++)
+		if (oa[k] != ADDR_NONE) {
+			uint32_t i = shared_slot(st, oa[k]);
+
+			na[i] = oa[k];
+			ne[i] = oe[k];
+		}
+	kvf_free(oa);
+	kvf_free(oe);
+	return 0;
+}
+
+/* shared_set - set addr's extra references (0 removes it) */
+static int shared_set(kvf_store *st, uint32_t addr, uint32_t extra)
+{
+	uint32_t i, mask, j;
+
+	if (extra > 0) {
+		if ((st->shared_n + 1) * 4 > st->shared_cap * 3 &&
+		    shared_grow(st) != 0)
+			return -1;
+		i = shared_slot(st, addr);
+		if (st->shared_addr[i] == ADDR_NONE)
+			st->shared_n++;
+		st->shared_addr[i] = addr;
+		st->shared_extra[i] = extra;
+		return 0;
+	}
+	if (st->shared_n == 0)
+		return 0;
+	i = shared_slot(st, addr);
+	if (st->shared_addr[i] != addr)
+		return 0;
+	/* remove, then re-place the rest of the cluster */
+	mask = st->shared_cap - 1;
+	st->shared_addr[i] = ADDR_NONE;
+	st->shared_n--;
+	for (j = (i + 1) & mask; st->shared_addr[j] != ADDR_NONE;
+	     j = (j + 1) & mask) {
+		uint32_t a = st->shared_addr[j], e = st->shared_extra[j], k;
+
+		st->shared_addr[j] = ADDR_NONE;
+		k = shared_slot(st, a);
+		st->shared_addr[k] = a;
+		st->shared_extra[k] = e;
+	}
+	return 0;
+}
+
+static int bit_get(const uint64_t *bits, uint32_t page)
+{
+	return (bits[page / 64] >> (page % 64)) & 1;
+}
+
+static void bit_set(uint64_t *bits, uint32_t page, int on)
+{
+	if (on)
+		bits[page / 64] |= 1ull << (page % 64);
+	else
+		bits[page / 64] &= ~(1ull << (page % 64));
+}
+
+/* refs_locked - the references of addr; caller holds seg_lock */
+static uint32_t refs_locked(kvf_store *st, uint32_t addr)
+{
+	struct seg_info *si = &st->segs[addr_seg(addr, st->page_bits)];
+	uint32_t page = addr_page(addr, st->page_bits);
+
+	if (si->live_bits == NULL || !bit_get(si->live_bits, page))
+		return 0;
+	return 1 + shared_extra(st, addr);
+}
+
+uint32_t seg_page_refs(kvf_store *st, uint32_t addr)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&st->seg_lock);
+	n = refs_locked(st, addr);
+	pthread_mutex_unlock(&st->seg_lock);
+	return n;
+}
+
 int seg_ref_full(kvf_store *st, uint32_t addr)
 {
-	uint32_t segid = addr_seg(addr, st->page_bits);
-	int full;
-
-	pthread_mutex_lock(&st->seg_lock);
-	full = st->segs[segid].refs[addr_page(addr, st->page_bits)] == UINT16_MAX;
-	pthread_mutex_unlock(&st->seg_lock);
-	return full;
+	return seg_page_refs(st, addr) >= UINT16_MAX;
 }
 
-void seg_ref_inc(kvf_store *st, uint32_t addr)
+/* ref_inc_locked - one more reference to addr; -1 when out of memory */
+static int ref_inc_locked(kvf_store *st, uint32_t addr)
 {
-	uint32_t segid = addr_seg(addr, st->page_bits);
+	struct seg_info *si = &st->segs[addr_seg(addr, st->page_bits)];
 	uint32_t page = addr_page(addr, st->page_bits);
-	struct seg_info *si = &st->segs[segid];
 
-	pthread_mutex_lock(&st->seg_lock);
-	if (si->refs[page]++ == 0)
+	if (!bit_get(si->live_bits, page)) {
+		bit_set(si->live_bits, page, 1);
 		si->live++;
-	pthread_mutex_unlock(&st->seg_lock);
+		return 0;
+	}
+	return shared_set(st, addr, shared_extra(st, addr) + 1);
 }
 
-void seg_ref_dec(kvf_store *st, uint32_t addr)
+kvf_status seg_ref_inc(kvf_store *st, uint32_t addr)
 {
-	uint32_t segid = addr_seg(addr, st->page_bits);
-	uint32_t page = addr_page(addr, st->page_bits);
-	struct seg_info *si = &st->segs[segid];
+	int rc;
 
 	pthread_mutex_lock(&st->seg_lock);
-	if (si->refs[page] > 0 && --si->refs[page] == 0 && --si->live == 0 &&
-	    si->state == SEG_SEALED) {
+	rc = ref_inc_locked(st, addr);
+	pthread_mutex_unlock(&st->seg_lock);
+	return rc ? kvf_fail(KVF_ENOMEM, "out of memory for the shared-page map")
+		  : KVF_OK;
+}
+
+/* ref_dec_locked - one reference less; a segment whose last live page
+ * goes becomes dying */
+static void ref_dec_locked(kvf_store *st, uint32_t addr)
+{
+	struct seg_info *si = &st->segs[addr_seg(addr, st->page_bits)];
+	uint32_t page = addr_page(addr, st->page_bits);
+	uint32_t extra;
+
+	if (si->live_bits == NULL || !bit_get(si->live_bits, page))
+		return;
+	if ((extra = shared_extra(st, addr)) > 0) {
+		shared_set(st, addr, extra - 1); /* shrinking never fails */
+		return;
+	}
+	bit_set(si->live_bits, page, 0);
+	if (--si->live == 0 && si->state == SEG_SEALED) {
 		si->state = SEG_DYING;
 		si->died_epoch = st->epoch;
 		st->n_dying++;
 	}
+}
+
+void seg_ref_dec(kvf_store *st, uint32_t addr)
+{
+	pthread_mutex_lock(&st->seg_lock);
+	ref_dec_locked(st, addr);
 	pthread_mutex_unlock(&st->seg_lock);
+}
+
+void seg_refs_drop_locked(kvf_store *st, uint32_t segid)
+{
+	struct seg_info *si = &st->segs[segid];
+
+	if (si->live_bits == NULL)
+		return;
+	for (uint32_t p = 0; p < si->n_data; p++)
+		if (bit_get(si->live_bits, p))
+			shared_set(st, addr_make(segid, p, st->page_bits), 0);
+	memset(si->live_bits, 0, (st->data_per_seg + 63) / 64 * sizeof(uint64_t));
+	si->live = 0;
 }
 
 kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
@@ -235,8 +402,8 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 			break;
 		meta_key_u32(key, META_TAG_SEG, i);
 		catalog_batch_delete(b, key, sizeof(key));
-		kvf_free(si->refs);
-		si->refs = NULL;
+		kvf_free(si->live_bits);
+		si->live_bits = NULL;
 		si->n_data = 0;
 		si->live = 0;
 		si->erase_count++;
@@ -270,14 +437,14 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 			       struct open_seg *os, uint32_t stripe)
 {
 	struct seg_info *si;
-	uint16_t *refs;
+	uint64_t *bits;
 	uint32_t segid;
 	int low;
 
 	if (os->sb == NULL && (os->sb = segbuf_get(st)) == NULL)
 		return KVF_ENOMEM;
-	refs = kvf_calloc(st->data_per_seg, sizeof(uint16_t));
-	if (refs == NULL)
+	bits = seg_bits_alloc(st);
+	if (bits == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory");
 	pthread_mutex_lock(&st->seg_lock);
 	if (seq->reserved[stripe] > 0) {
@@ -293,7 +460,7 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	if (segid != SEG_NONE) {
 		si = &st->segs[segid];
 		si->state = SEG_OPEN;
-		si->refs = refs;
+		si->live_bits = bits;
 		si->n_data = 0;
 		si->live = 0;
 		si->owner = seq->id;
@@ -302,7 +469,7 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	if (low)
 		cleaner_kick(st);
 	if (segid == SEG_NONE) {
-		kvf_free(refs);
+		kvf_free(bits);
 		return kvf_fail(KVF_ENOSPC,
 				"no free segment on stripe %u (%u segments of %llu bytes per stripe, all in use)",
 				stripe, (uint32_t)st->hdr.segs_per_stripe,
@@ -390,11 +557,11 @@ kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;
 	pthread_mutex_lock(&st->seg_lock);
-	st->segs[os->segid].refs[n] = 1;
+	bit_set(st->segs[os->segid].live_bits, n, 1);
 	st->segs[os->segid].live++;
 	pthread_mutex_unlock(&st->seg_lock);
 	out->addr = addr_make(os->segid, n, st->page_bits);
-	out->check = (uint32_t)h;
+	out->check = (uint32_t)h & PAGE_CHECK_MASK;
 	os->n_pages = n + 1;
 	if (os->n_pages == st->data_per_seg)
 		return openseg_flush(st, seq, os);
@@ -450,8 +617,8 @@ void openseg_release(kvf_store *st, struct seq *seq)
 			seg_ref_dec(st, os->sb->superseded[i]);
 		if (os->segid != SEG_NONE) {
 			pthread_mutex_lock(&st->seg_lock);
-			kvf_free(st->segs[os->segid].refs);
-			st->segs[os->segid].refs = NULL;
+			kvf_free(st->segs[os->segid].live_bits);
+			st->segs[os->segid].live_bits = NULL;
 			st->segs[os->segid].live = 0;
 			free_push(st, os->segid);
 			pthread_mutex_unlock(&st->seg_lock);

@@ -36,11 +36,20 @@ void seg_unreserve(kvf_store *st, struct seq *seq);
 /* seg_free_count - free segments now (all stripes) */
 uint32_t seg_free_count(kvf_store *st);
 
-/* page references (seg_lock taken inside); a page holds at most
- * UINT16_MAX, and seg_ref_full says when it has them */
+/*
+ * Page references (seg_lock taken inside): how many index slots point at
+ * a page.  A page holds at most UINT16_MAX (seg_ref_full says when it has
+ * them).  seg_ref_inc fails only for memory (KVF_ENOMEM, nothing changed).
+ */
+uint32_t seg_page_refs(kvf_store *st, uint32_t addr);
 int seg_ref_full(kvf_store *st, uint32_t addr);
-void seg_ref_inc(kvf_store *st, uint32_t addr);
+kvf_status seg_ref_inc(kvf_store *st, uint32_t addr);
 void seg_ref_dec(kvf_store *st, uint32_t addr);
+/* seg_refs_drop_locked - forget every reference into segid (its pages
+ * moved); caller holds seg_lock */
+void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
+/* seg_bits_alloc - a zeroed live bitmap for one segment (NULL: no memory) */
+uint64_t *seg_bits_alloc(kvf_store *st);
 
 /*
  * seg_reclaim - trim every DYING segment that died in an epoch <= upto,
@@ -97,7 +106,8 @@ void openseg_release(kvf_store *st, struct seq *seq);
 void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
 		uint64_t seqno, uint64_t write_ns);
 
-/* page_check - the 32-bit check stored in the index for page bytes */
+/* page_check - the check stored in the index for page bytes (the low
+ * PAGE_CHECK_MASK bits of page_hash) */
 uint32_t page_check(const void *page, uint32_t page_size);
 uint64_t page_hash(const void *page, uint32_t page_size);
 

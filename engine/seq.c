@@ -380,7 +380,7 @@ kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)
 
 kvf_status stream_reserve(struct stream *s, uint64_t n_groups)
 {
-	struct page_ref *p;
+	unsigned char *p;
 	uint64_t cap;
 
 	if (n_groups <= s->n_alloc)
@@ -388,16 +388,17 @@ kvf_status stream_reserve(struct stream *s, uint64_t n_groups)
 	if (n_groups > UINT32_MAX - 1)
 		return kvf_fail(KVF_ERANGE, "%llu token groups is past the limit of one stream",
 				(unsigned long long)n_groups);
-	cap = s->n_alloc ? (uint64_t)s->n_alloc * 2 : 16;
-	while (cap < n_groups)
-		cap *= 2;
+	/* grow by half: a stream's index is most of the store's memory */
+	cap = s->n_alloc ? (uint64_t)s->n_alloc + s->n_alloc / 2 : 16;
+	if (cap < n_groups)
+		cap = n_groups;
 	if (cap > UINT32_MAX - 1)
 		cap = UINT32_MAX - 1;
-	p = kvf_realloc(s->pages, cap * sizeof(*p));
+	p = kvf_realloc(s->pages, cap * PAGE_REF_BYTES);
 	if (p == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the index of a stream");
-	for (uint64_t i = s->n_alloc; i < cap; i++)
-		p[i] = (struct page_ref){ ADDR_NONE, 0 };
+	memset(p + (size_t)s->n_alloc * PAGE_REF_BYTES, 0xff, /* ADDR_NONE */
+	       (size_t)(cap - s->n_alloc) * PAGE_REF_BYTES);
 	s->pages = p;
 	s->n_alloc = (uint32_t)cap;
 	return KVF_OK;
@@ -518,7 +519,7 @@ static void drop_refs(kvf_store *st, struct seq *seq)
 		if (s == NULL)
 			continue;
 		for (uint32_t g = 0; g < s->n_groups; g++) {
-			uint32_t a = s->pages[g].addr;
+			uint32_t a = stream_page(s, g).addr;
 
 			if (a != ADDR_NONE && openseg_page(st, seq, a) == NULL)
 				seg_ref_dec(st, a);
@@ -611,10 +612,11 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	if ((rc = stream_reserve(cs, full + 1)) != KVF_OK)
 		return rc;
 	for (uint64_t g = 0; g < full; g++) {
-		cs->pages[g] = ps->pages[g];
+		struct page_ref r = stream_page(ps, g);
+
+		stream_set_page(cs, g, r);
 		refs[(*n_refs)++] = (struct meta_ref_entry){
-			.stream = sid, .group = (uint32_t)g,
-			.addr = ps->pages[g].addr };
+			.stream = sid, .group = (uint32_t)g, .addr = r.addr };
 	}
 	cs->n_groups = (uint32_t)full;
 	if (tail == 0)
@@ -637,10 +639,11 @@ static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
 	if ((rc = stream_reserve(cs, n + 1)) != KVF_OK)
 		return rc;
 	for (uint64_t i = 0; i < n; i++) {
-		cs->pages[i] = ps->pages[i];
+		struct page_ref r = stream_page(ps, i);
+
+		stream_set_page(cs, i, r);
 		refs[(*n_refs)++] = (struct meta_ref_entry){
-			.stream = sid, .group = (uint32_t)i,
-			.addr = ps->pages[i].addr };
+			.stream = sid, .group = (uint32_t)i, .addr = r.addr };
 	}
 	cs->n_groups = (uint32_t)n;
 	return KVF_OK;
@@ -762,7 +765,8 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	/* from here the child is visible: references are taken before the
 	 * commit so a failed commit (fatal) leaves counts consistent */
 	for (uint64_t i = 0; i < n_refs; i++)
-		seg_ref_inc(st, refs[i].addr);
+		if (seg_ref_inc(st, refs[i].addr) != KVF_OK && rc == KVF_OK)
+			rc = store_set_fatal(st, KVF_ENOMEM, call);
 	child = NULL;
 	rc = commit_batch(st, b, call);
 out_child:

@@ -846,7 +846,7 @@ static void index_bytes_of(kvf_store *st, struct seq *seq, void *arg)
 		struct stream *s = seq_stream_at(st, seq, i, &sid);
 
 		if (s)
-			*sum += (uint64_t)s->n_alloc * sizeof(struct page_ref) +
+			*sum += (uint64_t)s->n_alloc * PAGE_REF_BYTES +
 				sizeof(*s);
 	}
 	pthread_mutex_unlock(&seq->lock);
@@ -896,11 +896,12 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 		case SEG_CORRUPT: s.segments_corrupt++; break;
 		}
 		s.live_pages += st->segs[i].live;
-		if (st->segs[i].refs)
-			s.index_bytes += (uint64_t)st->segs[i].n_data * sizeof(uint16_t);
+		if (st->segs[i].live_bits)
+			s.index_bytes += (st->data_per_seg + 63) / 64 * 8;
 	}
+	s.index_bytes += (uint64_t)st->n_segments * sizeof(struct seg_info) +
+			 (uint64_t)st->shared_cap * 2 * sizeof(uint32_t);
 	pthread_mutex_unlock(&st->seg_lock);
-	s.index_bytes += (uint64_t)st->n_segments * sizeof(struct seg_info);
 	s.n_sequences = seq_count(st);
 	s.struct_size = out->struct_size;
 	memcpy(out, &s, out->struct_size < sizeof(s) ? out->struct_size : sizeof(s));

@@ -18,7 +18,8 @@
  *   seq->lock       a sequence's streams, lengths and open segments;
  *                   held for a whole call on that sequence (reads too);
  *   seq_table_lock  the id -> sequence table;
- *   seg_lock        the segment table, free lists, page references.
+ *   seg_lock        the segment table, free lists, page references
+ *                   (live bits and the shared-page map).
  * Nobody holds two seq locks, except fork (parent, then the new child).
  *
  * Segment states: FREE -> OPEN (a sequence is filling it) -> SEALED (on
@@ -52,22 +53,53 @@ enum seg_state {
 #define SEG_NONE UINT32_MAX
 #define WRITER_THREADS 2 /* segment writes in flight at once */
 
-/* Where a group's page is, and the low 32 bits of its XXH3-64 so every
+/* Where a group's page is, and the low 24 bits of its XXH3-64 so every
  * read from media is verified without reading the segment summary. */
 struct page_ref {
 	uint32_t addr;  /* page address, ADDR_NONE if none */
-	uint32_t check; /* low 32 bits of the page's XXH3-64 */
+	uint32_t check; /* low 24 bits of the page's XXH3-64 */
 };
+
+/* In a stream's index a page_ref takes 7 bytes (address, then check,
+ * little-endian): 0.17 % of the 4 KiB page it describes. */
+#define PAGE_REF_BYTES 7u
+#define PAGE_CHECK_MASK 0xffffffu
 
 /* One (layer, kind, head) of one sequence. */
 struct stream {
-	struct page_ref *pages; /* per group */
+	unsigned char *pages;  /* per group, PAGE_REF_BYTES each; read and
+				* written with stream_page/stream_set_page */
 	uint32_t n_alloc;      /* capacity of pages (groups) */
 	uint32_t n_groups;     /* groups with an entry in pages */
 	unsigned char *gbuf;   /* the tail group, page_size bytes; NULL if
 				* not loaded (empty, or on media only) */
 	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
 };
+
+static inline struct page_ref stream_page(const struct stream *s, uint64_t g)
+{
+	const unsigned char *b = s->pages + g * PAGE_REF_BYTES;
+	struct page_ref r;
+
+	r.addr = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+		 (uint32_t)b[3] << 24;
+	r.check = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16;
+	return r;
+}
+
+static inline void stream_set_page(struct stream *s, uint64_t g,
+				   struct page_ref r)
+{
+	unsigned char *b = s->pages + g * PAGE_REF_BYTES;
+
+	b[0] = (unsigned char)r.addr;
+	b[1] = (unsigned char)(r.addr >> 8);
+	b[2] = (unsigned char)(r.addr >> 16);
+	b[3] = (unsigned char)(r.addr >> 24);
+	b[4] = (unsigned char)r.check;
+	b[5] = (unsigned char)(r.check >> 8);
+	b[6] = (unsigned char)(r.check >> 16);
+}
 
 /* A segment being filled for one sequence on one stripe. */
 struct open_seg {
@@ -113,7 +145,9 @@ struct seg_info {
 	uint64_t write_ns;     /* when sealed, ns since the epoch */
 	uint64_t owner;        /* sequence it was filled for */
 	uint64_t died_epoch;   /* DYING: sync epoch of its death */
-	uint16_t *refs;        /* per data page: index references */
+	uint64_t *live_bits;   /* bit per data page: referenced by the
+				* index; further references of shared
+				* (forked) pages are in store.shared */
 };
 
 /* counters for kvf_stats; atomics, updated where the bytes move.  The
@@ -168,6 +202,11 @@ struct kvf_store {
 	uint32_t *free_fifo;    /* per stripe ring of free segment ids */
 	uint32_t *free_head, *free_count; /* [n_stripes] */
 	uint32_t *reserved;     /* [n_stripes] free segments promised */
+	uint32_t *shared_addr;  /* open addressing: pages with more than one
+				 * reference (ADDR_NONE = empty slot) */
+	uint32_t *shared_extra; /* their references beyond the first */
+	uint32_t shared_cap;    /* slots, a power of two (0: none yet) */
+	uint32_t shared_n;      /* pages in the map */
 	uint32_t n_free;        /* free segments, all stripes */
 	uint32_t n_dying;       /* DYING segments */
 	uint64_t epoch;         /* durable-point epoch, from 1; a death

@@ -716,33 +716,37 @@ static struct found *verify_after(kvf_store *st, void (*mess)(struct stream *, s
 	struct found *f;
 
 	s = stream_of(st, &seq);
-	saved[0] = s->pages[0];
-	saved[1] = s->pages[1];
+	saved[0] = stream_page(s, 0);
+	saved[1] = stream_page(s, 1);
 	mess(s, saved);
 	seq_unlock_put(st, seq);
 	f = verify(st, r);
 	s = stream_of(st, &seq);
-	s->pages[0] = saved[0];
-	s->pages[1] = saved[1];
+	stream_set_page(s, 0, saved[0]);
+	stream_set_page(s, 1, saved[1]);
 	seq_unlock_put(st, seq);
 	return f;
 }
 
 static void lose_page(struct stream *s, struct page_ref *saved)
 {
-	(void)saved;
-	s->pages[0].addr = ADDR_NONE;
+	struct page_ref r = saved[0];
+
+	r.addr = ADDR_NONE;
+	stream_set_page(s, 0, r);
 }
 
 static void swap_pages(struct stream *s, struct page_ref *saved)
 {
-	s->pages[0] = saved[1];
+	stream_set_page(s, 0, saved[1]);
 }
 
 static void bad_check(struct stream *s, struct page_ref *saved)
 {
-	(void)saved;
-	s->pages[0].check ^= 1;
+	struct page_ref r = saved[0];
+
+	r.check ^= 1;
+	stream_set_page(s, 0, r);
 }
 
 Test(inspect, verify_index_damage)
@@ -820,7 +824,7 @@ Test(inspect, verify_kt)
 	s = seq_stream_of(st, seq, stream_id(0, KIND_KT, 1));
 	cr_assert_not_null(s);
 	cr_assert(gt(u32, s->n_groups, 0));
-	addr = s->pages[0].addr;
+	addr = stream_page(s, 0).addr;
 	seq_unlock_put(st, seq);
 	segid = addr_seg(addr, st->page_bits);
 	page = addr_page(addr, st->page_bits);
