@@ -1,0 +1,1053 @@
+/*
+ * test_store_crash.c - crash tests: a writer process killed at seeded
+ * points, and a store whose catalog commit fails.
+ *
+ * Kill tests.  Each round forks a writer child that opens the store and
+ * runs a seeded script (append, append_x, sync, read-back checks, and
+ * create/fork/free) against a copy of the reference it inherited.  Around
+ * every kvf_sync it tells the parent through a pipe: "sync N begins",
+ * "sync N done".  The child is SIGKILLed at a seeded moment: by the
+ * parent after a seeded delay, or by itself before a seeded operation.
+ * The parent then replays the same script on its own reference (the
+ * script depends only on the seed and the reference) to get the state of
+ * the last sync it was told about, and forks a checker child that reopens
+ * the store and compares every sequence, length and token with it.
+ *
+ * A sync may have completed right before the kill without the parent
+ * hearing "done": when a "begins" has no "done", the state of that sync
+ * is accepted too (and only those two).  Nothing else is: no sequence,
+ * token or X row past the accepted state may be visible.
+ *
+ * The parent never opens a store itself (the checker does), so no RocksDB
+ * thread exists in the process that forks.
+ *
+ * Known engine bug (reported): kvf_seq_create, kvf_seq_fork and
+ * kvf_seq_free commit to the catalog at once, so a kill before the next
+ * sync leaves them visible (and a forked child's partial tail group is
+ * then missing).  The script therefore runs those calls only right after
+ * a sync, each followed by its own sync inside one "begins"/"done" pair,
+ * and forks only at group boundaries.  KVF_CRASH_META_ANYWHERE=1 lifts
+ * that, to reproduce the bug.
+ *
+ * Fatal test.  catalog_fail_commits (engine/catalog.h, reached through
+ * engine/store.h) makes the next catalog commit fail inside each call that
+ * commits; afterwards every call on the handle answers KVF_EFATAL until it
+ * is closed, and the reopened store holds the last sync's state.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/catalog.h"
+#include "engine/store.h"
+#include "kvflash.h"
+#include "testutil.h"
+
+#define LAYERS 2
+#define QH 4
+#define KVH 2
+#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 */
+#define ROW (DIM * 2)
+#define G 32
+#define ID_POOL 6
+#define BALLAST (1ull << 50) /* a sequence outside the pool; see below */
+#define MAX_TOKENS (24 * G)  /* no appends to a layer past this */
+
+#define SEEDS 4           /* seeds per run */
+#define ROUNDS 6          /* kills per seed, on the same store */
+#define OPS_PER_ROUND 300 /* script length of one writer */
+
+/* ---- failing from either process ---------------------------------------- */
+
+static int in_child; /* set in forked children: report through the pipe */
+static int report_fd = -1;
+
+/* fail - stop the test: in a child, send the message and exit 3 */
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail(const char *fmt, ...)
+{
+	char msg[900];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (in_child) {
+		char line[1024];
+		int n = snprintf(line, sizeof(line), "E %s\n", msg);
+
+		if (write(report_fd, line, (size_t)n) < 0)
+			_exit(4);
+		_exit(3);
+	}
+	cr_fatal("%s", msg);
+}
+
+/* ---- values and the reference (see test_store_model.c) ------------------ */
+
+static uint64_t mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fill_row(unsigned char *dst, uint64_t tag, uint32_t layer, int kind,
+		     uint64_t t, uint32_t h)
+{
+	uint64_t x = mix(mix(mix(tag) + layer * 0x100000001b3ull +
+			     (uint64_t)kind * 0x3c6ef372fe94f82bull +
+			     h * 0x2545f4914f6cdd1dull) +
+			 t);
+
+	for (uint32_t j = 0; j < ROW; j += 8) {
+		uint64_t w = mix(x + j);
+
+		memcpy(dst + j, &w, 8);
+	}
+}
+
+struct run {
+	uint64_t end; /* tokens below end carry tag */
+	uint64_t tag;
+};
+
+struct track {
+	uint64_t len; /* tokens */
+	uint32_t n;   /* runs */
+	struct run *runs;
+};
+
+struct mseq {
+	int live;
+	struct track kv[LAYERS];
+	struct track x[LAYERS];
+};
+
+struct model {
+	struct mseq seqs[ID_POOL];
+	uint64_t next_tag;
+};
+
+static uint64_t seq_id(uint32_t i)
+{
+	return i < 4 ? 10 + i : (1ull << 40) + i;
+}
+
+static void track_push(struct track *t, uint64_t n, uint64_t tag)
+{
+	if (n == 0)
+		return;
+	t->runs = realloc(t->runs, (t->n + 1) * sizeof(*t->runs));
+	if (t->runs == NULL)
+		fail("out of memory");
+	t->len += n;
+	t->runs[t->n++] = (struct run){ t->len, tag };
+}
+
+static void track_prefix(struct track *dst, const struct track *src, uint64_t n)
+{
+	uint64_t at = 0;
+
+	free(dst->runs);
+	memset(dst, 0, sizeof(*dst));
+	for (uint32_t i = 0; i < src->n && at < n; i++) {
+		uint64_t end = src->runs[i].end < n ? src->runs[i].end : n;
+
+		track_push(dst, end - at, src->runs[i].tag);
+		at = end;
+	}
+}
+
+static uint64_t track_tag(const struct track *t, uint64_t tok)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->runs[i].end > tok)
+			return t->runs[i].tag;
+	fail("token %" PRIu64 " past the reference", tok);
+	return 0;
+}
+
+static void mseq_clear(struct mseq *s)
+{
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		free(s->kv[l].runs);
+		free(s->x[l].runs);
+	}
+	memset(s, 0, sizeof(*s));
+}
+
+static void model_copy(struct model *dst, const struct model *src)
+{
+	for (uint32_t i = 0; i < ID_POOL; i++) {
+		mseq_clear(&dst->seqs[i]);
+		dst->seqs[i].live = src->seqs[i].live;
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			track_prefix(&dst->seqs[i].kv[l], &src->seqs[i].kv[l],
+				     src->seqs[i].kv[l].len);
+			track_prefix(&dst->seqs[i].x[l], &src->seqs[i].x[l],
+				     src->seqs[i].x[l].len);
+		}
+	}
+	dst->next_tag = src->next_tag;
+}
+
+static void model_free(struct model *m)
+{
+	for (uint32_t i = 0; i < ID_POOL; i++)
+		mseq_clear(&m->seqs[i]);
+}
+
+/* ---- the store's side ---------------------------------------------------- */
+
+static kvf_options crash_opts(void)
+{
+	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o;
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 64 * 1024;
+	o.capacity_bytes = 2ull * 256 * 64 * 1024;
+	o.n_stripes = 2;
+	o.n_threads = 1;
+	return o;
+}
+
+static unsigned char *buf_a, *buf_b, *buf_c;
+
+static void bufs_alloc(void)
+{
+	size_t cap = (size_t)(MAX_TOKENS + 16 * G) * QH * ROW;
+
+	buf_a = malloc(cap);
+	buf_b = malloc(cap);
+	buf_c = malloc(cap);
+	if (!buf_a || !buf_b || !buf_c)
+		fail("out of memory");
+}
+
+/* check_rows - n rows at stride in got are tokens [t0, t0+n) of (t,h) */
+static int check_rows(const struct track *t, uint32_t layer, int kind,
+		      uint32_t h, uint64_t t0, uint64_t n,
+		      const unsigned char *got, size_t stride, char *why,
+		      size_t why_cap)
+{
+	unsigned char want[ROW];
+
+	for (uint64_t i = 0; i < n; i++) {
+		fill_row(want, track_tag(t, t0 + i), layer, kind, t0 + i, h);
+		if (memcmp(got + i * stride, want, ROW) != 0) {
+			snprintf(why, why_cap,
+				 "layer %u kind %d head %u token %" PRIu64
+				 " reads back wrong",
+				 layer, kind, h, t0 + i);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * state_differs - compare the store with m: every sequence of the id pool
+ * exists or not as m says, every length, and every token.  0 if equal,
+ * else 1 with the first difference in why.
+ */
+static int state_differs(kvf_store *st, const struct model *m, char *why,
+			 size_t why_cap)
+{
+	kvf_stats stats = { .struct_size = sizeof(stats) };
+	uint32_t live = 0, has_ballast;
+	uint64_t len;
+
+	has_ballast = kvf_seq_len(st, BALLAST, 0, &len) == KVF_OK;
+
+	for (uint32_t i = 0; i < ID_POOL; i++) {
+		const struct mseq *s = &m->seqs[i];
+		uint64_t id = seq_id(i), n;
+		kvf_status rc = kvf_seq_len(st, id, 0, &n);
+
+		if (!s->live) {
+			if (rc != KVF_ENOENT) {
+				snprintf(why, why_cap,
+					 "sequence %" PRIu64 " exists (%d)", id,
+					 rc);
+				return 1;
+			}
+			continue;
+		}
+		live++;
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			uint64_t xl = s->x[l].len;
+
+			rc = kvf_seq_len(st, id, l, &n);
+			if (rc != KVF_OK || n != s->kv[l].len) {
+				snprintf(why, why_cap,
+					 "sequence %" PRIu64
+					 " layer %u: %d, %" PRIu64
+					 " tokens, expected %" PRIu64,
+					 id, l, rc, rc ? 0 : n, s->kv[l].len);
+				return 1;
+			}
+			for (uint32_t h = 0; h < KVH; h++) {
+				rc = kvf_read(st, id, l, h, 0, n, buf_a, buf_b);
+				if (rc != KVF_OK) {
+					snprintf(why, why_cap,
+						 "sequence %" PRIu64
+						 " layer %u head %u: %s",
+						 id, l, h, kvf_last_error());
+					return 1;
+				}
+				if (check_rows(&s->kv[l], l, 0, h, 0, n, buf_a,
+					       ROW, why, why_cap) ||
+				    check_rows(&s->kv[l], l, 1, h, 0, n, buf_b,
+					       ROW, why, why_cap))
+					return 1;
+			}
+			rc = kvf_read_x(st, id, l, 0, xl, buf_c);
+			if (rc != KVF_OK || kvf_read_x(st, id, l, xl, xl + 1,
+						       buf_c) != KVF_ERANGE) {
+				snprintf(why, why_cap,
+					 "sequence %" PRIu64
+					 " layer %u: X is not %" PRIu64
+					 " tokens (%s)",
+					 id, l, xl, kvf_last_error());
+				return 1;
+			}
+			rc = kvf_read_x(st, id, l, 0, xl, buf_c);
+			for (uint32_t q = 0; q < QH && rc == KVF_OK; q++)
+				if (check_rows(&s->x[l], l, 2, q, 0, xl,
+					       buf_c + (size_t)q * ROW,
+					       (size_t)QH * ROW, why, why_cap))
+					return 1;
+		}
+	}
+	if (kvf_stats_get(st, &stats) != KVF_OK ||
+	    stats.n_sequences != live + has_ballast) {
+		snprintf(why, why_cap, "n_sequences %" PRIu64 ", expected %u",
+			 stats.n_sequences, live + has_ballast);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- the script --------------------------------------------------------- */
+
+enum op_kind {
+	OP_APPEND,
+	OP_APPEND_X,
+	OP_SYNC,
+	OP_META,
+	OP_READ
+};
+
+struct script {
+	uint64_t rng;      /* state */
+	int after_sync;    /* the last operation was a sync (or the start) */
+	int meta_anywhere; /* KVF_CRASH_META_ANYWHERE */
+};
+
+/* One decided operation: what step() will do, enough to replay it. */
+struct op {
+	enum op_kind kind;
+	uint32_t seq, layer, n, child; /* pool indexes, layer, tokens */
+	int meta;                      /* 0 create, 1 fork, 2 free */
+	uint64_t tag, fork_at;
+};
+
+static int pick_live(struct script *sc, const struct model *m, uint32_t *out)
+{
+	uint32_t start = (uint32_t)rng_below(&sc->rng, ID_POOL);
+
+	for (uint32_t i = 0; i < ID_POOL; i++)
+		if (m->seqs[(start + i) % ID_POOL].live) {
+			*out = (start + i) % ID_POOL;
+			return 1;
+		}
+	return 0;
+}
+
+static uint32_t pick_n(struct script *sc)
+{
+	switch (rng_below(&sc->rng, 7)) {
+	case 0:
+		return 1;
+	case 1:
+		return G - 1;
+	case 2:
+		return G;
+	case 3:
+		return G + 1;
+	case 4:
+		return (uint32_t)(4 * G + rng_below(&sc->rng, 4 * G));
+	default:
+		return (uint32_t)(1 + rng_below(&sc->rng, 3 * G));
+	}
+}
+
+/* decide - the next operation of the script, from its rng and the model */
+static struct op decide(struct script *sc, struct model *m)
+{
+	struct op op = { 0 };
+	uint64_t r = rng_below(&sc->rng, 100);
+	uint32_t s;
+
+	if (!pick_live(sc, m, &s) || (r >= 75 && r < 85)) {
+		/* create, fork or free */
+		if (!sc->after_sync && !sc->meta_anywhere) {
+			op.kind = OP_SYNC;
+			return op;
+		}
+		op.kind = OP_META;
+		op.child = (uint32_t)rng_below(&sc->rng, ID_POOL);
+		if (!pick_live(sc, m, &s) ||
+		    (!m->seqs[op.child].live && rng_below(&sc->rng, 2))) {
+			uint32_t i;
+
+			for (i = 0; i < ID_POOL && m->seqs[op.child].live; i++)
+				op.child = (op.child + 1) % ID_POOL;
+			op.meta = m->seqs[op.child].live ? 2 : 0;
+		} else if (!m->seqs[op.child].live) {
+			uint64_t most = UINT64_MAX;
+
+			op.meta = 1;
+			op.seq = s;
+			for (uint32_t l = 0; l < LAYERS; l++)
+				if (m->seqs[s].kv[l].len < most)
+					most = m->seqs[s].kv[l].len;
+			op.fork_at = rng_below(&sc->rng, most + 1);
+			if (!sc->meta_anywhere)
+				op.fork_at -= op.fork_at % G;
+		} else {
+			op.meta = 2;
+		}
+		return op;
+	}
+	op.seq = s;
+	op.layer = (uint32_t)rng_below(&sc->rng, LAYERS);
+	if (r < 50) {
+		op.kind = OP_APPEND;
+		op.n = pick_n(sc);
+		if (m->seqs[s].kv[op.layer].len + op.n > MAX_TOKENS)
+			op.n = 0;
+	} else if (r < 58) {
+		op.kind = OP_APPEND_X;
+		op.n = pick_n(sc);
+		if (m->seqs[s].x[op.layer].len + op.n > MAX_TOKENS)
+			op.n = 0;
+	} else if (r < 75) {
+		op.kind = OP_SYNC;
+	} else {
+		op.kind = OP_READ;
+	}
+	op.tag = ++m->next_tag;
+	return op;
+}
+
+/* apply - what op does to the reference */
+static void apply(struct script *sc, struct model *m, const struct op *op)
+{
+	struct mseq *s = &m->seqs[op->seq];
+
+	sc->after_sync = op->kind == OP_SYNC ||
+			 (op->kind == OP_META && !sc->meta_anywhere);
+	switch (op->kind) {
+	case OP_APPEND:
+		track_push(&s->kv[op->layer], op->n, op->tag);
+		break;
+	case OP_APPEND_X:
+		track_push(&s->x[op->layer], op->n, op->tag);
+		break;
+	case OP_META: {
+		struct mseq *c = &m->seqs[op->child];
+
+		if (op->meta == 0) {
+			mseq_clear(c);
+			c->live = 1;
+		} else if (op->meta == 1) {
+			mseq_clear(c);
+			c->live = 1;
+			for (uint32_t l = 0; l < LAYERS; l++) {
+				uint64_t xn = s->x[l].len < op->fork_at ?
+						      s->x[l].len :
+						      op->fork_at;
+
+				track_prefix(&c->kv[l], &s->kv[l], op->fork_at);
+				track_prefix(&c->x[l], &s->x[l], xn);
+			}
+		} else {
+			mseq_clear(c);
+		}
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* ---- the writer child --------------------------------------------------- */
+
+static void announce(char what, unsigned op_no)
+{
+	char line[32];
+	int n = snprintf(line, sizeof(line), "%c %u\n", what, op_no);
+
+	if (write(report_fd, line, (size_t)n) != n)
+		_exit(4);
+}
+
+static void must(kvf_status rc, const char *what, unsigned op_no)
+{
+	if (rc != KVF_OK)
+		fail("writer op %u: %s: %s", op_no, what, kvf_last_error());
+}
+
+static void do_sync(kvf_store *st, unsigned op_no)
+{
+	announce('B', op_no);
+	must(kvf_sync(st), "kvf_sync", op_no);
+	announce('D', op_no);
+}
+
+/* run_op - perform op on the store (the reference m is before op) */
+static void run_op(kvf_store *st, const struct model *m, const struct op *op,
+		   unsigned op_no, uint64_t *rng)
+{
+	const struct mseq *s = &m->seqs[op->seq];
+	uint64_t id = seq_id(op->seq);
+	char why[256];
+
+	switch (op->kind) {
+	case OP_APPEND: {
+		uint64_t t0 = s->kv[op->layer].len;
+
+		for (uint32_t i = 0; i < op->n; i++)
+			for (uint32_t h = 0; h < KVH; h++) {
+				size_t off = ((size_t)i * KVH + h) * ROW;
+
+				fill_row(buf_a + off, op->tag, op->layer, 0,
+					 t0 + i, h);
+				fill_row(buf_b + off, op->tag, op->layer, 1,
+					 t0 + i, h);
+			}
+		must(kvf_append(st, id, op->layer, op->n, buf_a, buf_b),
+		     "kvf_append", op_no);
+		break;
+	}
+	case OP_APPEND_X: {
+		uint64_t t0 = s->x[op->layer].len;
+
+		for (uint32_t i = 0; i < op->n; i++)
+			for (uint32_t q = 0; q < QH; q++)
+				fill_row(buf_a + ((size_t)i * QH + q) * ROW,
+					 op->tag, op->layer, 2, t0 + i, q);
+		must(kvf_append_x(st, id, op->layer, op->n, buf_a),
+		     "kvf_append_x", op_no);
+		break;
+	}
+	case OP_SYNC:
+		do_sync(st, op_no);
+		break;
+	case OP_META: {
+		uint64_t child = seq_id(op->child);
+
+		/* with the workaround: "begins" covers the call and its sync */
+		if (!getenv("KVF_CRASH_META_ANYWHERE"))
+			announce('B', op_no);
+		if (op->meta == 0)
+			must(kvf_seq_create(st, child), "kvf_seq_create",
+			     op_no);
+		else if (op->meta == 1)
+			must(kvf_seq_fork(st, id, child, op->fork_at),
+			     "kvf_seq_fork", op_no);
+		else
+			must(kvf_seq_free(st, child), "kvf_seq_free", op_no);
+		if (!getenv("KVF_CRASH_META_ANYWHERE")) {
+			must(kvf_sync(st), "kvf_sync", op_no);
+			announce('D', op_no);
+		}
+		break;
+	}
+	case OP_READ: {
+		uint64_t len = s->kv[op->layer].len;
+		uint64_t t0 = rng_below(rng, len + 1);
+		uint64_t t1 = t0 + rng_below(rng, len - t0 + 1);
+		uint32_t h = (uint32_t)rng_below(rng, KVH);
+
+		must(kvf_read(st, id, op->layer, h, t0, t1, buf_a, buf_b),
+		     "kvf_read", op_no);
+		if (check_rows(&s->kv[op->layer], op->layer, 0, h, t0, t1 - t0,
+			       buf_a, ROW, why, sizeof(why)) ||
+		    check_rows(&s->kv[op->layer], op->layer, 1, h, t0, t1 - t0,
+			       buf_b, ROW, why, sizeof(why)))
+			fail("writer op %u: %s", op_no, why);
+		break;
+	}
+	}
+}
+
+/* writer - the child: open, run the round's script, maybe kill itself */
+static void writer(const char *path, struct model *m, uint64_t round_seed,
+		   unsigned self_kill_at)
+{
+	struct script sc = { .rng = round_seed, .after_sync = 1 };
+	uint64_t read_rng = mix(round_seed);
+	kvf_options o = crash_opts();
+	kvf_store *st = NULL;
+
+	sc.meta_anywhere = getenv("KVF_CRASH_META_ANYWHERE") != NULL;
+	must(kvf_open(path, &o, &st), "kvf_open", 0);
+	for (unsigned i = 1; i <= OPS_PER_ROUND; i++) {
+		struct op op = decide(&sc, m);
+
+		if (i == self_kill_at)
+			raise(SIGKILL);
+		run_op(st, m, &op, i, &read_rng);
+		apply(&sc, m, &op);
+	}
+	announce('B', OPS_PER_ROUND + 1);
+	must(kvf_close(st), "kvf_close", OPS_PER_ROUND + 1);
+	announce('D', OPS_PER_ROUND + 1);
+	_exit(0);
+}
+
+/* ---- the parent ---------------------------------------------------------- */
+
+/* spawn - fork a child running fn; its reports come back on *fd */
+static pid_t spawn(int *fd)
+{
+	int p[2];
+	pid_t pid;
+
+	cr_assert(eq(int, pipe(p), 0));
+	fflush(NULL);
+	pid = fork();
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(p[0]);
+		in_child = 1;
+		report_fd = p[1];
+		return 0;
+	}
+	close(p[1]);
+	*fd = p[0];
+	return pid;
+}
+
+/* collect - read the child's whole report (until it is gone) */
+static char *collect(int fd)
+{
+	size_t len = 0, cap = 4096;
+	char *text = malloc(cap);
+	ssize_t n;
+
+	cr_assert_not_null(text);
+	for (;;) {
+		if (len + 1024 > cap)
+			text = realloc(text, cap *= 2);
+		n = read(fd, text + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	text[len] = '\0';
+	close(fd);
+	return text;
+}
+
+/*
+ * open_retry - kvf_open, retried for a while on KVF_EBUSY: the stripe
+ * files' locks of a killed writer are released only when the kernel has
+ * torn down its io_uring instance, which it does after the process is
+ * reaped (a reopen right after a crash may find them still held).
+ */
+static kvf_status open_retry(const char *path, const kvf_options *o,
+			     kvf_store **st)
+{
+	kvf_status rc = KVF_EBUSY;
+
+	for (int i = 0; i < 200 && rc == KVF_EBUSY; i++) {
+		rc = kvf_open(path, o, st);
+		if (rc == KVF_EBUSY) {
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	return rc;
+}
+
+/* check_store - fork a checker: does the store hold `a` (0), or `b` (1)?
+ * A checker failure fails the test with its message. */
+static int check_store(const char *path, const struct model *a,
+		       const struct model *b, const char *what)
+{
+	int fd, status, which = -1, ok;
+	pid_t pid = spawn(&fd);
+	char *text;
+
+	if (pid == 0) {
+		kvf_options o = crash_opts();
+		kvf_store *st = NULL;
+		char why_a[256] = "", why_b[256] = "", line[700];
+		int n;
+
+		must(open_retry(path, &o, &st), "reopen", 0);
+		if (!state_differs(st, a, why_a, sizeof(why_a)))
+			n = snprintf(line, sizeof(line), "M 0\n");
+		else if (b && !state_differs(st, b, why_b, sizeof(why_b)))
+			n = snprintf(line, sizeof(line), "M 1\n");
+		else
+			fail("%s: the reopened store is neither the last sync's state (%s) nor the one in flight (%s)",
+			     what, why_a, b ? why_b : "none");
+		if (write(report_fd, line, (size_t)n) != n)
+			_exit(4);
+		must(kvf_close(st), "kvf_close", 0);
+		_exit(0);
+	}
+	text = collect(fd);
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	if (strncmp(text, "E ", 2) == 0)
+		fail("checker: %s", text + 2);
+	ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+	     sscanf(text, "M %d", &which) == 1;
+	cr_assert(ok, "checker died (status %d): %s", status, text);
+	free(text);
+	return which;
+}
+
+static void sleep_us(uint64_t us)
+{
+	struct timespec ts = { (time_t)(us / 1000000),
+			       (long)(us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/*
+ * round - one writer, killed; returns nothing, leaves *m at the state the
+ * reopened store holds
+ */
+static void round_once(const char *path, struct model *m, uint64_t seed,
+		       unsigned r)
+{
+	uint64_t round_seed = mix(seed + r), k = mix(round_seed + 1);
+	unsigned self_kill_at =
+		k % 2 ? (unsigned)(1 + (k >> 8) % OPS_PER_ROUND) : 0;
+	uint64_t delay_us = self_kill_at ? 0 : 1000 + (k >> 8) % 60000;
+	struct script sc = { .rng = round_seed, .after_sync = 1 };
+	struct model done, begun, scratch = { 0 };
+	unsigned last_done = 0, last_begun = 0, op_no, n_meta = 0;
+	int fd, status, which, ok;
+	pid_t pid;
+	char *text, *line;
+
+	sc.meta_anywhere = getenv("KVF_CRASH_META_ANYWHERE") != NULL;
+	pid = spawn(&fd);
+	if (pid == 0)
+		writer(path, m, round_seed, self_kill_at);
+	if (delay_us) {
+		sleep_us(delay_us);
+		kill(pid, SIGKILL);
+	}
+	text = collect(fd);
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	if (strstr(text, "E ") != NULL)
+		fail("writer (seed %" PRIu64 " round %u): %s", seed, r,
+		     strstr(text, "E ") + 2);
+	ok = WIFSIGNALED(status) ||
+	     (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	cr_assert(ok, "writer status %d", status);
+	/* the last "done", and a "begins" after it */
+	for (line = text; *line; line = strchr(line, '\n') + 1) {
+		char what;
+		unsigned n;
+
+		if (sscanf(line, "%c %u", &what, &n) != 2)
+			break;
+		if (what == 'D')
+			last_done = n;
+		else
+			last_begun = n;
+	}
+	free(text);
+	/* replay the script: the states after ops last_done and last_begun */
+	memset(&done, 0, sizeof(done));
+	memset(&begun, 0, sizeof(begun));
+	model_copy(&done, m);
+	model_copy(&begun, m);
+	model_copy(&scratch, m);
+	for (op_no = 1; op_no <= OPS_PER_ROUND; op_no++) {
+		struct op op = decide(&sc, &scratch);
+
+		apply(&sc, &scratch, &op);
+		if (op.kind == OP_META && op_no <= last_done)
+			n_meta++;
+		if (op_no == last_done)
+			model_copy(&done, &scratch);
+		if (op_no == last_begun)
+			model_copy(&begun, &scratch);
+	}
+	if (last_done == OPS_PER_ROUND + 1)
+		model_copy(&done, &scratch);
+	if (last_begun == OPS_PER_ROUND + 1)
+		model_copy(&begun, &scratch);
+	fprintf(stderr,
+		"store_crash: seed %" PRIu64
+		" round %u: killed %s %u, last sync done at op %u%s, %u create/fork/free before it\n",
+		seed, r, self_kill_at ? "by itself before op" : "after (us)",
+		self_kill_at ? self_kill_at : (unsigned)delay_us, last_done,
+		last_begun > last_done ? " (one in flight)" : "", n_meta);
+	which = check_store(path, &done, last_begun > last_done ? &begun : NULL,
+			    "after the kill");
+	model_copy(m, which ? &begun : &done);
+	model_free(&done);
+	model_free(&begun);
+	model_free(&scratch);
+}
+
+/* create_store - make the empty store in a child (a kill during kvf_open's
+ * create is not what these tests are about) */
+static void create_store(const char *path)
+{
+	int fd, status, ok;
+	pid_t pid = spawn(&fd);
+	char *text;
+
+	if (pid == 0) {
+		kvf_options o = crash_opts();
+		kvf_store *st = NULL;
+
+		must(kvf_open(path, &o, &st), "kvf_open (create)", 0);
+		/* BUG workaround (reported): reopening a store without any
+		 * segment record runs qsort(NULL, 0, ...) in recovery_load,
+		 * which UBSan stops; a ballast sequence outside the id pool
+		 * keeps one segment.  Remove with the fix. */
+		memset(buf_a, 0x5a, (size_t)G * KVH * ROW);
+		must(kvf_seq_create(st, BALLAST), "kvf_seq_create", 0);
+		must(kvf_append(st, BALLAST, 0, G, buf_a, buf_a), "kvf_append",
+		     0);
+		must(kvf_close(st), "kvf_close", 0);
+		_exit(0);
+	}
+	text = collect(fd);
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	cr_assert(ok, "%s", text);
+	free(text);
+}
+
+TestSuite(store_crash, .timeout = 90);
+
+Test(store_crash, killed_writer)
+{
+	uint64_t base = rng_seed("store_crash/killed_writer");
+
+	bufs_alloc();
+	for (uint64_t i = 0; i < SEEDS; i++) {
+		uint64_t seed = mix(base + i);
+		char *dir = tmpdir_make("crash");
+		char *path = strdup(tmp_path(dir, "s"));
+		struct model m = { 0 };
+
+		fprintf(stderr, "store_crash: seed %" PRIu64 "\n", seed);
+		create_store(path);
+		for (unsigned r = 0; r < ROUNDS; r++)
+			round_once(path, &m, seed, r);
+		model_free(&m);
+		free(path);
+		tmpdir_remove(dir);
+	}
+}
+
+/* ---- a failed catalog commit -------------------------------------------- */
+
+/* append_model - append n tokens to (seq i, layer) of the store and of m */
+static kvf_status append_model(kvf_store *st, struct model *m, uint32_t i,
+			       uint32_t layer, uint32_t n)
+{
+	struct track *t = &m->seqs[i].kv[layer];
+	uint64_t tag = ++m->next_tag;
+	kvf_status rc;
+
+	for (uint32_t j = 0; j < n; j++)
+		for (uint32_t h = 0; h < KVH; h++) {
+			size_t off = ((size_t)j * KVH + h) * ROW;
+
+			fill_row(buf_a + off, tag, layer, 0, t->len + j, h);
+			fill_row(buf_b + off, tag, layer, 1, t->len + j, h);
+		}
+	rc = kvf_append(st, seq_id(i), layer, n, buf_a, buf_b);
+	if (rc == KVF_OK)
+		track_push(t, n, tag);
+	return rc;
+}
+
+static kvf_status append_x_model(kvf_store *st, struct model *m, uint32_t i,
+				 uint32_t layer, uint32_t n)
+{
+	struct track *t = &m->seqs[i].x[layer];
+	uint64_t tag = ++m->next_tag;
+	kvf_status rc;
+
+	for (uint32_t j = 0; j < n; j++)
+		for (uint32_t q = 0; q < QH; q++)
+			fill_row(buf_a + ((size_t)j * QH + q) * ROW, tag, layer,
+				 2, t->len + j, q);
+	rc = kvf_append_x(st, seq_id(i), layer, n, buf_a);
+	if (rc == KVF_OK)
+		track_push(t, n, tag);
+	return rc;
+}
+
+#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
+
+/* every call on a fatal handle answers KVF_EFATAL and says to reopen */
+#define FATAL(call)                                                           \
+	do {                                                                  \
+		kvf_status rc_ = (call);                                      \
+                                                                              \
+		cr_assert(eq(int, rc_, KVF_EFATAL), "%s gave %d (%s)", #call, \
+			  rc_, kvf_last_error());                             \
+		cr_assert(strstr(kvf_last_error(), "close and reopen") !=     \
+				  NULL,                                       \
+			  "%s: %s", #call, kvf_last_error());                 \
+	} while (0)
+
+enum fatal_at {
+	AT_CREATE,
+	AT_FORK,
+	AT_FREE,
+	AT_SYNC,
+	AT_APPEND
+};
+
+/*
+ * fatal_case - sync a state, change more without syncing, make the next
+ * catalog commit fail inside the call `at`; then every call is refused
+ * until close, and the reopened store holds the synced state.
+ */
+static void fatal_case(enum fatal_at at)
+{
+	char *dir = tmpdir_make("fatal");
+	char *path = strdup(tmp_path(dir, "s"));
+	kvf_options o = crash_opts();
+	struct model m = { 0 }, synced = { 0 };
+	kvf_store *st = NULL;
+	char why[256];
+	uint64_t n;
+	kvf_status rc;
+
+	bufs_alloc();
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_seq_create(st, seq_id(0)));
+	m.seqs[0].live = 1;
+	OK(append_model(st, &m, 0, 0, 100));
+	OK(append_model(st, &m, 0, 1, 3 * G));
+	OK(append_x_model(st, &m, 0, 0, 40));
+	OK(kvf_seq_create(st, seq_id(1)));
+	m.seqs[1].live = 1;
+	OK(append_model(st, &m, 1, 0, 7));
+	OK(kvf_sync(st));
+	model_copy(&synced, &m);
+	/* unsynced: in group buffers, and sealed pages in open segments */
+	OK(append_model(st, &m, 0, 0, 2 * G + 5));
+	OK(append_model(st, &m, 1, 1, G));
+
+	catalog_fail_commits(st->cat, 1);
+	switch (at) {
+	case AT_CREATE:
+		rc = kvf_seq_create(st, seq_id(2));
+		break;
+	case AT_FORK:
+		rc = kvf_seq_fork(st, seq_id(0), seq_id(2), 50);
+		break;
+	case AT_FREE:
+		rc = kvf_seq_free(st, seq_id(1));
+		break;
+	case AT_SYNC:
+		rc = kvf_sync(st);
+		break;
+	default:
+		/* enough pages to fill and flush open segments; a segment
+		 * may be committed after the call returns (by a writer
+		 * thread), so its failure may show only at the sync */
+		rc = append_model(st, &m, 0, 1, 20 * G);
+		if (rc == KVF_OK)
+			rc = kvf_sync(st);
+		break;
+	}
+	cr_assert(eq(int, rc, KVF_EFATAL), "%s", kvf_last_error());
+	cr_assert(strstr(kvf_last_error(), "injected failure") != NULL &&
+			  strstr(kvf_last_error(),
+				 "now unusable: close and reopen it") != NULL,
+		  "%s", kvf_last_error());
+
+	FATAL(kvf_seq_create(st, seq_id(3)));
+	FATAL(kvf_seq_fork(st, seq_id(0), seq_id(3), 1));
+	FATAL(kvf_seq_free(st, seq_id(0)));
+	FATAL(kvf_seq_len(st, seq_id(0), 0, &n));
+	FATAL(append_model(st, &m, 0, 0, 1));
+	FATAL(append_model(st, &m, 0, 0, 3 * G));
+	FATAL(append_x_model(st, &m, 0, 0, 1));
+	FATAL(kvf_read(st, seq_id(0), 0, 0, 0, 1, buf_a, buf_b));
+	FATAL(kvf_read_x(st, seq_id(0), 0, 0, 1, buf_a));
+	FATAL(kvf_sync(st));
+	cr_assert(strncmp(kvf_last_error(), "kvf_sync: ", 10) == 0, "%s",
+		  kvf_last_error());
+	OK(kvf_close(st));
+
+	OK(kvf_open(path, &o, &st));
+	cr_assert(eq(int, state_differs(st, &synced, why, sizeof(why)), 0),
+		  "after a failed commit the reopened store is not the last sync's: %s",
+		  why);
+	/* and it works again */
+	OK(append_model(st, &synced, 0, 0, G + 1));
+	OK(kvf_close(st));
+	OK(kvf_open(path, &o, &st));
+	cr_assert(eq(int, state_differs(st, &synced, why, sizeof(why)), 0),
+		  "%s", why);
+	OK(kvf_close(st));
+	model_free(&m);
+	model_free(&synced);
+	free(path);
+	tmpdir_remove(dir);
+}
+
+Test(store_crash, commit_fails_in_create)
+{
+	fatal_case(AT_CREATE);
+}
+
+Test(store_crash, commit_fails_in_fork)
+{
+	fatal_case(AT_FORK);
+}
+
+Test(store_crash, commit_fails_in_free)
+{
+	fatal_case(AT_FREE);
+}
+
+Test(store_crash, commit_fails_in_sync)
+{
+	fatal_case(AT_SYNC);
+}
+
+Test(store_crash, commit_fails_in_append)
+{
+	fatal_case(AT_APPEND);
+}
