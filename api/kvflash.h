@@ -161,7 +161,7 @@ static inline void kvf_options_init(kvf_options *o, const kvf_model *m)
 	kvf_options_init_sized(o, m, sizeof(*o));
 }
 
-/* Options of one attention call. */
+/* Options of one attention (or scoring) call. */
 typedef struct {
 	size_t struct_size; /* sizeof(kvf_attn_opts), set by _init */
 	float scale;        /* softmax scale; 0 = 1/sqrt(head_dim) */
@@ -169,6 +169,11 @@ typedef struct {
 	uint32_t top_r;     /* SparF: head dims used for approximate scores */
 	uint32_t top_k;     /* SparF: tokens attended exactly */
 	float *lse;         /* NULL, or [n_q_heads] log-sum-exp out */
+	const uint8_t *mask; /* NULL, or [mask_len] per token: 0 = skip it */
+	uint64_t mask_len;  /* entries in mask; at least the layer's tokens */
+	uint64_t window;    /* 0 = every token; else only the last window */
+	uint32_t h2o;       /* 1 = add this call's attention probabilities
+			     * to the sequence's H2O scores (kvf_h2o_read) */
 } kvf_attn_opts;
 
 /* Fills *o with defaults; use kvf_attn_opts_init. */
@@ -348,6 +353,96 @@ KVF_API kvf_status kvf_append_x(kvf_store *st, uint64_t seq, uint32_t layer,
  */
 KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
 			      uint64_t t0, uint64_t t1, void *x_out);
+
+/* ---- attention and scores near the data --------------------------------- */
+
+/*
+ * kvf_attend - decode attention of one layer of a sequence, computed where
+ * the K and V pages are: only q goes in and the output comes out.
+ * @q: [n_q_heads][head_dim] fp32; @out: [n_q_heads][head_dim] fp32.
+ * @opts: NULL for dense attention over every token with scale
+ *        1/sqrt(head_dim); else scale, mask, window (the last window
+ *        tokens only), lse ([n_q_heads] natural-log log-sum-exp of each
+ *        head's scores, to merge with attention computed elsewhere:
+ *        kvf_attn_merge) and h2o (accumulate this call's probabilities).
+ * The query heads that share a KV head (GQA) are computed in one pass
+ * over its pages; tokens still in group buffers are included.  A sequence
+ * with no token gives out = 0 and lse = -INFINITY.
+ * Return: KVF_OK; KVF_EINVAL (NULL buffer, bad option); KVF_ERANGE
+ * (layer, mask shorter than the sequence); KVF_ENOENT; KVF_ENOTSUP
+ * (sparse: needs kt_pages, and SparF is not in this build yet);
+ * KVF_EVERSION (opts); KVF_ECORRUPT (a page failed its checksum: the
+ * message names it; out and lse are then unspecified); KVF_EIO; KVF_ENOMEM.
+ * Concurrency: any thread; waits for calls on the same sequence; other
+ * sequences may append meanwhile.
+ */
+KVF_API kvf_status kvf_attend(kvf_store *st, uint64_t seq, uint32_t layer,
+			      const float *q, float *out,
+			      const kvf_attn_opts *opts);
+
+/*
+ * kvf_attend_batch - kvf_attend for n_seqs sequences of one layer, their
+ * (sequence, KV head) tasks spread over all workers and stripes.
+ * @seqs: [n_seqs] distinct ids.  @q, @out: [n_seqs][n_q_heads][head_dim].
+ * @opts: as kvf_attend; lse, when given, is [n_seqs][n_q_heads]; a mask
+ *        applies to every sequence (mask_len covers the longest).
+ * Return: as kvf_attend; KVF_EINVAL also for an id given twice.
+ * Concurrency: as kvf_attend; sequences are locked in id order.
+ */
+KVF_API kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,
+				    const uint64_t *seqs, uint32_t layer,
+				    const float *q, float *out,
+				    const kvf_attn_opts *opts);
+
+/*
+ * kvf_attn_merge - combine two partial attention results over disjoint
+ * token sets (each with its log-sum-exp) into the result over both.
+ * @out_a, @out_b, @out: [n_heads][head_dim]; @lse_*: [n_heads].  out and
+ * lse may alias an input.  A side with lse -INFINITY contributes nothing.
+ * Return: KVF_OK; KVF_EINVAL (NULL, zero size).  Concurrency: pure.
+ */
+KVF_API kvf_status kvf_attn_merge(uint32_t n_heads, uint32_t head_dim,
+				  const float *out_a, const float *lse_a,
+				  const float *out_b, const float *lse_b,
+				  float *out, float *lse);
+
+/*
+ * kvf_scores - the softmax attention probability of every token attended
+ * (all, or the last opts->window) for each query head.
+ * @probs: [n_q_heads][probs_cap]; row h gets the probabilities of the
+ *         attended tokens in order (masked tokens 0).
+ * Return: as kvf_attend; KVF_ERANGE when probs_cap is smaller than the
+ * tokens attended.  Concurrency: as kvf_attend.
+ */
+KVF_API kvf_status kvf_scores(kvf_store *st, uint64_t seq, uint32_t layer,
+			      const float *q, const kvf_attn_opts *opts,
+			      float *probs, uint64_t probs_cap);
+
+/*
+ * kvf_topk - per KV head, the k tokens with the most attention mass from
+ * the query heads that share it (the mean of their probabilities).
+ * @tokens: [n_kv_heads][k] token positions, ascending within a head.
+ * @mass: NULL, or [n_kv_heads][k] their mean probability.
+ * @n_out: [n_kv_heads] tokens selected per head (min(k, tokens attended)).
+ * Return: as kvf_attend; KVF_EINVAL for k = 0.
+ * Concurrency: as kvf_attend.
+ */
+KVF_API kvf_status kvf_topk(kvf_store *st, uint64_t seq, uint32_t layer,
+			    const float *q, const kvf_attn_opts *opts,
+			    uint32_t k, uint64_t *tokens, float *mass,
+			    uint32_t *n_out);
+
+/*
+ * kvf_h2o_read - the H2O scores (attention probability accumulated by the
+ * kvf_attend calls with opts.h2o = 1, summed over the query heads of the
+ * KV head) of tokens [t0, t1); tokens never scored read 0.  The scores
+ * live in memory only: not kept across a reopen, not inherited by a fork.
+ * Return: KVF_OK; KVF_EINVAL; KVF_ERANGE; KVF_ENOENT.
+ * Concurrency: as kvf_read.
+ */
+KVF_API kvf_status kvf_h2o_read(kvf_store *st, uint64_t seq, uint32_t layer,
+				uint32_t kv_head, uint64_t t0, uint64_t t1,
+				float *out);
 
 /* ---- inspection ------------------------------------------------------- */
 

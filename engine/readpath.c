@@ -269,6 +269,115 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 	return rc;
 }
 
+/* ---- two streams in step (K and V for attention) ------------------------ */
+
+#define PAIR_GROUPS 32u /* groups per batch: 2 * 32 pages read together */
+
+/* pair_page - where group g of s is: *p set for a page in memory, else the
+ * page is added to the batch and *slot gets its index there */
+static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
+			    uint64_t tokens, uint64_t g, struct batch *b,
+			    const unsigned char **p, int *slot)
+{
+	struct page_ref r;
+	kvf_status rc;
+
+	*p = NULL;
+	*slot = -1;
+	if (is_tail(st, tokens, g)) {
+		if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+			return rc;
+		*p = s->gbuf;
+		return KVF_OK;
+	}
+	if (g >= s->n_groups || (r = stream_page(s, g)).addr == ADDR_NONE)
+		return kvf_fail(KVF_ECORRUPT,
+				"read: the index has no page for token group %llu of sequence %llu",
+				(unsigned long long)g, (unsigned long long)seq->id);
+	if ((*p = openseg_page(st, seq, r.addr)) != NULL)
+		return KVF_OK;
+	*slot = (int)b->n;
+	batch_add(st, b, g, &r);
+	return KVF_OK;
+}
+
+/* batch_read - read and verify the batch's pages (no hand-out) */
+static kvf_status batch_read(kvf_store *st, struct batch *b)
+{
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc;
+
+	if (b->n == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read(st->media, b->io, b->n_io)) != KVF_OK)
+		return rc;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->n * ps);
+	atomic_fetch_add(&st->c.pages_read, b->n);
+	for (uint32_t i = 0; i < b->n; i++) {
+		uint32_t got = page_check(b->buf + (size_t)i * ps, ps);
+
+		if (got != b->ref[i].check)
+			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
+				       "read");
+	}
+	return KVF_OK;
+}
+
+kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *bs, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	struct batch *b;
+	kvf_status rc = KVF_OK;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	b = kvf_calloc(1, sizeof(*b));
+	if (b)
+		b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+					   (size_t)READ_BATCH * st->hdr.page_size);
+	if (b == NULL || b->buf == NULL) {
+		if (b)
+			kvf_free(b);
+		return kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+	}
+	for (uint64_t g0 = t0 / G; g0 <= (t1 - 1) / G && rc == KVF_OK;
+	     g0 += PAIR_GROUPS) {
+		uint64_t g_end = (t1 - 1) / G + 1;
+		uint32_t n = (uint32_t)(g_end - g0 < PAIR_GROUPS ? g_end - g0
+								 : PAIR_GROUPS);
+		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
+		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
+
+		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			rc = pair_page(st, seq, a, tokens, g0 + i, b, &pa[i], &sa[i]);
+			if (rc == KVF_OK)
+				rc = pair_page(st, seq, bs, tokens, g0 + i, b,
+					       &pb[i], &sb[i]);
+		}
+		if (rc == KVF_OK)
+			rc = batch_read(st, b);
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t first = (g0 + i) * G;
+			uint64_t lo = t0 > first ? t0 : first;
+			uint64_t hi = t1 < first + G ? t1 : first + G;
+			size_t off = (size_t)(lo - first) * rb;
+
+			if (sa[i] >= 0)
+				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
+			if (sb[i] >= 0)
+				pb[i] = b->buf + (size_t)sb[i] * st->hdr.page_size;
+			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
+				pb[i] + off);
+		}
+	}
+	kvf_free(b->buf);
+	kvf_free(b);
+	return rc;
+}
+
 /* ---- kvf_read, kvf_read_x ---------------------------------------------- */
 
 struct copy_out {

@@ -32,6 +32,19 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			     uint64_t tokens, uint64_t t0, uint64_t t1,
 			     span_fn fn, void *arg);
 
+/*
+ * pair_fn / stream_read_pair - tokens [t0, t1) of two streams of the same
+ * length (K and V of one head) handed out together: fn gets n_tokens rows
+ * of each, from token first, one token group at a time in order.  Pages
+ * of both are read in one batch, so attention needs no copy of its own.
+ */
+typedef kvf_status (*pair_fn)(void *arg, uint64_t first, uint32_t n_tokens,
+			      const unsigned char *a_rows,
+			      const unsigned char *b_rows);
+kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *b, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, pair_fn fn, void *arg);
+
 /* stream_group_copy - the whole page of group g of s into dst (page_size
  * bytes; tokens past the stream's end are zero) */
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,

@@ -168,6 +168,10 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));
 	streams_free(seq->kt, seq_n_kt_streams(st));
+	if (seq->h2o)
+		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
+			kvf_free(seq->h2o[i].score);
+	kvf_free(seq->h2o);
 	kvf_free(seq->len);
 	kvf_free(seq->x_len);
 	kvf_free(seq->reserved);
@@ -366,6 +370,17 @@ uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
 uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer)
 {
 	return kind == KIND_X ? seq->x_len[layer] : seq->len[layer];
+}
+
+kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq)
+{
+	if (seq->h2o)
+		return KVF_OK;
+	seq->h2o = kvf_calloc((size_t)st->hdr.n_layers * st->hdr.n_kv_heads,
+			      sizeof(*seq->h2o));
+	if (seq->h2o == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for H2O scores");
+	return KVF_OK;
 }
 
 kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)

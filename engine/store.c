@@ -34,6 +34,7 @@
 #include "engine/append.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
+#include "engine/pool.h"
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -473,6 +474,7 @@ static void store_release(kvf_store *st, int created, int made_dir)
 {
 	cleaner_stop(st);
 	writer_stop(st);
+	pool_destroy(st->pool);
 	if (!st->media_borrowed)
 		kvf_media_free(st->media);
 	catalog_close(st->cat);
@@ -518,6 +520,15 @@ static void store_release(kvf_store *st, int created, int made_dir)
 	pthread_mutex_destroy(&st->writer_lock);
 	kvf_free(st->dir);
 	kvf_free(st);
+}
+
+/* compute_threads - pool workers: n_threads (0 = online CPUs) less the
+ * calling thread, which works too */
+static uint32_t compute_threads(const kvf_options *o)
+{
+	long n = o->n_threads ? (long)o->n_threads : sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 1 ? (uint32_t)(n - 1) : 0;
 }
 
 /* lock_dir - one handle per directory */
@@ -692,6 +703,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (created)
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK)
+		goto fail;
+	if ((rc = pool_create(compute_threads(&st->opts), &st->pool)) != KVF_OK)
 		goto fail;
 	if (!st->read_only && ((rc = writer_start(st)) != KVF_OK ||
 			       (rc = cleaner_start(st)) != KVF_OK))

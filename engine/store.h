@@ -113,6 +113,14 @@ struct open_seg {
 struct segbuf;
 struct flush_job;
 
+/* H2O heavy-hitter scores of one (layer, KV head): accumulated attention
+ * probability per token (kept in memory only; not persisted or forked). */
+struct h2o {
+	float *score; /* [cap] per token */
+	uint64_t len; /* tokens with a score */
+	uint64_t cap; /* entries allocated */
+};
+
 struct seq {
 	uint64_t id;
 	uint64_t family;       /* root of its fork tree */
@@ -133,6 +141,7 @@ struct seq {
 				* block being filled */
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
+	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
 
@@ -219,6 +228,7 @@ struct kvf_store {
 	uint64_t n_syncs;       /* syncs since create */
 	struct store_counters c;
 	pthread_mutex_t sync_lock; /* one sync or cleaning pass at a time */
+	struct pool *pool;      /* workers for compute near the data */
 
 	/* the segment writer (engine/writer.c) */
 	pthread_t writer_threads[WRITER_THREADS];

@@ -1,0 +1,508 @@
+/*
+ * attend.c - attention and token scores computed next to the data:
+ * kvf_attend, kvf_attend_batch, kvf_scores, kvf_topk, kvf_scores_iter,
+ * kvf_h2o_read, kvf_attn_merge.
+ *
+ * Only q goes in and the result comes out: the K and V pages of a head are
+ * streamed from group buffers, open segments or media (read in batches,
+ * verified) straight into the compute kernels (compute/kernels.h), one
+ * task per (sequence, KV head) on the store's worker pool.  The query
+ * heads that share a KV head (GQA) are folded in one pass over its pages.
+ *
+ * Locking: the caller's thread holds world shared and the lock of every
+ * sequence involved (taken in id order, so two batch calls cannot
+ * deadlock) for the whole call; tasks only read their sequence, except
+ * for per-(layer, head) state that belongs to exactly one task (a tail
+ * group buffer loaded from media, the head's H2O scores).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/options.h"
+#include "api/status.h"
+#include "compute/kernels.h"
+#include "engine/pool.h"
+#include "engine/readpath.h"
+#include "engine/seq.h"
+#include "engine/store.h"
+
+/* What every task of one call shares. */
+struct attn_call {
+	kvf_store *st;
+	const struct kvc_kernels *k;
+	struct seq **seqs;     /* [n_seqs], locked by the caller */
+	uint32_t n_seqs;
+	uint32_t layer;
+	const float *q;        /* [n_seqs][n_q_heads][head_dim] */
+	float *out;            /* [n_seqs][n_q_heads][head_dim] or NULL */
+	float *lse;            /* [n_seqs][n_q_heads] or NULL */
+	float scale;           /* softmax scale */
+	const kvf_attn_opts *o; /* &opts, or NULL when the caller gave none */
+	kvf_attn_opts opts;    /* the caller's, defaults past its size */
+	float *probs;          /* kvf_scores: [n_q_heads][probs_cap] */
+	uint64_t probs_cap;
+	uint32_t topk;         /* kvf_topk: tokens per KV head */
+	uint64_t *top_tokens;  /* [n_kv_heads][topk] */
+	float *top_mass;       /* [n_kv_heads][topk] or NULL */
+	uint32_t *top_n;       /* tokens selected per head */
+};
+
+/* One task's fold. */
+struct fold_ctx {
+	const struct attn_call *c;
+	struct kvc_attn_state state;
+	const float *q;        /* [d][head_dim], scaled */
+	uint64_t t_start;      /* first token attended */
+	float *scores;         /* NULL, or [d][n_tok] raw scores */
+	uint64_t n_tok;        /* tokens attended */
+};
+
+static kvf_status fold_span(void *arg, uint64_t first, uint32_t n,
+			    const unsigned char *k_rows,
+			    const unsigned char *v_rows)
+{
+	struct fold_ctx *f = arg;
+	const kvf_attn_opts *o = f->c->o;
+	const uint8_t *mask = o && o->mask ? o->mask + first : NULL;
+
+	f->c->k->attn_fold(&f->state, f->q, k_rows, v_rows, n,
+			   (kvf_dtype)f->c->st->hdr.dtype, mask,
+			   f->scores ? f->scores + (first - f->t_start) : NULL,
+			   (size_t)f->n_tok);
+	return KVF_OK;
+}
+
+/* attended_range - the tokens [t_start, len) one call looks at */
+static uint64_t attended_from(const kvf_attn_opts *o, uint64_t len)
+{
+	if (o && o->window && o->window < len)
+		return len - o->window;
+	return 0;
+}
+
+/* h2o_add - add probabilities p ([d][n], summed over d) of tokens
+ * [t_start, t_start + n) to the head's H2O scores */
+static kvf_status h2o_add(kvf_store *st, struct seq *seq, uint32_t layer,
+			  uint32_t head, const float *p, uint32_t d,
+			  uint64_t t_start, uint64_t n,
+			  const struct kvc_kernels *k)
+{
+	struct h2o *h;
+	uint64_t need = t_start + n;
+
+	if (seq->h2o == NULL)
+		return kvf_fail(KVF_ENOMEM, "H2O scores are not allocated");
+	h = &seq->h2o[(size_t)layer * st->hdr.n_kv_heads + head];
+	if (need > h->cap) {
+		uint64_t cap = h->cap ? h->cap : 256;
+		float *a;
+
+		while (cap < need)
+			cap *= 2;
+		a = kvf_realloc(h->score, cap * sizeof(float));
+		if (a == NULL)
+			return kvf_fail(KVF_ENOMEM, "out of memory for H2O scores");
+		memset(a + h->cap, 0, (cap - h->cap) * sizeof(float));
+		h->score = a;
+		h->cap = cap;
+	}
+	if (need > h->len)
+		h->len = need;
+	for (uint64_t done = 0; done < n;) {
+		uint32_t m = n - done > (1u << 30) ? 1u << 30 : (uint32_t)(n - done);
+
+		k->h2o_accumulate(h->score + t_start + done, p + done, (size_t)n,
+				  d, m);
+		done += m;
+	}
+	return KVF_OK;
+}
+
+/* head_task - dense attention of one (sequence, KV head) */
+static kvf_status head_task(void *arg, uint32_t i)
+{
+	const struct attn_call *c = arg;
+	kvf_store *st = c->st;
+	uint32_t H = st->hdr.n_kv_heads, Q = st->hdr.n_q_heads;
+	uint32_t D = st->hdr.head_dim, d = Q / H;
+	uint32_t si = i / H, head = i % H;
+	struct seq *seq = c->seqs[si];
+	uint64_t len = seq->len[c->layer];
+	const float *q = c->q + ((size_t)si * Q + (size_t)head * d) * D;
+	struct fold_ctx f = { .c = c };
+	int want_probs = c->probs || c->top_tokens || (c->o && c->o->h2o);
+	float *buf, *qs;
+	kvf_status rc;
+
+	f.t_start = attended_from(c->o, len);
+	f.n_tok = len - f.t_start;
+	buf = kvf_malloc((KVC_ATTN_STATE_FLOATS(d, D) + (size_t)d * D) *
+			 sizeof(float));
+	if (want_probs && f.n_tok)
+		f.scores = kvf_malloc((size_t)d * f.n_tok * sizeof(float));
+	if (buf == NULL || (want_probs && f.n_tok && f.scores == NULL)) {
+		kvf_free(buf);
+		kvf_free(f.scores);
+		return kvf_fail(KVF_ENOMEM, "attention: out of memory for a task");
+	}
+	qs = buf + KVC_ATTN_STATE_FLOATS(d, D);
+	for (size_t j = 0; j < (size_t)d * D; j++)
+		qs[j] = q[j] * c->scale;
+	f.q = qs;
+	kvc_attn_state_init(&f.state, d, D, buf);
+	rc = stream_read_pair(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
+			      seq_kv_stream(st, seq, c->layer, KIND_V, head),
+			      len, f.t_start, len, fold_span, &f);
+	if (rc == KVF_OK && c->out)
+		kvc_attn_finish(&f.state,
+				c->out + ((size_t)si * Q + (size_t)head * d) * D,
+				c->lse ? c->lse + (size_t)si * Q + (size_t)head * d
+				       : NULL);
+	if (rc == KVF_OK && want_probs && f.n_tok) {
+		for (uint32_t h = 0; h < d; h++)
+			c->k->probs(f.scores + (size_t)h * f.n_tok,
+				    f.scores + (size_t)h * f.n_tok,
+				    (uint32_t)f.n_tok, f.state.m[h], f.state.l[h]);
+		if (c->probs)
+			for (uint32_t h = 0; h < d; h++)
+				memcpy(c->probs + ((size_t)head * d + h) * c->probs_cap,
+				       f.scores + (size_t)h * f.n_tok,
+				       f.n_tok * sizeof(float));
+		if (c->o && c->o->h2o)
+			rc = h2o_add(st, seq, c->layer, head, f.scores, d,
+				     f.t_start, f.n_tok, c->k);
+		if (rc == KVF_OK && c->top_tokens) {
+			/* rank by the mass the group's heads give each token */
+			float *sum = f.scores; /* reuse row 0 as the sum */
+			uint32_t *idx = kvf_malloc((size_t)c->topk * sizeof(uint32_t));
+			uint32_t n;
+
+			if (idx == NULL) {
+				rc = kvf_fail(KVF_ENOMEM, "kvf_topk: out of memory");
+			} else {
+				for (uint32_t h = 1; h < d; h++)
+					for (uint64_t t = 0; t < f.n_tok; t++)
+						sum[t] += f.scores[(size_t)h * f.n_tok + t];
+				n = kvc_topk(sum, (uint32_t)f.n_tok, c->topk, idx);
+				for (uint32_t j = 0; j < n; j++) {
+					c->top_tokens[(size_t)head * c->topk + j] =
+						f.t_start + idx[j];
+					if (c->top_mass)
+						c->top_mass[(size_t)head * c->topk + j] =
+							sum[idx[j]] / (float)d;
+				}
+				c->top_n[head] = n;
+				kvf_free(idx);
+			}
+		}
+	} else if (rc == KVF_OK && c->top_tokens) {
+		c->top_n[head] = 0;
+	}
+	kvf_free(buf);
+	kvf_free(f.scores);
+	return rc;
+}
+
+/* ---- argument checks and locking ----------------------------------------- */
+
+static int cmp_seq(const void *a, const void *b)
+{
+	const struct seq *x = *(struct seq *const *)a, *y = *(struct seq *const *)b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* lock_seqs - look up and lock ids[0..n) in id order; on failure nothing
+ * is held.  out[i] is the sequence of ids[i]. */
+static kvf_status lock_seqs(kvf_store *st, const char *call,
+			    const uint64_t *ids, uint32_t n, struct seq **out)
+{
+	struct seq **sorted = kvf_malloc((size_t)n * sizeof(*sorted));
+	kvf_status rc = KVF_OK;
+	uint32_t got = 0, locked = 0;
+
+	if (sorted == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	for (got = 0; got < n; got++) {
+		out[got] = seq_get(st, ids[got]);
+		if (out[got] == NULL) {
+			rc = kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist",
+				      call, (unsigned long long)ids[got]);
+			break;
+		}
+		for (uint32_t j = 0; j < got; j++)
+			if (out[j] == out[got]) {
+				rc = kvf_fail(KVF_EINVAL,
+					      "%s: sequence %llu is given twice",
+					      call, (unsigned long long)ids[got]);
+				break;
+			}
+		if (rc != KVF_OK) {
+			got++;
+			break;
+		}
+		sorted[got] = out[got];
+	}
+	if (rc == KVF_OK) {
+		qsort(sorted, n, sizeof(*sorted), cmp_seq);
+		for (locked = 0; locked < n; locked++) {
+			pthread_mutex_lock(&sorted[locked]->lock);
+			if (sorted[locked]->dead) {
+				rc = kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist",
+					      call,
+					      (unsigned long long)sorted[locked]->id);
+				pthread_mutex_unlock(&sorted[locked]->lock);
+				break;
+			}
+		}
+		while (rc != KVF_OK && locked > 0)
+			pthread_mutex_unlock(&sorted[--locked]->lock);
+	}
+	if (rc != KVF_OK)
+		for (uint32_t j = 0; j < got; j++)
+			seq_put(st, out[j]);
+	kvf_free(sorted);
+	return rc;
+}
+
+static void unlock_seqs(kvf_store *st, struct seq **seqs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		seq_unlock_put(st, seqs[i]);
+}
+
+/* check_call - what every attention call checks before touching
+ * anything; takes a copy of the caller's options into c */
+static kvf_status check_call(struct attn_call *c, const char *call,
+			     kvf_store *st, uint32_t layer, const float *q,
+			     const kvf_attn_opts *in)
+{
+	const kvf_attn_opts *o = &c->opts;
+	kvf_status rc;
+
+	if (st == NULL || q == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "q" : "store");
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	c->st = st;
+	c->layer = layer;
+	c->q = q;
+	c->scale = 1.0f / sqrtf((float)st->hdr.head_dim);
+	if (in == NULL)
+		return KVF_OK;
+	if ((rc = kvf_struct_check(call, "opts", in, sizeof(*in))) != KVF_OK)
+		return rc;
+	/* an older caller's struct is shorter: the rest keeps defaults */
+	kvf_attn_opts_init(&c->opts);
+	memcpy(&c->opts, in, in->struct_size < sizeof(*in) ? in->struct_size
+							   : sizeof(*in));
+	c->o = &c->opts;
+	if (!isfinite(o->scale) || o->scale < 0)
+		return kvf_fail(KVF_EINVAL, "%s: opts.scale %g must be finite and >= 0",
+				call, (double)o->scale);
+	if (o->scale > 0)
+		c->scale = o->scale;
+	if (o->sparse > 1)
+		return kvf_fail(KVF_EINVAL, "%s: opts.sparse %u must be 0 or 1",
+				call, o->sparse);
+	if (o->sparse && st->kt_dims == 0)
+		return kvf_fail(KVF_ENOTSUP,
+				"%s: sparse (SparF) attention needs K^T pages; create the store with kt_pages = 1",
+				call);
+	if (o->sparse)
+		return kvf_fail(KVF_ENOTSUP,
+				"%s: sparse (SparF) attention is not available in this build yet",
+				call);
+	if (o->mask == NULL && o->mask_len != 0)
+		return kvf_fail(KVF_EINVAL, "%s: opts.mask is NULL but mask_len is %llu",
+				call, (unsigned long long)o->mask_len);
+	return KVF_OK;
+}
+
+/* check_mask - the mask must cover every token of every sequence */
+static kvf_status check_mask(const char *call, const kvf_attn_opts *o,
+			     struct seq **seqs, uint32_t n, uint32_t layer)
+{
+	if (o == NULL || o->mask == NULL)
+		return KVF_OK;
+	for (uint32_t i = 0; i < n; i++)
+		if (o->mask_len < seqs[i]->len[layer])
+			return kvf_fail(KVF_ERANGE,
+					"%s: opts.mask_len %llu is shorter than sequence %llu layer %u (%llu tokens)",
+					call, (unsigned long long)o->mask_len,
+					(unsigned long long)seqs[i]->id, layer,
+					(unsigned long long)seqs[i]->len[layer]);
+	return KVF_OK;
+}
+
+/* run - lock, check what needs the sequences, run one task per
+ * (sequence, KV head), unlock */
+static kvf_status run(struct attn_call *c, const char *call,
+		      const uint64_t *ids, uint32_t n)
+{
+	kvf_store *st = c->st;
+	struct seq **seqs = kvf_calloc(n ? n : 1, sizeof(*seqs));
+	kvf_status rc;
+
+	if (seqs == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = lock_seqs(st, call, ids, n, seqs)) != KVF_OK)
+		goto out;
+	rc = check_mask(call, c->o, seqs, n, c->layer);
+	if (rc == KVF_OK && c->o && c->o->h2o)
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			rc = seq_h2o_alloc(st, seqs[i]);
+	if (rc == KVF_OK && c->probs &&
+	    seqs[0]->len[c->layer] - attended_from(c->o, seqs[0]->len[c->layer]) >
+		    c->probs_cap)
+		rc = kvf_fail(KVF_ERANGE,
+			      "%s: probs_cap %llu is smaller than the %llu tokens attended",
+			      call, (unsigned long long)c->probs_cap,
+			      (unsigned long long)(seqs[0]->len[c->layer] -
+						   attended_from(c->o, seqs[0]->len[c->layer])));
+	if (rc == KVF_OK) {
+		c->seqs = seqs;
+		c->n_seqs = n;
+		c->k = kvc_kernels();
+		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, head_task, c);
+		if (rc != KVF_OK)
+			kvf_fail_wrap(rc, call);
+	}
+	unlock_seqs(st, seqs, n);
+out:
+	pthread_rwlock_unlock(&st->world);
+	kvf_free(seqs);
+	return rc;
+}
+
+/* ---- public calls ------------------------------------------------------- */
+
+kvf_status kvf_attend(kvf_store *st, uint64_t seq, uint32_t layer,
+		      const float *q, float *out, const kvf_attn_opts *opts)
+{
+	struct attn_call c = { .out = out };
+	kvf_status rc;
+
+	if ((rc = check_call(&c, "kvf_attend", st, layer, q, opts)) != KVF_OK)
+		return rc;
+	if (out == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_attend: out is NULL");
+	c.lse = c.o ? c.o->lse : NULL;
+	return run(&c, "kvf_attend", &seq, 1);
+}
+
+kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,
+			    const uint64_t *seqs, uint32_t layer,
+			    const float *q, float *out,
+			    const kvf_attn_opts *opts)
+{
+	struct attn_call c = { .out = out };
+	kvf_status rc;
+
+	if ((rc = check_call(&c, "kvf_attend_batch", st, layer, q, opts)) != KVF_OK)
+		return rc;
+	if (out == NULL || (seqs == NULL && n_seqs > 0))
+		return kvf_fail(KVF_EINVAL, "kvf_attend_batch: %s is NULL",
+				out ? "seqs" : "out");
+	if (n_seqs == 0)
+		return KVF_OK;
+	c.lse = c.o ? c.o->lse : NULL;
+	return run(&c, "kvf_attend_batch", seqs, n_seqs);
+}
+
+kvf_status kvf_scores(kvf_store *st, uint64_t seq, uint32_t layer,
+		      const float *q, const kvf_attn_opts *opts, float *probs,
+		      uint64_t probs_cap)
+{
+	struct attn_call c = { .probs = probs, .probs_cap = probs_cap };
+	kvf_status rc;
+
+	if ((rc = check_call(&c, "kvf_scores", st, layer, q, opts)) != KVF_OK)
+		return rc;
+	if (probs == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_scores: probs is NULL");
+	return run(&c, "kvf_scores", &seq, 1);
+}
+
+kvf_status kvf_topk(kvf_store *st, uint64_t seq, uint32_t layer,
+		    const float *q, const kvf_attn_opts *opts, uint32_t k,
+		    uint64_t *tokens, float *mass, uint32_t *n_out)
+{
+	struct attn_call c = { .topk = k, .top_tokens = tokens,
+			       .top_mass = mass, .top_n = n_out };
+	kvf_status rc;
+
+	if ((rc = check_call(&c, "kvf_topk", st, layer, q, opts)) != KVF_OK)
+		return rc;
+	if (tokens == NULL || n_out == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_topk: %s is NULL",
+				tokens ? "n_out" : "tokens");
+	if (k == 0)
+		return kvf_fail(KVF_EINVAL, "kvf_topk: k is 0");
+	return run(&c, "kvf_topk", &seq, 1);
+}
+
+kvf_status kvf_h2o_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			uint32_t kv_head, uint64_t t0, uint64_t t1, float *out)
+{
+	const char *call = "kvf_h2o_read";
+	struct seq *seq;
+	kvf_status rc;
+
+	if (st == NULL || (out == NULL && t1 > t0))
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "out" : "store");
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (kv_head >= st->hdr.n_kv_heads)
+		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
+				call, kv_head, st->hdr.n_kv_heads);
+	if (t0 > t1)
+		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
+				call, (unsigned long long)t0, (unsigned long long)t1);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (t1 > seq->len[layer]) {
+		rc = kvf_fail(KVF_ERANGE,
+			      "%s: token range [%llu, %llu) past the end of sequence %llu layer %u (%llu tokens)",
+			      call, (unsigned long long)t0, (unsigned long long)t1,
+			      (unsigned long long)seq_id, layer,
+			      (unsigned long long)seq->len[layer]);
+	} else {
+		const struct h2o *h = seq->h2o
+			? &seq->h2o[(size_t)layer * st->hdr.n_kv_heads + kv_head]
+			: NULL;
+
+		for (uint64_t t = t0; t < t1; t++)
+			out[t - t0] = h && t < h->len ? h->score[t] : 0.0f;
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_attn_merge(uint32_t n_heads, uint32_t head_dim,
+			  const float *out_a, const float *lse_a,
+			  const float *out_b, const float *lse_b, float *out,
+			  float *lse)
+{
+	if (!out_a || !lse_a || !out_b || !lse_b || !out || !lse)
+		return kvf_fail(KVF_EINVAL, "kvf_attn_merge: a buffer is NULL");
+	if (n_heads == 0 || head_dim == 0)
+		return kvf_fail(KVF_EINVAL, "kvf_attn_merge: n_heads %u and head_dim %u must be > 0",
+				n_heads, head_dim);
+	kvc_attn_merge(out, lse, out_a, lse_a, out_b, lse_b, n_heads, head_dim);
+	return KVF_OK;
+}

@@ -1,0 +1,372 @@
+/*
+ * test_attend.c - attention near the data against a double-precision
+ * reference computed from the same K and V read back with kvf_read: every
+ * dtype, GQA groupings, lengths around the token group, LSE, masks,
+ * windows, batches, merges, probabilities, top-k and H2O; and each bad
+ * argument with its status and message.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/half.h"
+#include "kvflash.h"
+#include "testutil.h"
+
+#define LAYERS 2
+#define DIM 64
+
+static char *dir;
+
+static void setup(void)
+{
+	dir = tmpdir_make("attend");
+	cr_assert_not_null(dir);
+}
+
+static void teardown(void)
+{
+	tmpdir_remove(dir);
+}
+
+TestSuite(attend, .init = setup, .fini = teardown, .timeout = 120);
+
+struct fx {
+	kvf_store *st;
+	kvf_dtype dt;
+	uint32_t qh, kvh;
+	uint64_t rng;
+};
+
+static size_t esz(kvf_dtype dt)
+{
+	return dt == KVF_DTYPE_F32 ? 4 : 2;
+}
+
+static double to_f(kvf_dtype dt, const void *p, size_t i)
+{
+	if (dt == KVF_DTYPE_F32)
+		return ((const float *)p)[i];
+	if (dt == KVF_DTYPE_F16)
+		return kvf_f16_to_f32(((const uint16_t *)p)[i]);
+	return kvf_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void put_f(kvf_dtype dt, void *p, size_t i, float x)
+{
+	if (dt == KVF_DTYPE_F32)
+		((float *)p)[i] = x;
+	else if (dt == KVF_DTYPE_F16)
+		((uint16_t *)p)[i] = kvf_f32_to_f16(x);
+	else
+		((uint16_t *)p)[i] = kvf_f32_to_bf16(x);
+}
+
+static float urand(uint64_t *rng)
+{
+	return (float)((double)(rng_next(rng) >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static struct fx open_fx(const char *name, kvf_dtype dt, uint32_t qh, uint32_t kvh)
+{
+	kvf_model m = { LAYERS, qh, kvh, DIM, dt };
+	kvf_options o;
+	struct fx f = { .dt = dt, .qh = qh, .kvh = kvh };
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 128 * 1024;
+	o.capacity_bytes = 64ull << 20;
+	o.n_stripes = 2;
+	o.n_threads = 3;
+	f.rng = rng_seed("attend");
+	cr_assert(eq(int, kvf_open(tmp_path(dir, name), &o, &f.st), KVF_OK), "%s",
+		  kvf_last_error());
+	return f;
+}
+
+static void append(struct fx *f, uint64_t seq, uint32_t n)
+{
+	size_t cnt = (size_t)n * f->kvh * DIM;
+	void *k = malloc(cnt * esz(f->dt) + 4), *v = malloc(cnt * esz(f->dt) + 4);
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		for (size_t i = 0; i < cnt; i++) {
+			put_f(f->dt, k, i, urand(&f->rng));
+			put_f(f->dt, v, i, urand(&f->rng));
+		}
+		cr_assert(eq(int, kvf_append(f->st, seq, l, n, k, v), KVF_OK), "%s",
+			  kvf_last_error());
+	}
+	free(k);
+	free(v);
+}
+
+/* reference: softmax(q.K^T * scale) V in double, per query head, over the
+ * tokens [t0, len) with mask; also the LSE and the probabilities */
+static void reference(struct fx *f, uint64_t seq, uint32_t layer,
+		      const float *q, float scale, const uint8_t *mask,
+		      uint64_t t0, double *out, double *lse, double *probs)
+{
+	uint64_t len;
+	uint32_t d = f->qh / f->kvh;
+
+	cr_assert(eq(int, kvf_seq_len(f->st, seq, layer, &len), KVF_OK));
+	for (uint32_t kh = 0; kh < f->kvh; kh++) {
+		size_t bytes = (size_t)(len ? len : 1) * DIM * esz(f->dt);
+		void *k = malloc(bytes), *v = malloc(bytes);
+
+		cr_assert(eq(int, kvf_read(f->st, seq, layer, kh, 0, len, k, v), KVF_OK));
+		for (uint32_t hh = 0; hh < d; hh++) {
+			uint32_t h = kh * d + hh;
+			double m = -INFINITY, l = 0;
+			double *s = calloc(len + 1, sizeof(double));
+
+			for (uint64_t t = t0; t < len; t++) {
+				double dot = 0;
+
+				if (mask && !mask[t]) {
+					s[t] = -INFINITY;
+					continue;
+				}
+				for (uint32_t e = 0; e < DIM; e++)
+					dot += (double)q[h * DIM + e] * scale *
+					       to_f(f->dt, k, t * DIM + e);
+				s[t] = dot;
+				if (dot > m)
+					m = dot;
+			}
+			for (uint64_t t = t0; t < len; t++)
+				if (s[t] > -INFINITY)
+					l += exp(s[t] - m);
+			for (uint32_t e = 0; e < DIM; e++) {
+				double acc = 0;
+
+				for (uint64_t t = t0; t < len; t++)
+					if (s[t] > -INFINITY)
+						acc += exp(s[t] - m) * to_f(f->dt, v, t * DIM + e);
+				out[h * DIM + e] = l > 0 ? acc / l : 0;
+			}
+			lse[h] = l > 0 ? m + log(l) : -INFINITY;
+			if (probs)
+				for (uint64_t t = t0; t < len; t++)
+					probs[(size_t)h * len + t] =
+						s[t] > -INFINITY ? exp(s[t] - m) / l : 0;
+			free(s);
+		}
+		free(k);
+		free(v);
+	}
+}
+
+static void check_close(const float *got, const double *want, size_t n,
+			double tol, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		cr_assert(le(dbl, fabs(got[i] - want[i]), tol + tol * fabs(want[i])),
+			  "%s[%zu]: %g, reference %g", what, i, (double)got[i], want[i]);
+}
+
+static void attend_matches(kvf_dtype dt, uint32_t qh, uint32_t kvh)
+{
+	static const uint32_t lens[] = { 0, 1, 31, 32, 33, 700 };
+	struct fx f = open_fx("s", dt, qh, kvh);
+	float *q = malloc(qh * DIM * sizeof(float)), *out = malloc(qh * DIM * sizeof(float));
+	float *lse = malloc(qh * sizeof(float));
+	double *rout = malloc(qh * DIM * sizeof(double)), *rlse = malloc(qh * sizeof(double));
+	kvf_attn_opts o;
+	uint64_t seq = 1;
+
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++, seq++) {
+		cr_assert(eq(int, kvf_seq_create(f.st, seq), KVF_OK));
+		if (lens[i])
+			append(&f, seq, lens[i]);
+		for (uint32_t j = 0; j < qh * DIM; j++)
+			q[j] = urand(&f.rng) * 3;
+		kvf_attn_opts_init(&o);
+		o.lse = lse;
+		cr_assert(eq(int, kvf_attend(f.st, seq, 1, q, out, &o), KVF_OK), "%s",
+			  kvf_last_error());
+		reference(&f, seq, 1, q, 1.0f / sqrtf(DIM), NULL, 0, rout, rlse, NULL);
+		check_close(out, rout, qh * DIM, 2e-5, "out");
+		for (uint32_t h = 0; h < qh; h++) {
+			if (lens[i] == 0)
+				cr_assert(eq(flt, lse[h], -INFINITY));
+			else
+				cr_assert(le(dbl, fabs(lse[h] - rlse[h]), 1e-4),
+					  "lse[%u] %g, reference %g", h, (double)lse[h], rlse[h]);
+		}
+	}
+	kvf_close(f.st);
+	free(q);
+	free(out);
+	free(lse);
+	free(rout);
+	free(rlse);
+}
+
+Test(attend, f16_gqa4) { attend_matches(KVF_DTYPE_F16, 8, 2); }
+Test(attend, bf16_gqa2) { attend_matches(KVF_DTYPE_BF16, 4, 2); }
+Test(attend, f32_mha) { attend_matches(KVF_DTYPE_F32, 2, 2); }
+
+/* mask and window; a window merged with the rest (masked) is the whole */
+Test(attend, mask_window_merge_batch)
+{
+	struct fx f = open_fx("s", KVF_DTYPE_F16, 4, 2);
+	float q[4 * DIM], out[4 * DIM], a[4 * DIM], b[4 * DIM], whole[4 * DIM];
+	float la[4], lb[4], lw[4];
+	double rout[4 * DIM], rlse[4];
+	uint8_t *mask = malloc(500);
+	kvf_attn_opts o;
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 9), KVF_OK));
+	cr_assert(eq(int, kvf_seq_create(f.st, 10), KVF_OK));
+	append(&f, 9, 500);
+	append(&f, 10, 77);
+	for (int j = 0; j < 4 * DIM; j++)
+		q[j] = urand(&f.rng) * 2;
+	for (int t = 0; t < 500; t++)
+		mask[t] = (t % 3) != 0;
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = 500;
+	o.scale = 0.2f;
+	cr_assert(eq(int, kvf_attend(f.st, 9, 0, q, out, &o), KVF_OK), "%s", kvf_last_error());
+	reference(&f, 9, 0, q, 0.2f, mask, 0, rout, rlse, NULL);
+	check_close(out, rout, 4 * DIM, 2e-5, "masked");
+	/* window of the last 120 tokens vs the first 380 through a mask */
+	kvf_attn_opts_init(&o);
+	o.window = 120;
+	o.lse = lb;
+	cr_assert(eq(int, kvf_attend(f.st, 9, 0, q, b, &o), KVF_OK));
+	for (int t = 0; t < 500; t++)
+		mask[t] = t < 380;
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = 500;
+	o.lse = la;
+	cr_assert(eq(int, kvf_attend(f.st, 9, 0, q, a, &o), KVF_OK));
+	cr_assert(eq(int, kvf_attn_merge(4, DIM, a, la, b, lb, out, la), KVF_OK));
+	kvf_attn_opts_init(&o);
+	o.lse = lw;
+	cr_assert(eq(int, kvf_attend(f.st, 9, 0, q, whole, &o), KVF_OK));
+	for (int j = 0; j < 4 * DIM; j++)
+		cr_assert(le(flt, fabsf(out[j] - whole[j]), 1e-5f), "merged[%d]", j);
+	for (int h = 0; h < 4; h++)
+		cr_assert(le(flt, fabsf(la[h] - lw[h]), 1e-5f));
+	/* a batch equals one call per sequence */
+	{
+		uint64_t ids[2] = { 10, 9 };
+		float qq[2 * 4 * DIM], bo[2 * 4 * DIM], one[4 * DIM];
+
+		memcpy(qq, q, sizeof(q));
+		for (int j = 0; j < 4 * DIM; j++)
+			qq[4 * DIM + j] = -q[j];
+		cr_assert(eq(int, kvf_attend_batch(f.st, 2, ids, 1, qq, bo, NULL), KVF_OK),
+			  "%s", kvf_last_error());
+		cr_assert(eq(int, kvf_attend(f.st, 10, 1, qq, one, NULL), KVF_OK));
+		cr_assert(eq(int, memcmp(one, bo, sizeof(one)), 0));
+		cr_assert(eq(int, kvf_attend(f.st, 9, 1, qq + 4 * DIM, one, NULL), KVF_OK));
+		cr_assert(eq(int, memcmp(one, bo + 4 * DIM, sizeof(one)), 0));
+	}
+	free(mask);
+	kvf_close(f.st);
+}
+
+/* probabilities, top-k and H2O, after a reopen (pages from media) */
+Test(attend, scores_topk_h2o)
+{
+	struct fx f = open_fx("s", KVF_DTYPE_F16, 4, 2);
+	float q[4 * DIM], *probs = malloc(4 * 300 * sizeof(float));
+	double rout[4 * DIM], rlse[4], *rp = calloc(4 * 300, sizeof(double));
+	uint64_t tok[2 * 5];
+	float mass[2 * 5], h2o[300];
+	uint32_t n_out[2];
+	kvf_attn_opts o;
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 3), KVF_OK));
+	append(&f, 3, 300);
+	kvf_close(f.st);
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &f.st), KVF_OK));
+	for (int j = 0; j < 4 * DIM; j++)
+		q[j] = urand(&f.rng) * 4;
+	cr_assert(eq(int, kvf_scores(f.st, 3, 0, q, NULL, probs, 300), KVF_OK), "%s",
+		  kvf_last_error());
+	reference(&f, 3, 0, q, 1.0f / sqrtf(DIM), NULL, 0, rout, rlse, rp);
+	check_close(probs, rp, 4 * 300, 1e-5, "probs");
+	cr_assert(eq(int, kvf_topk(f.st, 3, 0, q, NULL, 5, tok, mass, n_out), KVF_OK));
+	for (uint32_t kh = 0; kh < 2; kh++) {
+		double best[300];
+
+		cr_assert(eq(u32, n_out[kh], 5));
+		for (int t = 0; t < 300; t++)
+			best[t] = (rp[(kh * 2) * 300 + t] + rp[(kh * 2 + 1) * 300 + t]) / 2;
+		for (int j = 0; j < 5; j++) {
+			int above = 0;
+
+			for (int t = 0; t < 300; t++)
+				above += best[t] > best[tok[kh * 5 + j]] + 1e-6;
+			cr_assert(lt(int, above, 5), "head %u token %llu is not in the top 5",
+				  kh, (unsigned long long)tok[kh * 5 + j]);
+			cr_assert(le(dbl, fabs(mass[kh * 5 + j] - best[tok[kh * 5 + j]]), 1e-5));
+		}
+	}
+	kvf_attn_opts_init(&o);
+	o.h2o = 1;
+	cr_assert(eq(int, kvf_attend(f.st, 3, 0, q, probs, &o), KVF_OK));
+	cr_assert(eq(int, kvf_attend(f.st, 3, 0, q, probs, &o), KVF_OK));
+	cr_assert(eq(int, kvf_h2o_read(f.st, 3, 0, 1, 0, 300, h2o), KVF_OK));
+	for (int t = 0; t < 300; t++)
+		cr_assert(le(dbl, fabs(h2o[t] - 2 * (rp[2 * 300 + t] + rp[3 * 300 + t])), 1e-5),
+			  "h2o[%d]", t);
+	free(probs);
+	free(rp);
+	kvf_close(f.st);
+}
+
+#define EXPECT(call, status, text)                                            \
+	do {                                                                  \
+		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
+		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
+			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
+	} while (0)
+
+Test(attend, refusals)
+{
+	struct fx f = open_fx("s", KVF_DTYPE_F16, 4, 2);
+	float q[4 * DIM], out[4 * DIM], probs[4 * 10];
+	uint64_t tok[4], ids[2] = { 1, 1 };
+	uint32_t n_out[2];
+	uint8_t mask[5] = { 1, 1, 1, 1, 1 };
+	kvf_attn_opts o;
+
+	memset(q, 0, sizeof(q));
+	cr_assert(eq(int, kvf_seq_create(f.st, 1), KVF_OK));
+	append(&f, 1, 20);
+	EXPECT(kvf_attend(f.st, 2, 0, q, out, NULL), KVF_ENOENT, "sequence 2 does not exist");
+	EXPECT(kvf_attend(f.st, 1, 2, q, out, NULL), KVF_ERANGE, "layer 2 out of range");
+	EXPECT(kvf_attend(f.st, 1, 0, NULL, out, NULL), KVF_EINVAL, "q is NULL");
+	EXPECT(kvf_attend(f.st, 1, 0, q, NULL, NULL), KVF_EINVAL, "out is NULL");
+	EXPECT(kvf_attend(NULL, 1, 0, q, out, NULL), KVF_EINVAL, "store is NULL");
+	kvf_attn_opts_init(&o);
+	o.sparse = 1;
+	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_ENOTSUP, "needs K^T pages");
+	kvf_attn_opts_init(&o);
+	o.scale = -1;
+	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_EINVAL, "opts.scale");
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = 5;
+	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_ERANGE, "mask_len 5 is shorter");
+	kvf_attn_opts_init(&o);
+	o.struct_size = 0;
+	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_EINVAL, "struct_size 0");
+	EXPECT(kvf_attend_batch(f.st, 2, ids, 0, q, out, NULL), KVF_EINVAL, "given twice");
+	EXPECT(kvf_scores(f.st, 1, 0, q, NULL, probs, 10), KVF_ERANGE, "probs_cap 10");
+	EXPECT(kvf_topk(f.st, 1, 0, q, NULL, 0, tok, NULL, n_out), KVF_EINVAL, "k is 0");
+	EXPECT(kvf_h2o_read(f.st, 1, 0, 2, 0, 1, probs), KVF_ERANGE, "kv_head 2 out of range");
+	EXPECT(kvf_h2o_read(f.st, 1, 0, 0, 0, 21, probs), KVF_ERANGE, "past the end");
+	EXPECT(kvf_attn_merge(0, DIM, q, q, q, q, out, probs), KVF_EINVAL, "must be > 0");
+	kvf_close(f.st);
+}
