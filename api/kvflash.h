@@ -221,6 +221,9 @@ typedef struct {
 	uint64_t live_pages;         /* pages the index references */
 	uint64_t n_sequences;        /* live sequences */
 	uint64_t n_syncs;            /* syncs since the store was created */
+	uint64_t sparf_pages_read;   /* pages SparF read (K^T and K/V) */
+	uint64_t sparf_pages_skipped; /* K/V pages dense attention would have
+				       * read and SparF did not */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -365,12 +368,19 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  *        tokens only), lse ([n_q_heads] natural-log log-sum-exp of each
  *        head's scores, to merge with attention computed elsewhere:
  *        kvf_attn_merge) and h2o (accumulate this call's probabilities).
+ *        sparse = 1 (SparF, InstInfer Algorithm 1; needs kt_pages): the
+ *        top_r dims (0 = head_dim / 4; rounded up to whole K^T pages of E
+ *        dims, chosen by the sum of |q| over a KV head's query heads)
+ *        give approximate scores, the top_k tokens (0 = an eighth) of each
+ *        query head are attended exactly, and the result is
+ *        alpha * exact + (1 - alpha) * mean(V), alpha the approximate
+ *        mass of the chosen tokens; lse is then that of the chosen tokens.
  * The query heads that share a KV head (GQA) are computed in one pass
  * over its pages; tokens still in group buffers are included.  A sequence
  * with no token gives out = 0 and lse = -INFINITY.
  * Return: KVF_OK; KVF_EINVAL (NULL buffer, bad option); KVF_ERANGE
- * (layer, mask shorter than the sequence); KVF_ENOENT; KVF_ENOTSUP
- * (sparse: needs kt_pages, and SparF is not in this build yet);
+ * (layer, mask shorter than the sequence, top_r); KVF_ENOENT;
+ * KVF_ENOTSUP (sparse on a store without kt_pages, or with h2o);
  * KVF_EVERSION (opts); KVF_ECORRUPT (a page failed its checksum: the
  * message names it; out and lse are then unspecified); KVF_EIO; KVF_ENOMEM.
  * Concurrency: any thread; waits for calls on the same sequence; other

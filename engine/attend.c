@@ -24,6 +24,7 @@
 #include "api/status.h"
 #include "compute/kernels.h"
 #include "engine/pool.h"
+#include "engine/kt.h"
 #include "engine/readpath.h"
 #include "engine/seq.h"
 #include "engine/store.h"
@@ -120,7 +121,11 @@ static kvf_status h2o_add(kvf_store *st, struct seq *seq, uint32_t layer,
 	return KVF_OK;
 }
 
-/* head_task - dense attention of one (sequence, KV head) */
+static kvf_status sparf_task(const struct attn_call *c, uint32_t si,
+			     uint32_t head, const float *qs, float *out,
+			     float *lse);
+
+/* head_task - attention of one (sequence, KV head) */
 static kvf_status head_task(void *arg, uint32_t i)
 {
 	const struct attn_call *c = arg;
@@ -151,6 +156,23 @@ static kvf_status head_task(void *arg, uint32_t i)
 	for (size_t j = 0; j < (size_t)d * D; j++)
 		qs[j] = q[j] * c->scale;
 	f.q = qs;
+	if (c->o && c->o->sparse && c->out) {
+		rc = len ? sparf_task(c, si, head, qs,
+				      c->out + ((size_t)si * Q + (size_t)head * d) * D,
+				      c->lse ? c->lse + (size_t)si * Q + (size_t)head * d
+					     : NULL)
+			 : KVF_OK;
+		if (len == 0) {
+			kvc_attn_state_init(&f.state, d, D, buf);
+			kvc_attn_finish(&f.state,
+					c->out + ((size_t)si * Q + (size_t)head * d) * D,
+					c->lse ? c->lse + (size_t)si * Q + (size_t)head * d
+					       : NULL);
+		}
+		kvf_free(buf);
+		kvf_free(f.scores);
+		return rc;
+	}
 	kvc_attn_state_init(&f.state, d, D, buf);
 	rc = stream_read_pair(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
 			      seq_kv_stream(st, seq, c->layer, KIND_V, head),
@@ -202,6 +224,236 @@ static kvf_status head_task(void *arg, uint32_t i)
 	}
 	kvf_free(buf);
 	kvf_free(f.scores);
+	return rc;
+}
+
+/* ---- SparF (InstInfer Algorithm 1) ---------------------------------------- */
+
+/* What one SparF task builds while it reads. */
+struct sparf_ctx {
+	const struct attn_call *c;
+	uint32_t d, rg;           /* query heads; dim groups selected */
+	const uint32_t *sel;      /* [rg] dim groups, ascending */
+	const uint32_t *dims;     /* [rg * E] dims, ascending */
+	const float *q;           /* [d][head_dim], scaled */
+	unsigned char *block;     /* [rg] pages of the block being gathered */
+	float *s;                 /* [d][n] approximate scores */
+	uint64_t n;               /* tokens scored */
+	struct kvc_attn_state state;
+	uint8_t *selected;        /* [d][n]: token chosen for head h */
+};
+
+/* score_block - approximate scores of tokens [first, first + cnt) from
+ * the selected dim groups' pages at pages[0..rg) */
+static void score_block(struct sparf_ctx *x, const unsigned char *const *pages,
+			uint64_t first, uint32_t cnt)
+{
+	kvf_store *st = x->c->st;
+	uint32_t E = st->kt_dims, T = st->kt_tokens, r = x->rg * E;
+	const void *rows[512];
+	const kvf_attn_opts *o = x->c->o;
+
+	for (uint32_t i = 0; i < r; i++)
+		rows[i] = pages[i / E] + (size_t)(x->dims[i] % E) * T * st->elt_bytes;
+	x->c->k->sparf_scores(x->q, x->d, st->hdr.head_dim, x->dims, r, rows, cnt,
+			      (kvf_dtype)st->hdr.dtype,
+			      o && o->mask ? o->mask + first : NULL,
+			      x->s + first, (size_t)x->n);
+}
+
+/* kt_page - gather a block's selected K^T pages; score when complete */
+static kvf_status kt_page(void *arg, uint64_t i, const unsigned char *page)
+{
+	struct sparf_ctx *x = arg;
+	kvf_store *st = x->c->st;
+	uint32_t j = (uint32_t)(i % x->rg);
+	const unsigned char *pages[64];
+
+	memcpy(x->block + (size_t)j * st->hdr.page_size, page, st->hdr.page_size);
+	if (j + 1 < x->rg)
+		return KVF_OK;
+	for (uint32_t g = 0; g < x->rg; g++)
+		pages[g] = x->block + (size_t)g * st->hdr.page_size;
+	score_block(x, pages, (i / x->rg) * st->kt_tokens, st->kt_tokens);
+	return KVF_OK;
+}
+
+/* exact_span - fold the selected tokens of a group, head by head */
+static kvf_status exact_span(void *arg, uint64_t first, uint32_t n,
+			     const unsigned char *k_rows,
+			     const unsigned char *v_rows)
+{
+	struct sparf_ctx *x = arg;
+
+	for (uint32_t h = 0; h < x->d; h++) {
+		struct kvc_attn_state v = kvc_attn_state_head(&x->state, h);
+
+		x->c->k->attn_fold(&v, x->q + (size_t)h * x->c->st->hdr.head_dim,
+				   k_rows, v_rows, n,
+				   (kvf_dtype)x->c->st->hdr.dtype,
+				   x->selected + (size_t)h * x->n + first, NULL, 0);
+	}
+	return KVF_OK;
+}
+
+struct vmean_ctx {
+	const struct kvc_kernels *k;
+	float *mean;
+	uint64_t *count;
+	uint32_t head_dim;
+	kvf_dtype dtype;
+};
+
+static kvf_status vmean_span(void *arg, uint64_t first, uint32_t n,
+			     const unsigned char *rows)
+{
+	struct vmean_ctx *v = arg;
+
+	(void)first;
+	v->k->vmean_fold(v->mean, *v->count, rows, n, v->head_dim, v->dtype);
+	*v->count += n;
+	return KVF_OK;
+}
+
+/* vbar_catch_up - fold the V tokens the head's running mean has not seen */
+static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
+				uint32_t head, float **mean)
+{
+	kvf_store *st = c->st;
+	uint32_t D = st->hdr.head_dim;
+	size_t lh = (size_t)c->layer * st->hdr.n_kv_heads + head;
+	struct vmean_ctx v = { c->k, seq->vbar + lh * D, &seq->vbar_n[lh], D,
+			       (kvf_dtype)st->hdr.dtype };
+	uint64_t len = seq->len[c->layer];
+
+	*mean = v.mean;
+	if (seq->vbar_n[lh] >= len)
+		return KVF_OK;
+	return stream_read_spans(st, seq, seq_kv_stream(st, seq, c->layer, KIND_V, head),
+				 len, seq->vbar_n[lh], len, vmean_span, &v);
+}
+
+static kvf_status sparf_task(const struct attn_call *c, uint32_t si,
+			     uint32_t head, const float *qs, float *out,
+			     float *lse)
+{
+	kvf_store *st = c->st;
+	struct seq *seq = c->seqs[si];
+	uint32_t D = st->hdr.head_dim, E = st->kt_dims, T = st->kt_tokens;
+	uint32_t ng = st->kt_groups, d = st->hdr.n_q_heads / st->hdr.n_kv_heads;
+	uint32_t G = st->group_tokens;
+	uint64_t len = seq->len[c->layer], nb = len / T;
+	uint64_t t_start = attended_from(c->o, len);
+	struct sparf_ctx x = { .c = c, .d = d, .q = qs, .n = len };
+	uint32_t r = c->o->top_r ? c->o->top_r : D / 4;
+	uint32_t sel[64], dims[512], *idx = NULL;
+	uint64_t *entries = NULL, *groups = NULL, n_groups = 0;
+	float key[64], *alpha = NULL, *vbar, *sbuf = NULL;
+	kvf_status rc = KVF_OK;
+	uint64_t k;
+
+	x.rg = (r + E - 1) / E;
+	if (x.rg > ng)
+		x.rg = ng;
+	for (uint32_t g = 0; g < ng; g++) {
+		key[g] = 0;
+		for (uint32_t h = 0; h < d; h++)
+			for (uint32_t e = 0; e < E; e++)
+				key[g] += fabsf(qs[(size_t)h * D + g * E + e]);
+	}
+	x.rg = kvc_topk(key, ng, x.rg, sel);
+	for (uint32_t i = 0; i < x.rg * E; i++)
+		dims[i] = sel[i / E] * E + i % E;
+	x.sel = sel;
+	x.dims = dims;
+	k = c->o->top_k ? c->o->top_k : (len + 7) / 8;
+	if (k > len - t_start)
+		k = len - t_start;
+	sbuf = kvf_malloc((KVC_ATTN_STATE_FLOATS(d, D) + (size_t)d * (len + 1)) *
+			  sizeof(float));
+	x.block = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)x.rg * st->hdr.page_size);
+	x.selected = kvf_calloc((size_t)d * (len + 1), 1);
+	entries = kvf_malloc((nb * x.rg + 1) * sizeof(uint64_t));
+	groups = kvf_malloc(((len + G - 1) / G + 1) * sizeof(uint64_t));
+	idx = kvf_malloc((k + 1) * sizeof(uint32_t));
+	alpha = kvf_malloc(d * sizeof(float));
+	if (!sbuf || !x.block || !x.selected || !entries || !groups || !idx ||
+	    !alpha || len > UINT32_MAX) {
+		rc = kvf_fail(KVF_ENOMEM, "sparse attention: out of memory for a task");
+		goto out;
+	}
+	kvc_attn_state_init(&x.state, d, D, sbuf);
+	x.s = sbuf + KVC_ATTN_STATE_FLOATS(d, D);
+
+	/* 1-2: approximate scores from the selected dims' K^T pages */
+	for (uint64_t b = 0; b < nb; b++)
+		for (uint32_t j = 0; j < x.rg; j++)
+			entries[b * x.rg + j] = b * ng + sel[j];
+	rc = stream_read_entries(st, seq, &seq->kt[(size_t)c->layer * st->hdr.n_kv_heads + head],
+				 entries, nb * x.rg, kt_page, &x);
+	if (rc == KVF_OK && len > nb * T) {
+		const unsigned char *blk, *pages[64];
+
+		rc = kt_open_block(st, seq, c->layer, head, &blk);
+		for (uint32_t j = 0; rc == KVF_OK && j < x.rg; j++)
+			pages[j] = blk + (size_t)sel[j] * st->hdr.page_size;
+		if (rc == KVF_OK)
+			score_block(&x, pages, nb * T, (uint32_t)(len - nb * T));
+	}
+	if (rc != KVF_OK)
+		goto out;
+	atomic_fetch_add(&st->c.sparf_pages_read, nb * x.rg);
+
+	/* 3-4: per head, the top-k tokens, their mass, the groups they need */
+	for (uint32_t h = 0; h < d; h++) {
+		float *s = x.s + (size_t)h * len, m, l;
+		uint32_t got;
+
+		for (uint64_t t = 0; t < t_start; t++)
+			s[t] = -INFINITY;
+		c->k->softmax_stats(s, (uint32_t)len, &m, &l);
+		got = kvc_topk(s, (uint32_t)len, (uint32_t)k, idx);
+		alpha[h] = c->k->softmax_mass(s, idx, got, m, l);
+		for (uint32_t j = 0; j < got; j++)
+			if (s[idx[j]] > -INFINITY)
+				x.selected[(size_t)h * len + idx[j]] = 1;
+	}
+	for (uint64_t g = 0; g * G < len; g++) {
+		int any = 0;
+
+		for (uint32_t h = 0; h < d && !any; h++)
+			for (uint64_t t = g * G; t < len && t < (g + 1) * G && !any; t++)
+				any = x.selected[(size_t)h * len + t];
+		if (any)
+			groups[n_groups++] = g;
+	}
+	/* 5: exact attention over the selected tokens only */
+	rc = stream_read_pair_groups(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
+				     seq_kv_stream(st, seq, c->layer, KIND_V, head),
+				     len, groups, n_groups, exact_span, &x);
+	if (rc != KVF_OK)
+		goto out;
+	atomic_fetch_add(&st->c.sparf_pages_read, 2 * n_groups);
+	{
+		uint64_t dense = 2 * ((len - t_start + G - 1) / G + 1);
+		uint64_t used = nb * x.rg + 2 * n_groups;
+
+		if (dense > used)
+			atomic_fetch_add(&st->c.sparf_pages_skipped, dense - used);
+	}
+	/* 6: alpha * exact + (1 - alpha) * mean of V */
+	kvc_attn_finish(&x.state, out, lse);
+	if ((rc = vbar_catch_up(c, seq, head, &vbar)) != KVF_OK)
+		goto out;
+	kvc_sparf_combine(out, alpha, vbar, d, D);
+out:
+	kvf_free(sbuf);
+	kvf_free(x.block);
+	kvf_free(x.selected);
+	kvf_free(entries);
+	kvf_free(groups);
+	kvf_free(idx);
+	kvf_free(alpha);
 	return rc;
 }
 
@@ -315,10 +567,13 @@ static kvf_status check_call(struct attn_call *c, const char *call,
 		return kvf_fail(KVF_ENOTSUP,
 				"%s: sparse (SparF) attention needs K^T pages; create the store with kt_pages = 1",
 				call);
-	if (o->sparse)
+	if (o->sparse && (o->h2o || c->out == NULL))
 		return kvf_fail(KVF_ENOTSUP,
-				"%s: sparse (SparF) attention is not available in this build yet",
+				"%s: sparse (SparF) attention gives outputs only: no H2O scores, probabilities or top-k",
 				call);
+	if (o->sparse && o->top_r > st->hdr.head_dim)
+		return kvf_fail(KVF_ERANGE, "%s: opts.top_r %u is past head_dim %u",
+				call, o->top_r, st->hdr.head_dim);
 	if (o->mask == NULL && o->mask_len != 0)
 		return kvf_fail(KVF_EINVAL, "%s: opts.mask is NULL but mask_len is %llu",
 				call, (unsigned long long)o->mask_len);
@@ -359,6 +614,10 @@ static kvf_status run(struct attn_call *c, const char *call,
 	if (rc == KVF_OK && c->o && c->o->h2o)
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
 			rc = seq_h2o_alloc(st, seqs[i]);
+	if (rc == KVF_OK && c->o && c->o->sparse)
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			if ((rc = seq_vbar_alloc(st, seqs[i])) == KVF_OK)
+				rc = seq_kt_alloc(st, seqs[i]);
 	if (rc == KVF_OK && c->probs &&
 	    seqs[0]->len[c->layer] - attended_from(c->o, seqs[0]->len[c->layer]) >
 		    c->probs_cap)

@@ -88,6 +88,19 @@ static kvf_status kt_buffer(kvf_store *st, struct seq *seq, uint32_t layer,
 	return KVF_OK;
 }
 
+kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
+			 uint32_t head, const unsigned char **buf)
+{
+	kvf_status rc;
+
+	if (st->kt_dims == 0 || (rc = seq_kt_alloc(st, seq)) != KVF_OK)
+		return st->kt_dims ? rc : kvf_fail(KVF_ENOTSUP, "K^T pages are off in this store");
+	rc = kt_buffer(st, seq, layer, head, seq->len[layer]);
+	if (rc == KVF_OK)
+		*buf = kt_stream(st, seq, layer, head)->gbuf;
+	return rc;
+}
+
 kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 		   uint64_t tokens, uint32_t n, uint32_t *pages)
 {

@@ -42,6 +42,14 @@ kvf_status kt_read(kvf_store *st, struct seq *seq, uint32_t layer,
 		   uint32_t head, uint32_t dg, uint64_t t0, uint64_t t1,
 		   void *out);
 
+/*
+ * kt_open_block - the buffer of K head `head`'s open block (kt_groups
+ * pages of [E][T]; tokens past the layer's length are zero), rebuilt from
+ * K if needed.  It changes with the next append.
+ */
+kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
+			 uint32_t head, const unsigned char **buf);
+
 /* kt_choose_dims - E for a head_dim: 8 when it divides head_dim, else the
  * largest power of two that does (at least 1) */
 uint32_t kt_choose_dims(uint32_t head_dim);

@@ -323,48 +323,68 @@ static kvf_status batch_read(kvf_store *st, struct batch *b)
 	return KVF_OK;
 }
 
-kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
-			    struct stream *bs, uint64_t tokens, uint64_t t0,
-			    uint64_t t1, pair_fn fn, void *arg)
+/* read_batch_new - a batch with its page buffer, or NULL (message set) */
+static struct batch *read_batch_new(kvf_store *st)
 {
-	uint32_t G = st->group_tokens, rb = st->row_bytes;
-	struct batch *b;
-	kvf_status rc = KVF_OK;
+	struct batch *b = kvf_calloc(1, sizeof(*b));
 
-	if (t0 >= t1)
-		return KVF_OK;
-	b = kvf_calloc(1, sizeof(*b));
 	if (b)
 		b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
 					   (size_t)READ_BATCH * st->hdr.page_size);
 	if (b == NULL || b->buf == NULL) {
-		if (b)
-			kvf_free(b);
-		return kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+		kvf_free(b);
+		kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+		return NULL;
 	}
-	for (uint64_t g0 = t0 / G; g0 <= (t1 - 1) / G && rc == KVF_OK;
-	     g0 += PAIR_GROUPS) {
-		uint64_t g_end = (t1 - 1) / G + 1;
-		uint32_t n = (uint32_t)(g_end - g0 < PAIR_GROUPS ? g_end - g0
-								 : PAIR_GROUPS);
+	return b;
+}
+
+static void read_batch_free(struct batch *b)
+{
+	if (b)
+		kvf_free(b->buf);
+	kvf_free(b);
+}
+
+/* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
+ * of two streams, clipped to [t0, t1), to fn in order */
+static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *bs, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, const uint64_t *list, uint64_t first,
+			    uint64_t n_groups, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	struct batch *b = read_batch_new(st);
+	kvf_status rc = KVF_OK;
+
+	if (b == NULL)
+		return KVF_ENOMEM;
+	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
+		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
+								    : PAIR_GROUPS);
 		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
 		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
+		uint64_t g[PAIR_GROUPS];
 
 		b->n = b->n_io = 0;
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			rc = pair_page(st, seq, a, tokens, g0 + i, b, &pa[i], &sa[i]);
+			g[i] = list ? list[i0 + i] : first + i0 + i;
+			rc = pair_page(st, seq, a, tokens, g[i], b, &pa[i], &sa[i]);
 			if (rc == KVF_OK)
-				rc = pair_page(st, seq, bs, tokens, g0 + i, b,
+				rc = pair_page(st, seq, bs, tokens, g[i], b,
 					       &pb[i], &sb[i]);
 		}
 		if (rc == KVF_OK)
 			rc = batch_read(st, b);
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			uint64_t first = (g0 + i) * G;
-			uint64_t lo = t0 > first ? t0 : first;
-			uint64_t hi = t1 < first + G ? t1 : first + G;
-			size_t off = (size_t)(lo - first) * rb;
+			uint64_t lo = g[i] * G, hi = lo + G;
+			size_t off;
 
+			lo = t0 > lo ? t0 : lo;
+			hi = t1 < hi ? t1 : hi;
+			if (lo >= hi)
+				continue;
+			off = (size_t)(lo - g[i] * G) * rb;
 			if (sa[i] >= 0)
 				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
 			if (sb[i] >= 0)
@@ -373,8 +393,72 @@ kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
 				pb[i] + off);
 		}
 	}
-	kvf_free(b->buf);
-	kvf_free(b);
+	read_batch_free(b);
+	return rc;
+}
+
+kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *bs, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	return pair_core(st, seq, a, bs, tokens, t0, t1, NULL, t0 / G,
+			 (t1 - 1) / G - t0 / G + 1, fn, arg);
+}
+
+kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
+				   struct stream *a, struct stream *bs,
+				   uint64_t tokens, const uint64_t *groups,
+				   uint64_t n_groups, pair_fn fn, void *arg)
+{
+	return pair_core(st, seq, a, bs, tokens, 0, tokens, groups, 0,
+			 n_groups, fn, arg);
+}
+
+kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
+			       struct stream *s, const uint64_t *idx,
+			       uint64_t n, entry_fn fn, void *arg)
+{
+	struct batch *b = read_batch_new(st);
+	kvf_status rc = KVF_OK;
+
+	if (b == NULL)
+		return KVF_ENOMEM;
+	for (uint64_t i0 = 0; i0 < n && rc == KVF_OK; i0 += READ_BATCH) {
+		uint32_t m = (uint32_t)(n - i0 < READ_BATCH ? n - i0 : READ_BATCH);
+		const unsigned char *p[READ_BATCH];
+		int slot[READ_BATCH];
+
+		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
+			struct page_ref r;
+
+			slot[i] = -1;
+			if (idx[i0 + i] >= s->n_groups ||
+			    (r = stream_page(s, idx[i0 + i])).addr == ADDR_NONE) {
+				rc = kvf_fail(KVF_ECORRUPT,
+					      "read: the index has no page for entry %llu of a stream of sequence %llu",
+					      (unsigned long long)idx[i0 + i],
+					      (unsigned long long)seq->id);
+				break;
+			}
+			if ((p[i] = openseg_page(st, seq, r.addr)) == NULL) {
+				slot[i] = (int)b->n;
+				batch_add(st, b, idx[i0 + i], &r);
+			}
+		}
+		if (rc == KVF_OK)
+			rc = batch_read(st, b);
+		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
+			if (slot[i] >= 0)
+				p[i] = b->buf + (size_t)slot[i] * st->hdr.page_size;
+			rc = fn(arg, i0 + i, p[i]);
+		}
+	}
+	read_batch_free(b);
 	return rc;
 }
 

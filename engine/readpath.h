@@ -45,6 +45,23 @@ kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
 			    struct stream *b, uint64_t tokens, uint64_t t0,
 			    uint64_t t1, pair_fn fn, void *arg);
 
+/* stream_read_pair_groups - the same for the listed groups only (whole
+ * groups, clipped to the stream's tokens), in list order */
+kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
+				   struct stream *a, struct stream *b,
+				   uint64_t tokens, const uint64_t *groups,
+				   uint64_t n_groups, pair_fn fn, void *arg);
+
+/*
+ * entry_fn / stream_read_entries - the pages of index entries idx[0..n) of
+ * stream s (any kind; K^T entries are block * kt_groups + dim group),
+ * read in batches and verified, handed to fn as (i, page) in order.
+ */
+typedef kvf_status (*entry_fn)(void *arg, uint64_t i, const unsigned char *page);
+kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
+			       struct stream *s, const uint64_t *idx,
+			       uint64_t n, entry_fn fn, void *arg);
+
 /* stream_group_copy - the whole page of group g of s into dst (page_size
  * bytes; tokens past the stream's end are zero) */
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,

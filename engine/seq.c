@@ -172,6 +172,8 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
 			kvf_free(seq->h2o[i].score);
 	kvf_free(seq->h2o);
+	kvf_free(seq->vbar);
+	kvf_free(seq->vbar_n);
 	kvf_free(seq->len);
 	kvf_free(seq->x_len);
 	kvf_free(seq->reserved);
@@ -380,6 +382,24 @@ kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq)
 			      sizeof(*seq->h2o));
 	if (seq->h2o == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for H2O scores");
+	return KVF_OK;
+}
+
+kvf_status seq_vbar_alloc(kvf_store *st, struct seq *seq)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+
+	if (seq->vbar)
+		return KVF_OK;
+	seq->vbar = kvf_calloc(lh * st->hdr.head_dim, sizeof(float));
+	seq->vbar_n = kvf_calloc(lh, sizeof(uint64_t));
+	if (seq->vbar == NULL || seq->vbar_n == NULL) {
+		kvf_free(seq->vbar);
+		kvf_free(seq->vbar_n);
+		seq->vbar = NULL;
+		seq->vbar_n = NULL;
+		return kvf_fail(KVF_ENOMEM, "out of memory for the means of V");
+	}
 	return KVF_OK;
 }
 

@@ -70,6 +70,8 @@ struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid);
 uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid);
 /* seq_h2o_alloc - the H2O score arrays, on first use */
 kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq);
+/* seq_vbar_alloc - the running means of V (SparF), on first use */
+kvf_status seq_vbar_alloc(kvf_store *st, struct seq *seq);
 /* seq_kt_alloc - the K^T streams, on first use (no-op without kt_pages) */
 kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq);
 /* seq_tokens - tokens of the stream kind in a layer */

@@ -896,6 +896,8 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.segments_written = atomic_load(&st->c.segments_written);
 	s.segments_cleaned = atomic_load(&st->c.segments_cleaned);
 	s.segments_reclaimed = atomic_load(&st->c.segments_reclaimed);
+	s.sparf_pages_read = atomic_load(&st->c.sparf_pages_read);
+	s.sparf_pages_skipped = atomic_load(&st->c.sparf_pages_skipped);
 	s.n_syncs = st->n_syncs;
 	seq_foreach(st, index_bytes_of, &s.index_bytes);
 	pthread_mutex_lock(&st->seg_lock);

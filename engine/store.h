@@ -142,6 +142,9 @@ struct seq {
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
+	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
+				* SparF; NULL before first use */
+	uint64_t *vbar_n;      /* [layer][kv_head] tokens in that mean */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
 
@@ -174,6 +177,9 @@ struct store_counters {
 	_Atomic uint64_t segments_written; /* segment writes */
 	_Atomic uint64_t segments_cleaned; /* victims the cleaner emptied */
 	_Atomic uint64_t segments_reclaimed; /* trimmed for reuse */
+	_Atomic uint64_t sparf_pages_read;   /* pages SparF read */
+	_Atomic uint64_t sparf_pages_skipped; /* K/V pages dense would
+					       * have read and SparF did not */
 };
 
 struct kvf_store {

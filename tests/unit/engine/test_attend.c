@@ -370,3 +370,117 @@ Test(attend, refusals)
 	EXPECT(kvf_attn_merge(0, DIM, q, q, q, q, out, probs), KVF_EINVAL, "must be > 0");
 	kvf_close(f.st);
 }
+
+static struct fx open_kt(const char *name)
+{
+	kvf_model m = { LAYERS, 4, 2, DIM, KVF_DTYPE_F16 };
+	kvf_options o;
+	struct fx f = { .dt = KVF_DTYPE_F16, .qh = 4, .kvh = 2 };
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 256 * 1024;
+	o.capacity_bytes = 128ull << 20;
+	o.n_stripes = 2;
+	o.kt_pages = 1;
+	f.rng = rng_seed("sparf");
+	cr_assert(eq(int, kvf_open(tmp_path(dir, name), &o, &f.st), KVF_OK), "%s",
+		  kvf_last_error());
+	return f;
+}
+
+static double cosine(const float *a, const float *b, size_t n)
+{
+	double ab = 0, aa = 0, bb = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		ab += (double)a[i] * b[i];
+		aa += (double)a[i] * a[i];
+		bb += (double)b[i] * b[i];
+	}
+	return ab / sqrt(aa * bb + 1e-300);
+}
+
+/* SparF with every dim and every token is dense attention */
+Test(attend, sparf_full_equals_dense)
+{
+	struct fx f = open_kt("s");
+	float q[4 * DIM], dense[4 * DIM], sparse[4 * DIM];
+	kvf_attn_opts o;
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 1), KVF_OK));
+	append(&f, 1, 700); /* two whole K^T blocks and an open one */
+	for (int j = 0; j < 4 * DIM; j++)
+		q[j] = urand(&f.rng) * 2;
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, dense, NULL), KVF_OK));
+	kvf_attn_opts_init(&o);
+	o.sparse = 1;
+	o.top_r = DIM;
+	o.top_k = 700;
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK), "%s",
+		  kvf_last_error());
+	for (int j = 0; j < 4 * DIM; j++)
+		cr_assert(le(flt, fabsf(sparse[j] - dense[j]), 2e-5f), "[%d] %g vs %g",
+			  j, (double)sparse[j], (double)dense[j]);
+	kvf_close(f.st);
+}
+
+/* On peaky attention (a few tokens carry the mass), SparF at top_r =
+ * head_dim / 8 and top_k = tokens / 8 stays close to dense; with top_k
+ * near the heavy hitters it also reads far fewer pages */
+Test(attend, sparf_eighth_on_peaky_attention)
+{
+	struct fx f = open_kt("s");
+	uint32_t n = 2048;
+	size_t cnt = (size_t)n * 2 * DIM;
+	uint16_t *k = malloc(cnt * 2), *v = malloc(cnt * 2);
+	float q[4 * DIM], dense[4 * DIM], sparse[4 * DIM];
+	kvf_stats st0 = { .struct_size = sizeof(st0) }, st1 = { .struct_size = sizeof(st1) };
+	kvf_attn_opts o;
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 1), KVF_OK));
+	/* q points along a few dims; K is noise except a few heavy hitters
+	 * that align with q on those dims */
+	for (int j = 0; j < 4 * DIM; j++)
+		q[j] = (j % DIM) < 8 ? 4.0f : urand(&f.rng) * 0.1f;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		for (size_t i = 0; i < cnt; i++) {
+			k[i] = kvf_f32_to_f16(urand(&f.rng) * 0.5f);
+			v[i] = kvf_f32_to_f16(urand(&f.rng));
+		}
+		for (uint32_t t = 0; t < n; t += 97)
+			for (uint32_t h = 0; h < 2; h++)
+				for (uint32_t e = 0; e < 8; e++)
+					k[((size_t)t * 2 + h) * DIM + e] = kvf_f32_to_f16(3.0f);
+		cr_assert(eq(int, kvf_append(f.st, 1, l, n, k, v), KVF_OK));
+	}
+	cr_assert(eq(int, kvf_close(f.st), KVF_OK));
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &f.st), KVF_OK));
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, dense, NULL), KVF_OK));
+	kvf_attn_opts_init(&o);
+	o.sparse = 1;
+	o.top_r = DIM / 8;
+	o.top_k = n / 8;
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK), "%s",
+		  kvf_last_error()); /* warms the mean of V */
+	for (int h = 0; h < 4; h++) {
+		double c = cosine(sparse + h * DIM, dense + h * DIM, DIM);
+
+		cr_assert(ge(dbl, c, 0.95), "head %d: cosine %g", h, c);
+	}
+	/* an eighth of the tokens, chosen one by one, touches nearly every
+	 * token group; the pages saved come when the chosen tokens cluster:
+	 * here the 22 heavy hitters, each in its own group */
+	o.top_k = 22;
+	cr_assert(eq(int, kvf_stats_get(f.st, &st0), KVF_OK));
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK));
+	cr_assert(eq(int, kvf_stats_get(f.st, &st1), KVF_OK));
+	for (int h = 0; h < 4; h++)
+		cr_assert(ge(dbl, cosine(sparse + h * DIM, dense + h * DIM, DIM), 0.95));
+	cr_assert(gt(u64, st1.sparf_pages_skipped, st0.sparf_pages_skipped));
+	cr_assert(lt(u64, st1.pages_read - st0.pages_read, 2 * 2 * n / 32 / 2),
+		  "SparF read %llu pages, dense reads %u",
+		  (unsigned long long)(st1.pages_read - st0.pages_read), 2 * 2 * n / 32);
+	free(k);
+	free(v);
+	kvf_close(f.st);
+}
