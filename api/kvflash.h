@@ -443,6 +443,29 @@ KVF_API kvf_status kvf_topk(kvf_store *st, uint64_t seq, uint32_t layer,
 			    uint32_t *n_out);
 
 /*
+ * kvf_score_fn - receives the raw scores of n tokens from token first for
+ * query head q_head: q . k times the scale (the softmax logits; -INFINITY
+ * where masked).  Return 0 to go on, nonzero to stop the iteration.
+ */
+typedef int (*kvf_score_fn)(void *arg, uint32_t q_head, uint64_t first,
+			    uint32_t n, const float *scores);
+
+/*
+ * kvf_scores_iter - the raw attention scores of every token attended, in
+ * blocks of at most one token group, KV head after KV head and in token
+ * order within one, so a caller can merge them with scores it computes
+ * elsewhere (tokens it holds itself) before normalizing.  opts: scale,
+ * mask, window (sparse and h2o do not apply: KVF_ENOTSUP).
+ * fn runs on the calling thread with the sequence locked: it must not
+ * call the library on the same sequence.
+ * Return: as kvf_scores, KVF_OK also when fn stopped early.
+ * Concurrency: as kvf_attend.
+ */
+KVF_API kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq, uint32_t layer,
+				   const float *q, const kvf_attn_opts *opts,
+				   kvf_score_fn fn, void *arg);
+
+/*
  * kvf_h2o_read - the H2O scores (attention probability accumulated by the
  * kvf_attend calls with opts.h2o = 1, summed over the query heads of the
  * KV head) of tokens [t0, t1); tokens never scored read 0.  The scores

@@ -708,6 +708,87 @@ kvf_status kvf_topk(kvf_store *st, uint64_t seq, uint32_t layer,
 	return run(&c, "kvf_topk", &seq, 1);
 }
 
+struct iter_ctx {
+	const struct kvc_kernels *k;
+	const float *q;      /* [d][head_dim], scaled */
+	uint32_t d, head_dim, q0; /* query heads, their first index */
+	kvf_dtype dtype;
+	const uint8_t *mask;
+	float *buf;          /* [d][group tokens] */
+	kvf_score_fn fn;
+	void *arg;
+	int stopped;
+};
+
+static kvf_status iter_span(void *arg, uint64_t first, uint32_t n,
+			    const unsigned char *rows)
+{
+	struct iter_ctx *x = arg;
+
+	if (x->stopped)
+		return KVF_OK;
+	x->k->scores(x->q, x->d, x->head_dim, rows, n, x->dtype,
+		     x->mask ? x->mask + first : NULL, x->buf, n);
+	for (uint32_t h = 0; h < x->d && !x->stopped; h++)
+		x->stopped = x->fn(x->arg, x->q0 + h, first, n, x->buf + (size_t)h * n);
+	return KVF_OK;
+}
+
+kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			   const float *q, const kvf_attn_opts *opts,
+			   kvf_score_fn fn, void *arg)
+{
+	const char *call = "kvf_scores_iter";
+	struct attn_call c = { 0 };
+	struct iter_ctx x = { .fn = fn, .arg = arg };
+	uint32_t H, D, d;
+	struct seq *seq;
+	float *qs;
+	kvf_status rc;
+
+	if ((rc = check_call(&c, call, st, layer, q, opts)) != KVF_OK)
+		return rc;
+	if (fn == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: fn is NULL", call);
+	if (c.o && (c.o->sparse || c.o->h2o))
+		return kvf_fail(KVF_ENOTSUP, "%s: sparse and h2o do not apply to raw scores",
+				call);
+	H = st->hdr.n_kv_heads;
+	D = st->hdr.head_dim;
+	d = st->hdr.n_q_heads / H;
+	qs = kvf_malloc(((size_t)d * D + (size_t)d * st->group_tokens) * sizeof(float));
+	if (qs == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if ((rc = check_mask(call, c.o, &seq, 1, layer)) == KVF_OK) {
+		uint64_t len = seq->len[layer];
+
+		x.k = kvc_kernels();
+		x.q = qs;
+		x.d = d;
+		x.head_dim = D;
+		x.dtype = (kvf_dtype)st->hdr.dtype;
+		x.mask = c.o ? c.o->mask : NULL;
+		x.buf = qs + (size_t)d * D;
+		for (uint32_t head = 0; head < H && rc == KVF_OK && !x.stopped; head++) {
+			for (size_t j = 0; j < (size_t)d * D; j++)
+				qs[j] = q[(size_t)head * d * D + j] * c.scale;
+			x.q0 = head * d;
+			rc = stream_read_spans(st, seq,
+					       seq_kv_stream(st, seq, layer, KIND_K, head),
+					       len, attended_from(c.o, len), len,
+					       iter_span, &x);
+		}
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	kvf_free(qs);
+	return rc;
+}
+
 kvf_status kvf_h2o_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			uint32_t kv_head, uint64_t t0, uint64_t t1, float *out)
 {

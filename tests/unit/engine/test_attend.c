@@ -484,3 +484,52 @@ Test(attend, sparf_eighth_on_peaky_attention)
 	free(v);
 	kvf_close(f.st);
 }
+
+struct iter_seen {
+	double *ref;     /* [qh][len] reference probabilities */
+	uint64_t len;
+	double m[8], l[8]; /* softmax of what was seen, per head */
+	float *s;        /* [qh][len] scores seen */
+	int calls, stop_after;
+};
+
+static int seen(void *arg, uint32_t h, uint64_t first, uint32_t n, const float *sc)
+{
+	struct iter_seen *x = arg;
+
+	memcpy(x->s + h * x->len + first, sc, n * sizeof(float));
+	return ++x->calls == x->stop_after;
+}
+
+/* raw scores block by block: softmax of them is kvf_scores */
+Test(attend, scores_iter)
+{
+	struct fx f = open_fx("s", KVF_DTYPE_BF16, 4, 2);
+	float q[4 * DIM], probs[4 * 100];
+	struct iter_seen x = { .len = 100 };
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 1), KVF_OK));
+	append(&f, 1, 100);
+	for (int j = 0; j < 4 * DIM; j++)
+		q[j] = urand(&f.rng) * 2;
+	x.s = calloc(4 * 100, sizeof(float));
+	cr_assert(eq(int, kvf_scores_iter(f.st, 1, 1, q, NULL, seen, &x), KVF_OK));
+	cr_assert(eq(int, kvf_scores(f.st, 1, 1, q, NULL, probs, 100), KVF_OK));
+	for (int h = 0; h < 4; h++) {
+		double m = -INFINITY, l = 0;
+
+		for (int t = 0; t < 100; t++)
+			m = fmax(m, x.s[h * 100 + t]);
+		for (int t = 0; t < 100; t++)
+			l += exp(x.s[h * 100 + t] - m);
+		for (int t = 0; t < 100; t++)
+			cr_assert(le(dbl, fabs(exp(x.s[h * 100 + t] - m) / l - probs[h * 100 + t]), 1e-6));
+	}
+	/* stopping early is the caller's choice, not an error */
+	x.calls = 0;
+	x.stop_after = 3;
+	cr_assert(eq(int, kvf_scores_iter(f.st, 1, 1, q, NULL, seen, &x), KVF_OK));
+	cr_assert(eq(int, x.calls, 3));
+	free(x.s);
+	kvf_close(f.st);
+}
