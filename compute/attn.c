@@ -3,12 +3,14 @@
  * its fold over token blocks, finish, and the log-sum-exp merge.
  *
  * The fold is the oracle for attn_avx2.c and follows the same plan: per
- * block of KVC_BLOCK_TOKENS tokens and per head, the block's scores, one
- * rescale of (l, acc) by exp(m_old - m_new) if the block raises the max,
- * then p_t = exp(s_t - m) added into l and p_t * v_t into acc.  Masked
- * tokens are skipped before their K or V is read.  The block stays in
- * cache while the n_q heads take their turns, so K and V come from
- * memory once per call.
+ * block of KVC_BLOCK_TOKENS tokens and group of up to 8 heads, the
+ * block's scores, per head one rescale of (l, acc) by exp(m_old - m_new)
+ * if the block raises the max, then p_t = exp(s_t - m) added into l and
+ * p_t * v_t into acc.  Each K and V element is widened to f32 once per
+ * block (64 dims at a time) and used by every head of the group; the
+ * block stays in cache while the groups take their turns, so K and V
+ * come from memory once per call.  Masked tokens are skipped before
+ * their K or V is read.  Raw scores (kvc_scores_scalar) share the code.
  */
 #include <assert.h>
 #include <math.h>
@@ -100,39 +102,139 @@ void kvc_attn_merge(float *out, float *lse, const float *out_a,
 	}
 }
 
-/* fold_head_block - fold the nt listed tokens tl[] of one block (rows
- * relative to k, v) into head h of st. */
-static void fold_head_block(struct kvc_attn_state *st, uint32_t h,
-			    const float *q, const unsigned char *k,
-			    const unsigned char *v, size_t row_bytes,
-			    kvf_dtype dtype, const uint8_t *tl, uint32_t nt,
-			    float *s)
+/* Dims widened to f32 at a time (a stack buffer); head group size. */
+#define PIECE 64
+#define GROUP 8
+
+/* widen - n elements of row from element d0, as f32, into w. */
+static void widen(float *w, const void *row, uint32_t d0, uint32_t n,
+		  kvf_dtype dtype)
 {
-	uint32_t hd = st->head_dim;
-	float *acc = st->acc + (size_t)h * hd;
-	float bm = -INFINITY, mn;
+	switch (dtype) {
+	case KVF_DTYPE_F16:
+		for (uint32_t d = 0; d < n; d++)
+			w[d] = kvc_elt(row, d0 + d, KVF_DTYPE_F16);
+		break;
+	case KVF_DTYPE_BF16:
+		for (uint32_t d = 0; d < n; d++)
+			w[d] = kvc_elt(row, d0 + d, KVF_DTYPE_BF16);
+		break;
+	default:
+		memcpy(w, (const float *)row + d0, n * sizeof(float));
+		break;
+	}
+}
+
+/*
+ * block_scores - s[h * ss + j] = q_h . k_{tl[j]} for the g (<= GROUP)
+ * heads at q (rows of hd floats) and the nt listed rows of the block k:
+ * each K element is widened once and used by every head.
+ */
+static void block_scores(const float *q, uint32_t g, uint32_t hd,
+			 const unsigned char *k, size_t row_bytes,
+			 kvf_dtype dtype, const uint8_t *tl, uint32_t nt,
+			 float *s, size_t ss)
+{
+	float w[PIECE];
 
 	for (uint32_t j = 0; j < nt; j++) {
-		s[j] = kvc_dot_row(q, k + tl[j] * row_bytes, hd, dtype);
-		if (s[j] > bm)
-			bm = s[j];
+		const unsigned char *row = k + tl[j] * row_bytes;
+		float acc[GROUP] = { 0 };
+
+		for (uint32_t d0 = 0; d0 < hd; d0 += PIECE) {
+			uint32_t np = hd - d0 < PIECE ? hd - d0 : PIECE;
+
+			widen(w, row, d0, np, dtype);
+			for (uint32_t h = 0; h < g; h++)
+				acc[h] += kvc_dot_row(q + (size_t)h * hd + d0,
+						      w, np, KVF_DTYPE_F32);
+		}
+		for (uint32_t h = 0; h < g; h++)
+			s[h * ss + j] = acc[h];
 	}
-	mn = bm > st->m[h] ? bm : st->m[h];
-	if (mn > st->m[h]) {
-		float c = expf(st->m[h] - mn);
+}
+
+/* softmax_head - fold head h's scores s[0..nt) into (m, l, acc): rescale
+ * once if the block raises the max, then p[j] = exp(s[j] - m) and l. */
+static void softmax_head(struct kvc_attn_state *st, uint32_t h, const float *s,
+			 float *p, uint32_t nt)
+{
+	float *acc = st->acc + (size_t)h * st->head_dim;
+	float bm = -INFINITY;
+
+	for (uint32_t j = 0; j < nt; j++)
+		bm = s[j] > bm ? s[j] : bm;
+	if (bm > st->m[h]) {
+		float c = expf(st->m[h] - bm);
 
 		st->l[h] *= c;
-		for (uint32_t d = 0; d < hd; d++)
+		for (uint32_t d = 0; d < st->head_dim; d++)
 			acc[d] *= c;
-		st->m[h] = mn;
+		st->m[h] = bm;
 	}
 	for (uint32_t j = 0; j < nt; j++) {
-		const unsigned char *row = v + tl[j] * row_bytes;
-		float p = expf(s[j] - mn);
+		p[j] = expf(s[j] - st->m[h]);
+		st->l[h] += p[j];
+	}
+}
 
-		st->l[h] += p;
-		for (uint32_t d = 0; d < hd; d++)
-			acc[d] += p * kvc_elt(row, d, dtype);
+/* fold_group - fold the nt listed tokens of one block into heads h0 ..
+ * h0 + g - 1: scores, softmax, then each V element widened once and
+ * added into every head's acc.  s keeps the raw scores ([GROUP][B]). */
+static void fold_group(struct kvc_attn_state *st, uint32_t h0, uint32_t g,
+		       const float *q, const unsigned char *kb,
+		       const unsigned char *vb, size_t row_bytes,
+		       kvf_dtype dtype, const uint8_t *tl, uint32_t nt,
+		       float *s)
+{
+	uint32_t hd = st->head_dim;
+	float p[GROUP * KVC_BLOCK_TOKENS], w[PIECE];
+
+	block_scores(q + (size_t)h0 * hd, g, hd, kb, row_bytes, dtype, tl, nt,
+		     s, KVC_BLOCK_TOKENS);
+	for (uint32_t h = 0; h < g; h++)
+		softmax_head(st, h0 + h, s + h * KVC_BLOCK_TOKENS,
+			     p + h * KVC_BLOCK_TOKENS, nt);
+	for (uint32_t j = 0; j < nt; j++) {
+		const unsigned char *row = vb + tl[j] * row_bytes;
+
+		for (uint32_t d0 = 0; d0 < hd; d0 += PIECE) {
+			uint32_t np = hd - d0 < PIECE ? hd - d0 : PIECE;
+
+			widen(w, row, d0, np, dtype);
+			for (uint32_t h = 0; h < g; h++)
+				kvc_axpy_row(st->acc + (size_t)(h0 + h) * hd +
+						     d0,
+					     p[h * KVC_BLOCK_TOKENS + j], w, np,
+					     KVF_DTYPE_F32);
+		}
+	}
+}
+
+/* list_tokens - the unmasked tokens t0 .. t0 + nb - 1 as block offsets. */
+static uint32_t list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb,
+			    uint8_t *tl)
+{
+	uint32_t nt = 0;
+
+	for (uint32_t t = 0; t < nb; t++)
+		if (!mask || mask[t0 + t])
+			tl[nt++] = (uint8_t)t;
+	return nt;
+}
+
+/* put_scores - g rows of a block's raw scores (s, rows of B) into out
+ * (rows of stride), -INFINITY for the masked tokens. */
+static void put_scores(float *out, size_t stride, const float *s, uint32_t g,
+		       const uint8_t *tl, uint32_t nt, uint32_t nb)
+{
+	for (uint32_t h = 0; h < g; h++) {
+		float *row = out + h * stride;
+
+		for (uint32_t t = 0; t < nb; t++)
+			row[t] = -INFINITY;
+		for (uint32_t j = 0; j < nt; j++)
+			row[tl[j]] = s[h * KVC_BLOCK_TOKENS + j];
 	}
 }
 
@@ -143,7 +245,7 @@ void kvc_attn_fold_scalar(struct kvc_attn_state *st, const float *q,
 {
 	size_t row_bytes = st->head_dim * kvc_elt_bytes(dtype);
 	uint8_t tl[KVC_BLOCK_TOKENS];
-	float s[KVC_BLOCK_TOKENS];
+	float s[GROUP * KVC_BLOCK_TOKENS];
 
 	assert(n == 0 || (k && v && q));
 	for (uint32_t t0 = 0; t0 < n; t0 += KVC_BLOCK_TOKENS) {
@@ -153,25 +255,42 @@ void kvc_attn_fold_scalar(struct kvc_attn_state *st, const float *q,
 			(const unsigned char *)k + t0 * row_bytes;
 		const unsigned char *vb =
 			(const unsigned char *)v + t0 * row_bytes;
-		uint32_t nt = 0;
+		uint32_t nt = list_tokens(mask, t0, nb, tl);
 
-		for (uint32_t t = 0; t < nb; t++)
-			if (!mask || mask[t0 + t])
-				tl[nt++] = (uint8_t)t;
-		for (uint32_t h = 0; h < st->n_q; h++) {
-			const float *qh = q + (size_t)h * st->head_dim;
-
+		for (uint32_t h0 = 0, g; h0 < st->n_q; h0 += g) {
+			g = st->n_q - h0 < GROUP ? st->n_q - h0 : GROUP;
 			if (nt)
-				fold_head_block(st, h, qh, kb, vb, row_bytes,
-						dtype, tl, nt, s);
-			if (!scores)
-				continue;
-			float *row = scores + h * scores_stride + t0;
+				fold_group(st, h0, g, q, kb, vb, row_bytes,
+					   dtype, tl, nt, s);
+			if (scores)
+				put_scores(scores + h0 * scores_stride + t0,
+					   scores_stride, s, g, tl, nt, nb);
+		}
+	}
+}
 
-			for (uint32_t t = 0; t < nb; t++)
-				row[t] = -INFINITY;
-			for (uint32_t j = 0; j < nt; j++)
-				row[tl[j]] = s[j];
+void kvc_scores_scalar(const float *q, uint32_t n_q, uint32_t head_dim,
+		       const void *k, uint32_t n, kvf_dtype dtype,
+		       const uint8_t *mask, float *out, size_t out_stride)
+{
+	size_t row_bytes = head_dim * kvc_elt_bytes(dtype);
+	uint8_t tl[KVC_BLOCK_TOKENS];
+	float s[GROUP * KVC_BLOCK_TOKENS];
+
+	for (uint32_t t0 = 0; t0 < n; t0 += KVC_BLOCK_TOKENS) {
+		uint32_t nb = n - t0 < KVC_BLOCK_TOKENS ? n - t0 :
+							  KVC_BLOCK_TOKENS;
+		const unsigned char *kb =
+			(const unsigned char *)k + t0 * row_bytes;
+		uint32_t nt = list_tokens(mask, t0, nb, tl);
+
+		for (uint32_t h0 = 0, g; h0 < n_q; h0 += g) {
+			g = n_q - h0 < GROUP ? n_q - h0 : GROUP;
+			block_scores(q + (size_t)h0 * head_dim, g, head_dim, kb,
+				     row_bytes, dtype, tl, nt, s,
+				     KVC_BLOCK_TOKENS);
+			put_scores(out + h0 * out_stride + t0, out_stride, s, g,
+				   tl, nt, nb);
 		}
 	}
 }

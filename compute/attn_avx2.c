@@ -6,18 +6,22 @@
  * Same plan as attn.c, per block of KVC_BLOCK_TOKENS tokens (the block's
  * K and V rows stay in L1 while the heads take their turns):
  *  1. the list of unmasked tokens of the block;
- *  2. for each group of up to 8 query heads: scores, 8 dims per FMA, each
- *     K vector converted once (vcvtph2ps for f16) and used by every head
- *     of the group; with up to 4 heads two tokens go together, so the q
- *     loads are shared and two FMA chains run;
+ *  2. for each group of NH = 8, 4, 2 or 1 query heads (n_q = 6 is 4 + 2):
+ *     scores of 8 / NH tokens at a time, 8 dims per FMA, so 8 FMA chains
+ *     run (FMA latency 4, two pipes); each K vector is converted once
+ *     (vcvtph2ps for f16) and used by every head; the 8 sums reduce in
+ *     one transposed horizontal add (hsum8x8);
  *  3. per head, the block max; if it raises m, acc and l are scaled once
  *     by expf(m_old - m_new); p = exp8(s - m) eight tokens at a time;
- *  4. acc += p_t * v_t, 8 dims at a time, each V vector converted once
- *     and used by every head of the group (two dim vectors at a time for
- *     one or two heads, for two FMA chains).
- * Groups are 8, 4, 2 and 1 heads (n_q = 6 is 4 + 2), each an inlined
- * instance with its accumulators in registers.  A head_dim that is not a
- * multiple of 8 goes to the scalar kernels.
+ *  4. acc += p_t * v_t over 8 / NH vectors of 8 dims at a time, again 8
+ *     accumulators in registers across the block; each V vector is
+ *     converted once and used by every head.
+ * Each (dtype, NH) is an inlined instance (#pragma GCC unroll makes the
+ * head loops straight-line code).  At GQA 4 and more the kernel is bound
+ * by its FMAs: 2 * head_dim multiply-adds per token and query head, about
+ * 18 cycles per (token, head) at head_dim 128 measured in cache, against
+ * 16 for the FMA pipes alone.  A head_dim that is not a multiple of 8
+ * goes to the scalar kernels.
  */
 #include <assert.h>
 #include <math.h>
@@ -29,63 +33,73 @@
 #define B KVC_BLOCK_TOKENS
 
 /*
+ * dots_tile - scores of T tokens (rows k0[0..T)) for NH heads, T * NH <= 8
+ * accumulators, so up to 8 FMA chains run side by side; each K vector is
+ * converted once and used by every head.  s[h * ss + j + t] gets the
+ * score of token t for head h.
+ */
+KVC_INLINE void dots_tile(const float *q, size_t D,
+			  const unsigned char *const *k0, kvf_dtype dt,
+			  float *s, size_t ss, uint32_t j, int T, int NH)
+{
+	__m256 a[8];
+	float r[8];
+
+#pragma GCC unroll 8
+	for (int x = 0; x < T * NH; x++)
+		a[x] = _mm256_setzero_ps();
+	for (size_t d = 0; d < D; d += 8) {
+		__m256 qv[8];
+
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			qv[h] = _mm256_loadu_ps(q + h * D + d);
+#pragma GCC unroll 8
+		for (int t = 0; t < T; t++) {
+			__m256 x = load8(k0[t], d, dt);
+
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				a[t * NH + h] = _mm256_fmadd_ps(qv[h], x,
+								a[t * NH + h]);
+		}
+	}
+	if (T * NH == 8) {
+		_mm256_storeu_ps(r, hsum8x8(a));
+	} else {
+#pragma GCC unroll 8
+		for (int x = 0; x < T * NH; x++)
+			r[x] = hsum8(a[x]);
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < T; t++)
+#pragma GCC unroll 8
+		for (int h = 0; h < NH; h++)
+			s[h * ss + j + t] = r[t * NH + h];
+}
+
+/*
  * dots - s[h * ss + j] = q_h . k_{tl[j]} for the NH heads at q (rows of D
- * floats) and the nt listed rows of the block k (rows of rb bytes).
+ * floats) and the nt listed rows of the block k (rows of rb bytes), in
+ * tiles of 8 / NH tokens.
  */
 KVC_INLINE void dots(const float *q, size_t D, const unsigned char *k,
 		     size_t rb, kvf_dtype dt, const uint8_t *tl, uint32_t nt,
 		     float *s, size_t ss, int NH)
 {
+	const int T = 8 / NH;
+	const unsigned char *k0[8];
 	uint32_t j = 0;
 
-	if (NH <= 4) {
-		for (; j + 2 <= nt; j += 2) {
-			const unsigned char *k0 = k + tl[j] * rb;
-			const unsigned char *k1 = k + tl[j + 1] * rb;
-			__m256 a0[4], a1[4];
-
-#pragma GCC unroll 4
-			for (int h = 0; h < NH; h++)
-				a0[h] = a1[h] = _mm256_setzero_ps();
-			for (size_t d = 0; d < D; d += 8) {
-				__m256 x0 = load8(k0, d, dt);
-				__m256 x1 = load8(k1, d, dt);
-
-#pragma GCC unroll 4
-				for (int h = 0; h < NH; h++) {
-					__m256 qv =
-						_mm256_loadu_ps(q + h * D + d);
-
-					a0[h] = _mm256_fmadd_ps(qv, x0, a0[h]);
-					a1[h] = _mm256_fmadd_ps(qv, x1, a1[h]);
-				}
-			}
-#pragma GCC unroll 4
-			for (int h = 0; h < NH; h++) {
-				s[h * ss + j] = hsum8(a0[h]);
-				s[h * ss + j + 1] = hsum8(a1[h]);
-			}
-		}
+	for (; j + T <= nt; j += T) {
+#pragma GCC unroll 8
+		for (int t = 0; t < T; t++)
+			k0[t] = k + tl[j + t] * rb;
+		dots_tile(q, D, k0, dt, s, ss, j, T, NH);
 	}
 	for (; j < nt; j++) {
-		const unsigned char *k0 = k + tl[j] * rb;
-		__m256 a[8];
-
-#pragma GCC unroll 8
-		for (int h = 0; h < NH; h++)
-			a[h] = _mm256_setzero_ps();
-		for (size_t d = 0; d < D; d += 8) {
-			__m256 x0 = load8(k0, d, dt);
-
-#pragma GCC unroll 8
-			for (int h = 0; h < NH; h++)
-				a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(
-							       q + h * D + d),
-						       x0, a[h]);
-		}
-#pragma GCC unroll 8
-		for (int h = 0; h < NH; h++)
-			s[h * ss + j] = hsum8(a[h]);
+		k0[0] = k + tl[j] * rb;
+		dots_tile(q, D, k0, dt, s, ss, j, 1, NH);
 	}
 }
 
@@ -127,42 +141,53 @@ KVC_INLINE void softmax_block(float *s, float *p, uint32_t nt, float *m,
 	*l += hsum8(sum);
 }
 
-/* accumulate_v - acc[h] += sum_j p[h][j] * v_{tl[j]} for NH heads. */
+/*
+ * accumulate_v - acc[h] += sum_j p[h][j] * v_{tl[j]} for NH heads.  U =
+ * 8 / NH dim vectors at a time, so 8 accumulators (FMA chains) stay in
+ * registers across the block's tokens; each V vector is converted once
+ * and used by every head.  Dims past the last whole U vectors go one
+ * vector at a time.
+ */
 KVC_INLINE void accumulate_v(float *acc, size_t D, const unsigned char *v,
 			     size_t rb, kvf_dtype dt, const uint8_t *tl,
 			     uint32_t nt, const float *p, int NH)
 {
+	const int U = 8 / NH;
 	size_t d = 0;
 
-	if (NH <= 2) {
-		for (; d + 16 <= D; d += 16) {
-			__m256 a0[2], a1[2];
+	for (; d + 8 * U <= D; d += 8 * U) {
+		__m256 a[8];
 
-#pragma GCC unroll 2
-			for (int h = 0; h < NH; h++) {
-				a0[h] = _mm256_loadu_ps(acc + h * D + d);
-				a1[h] = _mm256_loadu_ps(acc + h * D + d + 8);
-			}
-			for (uint32_t j = 0; j < nt; j++) {
-				const unsigned char *row = v + tl[j] * rb;
-				__m256 x0 = load8(row, d, dt);
-				__m256 x1 = load8(row, d + 8, dt);
+#pragma GCC unroll 8
+		for (int u = 0; u < U; u++)
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				a[u * NH + h] = _mm256_loadu_ps(acc + h * D +
+								d + 8 * u);
+		for (uint32_t j = 0; j < nt; j++) {
+			const unsigned char *row = v + tl[j] * rb;
+			__m256 pv[8];
 
-#pragma GCC unroll 2
-				for (int h = 0; h < NH; h++) {
-					__m256 pv = _mm256_broadcast_ss(
-						p + h * B + j);
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				pv[h] = _mm256_broadcast_ss(p + h * B + j);
+#pragma GCC unroll 8
+			for (int u = 0; u < U; u++) {
+				__m256 x = load8(row, d + 8 * u, dt);
 
-					a0[h] = _mm256_fmadd_ps(pv, x0, a0[h]);
-					a1[h] = _mm256_fmadd_ps(pv, x1, a1[h]);
-				}
-			}
-#pragma GCC unroll 2
-			for (int h = 0; h < NH; h++) {
-				_mm256_storeu_ps(acc + h * D + d, a0[h]);
-				_mm256_storeu_ps(acc + h * D + d + 8, a1[h]);
+#pragma GCC unroll 8
+				for (int h = 0; h < NH; h++)
+					a[u * NH + h] =
+						_mm256_fmadd_ps(pv[h], x,
+								a[u * NH + h]);
 			}
 		}
+#pragma GCC unroll 8
+		for (int u = 0; u < U; u++)
+#pragma GCC unroll 8
+			for (int h = 0; h < NH; h++)
+				_mm256_storeu_ps(acc + h * D + d + 8 * u,
+						 a[u * NH + h]);
 	}
 	for (; d < D; d += 8) {
 		__m256 a[8];
@@ -171,13 +196,13 @@ KVC_INLINE void accumulate_v(float *acc, size_t D, const unsigned char *v,
 		for (int h = 0; h < NH; h++)
 			a[h] = _mm256_loadu_ps(acc + h * D + d);
 		for (uint32_t j = 0; j < nt; j++) {
-			__m256 x0 = load8(v + tl[j] * rb, d, dt);
+			__m256 x = load8(v + tl[j] * rb, d, dt);
 
 #pragma GCC unroll 8
 			for (int h = 0; h < NH; h++)
 				a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(
 							       p + h * B + j),
-						       x0, a[h]);
+						       x, a[h]);
 		}
 #pragma GCC unroll 8
 		for (int h = 0; h < NH; h++)

@@ -37,15 +37,57 @@ static inline float kvc_elt(const void *p, size_t i, kvf_dtype dtype)
 	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
 }
 
-/* kvc_dot_row - q . row for a row of n elements of dtype (fp32 sum). */
+/* KVC_DOT_ROW_TYPED - q . row for one dtype: four partial sums, so the
+ * adds do not wait on each other (scalar code is latency-bound). */
+#define KVC_DOT_ROW_TYPED(q, row, n, dtype)                                 \
+	do {                                                                \
+		uint32_t d_ = 0;                                            \
+		for (; d_ + 4 <= (n); d_ += 4)                              \
+			for (int i_ = 0; i_ < 4; i_++)                      \
+				s_[i_] += (q)[d_ + i_] *                    \
+					  kvc_elt((row), d_ + i_, (dtype)); \
+		for (; d_ < (n); d_++)                                      \
+			s_[0] += (q)[d_] * kvc_elt((row), d_, (dtype));     \
+	} while (0)
+
+/* kvc_dot_row - q . row for a row of n elements of dtype (fp32 sums). */
 static inline float kvc_dot_row(const float *q, const void *row, uint32_t n,
 				kvf_dtype dtype)
 {
-	float s = 0.0f;
+	float s_[4] = { 0, 0, 0, 0 };
 
-	for (uint32_t d = 0; d < n; d++)
-		s += q[d] * kvc_elt(row, d, dtype);
-	return s;
+	switch (dtype) {
+	case KVF_DTYPE_F16:
+		KVC_DOT_ROW_TYPED(q, row, n, KVF_DTYPE_F16);
+		break;
+	case KVF_DTYPE_BF16:
+		KVC_DOT_ROW_TYPED(q, row, n, KVF_DTYPE_BF16);
+		break;
+	default:
+		KVC_DOT_ROW_TYPED(q, row, n, KVF_DTYPE_F32);
+		break;
+	}
+	return (s_[0] + s_[1]) + (s_[2] + s_[3]);
+}
+
+/* kvc_axpy_row - acc[d] += p * row[d] for a row of n elements of dtype. */
+static inline void kvc_axpy_row(float *acc, float p, const void *row,
+				uint32_t n, kvf_dtype dtype)
+{
+	switch (dtype) {
+	case KVF_DTYPE_F16:
+		for (uint32_t d = 0; d < n; d++)
+			acc[d] += p * kvc_elt(row, d, KVF_DTYPE_F16);
+		break;
+	case KVF_DTYPE_BF16:
+		for (uint32_t d = 0; d < n; d++)
+			acc[d] += p * kvc_elt(row, d, KVF_DTYPE_BF16);
+		break;
+	default:
+		for (uint32_t d = 0; d < n; d++)
+			acc[d] += p * kvc_elt(row, d, KVF_DTYPE_F32);
+		break;
+	}
 }
 
 /*

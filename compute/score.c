@@ -1,34 +1,16 @@
 /*
- * score.c - importance scores, scalar: raw q . k scores, softmax
- * probabilities from a head's final (m, l), H2O accumulation, and the
- * softmax statistics and subset mass SparF's alpha needs.
+ * score.c - importance scores, scalar: softmax probabilities from a
+ * head's final (m, l), H2O accumulation, and the softmax statistics and
+ * subset mass SparF's alpha needs.  (Raw q . k scores share the fold's
+ * code in attn.c.)
  *
- * These are the oracle for the AVX2 versions in attn_avx2.c and
- * sparf_avx2.c; each is one plain loop in index order.
+ * These are the oracle for the AVX2 versions in score_avx2.c; each is
+ * one plain loop in index order.
  */
 #include <math.h>
 
 #include "compute/kern_impl.h"
 #include "compute/kernels.h"
-
-void kvc_scores_scalar(const float *q, uint32_t n_q, uint32_t head_dim,
-		       const void *k, uint32_t n, kvf_dtype dtype,
-		       const uint8_t *mask, float *out, size_t out_stride)
-{
-	size_t row_bytes = head_dim * kvc_elt_bytes(dtype);
-
-	for (uint32_t t = 0; t < n; t++) {
-		const unsigned char *row =
-			(const unsigned char *)k + t * row_bytes;
-
-		for (uint32_t h = 0; h < n_q; h++)
-			out[h * out_stride + t] =
-				mask && !mask[t] ?
-					-INFINITY :
-					kvc_dot_row(q + (size_t)h * head_dim,
-						    row, head_dim, dtype);
-	}
-}
 
 void kvc_probs_scalar(const float *s, float *p, uint32_t n, float m, float l)
 {

@@ -49,6 +49,21 @@ KVC_INLINE float hsum8(__m256 x)
 	return _mm_cvtss_f32(s);
 }
 
+/* hsum8x8 - the lane sums of a[0..8) as one vector: lane i = sum of
+ * a[i] (three rounds of pairwise adds, then the two halves). */
+KVC_INLINE __m256 hsum8x8(const __m256 *a)
+{
+	__m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+	__m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+	__m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+	__m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+	__m256 u0 = _mm256_hadd_ps(t0, t1); /* sums 0-3: low | high half */
+	__m256 u1 = _mm256_hadd_ps(t2, t3); /* sums 4-7: low | high half */
+
+	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+			     _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 /* hmax8 - the largest of the 8 lanes of x (no NaN expected). */
 KVC_INLINE float hmax8(__m256 x)
 {
