@@ -26,6 +26,8 @@ static const struct bench_cmd cmds[] = {
 	  "the main job: a Llama-8B-shaped decode workload on a store left in a directory" },
 	{ "ftl", bench_ftl_main,
 	  "the emulated NAND device alone: GC, WA vs analytic models, wear, timing, emulator speed" },
+	{ "kernels", bench_kernels_main,
+	  "dense decode attention kernels (scalar, AVX2) vs a plain memory read of the same bytes" },
 };
 
 static void usage(FILE *f)
