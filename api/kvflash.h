@@ -708,6 +708,10 @@ typedef struct {
 	float lr_decay;       /* AdaGrad: learning-rate decay */
 	float initial_accumulator_value; /* AdaGrad: start of sum of g^2 */
 	kvf_dtype out_dtype;  /* dtype written to params_out */
+	float max_grad_norm;  /* clip the global gradient L2 norm to this, as
+			       * torch.nn.utils.clip_grad_norm_; 0 = off */
+	float grad_scale;     /* multiply gradients by this first (loss
+			       * unscaling: 1 / loss scale); 0 = 1 */
 } kvf_opt_config;
 
 /* Fills *c with PyTorch's defaults for kind; use kvf_opt_config_init. */
@@ -732,6 +736,78 @@ typedef struct {
 	const uint32_t *indices; /* NULL = dense; else n ascending indices */
 	uint64_t n;              /* entries in values (and indices) */
 } kvf_grad;
+
+/* ---- optimizer state in the store ---------------------------------------- */
+
+typedef struct kvf_opt kvf_opt;
+
+/*
+ * kvf_opt_create - keep the state of an optimizer for one tensor of
+ * n_params fp32 parameters in the store, under a name: params (from init,
+ * or zeros when init is NULL) and the moments the rule needs, in
+ * page-sized fp32 chunks spread over the stripes.  Durable on return.
+ * @name: 1..200 bytes, unique in the store.  @cfg: the hyper-parameters
+ * (kvf_opt_config_init), checked as torch.optim checks them.
+ * Return: KVF_OK and *out; KVF_EINVAL (name, n_params 0 or over 2^32 - 1,
+ * a hyper-parameter: message names it); KVF_EEXIST; KVF_ENOSPC;
+ * KVF_ENOTSUP (read-only); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_opt_create(kvf_store *st, const char *name,
+				  uint64_t n_params, const kvf_opt_config *cfg,
+				  const float *init, kvf_opt **out);
+
+/*
+ * kvf_opt_open - find the optimizer state called name again (after a
+ * reopen, at the step of the last completed kvf_opt_step).
+ * Return: KVF_OK and *out; KVF_ENOENT; KVF_EINVAL; KVF_ENOMEM.
+ */
+KVF_API kvf_status kvf_opt_open(kvf_store *st, const char *name,
+				kvf_opt **out);
+
+/*
+ * kvf_opt_step - one optimizer step with the caller's gradient: the state
+ * streams through the update kernel chunk by chunk next to the data and is
+ * written back (params first, then the moments); the updated parameters
+ * come out in cfg.out_dtype.  A step is atomic: a crash in the middle
+ * leaves the state of the previous step; a step that returns KVF_OK is
+ * durable.  A gradient with a NaN or infinity changes nothing
+ * (KVF_ERANGE, for mixed-precision loss scaling to back off).
+ * @grad: dense (indices NULL, n = n_params values) or Top-K (n ascending
+ *        indices below n_params and n values; the rest are zero).
+ * @params_out: NULL, or [n_params] in cfg.out_dtype.
+ * Return: KVF_OK; KVF_EINVAL (NULL, wrong length, unsorted or repeated
+ * index, bad dtype); KVF_ERANGE (index past n_params, non-finite
+ * gradient); KVF_ENOSPC; KVF_ECORRUPT, KVF_EIO (state unreadable: nothing
+ * changed); KVF_EFATAL.
+ * Concurrency: one call at a time per optimizer; other sequences and
+ * optimizers may run meanwhile.
+ */
+KVF_API kvf_status kvf_opt_step(kvf_opt *opt, const kvf_grad *grad,
+				void *params_out);
+
+/*
+ * kvf_opt_read - the current parameters [i0, i0 + n) as fp32.
+ * Return: KVF_OK; KVF_EINVAL; KVF_ERANGE; KVF_ECORRUPT; KVF_EIO.
+ */
+KVF_API kvf_status kvf_opt_read(kvf_opt *opt, uint64_t i0, uint64_t n,
+				float *out);
+
+/* kvf_opt_steps - steps completed (0 after create); n_params out. */
+KVF_API kvf_status kvf_opt_steps(kvf_opt *opt, uint64_t *steps,
+				 uint64_t *n_params);
+
+/* kvf_opt_close - release the handle (the state stays in the store).
+ * NULL is a no-op.  Return: KVF_OK. */
+KVF_API kvf_status kvf_opt_close(kvf_opt *opt);
+
+/*
+ * kvf_opt_free - delete the optimizer state called name from the store;
+ * no handle to it may be open.
+ * Return: KVF_OK; KVF_ENOENT; KVF_EBUSY (a handle is open); KVF_ENOTSUP
+ * (read-only); KVF_EFATAL.
+ */
+KVF_API kvf_status kvf_opt_free(kvf_store *st, const char *name);
 
 #ifdef __cplusplus
 }

@@ -29,31 +29,6 @@ struct src_stream {
 	size_t stride;             /* bytes between a token's rows */
 };
 
-/* plan_reserve - reserve the segments that sealing `pages[s]` more pages
- * on each stripe s needs, given what seq's open segments still hold */
-static kvf_status plan_reserve(kvf_store *st, struct seq *seq,
-			       const uint32_t *pages, const char *call)
-{
-	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
-	uint32_t *need = kvf_calloc(ns, sizeof(uint32_t));
-	kvf_status rc;
-
-	if (need == NULL)
-		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-	for (uint32_t s = 0; s < ns; s++) {
-		const struct open_seg *os = &seq->open[s];
-		uint32_t room = os->segid != SEG_NONE ? d - os->n_pages : 0;
-
-		if (pages[s] > room)
-			need[s] = (pages[s] - room + d - 1) / d;
-	}
-	rc = seg_reserve(st, seq, need);
-	kvf_free(need);
-	if (rc != KVF_OK)
-		return kvf_fail_wrap(rc, call);
-	return KVF_OK;
-}
-
 /* seal - place stream s's full group g (in its group buffer) on media */
 static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint32_t sid, uint64_t g, uint32_t tokens)
@@ -130,7 +105,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc == KVF_OK && kt_layer != UINT32_MAX)
 		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
 	if (rc == KVF_OK)
-		rc = plan_reserve(st, seq, pages, call);
+		rc = openseg_reserve(st, seq, pages, call);
 	kvf_free(pages);
 	if (rc != KVF_OK)
 		return rc;
@@ -350,7 +325,7 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		if (tail_pending(st, s, tokens))
 			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
 	}
-	rc = plan_reserve(st, seq, pages, "kvf_sync");
+	rc = openseg_reserve(st, seq, pages, "kvf_sync");
 	kvf_free(pages);
 	if (rc != KVF_OK)
 		return rc;

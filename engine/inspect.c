@@ -123,7 +123,7 @@ static int cmp_u64(const void *a, const void *b)
 /* live_ids - the ids of the live sequences, ascending, in a kvf_malloc'd
  * array (*ids, *n).  Caller holds world shared. */
 static kvf_status live_ids(kvf_store *st, const char *call, uint64_t **ids,
-			   size_t *n)
+			   size_t *n, int with_opt)
 {
 	uint64_t *list;
 	size_t k = 0;
@@ -132,7 +132,8 @@ static kvf_status live_ids(kvf_store *st, const char *call, uint64_t **ids,
 	list = kvf_malloc((st->n_seqs ? st->n_seqs : 1) * sizeof(*list));
 	if (list != NULL)
 		for (uint32_t i = 0; i < st->seq_table_cap; i++)
-			if (st->seq_table[i])
+			if (st->seq_table[i] &&
+			    (with_opt || st->seq_table[i]->id < OPT_SEQ_BASE))
 				list[k++] = st->seq_table[i]->id;
 	pthread_rwlock_unlock(&st->seq_table_lock);
 	if (list == NULL)
@@ -158,7 +159,7 @@ kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 	if (ids == NULL && cap > 0)
 		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
 	pthread_rwlock_rdlock(&st->world);
-	rc = live_ids(st, call, &list, &k);
+	rc = live_ids(st, call, &list, &k, 0); /* optimizers are not listed */
 	pthread_rwlock_unlock(&st->world);
 	if (rc != KVF_OK)
 		return rc;
@@ -896,7 +897,14 @@ static void verify_seq(struct vctx *c, uint64_t id)
 	struct seq *seq;
 
 	pthread_rwlock_rdlock(&st->world);
-	if (seq_get_locked(st, "kvf_verify", id, &seq) != KVF_OK) {
+	if ((seq = seq_get(st, id)) != NULL) { /* optimizers included */
+		pthread_mutex_lock(&seq->lock);
+		if (seq->dead) {
+			seq_unlock_put(st, seq);
+			seq = NULL;
+		}
+	}
+	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
 		return; /* freed meanwhile */
 	}
@@ -1011,7 +1019,7 @@ kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
 		goto out;
 	}
 	pthread_rwlock_rdlock(&st->world);
-	rc = live_ids(st, call, &ids, &n_ids);
+	rc = live_ids(st, call, &ids, &n_ids, 1); /* optimizers verified too */
 	pthread_rwlock_unlock(&st->world);
 	if (rc != KVF_OK)
 		goto out;

@@ -5,7 +5,7 @@
  *
  *   BITS   FIELD
  *   63..48 layer
- *   47..44 kind (K, V, X, KT)
+ *   47..44 kind (K, V, X, KT, OPT)
  *   43..32 head (kv head for K/V/KT; slice of the hidden row for X)
  *   31..0  group (token group; for KT: dim_group << 24 | token_block)
  *
@@ -26,6 +26,7 @@ enum kv_kind {
 	KIND_V = 1,  /* values, token-indexed */
 	KIND_X = 2,  /* pre-projection activations, token-indexed */
 	KIND_KT = 3, /* keys transposed: dims x tokens */
+	KIND_OPT = 4, /* optimizer state chunks: head = state * 2 + gen */
 	KIND_COUNT
 };
 

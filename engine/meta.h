@@ -11,6 +11,8 @@
  *   "S" seq(8)        struct meta_seq + u64 len[n_layers] + u64 x_len[n_layers]
  *   "G" segid(4)      struct meta_seg + struct meta_slot[n_slots]
  *   "R" seq(8)        struct meta_ref + struct meta_ref_entry[n]
+ *   "O" name          optimizer state: engine/optim.c's struct meta_opt +
+ *                     its kvf_opt_config
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it.  "R" holds the index entries a forked
@@ -31,6 +33,7 @@
 #define META_TAG_SEQ 'S'
 #define META_TAG_SEG 'G'
 #define META_TAG_REF 'R'
+#define META_TAG_OPT 'O'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */

@@ -23,6 +23,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/optim.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
 
@@ -390,7 +391,8 @@ kvf_status recovery_load(kvf_store *st)
 		return rc;
 	}
 	tag = META_TAG_SEQ;
-	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK)
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK ||
+	    (rc = opt_recovery_load(st)) != KVF_OK)
 		return rc;
 	tag = META_TAG_SEG;
 	if ((rc = catalog_scan(st->cat, &tag, 1, list_seg, &l)) != KVF_OK)

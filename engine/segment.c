@@ -130,6 +130,29 @@ kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
 	return KVF_OK;
 }
 
+kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
+			   const uint32_t *pages, const char *call)
+{
+	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
+	uint32_t *need = kvf_calloc(ns, sizeof(uint32_t));
+	kvf_status rc;
+
+	if (need == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	for (uint32_t s = 0; s < ns; s++) {
+		const struct open_seg *os = &seq->open[s];
+		uint32_t room = os->segid != SEG_NONE ? d - os->n_pages : 0;
+
+		if (pages[s] > room)
+			need[s] = (pages[s] - room + d - 1) / d;
+	}
+	rc = seg_reserve(st, seq, need);
+	kvf_free(need);
+	if (rc != KVF_OK)
+		return kvf_fail_wrap(rc, call);
+	return KVF_OK;
+}
+
 void seg_unreserve(kvf_store *st, struct seq *seq)
 {
 	pthread_mutex_lock(&st->seg_lock);

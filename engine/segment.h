@@ -32,6 +32,11 @@ void seg_finish_load(kvf_store *st);
  */
 kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need);
 void seg_unreserve(kvf_store *st, struct seq *seq);
+/* openseg_reserve - reserve what placing pages[s] more pages on each
+ * stripe s needs, given what seq's open segments still hold (the message
+ * starts with call) */
+kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
+			   const uint32_t *pages, const char *call);
 
 /* seg_free_count - free segments now (all stripes) */
 uint32_t seg_free_count(kvf_store *st);

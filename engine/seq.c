@@ -81,7 +81,7 @@ void seq_put(kvf_store *st, struct seq *seq)
 kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out)
 {
-	struct seq *seq = seq_get(st, id);
+	struct seq *seq = id >= OPT_SEQ_BASE ? NULL : seq_get(st, id);
 
 	if (seq) {
 		pthread_mutex_lock(&seq->lock);
@@ -168,6 +168,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));
 	streams_free(seq->kt, seq_n_kt_streams(st));
+	streams_free(seq->opt, OPT_STREAMS);
 	if (seq->h2o)
 		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
 			kvf_free(seq->h2o[i].score);
@@ -310,7 +311,8 @@ uint32_t seq_n_kt_streams(kvf_store *st)
 
 uint32_t seq_n_streams(kvf_store *st)
 {
-	return seq_n_kv_streams(st) + seq_n_x_streams(st) + seq_n_kt_streams(st);
+	return seq_n_kv_streams(st) + seq_n_x_streams(st) + seq_n_kt_streams(st) +
+	       OPT_STREAMS;
 }
 
 struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
@@ -331,8 +333,13 @@ struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 		return seq->x ? &seq->x[i] : NULL;
 	}
 	i -= seq_n_x_streams(st);
-	*sid = stream_id(i / h, KIND_KT, i % h);
-	return seq->kt ? &seq->kt[i] : NULL;
+	if (i < seq_n_kt_streams(st)) {
+		*sid = stream_id(i / h, KIND_KT, i % h);
+		return seq->kt ? &seq->kt[i] : NULL;
+	}
+	i -= seq_n_kt_streams(st);
+	*sid = stream_id(0, KIND_OPT, i);
+	return seq->opt ? &seq->opt[i] : NULL;
 }
 
 struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
@@ -354,6 +361,9 @@ struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
 		return seq->kt && head < st->hdr.n_kv_heads
 			       ? &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head]
 			       : NULL;
+	case KIND_OPT:
+		return seq->opt && layer == 0 && head < OPT_STREAMS
+			       ? &seq->opt[head] : NULL;
 	default:
 		return NULL;
 	}
@@ -366,6 +376,8 @@ uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
 
 	if (kind == KIND_KT)
 		return tokens / st->kt_tokens * st->kt_groups;
+	if (kind == KIND_OPT) /* only the committed generation counts */
+		return stream_head(sid) % 2 == seq->opt_gen ? seq->opt_chunks : 0;
 	return (tokens + st->group_tokens - 1) / st->group_tokens;
 }
 
@@ -506,8 +518,9 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
-	if (id == SEQ_NO_PARENT)
-		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
+	if (id >= OPT_SEQ_BASE)
+		return kvf_fail(KVF_EINVAL,
+				"%s: sequence id %llu is reserved (ids from 2^63 up hold optimizer state)",
 				call, (unsigned long long)id);
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, id)) != NULL) {
@@ -540,6 +553,20 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 out:
 	pthread_rwlock_unlock(&st->world);
 	return rc;
+}
+
+static void drop_refs(kvf_store *st, struct seq *seq);
+
+void seq_remove(kvf_store *st, struct seq *seq)
+{
+	table_remove(st, seq);
+	seq_put(st, seq);
+}
+
+void seq_drop_all(kvf_store *st, struct seq *seq)
+{
+	(void)seq_jobs_reap(st, seq, 1); /* every page committed first */
+	drop_refs(st, seq);
 }
 
 /* drop_refs - give up every page reference of seq's index (at free) */
@@ -698,8 +725,9 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
-	if (child_id == SEQ_NO_PARENT)
-		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
+	if (child_id >= OPT_SEQ_BASE)
+		return kvf_fail(KVF_EINVAL,
+				"%s: sequence id %llu is reserved (ids from 2^63 up hold optimizer state)",
 				call, (unsigned long long)child_id);
 	if (child_id == parent_id)
 		return kvf_fail(KVF_EINVAL, "%s: child and parent are both %llu",

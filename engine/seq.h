@@ -33,6 +33,12 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id);
 /* seq_insert - add to the table (which takes the reference of seq_alloc);
  * KVF_EEXIST if the id is taken, KVF_ENOMEM */
 kvf_status seq_insert(kvf_store *st, struct seq *seq);
+/* seq_remove - take seq out of the table and drop the table's reference */
+void seq_remove(kvf_store *st, struct seq *seq);
+/* seq_drop_all - wait for seq's segment writes, then give up every page
+ * reference of its index and its open segments (its pages become garbage).
+ * Caller holds seq->lock and has committed the sequence's deletion. */
+void seq_drop_all(kvf_store *st, struct seq *seq);
 /* seq_destroy - free a sequence's memory (not its pages) */
 void seq_destroy(kvf_store *st, struct seq *seq);
 

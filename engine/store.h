@@ -51,6 +51,10 @@ enum seg_state {
 };
 
 #define SEG_NONE UINT32_MAX
+/* Sequence ids from here up hold optimizer state (engine/optim.c); the
+ * public sequence calls refuse them. */
+#define OPT_SEQ_BASE (1ull << 63)
+#define OPT_STREAMS 6u /* param, m, v; two generations each */
 #define WRITER_THREADS 2 /* segment writes in flight at once */
 
 /* Where a group's page is, and the low 24 bits of its XXH3-64 so every
@@ -142,6 +146,11 @@ struct seq {
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
+	struct stream *opt;    /* optimizer pseudo-sequences only (id at or
+				* above OPT_SEQ_BASE): [state * 2 + gen] */
+	uint64_t opt_chunks;   /* their chunks (pages) per state */
+	uint32_t opt_gen;      /* the committed generation, 0 or 1 */
+	int opt_handles;       /* kvf_opt handles open on it */
 	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
 				* SparF; NULL before first use */
 	uint64_t *vbar_n;      /* [layer][kv_head] tokens in that mean */
@@ -230,6 +239,7 @@ struct kvf_store {
 	int wear_dirty;         /* erase counts changed since last sync */
 
 	_Atomic uint64_t next_seqno; /* commit sequence numbers */
+	_Atomic uint64_t next_opt_id; /* next optimizer pseudo-sequence id */
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
 	struct store_counters c;

@@ -1,0 +1,804 @@
+/*
+ * optim.c - optimizer state kept in the store, updated next to the data
+ * (Smart-Infinity's SmartUpdate/SmartComp in software).
+ *
+ * An optimizer is a pseudo-sequence (id from OPT_SEQ_BASE up) with six
+ * streams: params, m and v, each in two generations.  Chunk c of a state
+ * is one page of page_size / 4 fp32 values (the last one zero-padded).
+ * The catalog record "O" + name holds the sequence id, the size, the
+ * steps done, the committed generation and the configuration.
+ *
+ * A step reads every chunk of the committed generation g in batches,
+ * updates it with the caller's gradient (compute/optim.h), and writes the
+ * result as generation 1 - g, params first, then m and v; then, once
+ * every new page is written and committed, a durable point commits the
+ * "O" record naming the new generation.  Recovery takes only the
+ * committed generation's entries (seq_stream_groups), so a crash in the
+ * middle of a step leaves the previous step whole.  The pages of
+ * generation 1 - g from two steps ago are what the new ones replace.
+ *
+ * Locking: a step holds world shared and the pseudo-sequence's lock, like
+ * an append; one step at a time per optimizer.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/options.h"
+#include "api/status.h"
+#include "compute/half.h"
+#include "compute/optim.h"
+#include "engine/optim.h"
+#include "engine/readpath.h"
+#include "engine/segment.h"
+#include "engine/seq.h"
+
+#define OPT_NAME_MAX 200u
+#define OPT_BATCH 16u /* chunks per batch: 3 * 16 pages read together */
+
+enum { ST_PARAM = 0, ST_M = 1, ST_V = 2 };
+
+struct meta_opt {
+	uint64_t seq;       /* pseudo-sequence id */
+	uint64_t n_params;  /* parameters */
+	uint64_t steps;     /* steps done */
+	uint32_t gen;       /* committed generation */
+	uint32_t cfg_size;  /* bytes of kvf_opt_config that follow */
+};
+
+struct kvf_opt {
+	kvf_store *st;
+	char *name;
+	uint64_t seq_id;          /* pseudo-sequence */
+	uint64_t n_params;        /* parameters */
+	uint64_t n_chunks;        /* pages per state */
+	uint32_t per_chunk;       /* parameters per page */
+	kvf_opt_config cfg;       /* hyper-parameters */
+	unsigned states;          /* kvc_opt_states: which moments exist */
+	float *work;              /* [3][OPT_BATCH][per_chunk], aligned */
+	const struct kvc_optim *k;
+};
+
+static uint32_t sid_of(uint32_t state, uint32_t gen)
+{
+	return stream_id(0, KIND_OPT, state * 2 + gen);
+}
+
+static int state_kept(unsigned states, uint32_t s)
+{
+	return s == ST_PARAM || (s == ST_M && (states & KVC_OPT_M)) ||
+	       (s == ST_V && (states & KVC_OPT_V));
+}
+
+/* record - the "O" record of name (key in *key, value in *val) */
+static kvf_status record_put(struct catalog_batch *b, const char *name,
+			     const struct meta_opt *m, const kvf_opt_config *cfg)
+{
+	size_t nl = strlen(name), vl = sizeof(*m) + sizeof(*cfg);
+	unsigned char *key = kvf_malloc(nl + 1), *val = kvf_malloc(vl);
+	struct meta_opt mm = *m;
+
+	if (key == NULL || val == NULL) {
+		kvf_free(key);
+		kvf_free(val);
+		return kvf_fail(KVF_ENOMEM, "out of memory for an optimizer record");
+	}
+	key[0] = META_TAG_OPT;
+	memcpy(key + 1, name, nl);
+	mm.cfg_size = sizeof(*cfg);
+	memcpy(val, &mm, sizeof(mm));
+	memcpy(val + sizeof(mm), cfg, sizeof(*cfg));
+	catalog_batch_put(b, key, nl + 1, val, vl);
+	kvf_free(key);
+	kvf_free(val);
+	return KVF_OK;
+}
+
+static kvf_status record_get(kvf_store *st, const char *name,
+			     struct meta_opt *m, kvf_opt_config *cfg)
+{
+	size_t nl = strlen(name), vlen;
+	unsigned char *key = kvf_malloc(nl + 1);
+	void *val;
+	kvf_status rc;
+
+	if (key == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	key[0] = META_TAG_OPT;
+	memcpy(key + 1, name, nl);
+	rc = catalog_get(st->cat, key, nl + 1, &val, &vlen);
+	kvf_free(key);
+	if (rc != KVF_OK)
+		return rc;
+	memcpy(m, val, vlen < sizeof(*m) ? vlen : sizeof(*m));
+	if (vlen != sizeof(*m) + sizeof(*cfg) || m->cfg_size != sizeof(*cfg)) {
+		kvf_free(val);
+		return kvf_fail(KVF_ECORRUPT,
+				"the catalog record of optimizer '%s' is malformed (%zu bytes)",
+				name, vlen);
+	}
+	memcpy(cfg, (char *)val + sizeof(*m), sizeof(*cfg));
+	kvf_free(val);
+	return KVF_OK;
+}
+
+static kvf_status check_name(const char *call, const char *name)
+{
+	if (name == NULL || name[0] == '\0')
+		return kvf_fail(KVF_EINVAL, "%s: name is %s", call,
+				name ? "empty" : "NULL");
+	if (strlen(name) > OPT_NAME_MAX)
+		return kvf_fail(KVF_EINVAL, "%s: name is %zu bytes, more than %u",
+				call, strlen(name), OPT_NAME_MAX);
+	return KVF_OK;
+}
+
+/* opt_streams_alloc - the six streams of a pseudo-sequence */
+static kvf_status opt_streams_alloc(struct seq *seq, uint64_t n_chunks)
+{
+	if (seq->opt == NULL)
+		seq->opt = kvf_calloc(OPT_STREAMS, sizeof(struct stream));
+	if (seq->opt == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer streams");
+	for (uint32_t i = 0; i < OPT_STREAMS; i++) {
+		kvf_status rc = stream_reserve(&seq->opt[i], n_chunks);
+
+		if (rc != KVF_OK)
+			return rc;
+	}
+	seq->opt_chunks = n_chunks;
+	return KVF_OK;
+}
+
+/* handle_new - a handle with its work buffers */
+static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
+			     uint64_t n_params, const kvf_opt_config *cfg,
+			     kvf_opt **out)
+{
+	kvf_opt *o = kvf_calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for an optimizer handle");
+	o->st = st;
+	o->name = kvf_strdup(name);
+	o->seq_id = seq_id;
+	o->n_params = n_params;
+	o->per_chunk = st->hdr.page_size / sizeof(float);
+	o->n_chunks = (n_params + o->per_chunk - 1) / o->per_chunk;
+	o->cfg = *cfg;
+	o->states = kvc_opt_states(cfg);
+	o->k = kvc_optim();
+	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)3 * OPT_BATCH *
+						     st->hdr.page_size);
+	if (o->name == NULL || o->work == NULL) {
+		kvf_free(o->name);
+		kvf_free(o->work);
+		kvf_free(o);
+		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer buffers");
+	}
+	*out = o;
+	return KVF_OK;
+}
+
+static float *work_page(kvf_opt *o, uint32_t state, uint32_t j)
+{
+	return o->work + ((size_t)state * OPT_BATCH + j) * o->per_chunk;
+}
+
+/* place_batch - write chunks [c0, c0 + n) of every kept state (params
+ * first) from the work buffers as generation gen */
+static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
+			      uint32_t n, uint32_t gen)
+{
+	kvf_store *st = o->st;
+
+	for (uint32_t s = 0; s < 3; s++) {
+		uint32_t sid = sid_of(s, gen);
+		struct stream *str = &seq->opt[s * 2 + gen];
+
+		if (!state_kept(o->states, s))
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t c = c0 + j;
+			uint32_t old = c < str->n_groups ? stream_page(str, c).addr
+							 : ADDR_NONE;
+			struct page_ref ref;
+			kvf_status rc;
+
+			rc = openseg_place(st, seq, stream_stripe(st, sid, c),
+					   work_page(o, s, j),
+					   page_key_make(seq->id, sid, (uint32_t)c),
+					   old, &ref);
+			if (rc != KVF_OK)
+				return rc;
+			stream_set_page(str, c, ref);
+			if (c >= str->n_groups)
+				str->n_groups = (uint32_t)c + 1;
+		}
+	}
+	return KVF_OK;
+}
+
+/* reserve_gen - reserve the segments one whole generation needs */
+static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
+			      const char *call)
+{
+	kvf_store *st = o->st;
+	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
+	kvf_status rc;
+
+	if (pages == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	for (uint32_t s = 0; s < 3; s++)
+		if (state_kept(o->states, s))
+			for (uint64_t c = 0; c < o->n_chunks; c++)
+				pages[stream_stripe(st, sid_of(s, gen), c)]++;
+	rc = openseg_reserve(st, seq, pages, call);
+	kvf_free(pages);
+	return rc;
+}
+
+/* commit_gen - flush seq's segments, then durably name gen as current */
+static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
+			     uint32_t gen, int with_seq_record, const char *call)
+{
+	kvf_store *st = o->st;
+	struct meta_opt m = { .seq = seq->id, .n_params = o->n_params,
+			      .steps = steps, .gen = gen };
+	struct catalog_batch *b;
+	kvf_status rc;
+
+	if ((rc = openseg_flush_all(st, seq)) != KVF_OK)
+		return rc;
+	b = catalog_batch_new();
+	if (b == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	rc = record_put(b, o->name, &m, &o->cfg);
+	if (rc == KVF_OK && with_seq_record)
+		rc = seq_record(st, seq, b);
+	if (rc == KVF_OK) {
+		pthread_mutex_lock(&st->sync_lock);
+		rc = store_durable_point(st, b, 0);
+		pthread_mutex_unlock(&st->sync_lock);
+	}
+	catalog_batch_free(b);
+	if (rc == KVF_OK)
+		seq->opt_gen = gen;
+	return rc;
+}
+
+kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
+			  const kvf_opt_config *cfg_in, const float *init,
+			  kvf_opt **out)
+{
+	const char *call = "kvf_opt_create";
+	kvf_opt_config cfg;
+	struct meta_opt m;
+	kvf_opt_config old_cfg;
+	char why[160];
+	struct seq *seq = NULL;
+	kvf_opt *o = NULL;
+	kvf_status rc;
+
+	if (out == NULL || st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "out" : "store");
+	*out = NULL;
+	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	if (n_params == 0 || n_params > UINT32_MAX)
+		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
+				call, (unsigned long long)n_params, UINT32_MAX);
+	if ((rc = kvf_struct_check(call, "cfg", cfg_in, sizeof(cfg))) != KVF_OK)
+		return rc;
+	kvf_opt_config_init(&cfg, cfg_in->kind);
+	memcpy(&cfg, cfg_in, cfg_in->struct_size < sizeof(cfg) ? cfg_in->struct_size
+							       : sizeof(cfg));
+	cfg.struct_size = sizeof(cfg);
+	if (!kvc_opt_config_check(&cfg, why, sizeof(why)))
+		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
+	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",
+				call, (int)cfg.out_dtype);
+	if (!(cfg.max_grad_norm >= 0) || !isfinite(cfg.max_grad_norm) ||
+	    !(cfg.grad_scale >= 0) || !isfinite(cfg.grad_scale))
+		return kvf_fail(KVF_EINVAL,
+				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
+				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
+	pthread_rwlock_rdlock(&st->world);
+	rc = record_get(st, name, &m, &old_cfg);
+	if (rc == KVF_OK) {
+		rc = kvf_fail(KVF_EEXIST, "%s: an optimizer called '%s' exists already",
+			      call, name);
+		goto out;
+	}
+	if (rc != KVF_ENOENT)
+		goto out;
+	seq = seq_alloc(st, atomic_fetch_add(&st->next_opt_id, 1));
+	if (seq == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out;
+	}
+	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	if ((rc = handle_new(st, name, seq->id, n_params, &cfg, &o)) != KVF_OK ||
+	    (rc = opt_streams_alloc(seq, o->n_chunks)) != KVF_OK)
+		goto out_seq;
+	if ((rc = seq_insert(st, seq)) != KVF_OK)
+		goto out_seq;
+	pthread_mutex_lock(&seq->lock);
+	rc = reserve_gen(o, seq, 0, call);
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
+		uint32_t n = (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
+								    : OPT_BATCH);
+
+		memset(o->work, 0, (size_t)3 * OPT_BATCH * st->hdr.page_size);
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t i0 = (c0 + j) * o->per_chunk;
+			uint64_t cnt = n_params - i0 < o->per_chunk ? n_params - i0
+								    : o->per_chunk;
+
+			if (init)
+				memcpy(work_page(o, ST_PARAM, j), init + i0,
+				       cnt * sizeof(float));
+			kvc_opt_state_init(&cfg,
+					   (o->states & KVC_OPT_M) ? work_page(o, ST_M, j) : NULL,
+					   (o->states & KVC_OPT_V) ? work_page(o, ST_V, j) : NULL,
+					   cnt);
+		}
+		rc = place_batch(o, seq, c0, n, 0);
+	}
+	seg_unreserve(st, seq);
+	if (rc == KVF_OK)
+		rc = commit_gen(o, seq, 0, 0, 1, call);
+	if (rc != KVF_OK) {
+		/* nothing was committed: drop the pages and the sequence */
+		seq->dead = 1;
+		seq_drop_all(st, seq);
+		pthread_mutex_unlock(&seq->lock);
+		seq_remove(st, seq);
+		seq = NULL;
+		goto out_handle;
+	}
+	seq->opt_handles++;
+	pthread_mutex_unlock(&seq->lock);
+	*out = o;
+	pthread_rwlock_unlock(&st->world);
+	return KVF_OK;
+
+out_seq:
+	if (seq)
+		seq_destroy(st, seq);
+out_handle:
+	if (o) {
+		kvf_free(o->name);
+		kvf_free(o->work);
+		kvf_free(o);
+	}
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
+{
+	const char *call = "kvf_opt_open";
+	kvf_opt_config cfg;
+	struct meta_opt m;
+	struct seq *seq;
+	kvf_opt *o;
+	kvf_status rc;
+
+	if (out == NULL || st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "out" : "store");
+	*out = NULL;
+	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+		return rc;
+	pthread_rwlock_rdlock(&st->world);
+	rc = record_get(st, name, &m, &cfg);
+	if (rc == KVF_ENOENT)
+		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
+	if (rc != KVF_OK)
+		goto out;
+	seq = seq_get(st, m.seq);
+	if (seq == NULL) {
+		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names sequence %llu, which is missing",
+			      call, name, (unsigned long long)m.seq);
+		goto out;
+	}
+	rc = handle_new(st, name, m.seq, m.n_params, &cfg, &o);
+	if (rc == KVF_OK) {
+		pthread_mutex_lock(&seq->lock);
+		seq->opt_handles++;
+		pthread_mutex_unlock(&seq->lock);
+		*out = o;
+	}
+	seq_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+struct load_ctx {
+	kvf_opt *o;
+	uint32_t state;
+	uint64_t c0;
+};
+
+static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page)
+{
+	struct load_ctx *l = arg;
+
+	memcpy(work_page(l->o, l->state, (uint32_t)i), page,
+	       l->o->st->hdr.page_size);
+	return KVF_OK;
+}
+
+/* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
+ * into the work buffers */
+static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
+			     uint32_t n, uint32_t gen)
+{
+	uint64_t idx[OPT_BATCH];
+
+	for (uint32_t j = 0; j < n; j++)
+		idx[j] = c0 + j;
+	for (uint32_t s = 0; s < 3; s++) {
+		struct load_ctx l = { o, s, c0 };
+		kvf_status rc;
+
+		if (!state_kept(o->states, s))
+			continue;
+		/* stream_read_entries hands pages out as (position, page) */
+		rc = stream_read_entries(o->st, seq, &seq->opt[s * 2 + gen], idx, n,
+					 load_page, &l);
+		if (rc != KVF_OK)
+			return rc;
+	}
+	return KVF_OK;
+}
+
+static size_t dtype_size(kvf_dtype d)
+{
+	return d == KVF_DTYPE_F32 ? 4 : 2;
+}
+
+/* check_grad - the gradient's shape and values, before anything moves;
+ * *scale gets grad_scale times the clipping coefficient */
+static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
+{
+	const char *call = "kvf_opt_step";
+	uint64_t n_vals;
+	double sumsq;
+
+	if (g == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: grad is NULL", call);
+	if ((unsigned)g->dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "%s: grad dtype %d is not a kvf_dtype",
+				call, (int)g->dtype);
+	if (g->indices == NULL && g->n != o->n_params)
+		return kvf_fail(KVF_EINVAL,
+				"%s: a dense gradient has %llu values, the optimizer has %llu parameters",
+				call, (unsigned long long)g->n,
+				(unsigned long long)o->n_params);
+	if (g->indices && g->n > o->n_params)
+		return kvf_fail(KVF_EINVAL, "%s: %llu sparse entries for %llu parameters",
+				call, (unsigned long long)g->n,
+				(unsigned long long)o->n_params);
+	if (g->values == NULL && g->n > 0)
+		return kvf_fail(KVF_EINVAL, "%s: grad values are NULL", call);
+	if (g->indices) {
+		size_t bad = kvc_opt_grad_check(g->indices, g->n, o->n_params);
+
+		if (bad < g->n)
+			return kvf_fail(g->indices[bad] >= o->n_params ? KVF_ERANGE : KVF_EINVAL,
+					"%s: sparse index %u at position %zu %s",
+					call, g->indices[bad], bad,
+					g->indices[bad] >= o->n_params
+						? "is past n_params"
+						: "is not above the one before (indices must ascend)");
+	}
+	n_vals = g->n;
+	sumsq = kvc_opt_grad_sumsq(o->k, g->values, n_vals, g->dtype);
+	if (!isfinite(sumsq))
+		return kvf_fail(KVF_ERANGE,
+				"%s: the gradient holds NaN or infinity; nothing changed",
+				call);
+	*scale = o->cfg.grad_scale > 0 ? o->cfg.grad_scale : 1.0f;
+	if (o->cfg.max_grad_norm > 0)
+		*scale *= kvc_opt_clip_coef(sqrt(sumsq) * *scale, o->cfg.max_grad_norm);
+	return KVF_OK;
+}
+
+kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
+{
+	const char *call = "kvf_opt_step";
+	struct kvc_opt_step step;
+	kvf_store *st;
+	struct seq *seq;
+	uint64_t steps;
+	uint32_t gen;
+	float scale = 1.0f;
+	size_t gsz;
+	kvf_status rc;
+
+	if (o == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: opt is NULL", call);
+	st = o->st;
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
+		return rc;
+	gsz = dtype_size(g->dtype);
+	pthread_rwlock_rdlock(&st->world);
+	seq = seq_get(st, o->seq_id);
+	if (seq == NULL) {
+		pthread_rwlock_unlock(&st->world);
+		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
+	}
+	pthread_mutex_lock(&seq->lock);
+	{
+		struct meta_opt m;
+		kvf_opt_config cfg;
+
+		if ((rc = record_get(st, o->name, &m, &cfg)) != KVF_OK)
+			goto out;
+		steps = m.steps;
+	}
+	gen = seq->opt_gen;
+	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
+	rc = reserve_gen(o, seq, 1 - gen, call);
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
+		uint32_t n = (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
+								    : OPT_BATCH);
+
+		if ((rc = load_batch(o, seq, c0, n, gen)) != KVF_OK)
+			break;
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t i0 = (c0 + j) * o->per_chunk;
+			size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
+						      ? o->n_params - i0 : o->per_chunk);
+			float *p = work_page(o, ST_PARAM, j);
+			float *m = (o->states & KVC_OPT_M) ? work_page(o, ST_M, j) : NULL;
+			float *v = (o->states & KVC_OPT_V) ? work_page(o, ST_V, j) : NULL;
+			void *po = params_out ? (char *)params_out +
+					i0 * dtype_size(o->cfg.out_dtype) : NULL;
+
+			if (g->indices == NULL) {
+				kvc_opt_dense(o->k, &step, p, m, v, cnt,
+					      (const char *)g->values + i0 * gsz,
+					      g->dtype, po);
+			} else {
+				size_t first, count;
+
+				kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first,
+						  &count);
+				kvc_opt_sparse(o->k, &step, p, m, v, cnt, i0,
+					       count ? g->indices + first : NULL,
+					       count ? (const char *)g->values + first * gsz
+						     : NULL,
+					       count, g->dtype, po);
+			}
+		}
+		rc = place_batch(o, seq, c0, n, 1 - gen);
+	}
+	seg_unreserve(st, seq);
+	if (rc == KVF_OK)
+		rc = commit_gen(o, seq, steps + 1, 1 - gen, 0, call);
+	else if (rc != KVF_EFATAL)
+		/* the old generation is intact and still committed; what was
+		 * placed of the new one is garbage after the next step */
+		kvf_fail_wrap(rc, call);
+out:
+	seq_unlock_put(st, seq);
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
+{
+	const char *call = "kvf_opt_read";
+	kvf_store *st;
+	struct seq *seq;
+	kvf_status rc = KVF_OK;
+
+	if (o == NULL || (out == NULL && n > 0))
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call, o ? "out" : "opt");
+	st = o->st;
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (i0 > o->n_params || n > o->n_params - i0)
+		return kvf_fail(KVF_ERANGE, "%s: [%llu, %llu) past the %llu parameters",
+				call, (unsigned long long)i0,
+				(unsigned long long)(i0 + n),
+				(unsigned long long)o->n_params);
+	pthread_rwlock_rdlock(&st->world);
+	seq = seq_get(st, o->seq_id);
+	if (seq == NULL) {
+		pthread_rwlock_unlock(&st->world);
+		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
+	}
+	pthread_mutex_lock(&seq->lock);
+	for (uint64_t c0 = i0 / o->per_chunk; rc == KVF_OK && n > 0 &&
+	     c0 <= (i0 + n - 1) / o->per_chunk; c0 += OPT_BATCH) {
+		uint64_t last = (i0 + n - 1) / o->per_chunk;
+		uint32_t cnt = (uint32_t)(last - c0 + 1 < OPT_BATCH ? last - c0 + 1
+								   : OPT_BATCH);
+		uint64_t idx[OPT_BATCH];
+		struct load_ctx l = { o, ST_PARAM, c0 };
+
+		for (uint32_t j = 0; j < cnt; j++)
+			idx[j] = c0 + j;
+		rc = stream_read_entries(st, seq, &seq->opt[ST_PARAM * 2 + seq->opt_gen],
+					 idx, cnt, load_page, &l);
+		for (uint32_t j = 0; rc == KVF_OK && j < cnt; j++) {
+			uint64_t a = (c0 + j) * o->per_chunk, z = a + o->per_chunk;
+
+			a = a > i0 ? a : i0;
+			z = z < i0 + n ? z : i0 + n;
+			memcpy(out + (a - i0), work_page(o, ST_PARAM, j) +
+						       (a - (c0 + j) * o->per_chunk),
+			       (size_t)(z - a) * sizeof(float));
+		}
+	}
+	seq_unlock_put(st, seq);
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_opt_steps(kvf_opt *o, uint64_t *steps, uint64_t *n_params)
+{
+	struct meta_opt m;
+	kvf_opt_config cfg;
+	kvf_status rc;
+
+	if (o == NULL || steps == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_opt_steps: %s is NULL",
+				o ? "steps" : "opt");
+	pthread_rwlock_rdlock(&o->st->world);
+	rc = record_get(o->st, o->name, &m, &cfg);
+	pthread_rwlock_unlock(&o->st->world);
+	if (rc == KVF_ENOENT)
+		return kvf_fail(KVF_ENOENT, "kvf_opt_steps: optimizer '%s' was freed",
+				o->name);
+	if (rc != KVF_OK)
+		return rc;
+	*steps = m.steps;
+	if (n_params)
+		*n_params = o->n_params;
+	return KVF_OK;
+}
+
+kvf_status kvf_opt_close(kvf_opt *o)
+{
+	struct seq *seq;
+
+	if (o == NULL)
+		return KVF_OK;
+	pthread_rwlock_rdlock(&o->st->world);
+	if ((seq = seq_get(o->st, o->seq_id)) != NULL) {
+		pthread_mutex_lock(&seq->lock);
+		seq->opt_handles--;
+		seq_unlock_put(o->st, seq);
+	}
+	pthread_rwlock_unlock(&o->st->world);
+	kvf_free(o->name);
+	kvf_free(o->work);
+	kvf_free(o);
+	return KVF_OK;
+}
+
+kvf_status kvf_opt_free(kvf_store *st, const char *name)
+{
+	const char *call = "kvf_opt_free";
+	struct catalog_batch *b;
+	unsigned char key[9];
+	kvf_opt_config cfg;
+	struct meta_opt m;
+	struct seq *seq;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
+	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	pthread_rwlock_rdlock(&st->world);
+	rc = record_get(st, name, &m, &cfg);
+	if (rc == KVF_ENOENT)
+		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
+	if (rc != KVF_OK)
+		goto out;
+	if ((seq = seq_get(st, m.seq)) == NULL) {
+		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names a missing sequence",
+			      call, name);
+		goto out;
+	}
+	pthread_mutex_lock(&seq->lock);
+	if (seq->opt_handles > 0) {
+		rc = kvf_fail(KVF_EBUSY, "%s: optimizer '%s' has %d open handle(s)",
+			      call, name, seq->opt_handles);
+		seq_unlock_put(st, seq);
+		goto out;
+	}
+	if ((rc = openseg_flush_all(st, seq)) != KVF_OK) {
+		seq_unlock_put(st, seq);
+		goto out;
+	}
+	b = catalog_batch_new();
+	if (b == NULL) {
+		seq_unlock_put(st, seq);
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out;
+	}
+	{
+		size_t nl = strlen(name);
+		unsigned char *okey = kvf_malloc(nl + 1);
+
+		if (okey) {
+			okey[0] = META_TAG_OPT;
+			memcpy(okey + 1, name, nl);
+			catalog_batch_delete(b, okey, nl + 1);
+			kvf_free(okey);
+		}
+	}
+	meta_key_u64(key, META_TAG_SEQ, seq->id);
+	catalog_batch_delete(b, key, sizeof(key));
+	rc = catalog_commit(st->cat, b, 0);
+	catalog_batch_free(b);
+	if (rc != KVF_OK) {
+		seq_unlock_put(st, seq);
+		rc = store_set_fatal(st, rc, call);
+		goto out;
+	}
+	seq->dead = 1;
+	seq_drop_all(st, seq);
+	pthread_mutex_unlock(&seq->lock);
+	seq_remove(st, seq);
+	seq_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+/* ---- recovery ------------------------------------------------------------ */
+
+static int load_record(void *arg, const void *key, size_t klen, const void *val,
+		       size_t vlen)
+{
+	kvf_store *st = arg;
+	struct meta_opt m;
+	struct seq *seq;
+	kvf_status rc;
+	uint64_t per;
+
+	(void)key;
+	if (vlen != sizeof(m) + sizeof(kvf_opt_config) || klen < 2)
+		return kvf_fail(KVF_ECORRUPT, "kvf_open: an optimizer record is malformed (%zu bytes)",
+				vlen);
+	memcpy(&m, val, sizeof(m));
+	if ((seq = seq_get(st, m.seq)) == NULL)
+		return 0; /* its sequence went: the record is left over */
+	per = st->hdr.page_size / sizeof(float);
+	rc = opt_streams_alloc(seq, (m.n_params + per - 1) / per);
+	seq->opt_gen = m.gen & 1;
+	if (m.seq >= atomic_load(&st->next_opt_id))
+		atomic_store(&st->next_opt_id, m.seq + 1);
+	seq_put(st, seq);
+	return rc;
+}
+
+kvf_status opt_recovery_load(kvf_store *st)
+{
+	unsigned char tag = META_TAG_OPT;
+
+	return catalog_scan(st->cat, &tag, 1, load_record, st);
+}

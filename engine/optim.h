@@ -1,0 +1,14 @@
+/*
+ * optim.h - the engine side of optimizer state kept in the store (the
+ * public calls are kvf_opt_* in kvflash.h).
+ */
+#ifndef KVF_ENGINE_OPTIM_H
+#define KVF_ENGINE_OPTIM_H
+
+#include "engine/store.h"
+
+/* opt_recovery_load - at open, after the sequences: give each optimizer's
+ * pseudo-sequence its streams and committed generation */
+kvf_status opt_recovery_load(kvf_store *st);
+
+#endif /* KVF_ENGINE_OPTIM_H */

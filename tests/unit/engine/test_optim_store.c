@@ -1,0 +1,287 @@
+/*
+ * test_optim_store.c - optimizer state kept in the store: every step
+ * through the store gives the bits the kernels give on plain arrays (the
+ * kernels themselves are checked against PyTorch's formulas in
+ * unit_compute), across chunk boundaries, sparse gradients, out dtypes, a
+ * reopen, and a step cut short (the state stays at the previous step);
+ * and every bad input is refused with nothing changed.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/optim.h"
+#include "engine/catalog.h"
+#include "engine/store.h"
+#include "kvflash.h"
+#include "testutil.h"
+
+#define N 5000 /* params: four full 1024-value chunks and a partial one */
+
+static char *dir;
+
+static void setup(void)
+{
+	dir = tmpdir_make("optim");
+	cr_assert_not_null(dir);
+}
+
+static void teardown(void)
+{
+	tmpdir_remove(dir);
+}
+
+TestSuite(optim_store, .init = setup, .fini = teardown, .timeout = 120);
+
+static kvf_store *open_store(int create)
+{
+	kvf_model m = { 1, 1, 1, 64, KVF_DTYPE_F16 };
+	kvf_options o;
+	kvf_store *st = NULL;
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 128 * 1024;
+	o.capacity_bytes = 64ull << 20;
+	o.n_stripes = 2;
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), create ? &o : NULL, &st), KVF_OK),
+		  "%s", kvf_last_error());
+	return st;
+}
+
+static float frand(uint64_t *rng)
+{
+	return (float)((double)(rng_next(rng) >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+/* the reference: the same kernels on whole arrays */
+struct ref {
+	float p[N], m[N], v[N];
+	uint64_t t;
+};
+
+static void ref_init(struct ref *r, const kvf_opt_config *c, const float *init)
+{
+	memcpy(r->p, init, sizeof(r->p));
+	kvc_opt_state_init(c, r->m, r->v, N);
+	r->t = 0;
+}
+
+static void ref_step(struct ref *r, const kvf_opt_config *c, const float *g,
+		     float *out)
+{
+	struct kvc_opt_step s;
+	unsigned st = kvc_opt_states(c);
+
+	kvc_opt_step_prepare(&s, c, ++r->t, 1.0f);
+	kvc_opt_dense(kvc_optim(), &s, r->p, st & KVC_OPT_M ? r->m : NULL,
+		      st & KVC_OPT_V ? r->v : NULL, N, g, KVF_DTYPE_F32, out);
+}
+
+static void run_rule(kvf_opt_kind kind, int sparse)
+{
+	static struct ref r;
+	kvf_store *st = open_store(1);
+	uint64_t rng = rng_seed("optim_store");
+	static float init[N], g[N], out[N], ref_out[N], back[N];
+	static uint32_t idx[N];
+	kvf_opt_config c;
+	kvf_opt *o = NULL;
+
+	kvf_opt_config_init(&c, kind);
+	if (kind == KVF_OPT_SGD) {
+		c.momentum = 0.9f;
+		c.nesterov = 1;
+	}
+	if (kind == KVF_OPT_ADAGRAD)
+		c.lr_decay = 0.01f;
+	for (int i = 0; i < N; i++)
+		init[i] = frand(&rng);
+	ref_init(&r, &c, init);
+	cr_assert(eq(int, kvf_opt_create(st, "w", N, &c, init, &o), KVF_OK), "%s",
+		  kvf_last_error());
+	for (int step = 0; step < 4; step++) {
+		kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = N };
+		uint32_t nnz = 0;
+
+		memset(g, 0, sizeof(g));
+		for (int i = 0; i < N; i++)
+			if (!sparse || rng_below(&rng, 100) == 0) {
+				g[i] = frand(&rng);
+				idx[nnz++] = (uint32_t)i;
+			}
+		if (sparse) { /* the same gradient as indices and values */
+			static float vals[N];
+
+			for (uint32_t j = 0; j < nnz; j++)
+				vals[j] = g[idx[j]];
+			gr = (kvf_grad){ KVF_DTYPE_F32, vals, idx, nnz };
+			ref_step(&r, &c, g, ref_out);
+			cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s",
+				  kvf_last_error());
+		} else {
+			ref_step(&r, &c, g, ref_out);
+			cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s",
+				  kvf_last_error());
+		}
+		cr_assert(eq(int, memcmp(out, ref_out, sizeof(out)), 0),
+			  "step %d: params_out differs", step);
+		if (step == 1) { /* the state survives a reopen */
+			kvf_opt_close(o);
+			kvf_close(st);
+			st = open_store(0);
+			cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s",
+				  kvf_last_error());
+		}
+	}
+	cr_assert(eq(int, kvf_opt_read(o, 0, N, back), KVF_OK));
+	cr_assert(eq(int, memcmp(back, r.p, sizeof(back)), 0));
+	{
+		uint64_t steps, n;
+
+		cr_assert(eq(int, kvf_opt_steps(o, &steps, &n), KVF_OK));
+		cr_assert(eq(u64, steps, 4));
+		cr_assert(eq(u64, n, N));
+	}
+	kvf_opt_close(o);
+	kvf_close(st);
+}
+
+Test(optim_store, adam_dense) { run_rule(KVF_OPT_ADAM, 0); }
+Test(optim_store, adamw_sparse) { run_rule(KVF_OPT_ADAMW, 1); }
+Test(optim_store, sgd_nesterov) { run_rule(KVF_OPT_SGD, 0); }
+Test(optim_store, adagrad_sparse) { run_rule(KVF_OPT_ADAGRAD, 1); }
+
+/* f16 out, clipping and loss scaling go through the same kernels */
+Test(optim_store, out_dtype_and_clipping)
+{
+	kvf_store *st = open_store(1);
+	static float init[N], g[N], ref_p[N], m[N], v[N];
+	static uint16_t out[N], ref_out[N];
+	kvf_opt_config c;
+	kvf_opt *o = NULL;
+	struct kvc_opt_step s;
+	kvf_grad gr = { KVF_DTYPE_F32, g, NULL, N };
+	double sumsq = 0;
+	uint64_t rng = 5;
+
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	c.out_dtype = KVF_DTYPE_F16;
+	c.max_grad_norm = 1.0f;
+	c.grad_scale = 0.5f;
+	for (int i = 0; i < N; i++) {
+		init[i] = frand(&rng);
+		g[i] = frand(&rng) * 3;
+		sumsq += (double)g[i] * g[i];
+	}
+	memcpy(ref_p, init, sizeof(init));
+	kvc_opt_state_init(&c, m, v, N);
+	kvc_opt_step_prepare(&s, &c, 1, 0.5f * kvc_opt_clip_coef(sqrt(sumsq) * 0.5, 1.0));
+	kvc_opt_dense(kvc_optim(), &s, ref_p, m, v, N, g, KVF_DTYPE_F32, ref_out);
+	cr_assert(eq(int, kvf_opt_create(st, "h", N, &c, init, &o), KVF_OK));
+	cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, memcmp(out, ref_out, sizeof(out)), 0));
+	kvf_opt_close(o);
+	kvf_close(st);
+}
+
+#define EXPECT(call, status, text)                                            \
+	do {                                                                  \
+		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
+		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
+			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
+	} while (0)
+
+Test(optim_store, refusals_change_nothing)
+{
+	kvf_store *st = open_store(1);
+	static float init[N], g[N], before[N], after[N];
+	uint32_t idx[3] = { 5, 5, 9 };
+	kvf_opt_config c;
+	kvf_opt *o = NULL, *o2 = NULL;
+	kvf_grad gr = { KVF_DTYPE_F32, g, NULL, N };
+	char long_name[300];
+	uint64_t steps;
+
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	for (int i = 0; i < N; i++)
+		init[i] = (float)i;
+	cr_assert(eq(int, kvf_opt_create(st, "w", N, &c, init, &o), KVF_OK));
+	cr_assert(eq(int, kvf_opt_read(o, 0, N, before), KVF_OK));
+	gr.n = N - 1;
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_EINVAL, "has 4999 values");
+	gr = (kvf_grad){ KVF_DTYPE_F32, g, idx, 3 };
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_EINVAL, "must ascend");
+	idx[1] = 6;
+	idx[2] = N;
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_ERANGE, "past n_params");
+	gr = (kvf_grad){ KVF_DTYPE_F32, g, NULL, N };
+	g[77] = NAN;
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_ERANGE, "NaN or infinity");
+	g[77] = INFINITY;
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_ERANGE, "NaN or infinity");
+	g[77] = 0;
+	gr.dtype = (kvf_dtype)9;
+	EXPECT(kvf_opt_step(o, &gr, NULL), KVF_EINVAL, "not a kvf_dtype");
+	EXPECT(kvf_opt_step(o, NULL, NULL), KVF_EINVAL, "grad is NULL");
+	cr_assert(eq(int, kvf_opt_read(o, 0, N, after), KVF_OK));
+	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	cr_assert(eq(int, kvf_opt_steps(o, &steps, NULL), KVF_OK));
+	cr_assert(eq(u64, steps, 0));
+	EXPECT(kvf_opt_read(o, N - 1, 2, after), KVF_ERANGE, "past the 5000 parameters");
+
+	EXPECT(kvf_opt_create(st, "w", N, &c, init, &o2), KVF_EEXIST, "exists already");
+	EXPECT(kvf_opt_open(st, "nope", &o2), KVF_ENOENT, "no optimizer called 'nope'");
+	cr_assert_null(o2);
+	EXPECT(kvf_opt_create(st, "", N, &c, init, &o2), KVF_EINVAL, "name is empty");
+	memset(long_name, 'a', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	EXPECT(kvf_opt_create(st, long_name, N, &c, init, &o2), KVF_EINVAL, "more than 200");
+	EXPECT(kvf_opt_create(st, "z", 0, &c, init, &o2), KVF_EINVAL, "n_params 0");
+	c.beta1 = 1.0f;
+	EXPECT(kvf_opt_create(st, "z", N, &c, init, &o2), KVF_EINVAL, "beta");
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	EXPECT(kvf_opt_free(st, "w"), KVF_EBUSY, "open handle");
+	kvf_opt_close(o);
+	cr_assert(eq(int, kvf_opt_free(st, "w"), KVF_OK), "%s", kvf_last_error());
+	EXPECT(kvf_opt_open(st, "w", &o2), KVF_ENOENT, "no optimizer");
+	EXPECT(kvf_opt_free(st, "w"), KVF_ENOENT, "no optimizer");
+	/* optimizer state is not a sequence to the sequence calls */
+	EXPECT(kvf_seq_create(st, 1ull << 63), KVF_EINVAL, "reserved");
+	kvf_close(st);
+}
+
+/* A step whose writes fail part way leaves, after a reopen, the state of
+ * the step before it. */
+Test(optim_store, step_cut_short)
+{
+	kvf_store *st = open_store(1);
+	static float init[N], g[N], before[N], after[N];
+	kvf_opt_config c;
+	kvf_opt *o = NULL;
+	kvf_grad gr = { KVF_DTYPE_F32, g, NULL, N };
+	uint64_t steps, rng = 3;
+
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	for (int i = 0; i < N; i++) {
+		init[i] = frand(&rng);
+		g[i] = frand(&rng);
+	}
+	cr_assert(eq(int, kvf_opt_create(st, "w", N, &c, init, &o), KVF_OK));
+	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_OK));
+	cr_assert(eq(int, kvf_opt_read(o, 0, N, before), KVF_OK));
+	catalog_fail_commits(st->cat, 1000);
+	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_EFATAL), "%s", kvf_last_error());
+	kvf_opt_close(o);
+	kvf_close(st);
+	st = open_store(0);
+	cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_opt_steps(o, &steps, NULL), KVF_OK));
+	cr_assert(eq(u64, steps, 1));
+	cr_assert(eq(int, kvf_opt_read(o, 0, N, after), KVF_OK));
+	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_OK), "%s", kvf_last_error());
+	kvf_opt_close(o);
+	kvf_close(st);
+}
