@@ -1,7 +1,9 @@
 /*
  * test_topk.c - kvc_topk and kvc_topr_dims against a brute-force
  * selection: a full sort of (value descending, index ascending), NaN
- * last.  Exact comparisons: selection involves no arithmetic.
+ * last.  Exact comparisons: selection involves no arithmetic.  Lengths
+ * up to 2048 take the heap, longer ones radix select; both see random
+ * values, heavy ties, sorted runs, and NaN, infinities and signed zeros.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -69,8 +71,8 @@ static void check(const float *x, uint32_t n, uint32_t k, const char *what)
 
 Test(topk, random_against_sort)
 {
-	static const uint32_t ns[] = { 0,  1,  2,   7,    8,    15,
-				       16, 17, 100, 1000, 32768 };
+	static const uint32_t ns[] = { 0,  1,   2,    7,    8,    15,   16,
+				       17, 100, 1000, 2048, 2049, 5000, 32768 };
 	uint64_t rng = rng_seed("topk.random_against_sort");
 
 	for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
@@ -177,4 +179,29 @@ Test(topk, topr_dims)
 
 	cr_assert(eq(u32, kvc_topr_dims(q2, 1, 8, 3, dims, key), 3));
 	cr_assert(dims[0] == 1 && dims[1] == 3 && dims[2] == 6);
+}
+
+/* Special values in long rows (radix select) and short ones (heap): NaN
+ * last, infinities in place, -0 equal to +0 (ties by index). */
+Test(topk, special_values_both_paths)
+{
+	static const float special[] = { NAN,   -NAN,  INFINITY, -INFINITY,
+					 0.0f,  -0.0f, 1e-45f,   -1e-45f,
+					 3e38f, -3e38f };
+	static const uint32_t ns[] = { 50, 2048, 2049, 7000 };
+	uint64_t rng = rng_seed("topk.special_values_both_paths");
+
+	for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
+		uint32_t n = ns[a];
+		float *x = kr_xmalloc((size_t)n * 4);
+		uint32_t ks[] = { 1, 3, n / 10, n / 2, n - 3, n - 1 };
+
+		for (uint32_t i = 0; i < n; i++)
+			x[i] = rng_below(&rng, 3) == 0 ?
+				       special[rng_below(&rng, 10)] :
+				       (float)kr_uniform(&rng, -2, 2);
+		for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++)
+			check(x, n, ks[b], "special");
+		free(x);
+	}
 }
