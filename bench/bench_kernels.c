@@ -13,9 +13,10 @@
  *    state init, attn_fold, finish; once with one call per head and once
  *    with one call per 4 KiB page of K (and of V), as the engine streams
  *    pages.
- * Figures are bytes of K+V per second (MB/s, 10^6), the ratio to the
- * plain read, and (KV head, token) pairs folded per second for the whole
- * group; never pass/fail.
+ * Figures are bytes of K+V per second (MB/s, 10^6) as the median and the
+ * best of the passes, each with its ratio to the plain read, and (KV
+ * head, token) pairs folded per second for the whole group; never
+ * pass/fail.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ struct kern_row {
 	const struct kvc_kernels *kk; /* NULL: the plain read */
 	uint32_t chunk_tokens;        /* tokens per attn_fold call */
 	double mbs;                   /* median MB/s of K+V */
+	double best_mbs;              /* fastest pass, MB/s of K+V */
 };
 
 /* The data and scratch of a run, allocated once. */
@@ -263,12 +265,15 @@ static void print_table(const struct kern_args *a, const struct kern_data *d,
 	printf("  %u KV heads x %llu tokens x %u dims, %s, GQA group %u: %.1f MiB of K+V per pass, median of %u, one thread\n\n",
 	       a->n_kv_heads, (unsigned long long)a->n_tokens, a->head_dim,
 	       dtype_name(a->dtype), a->group, total / (1 << 20), a->repeat);
-	printf("  %-32s %10s %10s %10s\n", "", "MB/s", "x plain", "Mtoken/s");
+	printf("  %-32s %10s %10s %10s %10s %10s\n", "", "MB/s", "x plain",
+	       "best MB/s", "x plain", "Mtoken/s");
 	for (uint32_t i = 0; i < n_rows; i++)
-		printf("  %-32s %10.0f %10.2f %10.2f\n", rows[i].name,
-		       rows[i].mbs, rows[i].mbs / rows[0].mbs,
+		printf("  %-32s %10.0f %10.2f %10.0f %10.2f %10.2f\n",
+		       rows[i].name, rows[i].mbs, rows[i].mbs / rows[0].mbs,
+		       rows[i].best_mbs, rows[i].best_mbs / rows[0].best_mbs,
 		       rows[i].mbs * (double)a->n_tokens * a->n_kv_heads /
 			       total);
+	printf("\n  (medians, and the best pass: on a shared machine other work only\n   slows a pass down, so the best is the cleaner figure)\n");
 	printf("\n  (issue #5's target for dense attention over an in-memory context,\n   measured end to end by kvbench attend: >= 0.6 x plain)\n");
 }
 
@@ -286,6 +291,7 @@ static void print_json(const struct kern_args *a, const struct kern_row *rows,
 	bench_json_str(&j, "dtype", dtype_name(a->dtype));
 	bench_json_u64(&j, "repeat", a->repeat);
 	bench_json_double(&j, "plain_mb_s", rows[0].mbs);
+	bench_json_double(&j, "plain_best_mb_s", rows[0].best_mbs);
 	for (uint32_t i = 1; i < n_rows; i++) {
 		char key[64];
 
@@ -294,6 +300,7 @@ static void print_json(const struct kern_args *a, const struct kern_row *rows,
 		bench_json_begin(&j, key);
 		bench_json_u64(&j, "chunk_tokens", rows[i].chunk_tokens);
 		bench_json_double(&j, "mb_s", rows[i].mbs);
+		bench_json_double(&j, "best_mb_s", rows[i].best_mbs);
 		bench_json_double(&j, "ratio_to_plain",
 				  rows[i].mbs / rows[0].mbs);
 		bench_json_end(&j);
@@ -362,9 +369,15 @@ int bench_kernels_main(int argc, char **argv)
 			mbs[(size_t)x * a.repeat + p] =
 				bench_mbs(2 * d.head_bytes * a.n_kv_heads, ns);
 		}
-	for (uint32_t r = 0; r < n_rows; r++)
-		rows[r].mbs =
-			bench_median(mbs + (size_t)r * a.repeat, a.repeat);
+	for (uint32_t r = 0; r < n_rows; r++) {
+		double *v = mbs + (size_t)r * a.repeat;
+
+		rows[r].best_mbs = 0;
+		for (uint32_t p = 0; p < a.repeat; p++)
+			if (v[p] > rows[r].best_mbs)
+				rows[r].best_mbs = v[p];
+		rows[r].mbs = bench_median(v, a.repeat);
+	}
 	if (a.json)
 		print_json(&a, rows, n_rows);
 	else
