@@ -21,6 +21,8 @@
 #include "engine/segment.h"
 #include "engine/seq.h"
 
+#define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
+
 /* One stream an append writes to, and where its rows come from. */
 struct src_stream {
 	struct stream *s;          /* destination */
@@ -89,12 +91,11 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				 const char *call)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
-	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
+	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	int sealing = k > 0;
 	kvf_status rc = KVF_OK;
 
-	if (pages == NULL)
-		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	/* plan, and everything that can fail without changing anything */
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
 		for (uint64_t j = 0; j < k; j++)
@@ -102,11 +103,13 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
 			rc = stream_tail(st, seq, src[i].s, tokens);
 	}
-	if (rc == KVF_OK && kt_layer != UINT32_MAX)
+	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {
 		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
-	if (rc == KVF_OK)
+		sealing |= (tokens % st->kt_tokens + n) >= st->kt_tokens;
+	}
+	/* most decode appends complete no group: nothing to reserve */
+	if (rc == KVF_OK && sealing)
 		rc = openseg_reserve(st, seq, pages, call);
-	kvf_free(pages);
 	if (rc != KVF_OK)
 		return rc;
 
@@ -146,7 +149,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc == KVF_OK && kt_layer != UINT32_MAX)
 		rc = kt_append(st, seq, kt_layer, tokens, n, src[0].src,
 			       src[0].stride);
-	seg_unreserve(st, seq);
+	if (sealing)
+		seg_unreserve(st, seq);
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
 	return rc;
@@ -179,7 +183,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			      uint32_t n_tokens, const void *k, const void *v)
 {
 	const char *call = "kvf_append";
-	struct src_stream *src;
+	struct src_stream src_stack[SRC_ON_STACK], *src;
 	struct seq *seq;
 	uint32_t H;
 	kvf_status rc;
@@ -187,16 +191,19 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK)
 		return rc;
 	H = st->hdr.n_kv_heads;
-	src = kvf_calloc(2 * (size_t)H, sizeof(*src));
+	src = 2 * H <= SRC_ON_STACK ? src_stack
+				    : kvf_calloc(2 * (size_t)H, sizeof(*src));
 	if (src == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
 		goto out;
 	if (n_tokens > 0) {
-		for (uint32_t kind = 0; kind < 2; kind++)
-			for (uint32_t h = 0; h < H; h++) {
-				struct src_stream *x = &src[kind * H + h];
+		/* head by head, K then V: a prefill lays a head's K and V
+		 * runs side by side, so reading the head back is one run */
+		for (uint32_t h = 0; h < H; h++)
+			for (uint32_t kind = 0; kind < 2; kind++) {
+				struct src_stream *x = &src[h * 2 + kind];
 
 				x->s = seq_kv_stream(st, seq, layer,
 						     (enum kv_kind)kind, h);
@@ -215,7 +222,8 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	seq_unlock_put(st, seq);
 out:
 	pthread_rwlock_unlock(&st->world);
-	kvf_free(src);
+	if (src != src_stack)
+		kvf_free(src);
 	return rc;
 }
 

@@ -478,7 +478,7 @@ static kvf_status lock_seqs(kvf_store *st, const char *call,
 	if (sorted == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	for (got = 0; got < n; got++) {
-		out[got] = ids[got] >= OPT_SEQ_BASE ? NULL : seq_get(st, ids[got]);
+		out[got] = seq_get(st, ids[got]);
 		if (out[got] == NULL) {
 			rc = kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist",
 				      call, (unsigned long long)ids[got]);

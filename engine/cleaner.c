@@ -111,6 +111,7 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t elt)
 struct find_ctx {
 	struct pass *p;
 	uint64_t family;
+	uint32_t ns;     /* namespace of the family */
 	uint32_t sid, group, addr;
 	uint32_t found;
 	int oom;
@@ -123,7 +124,7 @@ static void find_owners(kvf_store *st, struct seq *seq, void *arg)
 	struct find_ctx *c = arg;
 	struct stream *s;
 
-	if (seq->family != c->family || seq->dead || c->oom)
+	if (seq->family != c->family || seq->ns != c->ns || seq->dead || c->oom)
 		return;
 	s = seq_stream_of(st, seq, c->sid);
 	if (s == NULL || c->group >= s->n_groups ||
@@ -203,6 +204,7 @@ static int take_victim(struct pass *p, uint32_t v)
 		    (uint32_t)e.page_hash)
 			goto undo; /* a damaged page is not copied as good */
 		fc = (struct find_ctx){ .p = p, .family = vslots[i].family,
+					.ns = vslots[i].ns,
 					.sid = vslots[i].stream,
 					.group = vslots[i].group,
 					.addr = addr_make(v, pg, st->page_bits) };
@@ -218,6 +220,7 @@ static int take_victim(struct pass *p, uint32_t v)
 			p->slots[p->n_slots++] = (struct meta_slot){
 				.seq = p->owners[o].seq->id,
 				.family = p->owners[o].seq->family,
+				.ns = p->owners[o].seq->ns,
 				.stream = p->owners[o].sid,
 				.group = p->owners[o].group,
 				.page = p->n_pages };

@@ -120,10 +120,10 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* live_ids - the ids of the live sequences, ascending, in a kvf_malloc'd
- * array (*ids, *n).  Caller holds world shared. */
+/* live_ids - the ids of the live sequences of namespace ns, ascending, in
+ * a kvf_malloc'd array (*ids, *n).  Caller holds world shared. */
 static kvf_status live_ids(kvf_store *st, const char *call, uint64_t **ids,
-			   size_t *n, int with_opt)
+			   size_t *n, uint32_t ns)
 {
 	uint64_t *list;
 	size_t k = 0;
@@ -132,8 +132,7 @@ static kvf_status live_ids(kvf_store *st, const char *call, uint64_t **ids,
 	list = kvf_malloc((st->n_seqs ? st->n_seqs : 1) * sizeof(*list));
 	if (list != NULL)
 		for (uint32_t i = 0; i < st->seq_table_cap; i++)
-			if (st->seq_table[i] &&
-			    (with_opt || st->seq_table[i]->id < OPT_SEQ_BASE))
+			if (st->seq_table[i] && st->seq_table[i]->ns == ns)
 				list[k++] = st->seq_table[i]->id;
 	pthread_rwlock_unlock(&st->seq_table_lock);
 	if (list == NULL)
@@ -159,7 +158,7 @@ kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 	if (ids == NULL && cap > 0)
 		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
 	pthread_rwlock_rdlock(&st->world);
-	rc = live_ids(st, call, &list, &k, 0); /* optimizers are not listed */
+	rc = live_ids(st, call, &list, &k, SEQ_NS_USER);
 	pthread_rwlock_unlock(&st->world);
 	if (rc != KVF_OK)
 		return rc;
@@ -890,14 +889,15 @@ static void collect(struct vctx *c, struct seq *seq)
 		qsort(c->ents, c->n_ents, sizeof(*c->ents), cmp_ventry);
 }
 
-/* verify_seq - check one sequence; KVF_OK also when it was freed */
-static void verify_seq(struct vctx *c, uint64_t id)
+/* verify_seq - check one sequence (of namespace ns: optimizers are
+ * verified too); KVF_OK also when it was freed */
+static void verify_seq(struct vctx *c, uint32_t ns, uint64_t id)
 {
 	kvf_store *st = c->st;
 	struct seq *seq;
 
 	pthread_rwlock_rdlock(&st->world);
-	if ((seq = seq_get(st, id)) != NULL) { /* optimizers included */
+	if ((seq = seq_get_ns(st, ns, id)) != NULL) {
 		pthread_mutex_lock(&seq->lock);
 		if (seq->dead) {
 			seq_unlock_put(st, seq);
@@ -1018,16 +1018,21 @@ kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory for read buffers", call);
 		goto out;
 	}
-	pthread_rwlock_rdlock(&st->world);
-	rc = live_ids(st, call, &ids, &n_ids, 1); /* optimizers verified too */
-	pthread_rwlock_unlock(&st->world);
-	if (rc != KVF_OK)
-		goto out;
-	for (size_t i = 0; i < n_ids && !c.rep.stopped; i++) {
-		verify_seq(&c, ids[i]);
-		if (c.oom)
-			break;
-		c.rep.stopped = report(&c) != 0;
+	for (uint32_t ns = SEQ_NS_USER; ns <= SEQ_NS_OPT && !c.rep.stopped &&
+	     !c.oom; ns++) {
+		kvf_free(ids);
+		ids = NULL;
+		pthread_rwlock_rdlock(&st->world);
+		rc = live_ids(st, call, &ids, &n_ids, ns);
+		pthread_rwlock_unlock(&st->world);
+		if (rc != KVF_OK)
+			goto out;
+		for (size_t i = 0; i < n_ids && !c.rep.stopped; i++) {
+			verify_seq(&c, ns, ids[i]);
+			if (c.oom)
+				break;
+			c.rep.stopped = report(&c) != 0;
+		}
 	}
 	if (!c.oom && !c.rep.stopped)
 		c.rep.stopped = verify_rest(&c) != 0;

@@ -11,8 +11,9 @@
  *   "S" seq(8)        struct meta_seq + u64 len[n_layers] + u64 x_len[n_layers]
  *   "G" segid(4)      struct meta_seg + struct meta_slot[n_slots]
  *   "R" seq(8)        struct meta_ref + struct meta_ref_entry[n]
- *   "O" name          optimizer state: engine/optim.c's struct meta_opt +
+ *   "O" name          optimizer state: engine/opt_store.c's struct meta_opt +
  *                     its kvf_opt_config
+ *   "P" seq(8)        as "S", for an optimizer's sequence (SEQ_NS_OPT)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it.  "R" holds the index entries a forked
@@ -34,6 +35,7 @@
 #define META_TAG_SEG 'G'
 #define META_TAG_REF 'R'
 #define META_TAG_OPT 'O'
+#define META_TAG_OPT_SEQ 'P'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */
@@ -70,7 +72,7 @@ struct meta_slot {
 	uint32_t stream; /* stream_id() */
 	uint32_t group;  /* group in the stream */
 	uint32_t page;   /* data page inside the segment */
-	uint32_t reserved;
+	uint32_t ns;     /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
 };
 
 struct meta_ref {

@@ -23,7 +23,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/optim.h"
+#include "engine/opt_store.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
 
@@ -93,10 +93,9 @@ static int list_ref(void *arg, const void *key, size_t klen, const void *val,
 	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_REF });
 }
 
-static int load_seq(void *arg, const void *key, size_t klen, const void *val,
-		    size_t vlen)
+static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
+		       size_t klen, const void *val, size_t vlen)
 {
-	kvf_store *st = arg;
 	uint32_t nl = st->hdr.n_layers;
 	uint64_t id = meta_key_id(key, 8);
 	struct meta_seq m;
@@ -111,6 +110,7 @@ static int load_seq(void *arg, const void *key, size_t klen, const void *val,
 	seq = seq_alloc(st, id);
 	if (seq == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	seq->ns = ns;
 	seq->create_seqno = m.create_seqno;
 	seq->family = m.family;
 	seq->parent = m.parent;
@@ -132,6 +132,18 @@ static int load_seq(void *arg, const void *key, size_t klen, const void *val,
 	return 0;
 }
 
+static int load_seq(void *arg, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	return load_seq_ns(arg, SEQ_NS_USER, key, klen, val, vlen);
+}
+
+static int load_opt_seq(void *arg, const void *key, size_t klen,
+			const void *val, size_t vlen)
+{
+	return load_seq_ns(arg, SEQ_NS_OPT, key, klen, val, vlen);
+}
+
 static int cmp_item(const void *a, const void *b)
 {
 	const struct rec_item *x = a, *y = b;
@@ -140,11 +152,11 @@ static int cmp_item(const void *a, const void *b)
 }
 
 /* apply - one index entry from a record of the given seqno */
-static kvf_status apply(kvf_store *st, uint64_t seq_id, uint32_t sid,
-			uint32_t group, uint32_t addr, uint32_t check,
-			uint64_t seqno, int from_ref)
+static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
+			uint32_t sid, uint32_t group, uint32_t addr,
+			uint32_t check, uint64_t seqno, int from_ref)
 {
-	struct seq *seq = seq_get(st, seq_id);
+	struct seq *seq = seq_get_ns(st, ns, seq_id);
 	struct stream *s;
 	kvf_status rc = KVF_OK;
 
@@ -258,7 +270,8 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 		/* pages of a damaged segment get a check that cannot match
 		 * (count_refs inverts it), so reads say KVF_ECORRUPT */
 		check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
-		rc = apply(st, slots[i].seq, slots[i].stream, slots[i].group,
+		rc = apply(st, slots[i].ns, slots[i].seq, slots[i].stream,
+			   slots[i].group,
 			   addr_make(segid, page, st->page_bits), check,
 			   m.seqno, 0);
 		if (rc != KVF_OK)
@@ -298,8 +311,8 @@ static kvf_status apply_ref(kvf_store *st, uint64_t child)
 		seq_put(st, seq);
 	}
 	for (uint64_t i = 0; i < m.n && rc == KVF_OK; i++)
-		rc = apply(st, child, e[i].stream, e[i].group, e[i].addr, 0,
-			   m.seqno, 1);
+		rc = apply(st, SEQ_NS_USER, child, e[i].stream, e[i].group,
+			   e[i].addr, 0, m.seqno, 1);
 	kvf_free(val);
 	return rc;
 }
@@ -391,7 +404,10 @@ kvf_status recovery_load(kvf_store *st)
 		return rc;
 	}
 	tag = META_TAG_SEQ;
-	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK ||
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK)
+		return rc;
+	tag = META_TAG_OPT_SEQ;
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_opt_seq, st)) != KVF_OK ||
 	    (rc = opt_recovery_load(st)) != KVF_OK)
 		return rc;
 	tag = META_TAG_SEG;

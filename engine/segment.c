@@ -410,20 +410,33 @@ void seg_refs_drop_locked(kvf_store *st, uint32_t segid)
 
 kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 {
+	uint32_t *ids, n = 0, done = 0;
 	kvf_status rc = KVF_OK;
 
+	/* pick them under the lock, trim without it: a trim can take
+	 * milliseconds (discard), and appenders take seg_lock per page.
+	 * Only one reclaim runs at a time (callers hold sync_lock or are
+	 * alone at open), and nothing else touches a dying segment. */
 	pthread_mutex_lock(&st->seg_lock);
-	for (uint32_t i = 0; i < st->n_segments && st->n_dying > 0; i++) {
-		struct seg_info *si = &st->segs[i];
-		unsigned char key[5];
-
-		if (si->state != SEG_DYING || si->died_epoch > upto)
-			continue;
-		rc = kvf_media_trim_segment(st->media, seg_stripe(st, i),
-					    seg_in_stripe(st, i));
+	ids = st->n_dying ? kvf_malloc((size_t)st->n_dying * sizeof(*ids)) : NULL;
+	for (uint32_t i = 0; ids && i < st->n_segments && n < st->n_dying; i++)
+		if (st->segs[i].state == SEG_DYING && st->segs[i].died_epoch <= upto)
+			ids[n++] = i;
+	pthread_mutex_unlock(&st->seg_lock);
+	if (ids == NULL)
+		return KVF_OK; /* nothing dying, or no memory: next time */
+	for (done = 0; done < n; done++) {
+		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
+					    seg_in_stripe(st, ids[done]));
 		if (rc != KVF_OK)
 			break;
-		meta_key_u32(key, META_TAG_SEG, i);
+	}
+	pthread_mutex_lock(&st->seg_lock);
+	for (uint32_t k = 0; k < done; k++) {
+		struct seg_info *si = &st->segs[ids[k]];
+		unsigned char key[5];
+
+		meta_key_u32(key, META_TAG_SEG, ids[k]);
 		catalog_batch_delete(b, key, sizeof(key));
 		kvf_free(si->live_bits);
 		si->live_bits = NULL;
@@ -433,9 +446,10 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 		st->n_dying--;
 		st->wear_dirty = 1;
 		atomic_fetch_add(&st->c.segments_reclaimed, 1);
-		free_push(st, i);
+		free_push(st, ids[k]);
 	}
 	pthread_mutex_unlock(&st->seg_lock);
+	kvf_free(ids);
 	return rc;
 }
 
@@ -576,7 +590,7 @@ kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
 					       .family = seq->family,
 					       .stream = page_key_stream(key),
 					       .group = page_key_group(key),
-					       .page = n };
+					       .page = n, .ns = seq->ns };
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;
 	pthread_mutex_lock(&st->seg_lock);

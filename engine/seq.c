@@ -50,22 +50,29 @@ void seq_table_free(kvf_store *st)
 	st->n_seqs = 0;
 }
 
-/* slot_of - the table slot holding id, or the empty slot where it goes */
-static uint32_t slot_of(struct seq **tab, uint32_t cap, uint64_t id)
+/* slot_of - the table slot holding (ns, id), or the empty slot where it
+ * goes */
+static uint32_t slot_of(struct seq **tab, uint32_t cap, uint32_t ns,
+			uint64_t id)
 {
-	uint32_t i = (uint32_t)hash_id(id) & (cap - 1);
+	uint32_t i = (uint32_t)hash_id(id ^ ((uint64_t)ns << 61)) & (cap - 1);
 
-	while (tab[i] && tab[i]->id != id)
+	while (tab[i] && (tab[i]->id != id || tab[i]->ns != ns))
 		i = (i + 1) & (cap - 1);
 	return i;
 }
 
 struct seq *seq_get(kvf_store *st, uint64_t id)
 {
+	return seq_get_ns(st, SEQ_NS_USER, id);
+}
+
+struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id)
+{
 	struct seq *seq;
 
 	pthread_rwlock_rdlock(&st->seq_table_lock);
-	seq = st->seq_table[slot_of(st->seq_table, st->seq_table_cap, id)];
+	seq = st->seq_table[slot_of(st->seq_table, st->seq_table_cap, ns, id)];
 	if (seq)
 		atomic_fetch_add(&seq->refs, 1);
 	pthread_rwlock_unlock(&st->seq_table_lock);
@@ -81,7 +88,7 @@ void seq_put(kvf_store *st, struct seq *seq)
 kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out)
 {
-	struct seq *seq = id >= OPT_SEQ_BASE ? NULL : seq_get(st, id);
+	struct seq *seq = seq_get(st, id);
 
 	if (seq) {
 		pthread_mutex_lock(&seq->lock);
@@ -192,7 +199,8 @@ static kvf_status table_grow(kvf_store *st)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the sequence table");
 	for (uint32_t i = 0; i < st->seq_table_cap; i++)
 		if (st->seq_table[i])
-			tab[slot_of(tab, cap, st->seq_table[i]->id)] =
+			tab[slot_of(tab, cap, st->seq_table[i]->ns,
+				    st->seq_table[i]->id)] =
 				st->seq_table[i];
 	kvf_free(st->seq_table);
 	st->seq_table = tab;
@@ -206,7 +214,7 @@ kvf_status seq_insert(kvf_store *st, struct seq *seq)
 	uint32_t i;
 
 	pthread_rwlock_wrlock(&st->seq_table_lock);
-	i = slot_of(st->seq_table, st->seq_table_cap, seq->id);
+	i = slot_of(st->seq_table, st->seq_table_cap, seq->ns, seq->id);
 	if (st->seq_table[i]) {
 		rc = kvf_fail(KVF_EEXIST, "sequence %llu exists already",
 			      (unsigned long long)seq->id);
@@ -215,7 +223,7 @@ kvf_status seq_insert(kvf_store *st, struct seq *seq)
 	if ((st->n_seqs + 1) * 4 > st->seq_table_cap * 3) {
 		if ((rc = table_grow(st)) != KVF_OK)
 			goto out;
-		i = slot_of(st->seq_table, st->seq_table_cap, seq->id);
+		i = slot_of(st->seq_table, st->seq_table_cap, seq->ns, seq->id);
 	}
 	st->seq_table[i] = seq;
 	st->n_seqs++;
@@ -232,7 +240,7 @@ static void table_remove(kvf_store *st, struct seq *seq)
 
 	pthread_rwlock_wrlock(&st->seq_table_lock);
 	cap = st->seq_table_cap;
-	i = slot_of(st->seq_table, cap, seq->id);
+	i = slot_of(st->seq_table, cap, seq->ns, seq->id);
 	if (st->seq_table[i] == seq) {
 		st->seq_table[i] = NULL;
 		st->n_seqs--;
@@ -242,7 +250,7 @@ static void table_remove(kvf_store *st, struct seq *seq)
 			struct seq *s = st->seq_table[j];
 
 			st->seq_table[j] = NULL;
-			st->seq_table[slot_of(st->seq_table, cap, s->id)] = s;
+			st->seq_table[slot_of(st->seq_table, cap, s->ns, s->id)] = s;
 		}
 	}
 	pthread_rwlock_unlock(&st->seq_table_lock);
@@ -272,10 +280,11 @@ void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
 
 uint32_t seq_count(kvf_store *st)
 {
-	uint32_t n;
+	uint32_t n = 0;
 
 	pthread_rwlock_rdlock(&st->seq_table_lock);
-	n = st->n_seqs;
+	for (uint32_t i = 0; i < st->seq_table_cap; i++)
+		n += st->seq_table[i] && st->seq_table[i]->ns == SEQ_NS_USER;
 	pthread_rwlock_unlock(&st->seq_table_lock);
 	return n;
 }
@@ -475,7 +484,8 @@ kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
 	memcpy(val + sizeof(m), seq->len, nl * sizeof(uint64_t));
 	memcpy(val + sizeof(m) + nl * sizeof(uint64_t), seq->x_len,
 	       nl * sizeof(uint64_t));
-	meta_key_u64(key, META_TAG_SEQ, seq->id);
+	meta_key_u64(key, seq->ns == SEQ_NS_OPT ? META_TAG_OPT_SEQ : META_TAG_SEQ,
+		     seq->id);
 	catalog_batch_put(b, key, sizeof(key), val, len);
 	kvf_free(val);
 	return KVF_OK;
@@ -518,9 +528,8 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
-	if (id >= OPT_SEQ_BASE)
-		return kvf_fail(KVF_EINVAL,
-				"%s: sequence id %llu is reserved (ids from 2^63 up hold optimizer state)",
+	if (id == SEQ_NO_PARENT)
+		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
 				call, (unsigned long long)id);
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, id)) != NULL) {
@@ -725,9 +734,8 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
-	if (child_id >= OPT_SEQ_BASE)
-		return kvf_fail(KVF_EINVAL,
-				"%s: sequence id %llu is reserved (ids from 2^63 up hold optimizer state)",
+	if (child_id == SEQ_NO_PARENT)
+		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
 				call, (unsigned long long)child_id);
 	if (child_id == parent_id)
 		return kvf_fail(KVF_EINVAL, "%s: child and parent are both %llu",

@@ -18,8 +18,10 @@ kvf_status seq_table_init(kvf_store *st);
 /* seq_table_free - destroy every sequence (no I/O) and the table */
 void seq_table_free(kvf_store *st);
 
-/* seq_get - the live sequence with this id, with a reference; NULL if none */
+/* seq_get - the live caller's sequence with this id, with a reference;
+ * NULL if none.  seq_get_ns - the same in namespace ns. */
 struct seq *seq_get(kvf_store *st, uint64_t id);
+struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id);
 void seq_put(kvf_store *st, struct seq *seq);
 
 /* seq_get_locked - seq_get, then lock it; KVF_ENOENT (message names call
@@ -45,7 +47,7 @@ void seq_destroy(kvf_store *st, struct seq *seq);
 /* seq_foreach - call fn on every live sequence (with a reference held) */
 void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
 		 void *arg);
-/* seq_count - live sequences */
+/* seq_count - the caller's live sequences (not optimizers) */
 uint32_t seq_count(kvf_store *st);
 
 /* streams */

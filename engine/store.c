@@ -605,7 +605,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	pthread_cond_init(&st->writer_idle, NULL);
 	pthread_mutex_init(&st->pool_lock, NULL);
 	atomic_init(&st->next_seqno, 1);
-	atomic_init(&st->next_opt_id, OPT_SEQ_BASE);
+	atomic_init(&st->next_opt_id, 1);
 	st->epoch = 1;
 	if ((rc = take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;

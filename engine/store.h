@@ -51,9 +51,11 @@ enum seg_state {
 };
 
 #define SEG_NONE UINT32_MAX
-/* Sequence ids from here up hold optimizer state (engine/optim.c); the
- * public sequence calls refuse them. */
-#define OPT_SEQ_BASE (1ull << 63)
+/* Sequences live in two namespaces with ids of their own: the caller's
+ * (SEQ_NS_USER) and optimizer state (SEQ_NS_OPT, engine/opt_store.c), which
+ * the sequence calls never see. */
+#define SEQ_NS_USER 0u
+#define SEQ_NS_OPT 1u
 #define OPT_STREAMS 6u /* param, m, v; two generations each */
 #define WRITER_THREADS 2 /* segment writes in flight at once */
 
@@ -127,6 +129,7 @@ struct h2o {
 
 struct seq {
 	uint64_t id;
+	uint32_t ns;           /* SEQ_NS_USER or SEQ_NS_OPT */
 	uint64_t family;       /* root of its fork tree */
 	uint64_t parent;       /* UINT64_MAX if not forked */
 	uint64_t create_seqno; /* seqno of its creation */
@@ -146,8 +149,7 @@ struct seq {
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
-	struct stream *opt;    /* optimizer pseudo-sequences only (id at or
-				* above OPT_SEQ_BASE): [state * 2 + gen] */
+	struct stream *opt;    /* SEQ_NS_OPT only: [state * 2 + gen] */
 	uint64_t opt_chunks;   /* their chunks (pages) per state */
 	uint32_t opt_gen;      /* the committed generation, 0 or 1 */
 	int opt_handles;       /* kvf_opt handles open on it */

@@ -247,8 +247,27 @@ Test(optim_store, refusals_change_nothing)
 	cr_assert(eq(int, kvf_opt_free(st, "w"), KVF_OK), "%s", kvf_last_error());
 	EXPECT(kvf_opt_open(st, "w", &o2), KVF_ENOENT, "no optimizer");
 	EXPECT(kvf_opt_free(st, "w"), KVF_ENOENT, "no optimizer");
-	/* optimizer state is not a sequence to the sequence calls */
-	EXPECT(kvf_seq_create(st, 1ull << 63), KVF_EINVAL, "reserved");
+	/* optimizer state is no sequence of the caller's: every id stays
+	 * free, and none shows in the list */
+	cr_assert(eq(int, kvf_opt_create(st, "v", N, &c, init, &o), KVF_OK));
+	for (uint64_t id = 0; id < 4; id++)
+		cr_assert(eq(int, kvf_seq_create(st, id), KVF_OK), "%s", kvf_last_error());
+	{
+		uint64_t ids[8];
+		size_t n;
+		kvf_stats s = { .struct_size = sizeof(s) };
+
+		cr_assert(eq(int, kvf_seq_list(st, ids, 8, &n), KVF_OK));
+		cr_assert(eq(sz, n, 4));
+		cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
+		cr_assert(eq(u64, s.n_sequences, 4));
+	}
+	cr_assert(eq(int, kvf_seq_free(st, 1), KVF_OK));
+	kvf_opt_close(o);
+	kvf_close(st);
+	st = open_store(0);
+	cr_assert(eq(int, kvf_opt_open(st, "v", &o), KVF_OK), "%s", kvf_last_error());
+	kvf_opt_close(o);
 	kvf_close(st);
 }
 

@@ -1,8 +1,8 @@
 /*
- * optim.c - optimizer state kept in the store, updated next to the data
+ * opt_store.c - optimizer state kept in the store, updated next to the data
  * (Smart-Infinity's SmartUpdate/SmartComp in software).
  *
- * An optimizer is a pseudo-sequence (id from OPT_SEQ_BASE up) with six
+ * An optimizer is a sequence of the SEQ_NS_OPT namespace with six
  * streams: params, m and v, each in two generations.  Chunk c of a state
  * is one page of page_size / 4 fp32 values (the last one zero-padded).
  * The catalog record "O" + name holds the sequence id, the size, the
@@ -28,7 +28,7 @@
 #include "api/status.h"
 #include "compute/half.h"
 #include "compute/optim.h"
-#include "engine/optim.h"
+#include "engine/opt_store.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -322,6 +322,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
+	seq->ns = SEQ_NS_OPT;
 	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
 	if ((rc = handle_new(st, name, seq->id, n_params, &cfg, &o)) != KVF_OK ||
 	    (rc = opt_streams_alloc(seq, o->n_chunks)) != KVF_OK)
@@ -403,7 +404,7 @@ kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
 		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
 	if (rc != KVF_OK)
 		goto out;
-	seq = seq_get(st, m.seq);
+	seq = seq_get_ns(st, SEQ_NS_OPT, m.seq);
 	if (seq == NULL) {
 		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names sequence %llu, which is missing",
 			      call, name, (unsigned long long)m.seq);
@@ -537,7 +538,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 		return rc;
 	gsz = dtype_size(g->dtype);
 	pthread_rwlock_rdlock(&st->world);
-	seq = seq_get(st, o->seq_id);
+	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
@@ -619,7 +620,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 				(unsigned long long)(i0 + n),
 				(unsigned long long)o->n_params);
 	pthread_rwlock_rdlock(&st->world);
-	seq = seq_get(st, o->seq_id);
+	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
@@ -682,7 +683,7 @@ kvf_status kvf_opt_close(kvf_opt *o)
 	if (o == NULL)
 		return KVF_OK;
 	pthread_rwlock_rdlock(&o->st->world);
-	if ((seq = seq_get(o->st, o->seq_id)) != NULL) {
+	if ((seq = seq_get_ns(o->st, SEQ_NS_OPT, o->seq_id)) != NULL) {
 		pthread_mutex_lock(&seq->lock);
 		seq->opt_handles--;
 		seq_unlock_put(o->st, seq);
@@ -717,7 +718,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
 	if (rc != KVF_OK)
 		goto out;
-	if ((seq = seq_get(st, m.seq)) == NULL) {
+	if ((seq = seq_get_ns(st, SEQ_NS_OPT, m.seq)) == NULL) {
 		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names a missing sequence",
 			      call, name);
 		goto out;
@@ -750,7 +751,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 			kvf_free(okey);
 		}
 	}
-	meta_key_u64(key, META_TAG_SEQ, seq->id);
+	meta_key_u64(key, META_TAG_OPT_SEQ, seq->id);
 	catalog_batch_delete(b, key, sizeof(key));
 	rc = catalog_commit(st->cat, b, 0);
 	catalog_batch_free(b);
@@ -785,13 +786,14 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 		return kvf_fail(KVF_ECORRUPT, "kvf_open: an optimizer record is malformed (%zu bytes)",
 				vlen);
 	memcpy(&m, val, sizeof(m));
-	if ((seq = seq_get(st, m.seq)) == NULL)
+	if ((seq = seq_get_ns(st, SEQ_NS_OPT, m.seq)) == NULL)
 		return 0; /* its sequence went: the record is left over */
 	per = st->hdr.page_size / sizeof(float);
 	rc = opt_streams_alloc(seq, (m.n_params + per - 1) / per);
 	seq->opt_gen = m.gen & 1;
 	if (m.seq >= atomic_load(&st->next_opt_id))
 		atomic_store(&st->next_opt_id, m.seq + 1);
+	(void)key;
 	seq_put(st, seq);
 	return rc;
 }

@@ -1,9 +1,9 @@
 /*
- * optim.h - the engine side of optimizer state kept in the store (the
+ * opt_store.h - the engine side of optimizer state kept in the store (the
  * public calls are kvf_opt_* in kvflash.h).
  */
-#ifndef KVF_ENGINE_OPTIM_H
-#define KVF_ENGINE_OPTIM_H
+#ifndef KVF_ENGINE_OPT_STORE_H
+#define KVF_ENGINE_OPT_STORE_H
 
 #include "engine/store.h"
 
@@ -11,4 +11,4 @@
  * pseudo-sequence its streams and committed generation */
 kvf_status opt_recovery_load(kvf_store *st);
 
-#endif /* KVF_ENGINE_OPTIM_H */
+#endif /* KVF_ENGINE_OPT_STORE_H */
