@@ -1,0 +1,462 @@
+/*
+ * stress_store.c - many threads on one store, for ThreadSanitizer.
+ *
+ * A plain C program (Criterion does not run under TSan).  On a memory
+ * store and then on a file store:
+ *  - writer threads each append to their own sequence, every layer in
+ *    turn, and read back what they wrote;
+ *  - reader threads read random ranges of random heads of every writer's
+ *    sequence (and of the forks) while they grow;
+ *  - a forker thread forks the writers' sequences at their current length,
+ *    checks and extends the child, and frees old children;
+ *  - a syncer thread calls kvf_sync and kvf_stats_get in a loop.
+ * Every token's bytes are a function of (family, layer, kind, token, head),
+ * where a family is a writer's sequence and its forks, so any thread can
+ * check any read without coordinating.  Lengths only grow, so a range
+ * inside a length seen earlier stays readable; a fork that a concurrent
+ * free removed answers KVF_ENOENT, and only forks are ever freed.  At the
+ * end the file store is closed, reopened and read back whole.
+ *
+ * Prints "N passed, M failed" and exits 1 on any failure; TSan reports
+ * make the run fail too (exit code 66, or halt_on_error=1 in TSAN_OPTIONS).
+ * KVF_SEED reproduces the random choices (thread timing still varies).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvflash.h"
+#include "testutil.h"
+
+#define LAYERS 2
+#define QH 4
+#define KVH 2
+#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 */
+#define ROW (DIM * 2)
+#define G 32
+#define WRITERS 4
+#define READERS 2
+#define APPENDS 1200  /* appends per writer (each to every layer) */
+#define MAX_N (3 * G) /* tokens per append, at most */
+#define FORK_SLOTS 4  /* live forks the forker keeps */
+
+/*
+ * __tsan_default_suppressions - reports TSan must not make.  RocksDB is
+ * not built with TSan: it orders its writers with atomics TSan cannot
+ * see (a write group's leader copies the followers' batches into the
+ * WAL), so the buffers it hands between threads look racy when they
+ * reach the memcpy and write interceptors, from librocksdb itself or
+ * from the libstdc++ strings it uses.  Only reports whose interceptor is
+ * called from inside those two libraries are dropped (kvflash is C and
+ * does not use libstdc++); races in kvflash are still reported.
+ */
+const char *__tsan_default_suppressions(void);
+
+const char *__tsan_default_suppressions(void)
+{
+	return "called_from_lib:librocksdb.so\n"
+	       "called_from_lib:libstdc++.so\n";
+}
+
+static atomic_uint passed, failed;
+static atomic_int writers_left;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	/* count, and report the first few */
+	if (atomic_fetch_add(&failed, 1) < 10) {
+		va_start(ap, fmt);
+		fputs("stress_store: ", stderr);
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+		va_end(ap);
+	}
+}
+
+static uint64_t mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fill_row(unsigned char *dst, uint64_t family, uint32_t layer,
+		     int kind, uint64_t t, uint32_t h)
+{
+	uint64_t x = mix(mix(family) + layer * 0x100000001b3ull +
+			 (uint64_t)kind * 0x3c6ef372fe94f82bull +
+			 h * 0x2545f4914f6cdd1dull) +
+		     t * 0x9e3779b97f4a7c15ull;
+
+	for (uint32_t j = 0; j < ROW; j += 8) {
+		uint64_t w = mix(x + j);
+
+		memcpy(dst + j, &w, 8);
+	}
+}
+
+static uint64_t writer_seq(uint32_t w)
+{
+	return 1000 * (uint64_t)(w + 1);
+}
+
+/* check - read [t0, t1) of one head of seq (family fam) and compare.
+ * With `may_vanish` (a fork, which the forker frees and may make again
+ * with the same id, shorter) KVF_ENOENT and KVF_ERANGE are fine. */
+static void check(kvf_store *st, uint64_t seq, uint64_t fam, uint32_t layer,
+		  uint32_t h, uint64_t t0, uint64_t t1, int may_vanish,
+		  unsigned char *k, unsigned char *v)
+{
+	unsigned char want[ROW];
+	kvf_status rc = kvf_read(st, seq, layer, h, t0, t1, k, v);
+
+	if ((rc == KVF_ENOENT || rc == KVF_ERANGE) && may_vanish)
+		return;
+	if (rc != KVF_OK) {
+		fail("read seq %" PRIu64 " layer %u head %u [%" PRIu64
+		     ", %" PRIu64 "): %s",
+		     seq, layer, h, t0, t1, kvf_last_error());
+		return;
+	}
+	for (uint64_t i = 0; i < t1 - t0; i++) {
+		fill_row(want, fam, layer, 0, t0 + i, h);
+		if (memcmp(k + i * ROW, want, ROW) != 0) {
+			fail("seq %" PRIu64 " layer %u head %u K token %" PRIu64
+			     " reads back wrong",
+			     seq, layer, h, t0 + i);
+			return;
+		}
+		fill_row(want, fam, layer, 1, t0 + i, h);
+		if (memcmp(v + i * ROW, want, ROW) != 0) {
+			fail("seq %" PRIu64 " layer %u head %u V token %" PRIu64
+			     " reads back wrong",
+			     seq, layer, h, t0 + i);
+			return;
+		}
+	}
+	atomic_fetch_add(&passed, 1);
+}
+
+/* append_family - n tokens of family fam at t0 to one layer of seq */
+static kvf_status append_family(kvf_store *st, uint64_t seq, uint64_t fam,
+				uint32_t layer, uint64_t t0, uint32_t n,
+				unsigned char *k, unsigned char *v)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t h = 0; h < KVH; h++) {
+			fill_row(k + ((size_t)i * KVH + h) * ROW, fam, layer, 0,
+				 t0 + i, h);
+			fill_row(v + ((size_t)i * KVH + h) * ROW, fam, layer, 1,
+				 t0 + i, h);
+		}
+	return kvf_append(st, seq, layer, n, k, v);
+}
+
+struct ctx {
+	kvf_store *st;
+	uint64_t seed;
+	/* forks: 0 = none; written by the forker, read by readers */
+	_Atomic uint64_t forks[FORK_SLOTS];
+};
+
+struct thread {
+	struct ctx *c;
+	uint32_t id;
+	uint64_t rng;
+};
+
+static void *writer(void *arg)
+{
+	struct thread *t = arg;
+	kvf_store *st = t->c->st;
+	uint64_t seq = writer_seq(t->id);
+	unsigned char *k = malloc((size_t)MAX_N * KVH * ROW);
+	unsigned char *v = malloc((size_t)MAX_N * KVH * ROW);
+	uint64_t len = 0;
+
+	if (kvf_seq_create(st, seq) != KVF_OK)
+		fail("create %" PRIu64 ": %s", seq, kvf_last_error());
+	for (uint32_t a = 0; a < APPENDS && k && v; a++) {
+		uint32_t n =
+			1 + (uint32_t)rng_below(&t->rng, a % 10 ? 3 : MAX_N);
+
+		for (uint32_t l = 0; l < LAYERS; l++)
+			if (append_family(st, seq, seq, l, len, n, k, v) !=
+			    KVF_OK)
+				fail("append %" PRIu64 " layer %u: %s", seq, l,
+				     kvf_last_error());
+			else
+				atomic_fetch_add(&passed, 1);
+		len += n;
+		if (a % 8 == 7) {
+			uint64_t t0 = rng_below(&t->rng, len);
+			uint64_t t1 = t0 + 1 +
+				      rng_below(&t->rng, len - t0 < MAX_N ?
+								 len - t0 :
+								 MAX_N);
+
+			if (t1 > len)
+				t1 = len;
+			check(st, seq, seq,
+			      (uint32_t)rng_below(&t->rng, LAYERS),
+			      (uint32_t)rng_below(&t->rng, KVH), t0, t1, 0, k,
+			      v);
+		}
+	}
+	free(k);
+	free(v);
+	atomic_fetch_sub(&writers_left, 1);
+	return NULL;
+}
+
+static void *reader(void *arg)
+{
+	struct thread *t = arg;
+	kvf_store *st = t->c->st;
+	unsigned char *k = malloc(4 * (size_t)MAX_N * ROW);
+	unsigned char *v = malloc(4 * (size_t)MAX_N * ROW);
+
+	while (atomic_load(&writers_left) > 0 && k && v) {
+		uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
+		uint32_t slot = (uint32_t)rng_below(&t->rng, 2 * FORK_SLOTS);
+		uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
+		uint64_t seq = writer_seq(w), fam = seq, len;
+		int is_fork = 0;
+		kvf_status rc;
+
+		if (slot < FORK_SLOTS) {
+			uint64_t f = atomic_load(&t->c->forks[slot]);
+
+			if (f) {
+				seq = f;
+				fam = f / 1000 * 1000; /* the writer's id */
+				is_fork = 1;
+			}
+		}
+		rc = kvf_seq_len(st, seq, layer, &len);
+		if (rc == KVF_ENOENT)
+			continue; /* not created yet, or a fork freed */
+		if (rc != KVF_OK) {
+			fail("len %" PRIu64 ": %s", seq, kvf_last_error());
+			continue;
+		}
+		if (len == 0)
+			continue;
+		{
+			uint64_t t0 = rng_below(&t->rng, len);
+			uint64_t span = 1 + rng_below(&t->rng, 4 * MAX_N);
+			uint64_t t1 = t0 + span < len ? t0 + span : len;
+
+			check(st, seq, fam, layer,
+			      (uint32_t)rng_below(&t->rng, KVH), t0, t1,
+			      is_fork, k, v);
+		}
+	}
+	free(k);
+	free(v);
+	return NULL;
+}
+
+/* min_len - the tokens every layer of seq has (lengths only grow) */
+static int min_len(kvf_store *st, uint64_t seq, uint64_t *out)
+{
+	uint64_t m = UINT64_MAX, n;
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		if (kvf_seq_len(st, seq, l, &n) != KVF_OK)
+			return 0;
+		if (n < m)
+			m = n;
+	}
+	*out = m;
+	return 1;
+}
+
+static void *forker(void *arg)
+{
+	struct thread *t = arg;
+	struct ctx *c = t->c;
+	kvf_store *st = c->st;
+	unsigned char *k = malloc((size_t)MAX_N * KVH * ROW);
+	unsigned char *v = malloc((size_t)MAX_N * KVH * ROW);
+	uint64_t next = 1;
+
+	while (atomic_load(&writers_left) > 0 && k && v) {
+		uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
+		uint32_t slot = (uint32_t)rng_below(&t->rng, FORK_SLOTS);
+		uint64_t parent = writer_seq(w), child, n, old;
+		kvf_status rc;
+
+		if (!min_len(st, parent, &n))
+			continue;
+		child = parent + next++ % 999; /* family = parent */
+		if (child == parent)
+			child = parent + next++ % 999;
+		old = atomic_exchange(&c->forks[slot], 0);
+		if (old && kvf_seq_free(st, old) != KVF_OK)
+			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+		rc = kvf_seq_fork(st, parent, child, n);
+		if (rc == KVF_EEXIST)
+			continue; /* that id is still a live fork elsewhere */
+		if (rc != KVF_OK) {
+			fail("fork %" PRIu64 " -> %" PRIu64 " at %" PRIu64
+			     ": %s",
+			     parent, child, n, kvf_last_error());
+			continue;
+		}
+		atomic_fetch_add(&passed, 1);
+		if (n > 0)
+			check(st, child, parent,
+			      (uint32_t)rng_below(&t->rng, LAYERS),
+			      (uint32_t)rng_below(&t->rng, KVH),
+			      n > MAX_N ? n - MAX_N : 0, n, 0, k, v);
+		/* the child's own tokens continue its family's values */
+		if (append_family(st, child, parent, 0, n, 5, k, v) != KVF_OK)
+			fail("append to fork %" PRIu64 ": %s", child,
+			     kvf_last_error());
+		else
+			check(st, child, parent, 0, 1, n > 3 ? n - 3 : 0, n + 5,
+			      0, k, v);
+		old = atomic_exchange(&c->forks[slot], child);
+		if (old && kvf_seq_free(st, old) != KVF_OK)
+			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+	}
+	for (uint32_t s = 0; s < FORK_SLOTS; s++) {
+		uint64_t old = atomic_exchange(&c->forks[s], 0);
+
+		if (old && kvf_seq_free(st, old) != KVF_OK)
+			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+	}
+	free(k);
+	free(v);
+	return NULL;
+}
+
+static void *syncer(void *arg)
+{
+	struct thread *t = arg;
+	kvf_store *st = t->c->st;
+
+	while (atomic_load(&writers_left) > 0) {
+		kvf_stats s = { .struct_size = sizeof(s) };
+		struct timespec ts = { 0, 2 * 1000 * 1000 };
+
+		if (kvf_sync(st) != KVF_OK)
+			fail("sync: %s", kvf_last_error());
+		else if (kvf_stats_get(st, &s) != KVF_OK)
+			fail("stats: %s", kvf_last_error());
+		else
+			atomic_fetch_add(&passed, 1);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* verify_all - every writer's sequence, whole, every layer and head */
+static void verify_all(kvf_store *st)
+{
+	size_t cap = (size_t)APPENDS * MAX_N * ROW;
+	unsigned char *k = malloc(cap), *v = malloc(cap);
+
+	for (uint32_t w = 0; w < WRITERS && k && v; w++) {
+		uint64_t seq = writer_seq(w), len;
+
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			if (kvf_seq_len(st, seq, l, &len) != KVF_OK) {
+				fail("len %" PRIu64 ": %s", seq,
+				     kvf_last_error());
+				continue;
+			}
+			for (uint32_t h = 0; h < KVH; h++)
+				check(st, seq, seq, l, h, 0, len, 0, k, v);
+		}
+	}
+	free(k);
+	free(v);
+}
+
+static int run(kvf_media_kind media, const char *dir, uint64_t seed)
+{
+	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	const char *path =
+		tmp_path(dir, media == KVF_MEDIA_FILE ? "file" : "mem");
+	struct thread th[WRITERS + READERS + 2];
+	pthread_t tid[WRITERS + READERS + 2];
+	struct ctx c = { .seed = seed };
+	uint32_t n = 0;
+	kvf_options o;
+	char p[4096];
+
+	snprintf(p, sizeof(p), "%s", path);
+	kvf_options_init(&o, &m);
+	o.media = media;
+	o.segment_size = 64 * 1024;
+	o.capacity_bytes = 2ull * 512 * 64 * 1024;
+	o.n_stripes = 2;
+	o.n_threads = 2;
+	if (kvf_open(p, &o, &c.st) != KVF_OK) {
+		fail("open: %s", kvf_last_error());
+		return 1;
+	}
+	atomic_store(&writers_left, WRITERS);
+	for (uint32_t i = 0; i < WRITERS + READERS + 2; i++) {
+		void *(*fn)(void *) = i < WRITERS            ? writer :
+				      i < WRITERS + READERS  ? reader :
+				      i == WRITERS + READERS ? forker :
+							       syncer;
+
+		th[i] = (struct thread){ &c, i < WRITERS ? i : i - WRITERS,
+					 mix(seed + i) };
+		if (pthread_create(&tid[i], NULL, fn, &th[i]) != 0) {
+			fail("pthread_create");
+			if (i < WRITERS)
+				atomic_fetch_sub(&writers_left, 1);
+			continue;
+		}
+		n++;
+	}
+	for (uint32_t i = 0; i < WRITERS + READERS + 2; i++)
+		if (i < n)
+			pthread_join(tid[i], NULL);
+	verify_all(c.st);
+	if (kvf_close(c.st) != KVF_OK)
+		fail("close: %s", kvf_last_error());
+	if (media == KVF_MEDIA_FILE) {
+		/* everything made it to the media */
+		if (kvf_open(p, NULL, &c.st) != KVF_OK) {
+			fail("reopen: %s", kvf_last_error());
+			return 1;
+		}
+		verify_all(c.st);
+		if (kvf_close(c.st) != KVF_OK)
+			fail("close: %s", kvf_last_error());
+	}
+	return 0;
+}
+
+int main(void)
+{
+	char *dir = tmpdir_make("stress-store");
+	uint64_t seed = rng_seed("stress_store");
+
+	if (dir == NULL) {
+		fprintf(stderr,
+			"stress_store: cannot make a temporary directory\n");
+		return 1;
+	}
+	run(KVF_MEDIA_MEMORY, dir, seed);
+	run(KVF_MEDIA_FILE, dir, mix(seed));
+	tmpdir_remove(dir);
+	printf("%u passed, %u failed\n", atomic_load(&passed),
+	       atomic_load(&failed));
+	return atomic_load(&failed) ? 1 : 0;
+}
