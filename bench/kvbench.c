@@ -28,6 +28,8 @@ static const struct bench_cmd cmds[] = {
 	  "the emulated NAND device alone: GC, WA vs analytic models, wear, timing, emulator speed" },
 	{ "kernels", bench_kernels_main,
 	  "dense decode attention kernels (scalar, AVX2) vs a plain memory read of the same bytes" },
+	{ "attend", bench_attend_main,
+	  "kvf_attend dense and SparF, in memory and cold, vs plain reads and the FlexGen way" },
 };
 
 static void usage(FILE *f)
