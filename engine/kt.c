@@ -93,8 +93,10 @@ kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
 {
 	kvf_status rc;
 
-	if (st->kt_dims == 0 || (rc = seq_kt_alloc(st, seq)) != KVF_OK)
-		return st->kt_dims ? rc : kvf_fail(KVF_ENOTSUP, "K^T pages are off in this store");
+	if (st->kt_dims == 0)
+		return kvf_fail(KVF_ENOTSUP, "K^T pages are off in this store");
+	if ((rc = seq_kt_alloc(st, seq)) != KVF_OK)
+		return rc;
 	rc = kt_buffer(st, seq, layer, head, seq->len[layer]);
 	if (rc == KVF_OK)
 		*buf = kt_stream(st, seq, layer, head)->gbuf;
