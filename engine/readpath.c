@@ -17,7 +17,7 @@
 #include "engine/segment.h"
 #include "engine/seq.h"
 
-#define READ_BATCH 64u /* pages per media read batch */
+#define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
 
 static kvf_status corrupt(kvf_store *st, uint32_t addr, uint32_t want,
 			  uint32_t found, const char *what)
@@ -271,7 +271,7 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 /* ---- two streams in step (K and V for attention) ------------------------ */
 
-#define PAIR_GROUPS 32u /* groups per batch: 2 * 32 pages read together */
+#define PAIR_GROUPS 64u /* groups per batch: 2 * 64 pages read together */
 
 /* pair_page - where group g of s is: *p set for a page in memory, else the
  * page is added to the batch and *slot gets its index there */
@@ -367,13 +367,14 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 		uint64_t g[PAIR_GROUPS];
 
 		b->n = b->n_io = 0;
+		/* all of a's pages, then all of b's: consecutive pages of one
+		 * stream merge into one request (batch_add) */
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			g[i] = list ? list[i0 + i] : first + i0 + i;
 			rc = pair_page(st, seq, a, tokens, g[i], b, &pa[i], &sa[i]);
-			if (rc == KVF_OK)
-				rc = pair_page(st, seq, bs, tokens, g[i], b,
-					       &pb[i], &sb[i]);
 		}
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			rc = pair_page(st, seq, bs, tokens, g[i], b, &pb[i], &sb[i]);
 		if (rc == KVF_OK)
 			rc = batch_read(st, b);
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
