@@ -51,6 +51,28 @@ kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
 	return KVF_OK;
 }
 
+/* mapped - the verified bytes of ref in place, when the media keeps pages
+ * in memory; NULL when it must be read (or *rc on a bad check) */
+static const unsigned char *mapped(kvf_store *st, const struct page_ref *ref,
+				   kvf_status *rc)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	const unsigned char *p = kvf_media_map(st->media, seg_stripe(st, segid),
+					       seg_in_stripe(st, segid),
+					       addr_page(ref->addr, st->page_bits));
+	uint32_t got;
+
+	if (p == NULL)
+		return NULL;
+	atomic_fetch_add(&st->c.bytes_read, st->hdr.page_size);
+	atomic_fetch_add(&st->c.pages_read, 1);
+	if ((got = page_check(p, st->hdr.page_size)) != ref->check) {
+		*rc = corrupt(st, ref->addr, ref->check, got, "read");
+		return NULL;
+	}
+	return p;
+}
+
 /* tail_tokens - tokens in group g of a stream holding `tokens` tokens */
 static uint32_t group_tokens_in(kvf_store *st, uint64_t tokens, uint64_t g)
 {
@@ -233,7 +255,12 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 				      (unsigned long long)seq->id);
 			break;
 		} else {
-			p = openseg_page(st, seq, stream_page(s, g).addr);
+			struct page_ref r = stream_page(s, g);
+
+			p = openseg_page(st, seq, r.addr);
+			if (p == NULL && (p = mapped(st, &r, &rc)) == NULL &&
+			    rc != KVF_OK)
+				break;
 		}
 		if (p) {
 			/* in memory: first hand out what is queued before it */
@@ -296,6 +323,9 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 				(unsigned long long)g, (unsigned long long)seq->id);
 	if ((*p = openseg_page(st, seq, r.addr)) != NULL)
 		return KVF_OK;
+	rc = KVF_OK;
+	if ((*p = mapped(st, &r, &rc)) != NULL || rc != KVF_OK)
+		return rc;
 	*slot = (int)b->n;
 	batch_add(st, b, g, &r);
 	return KVF_OK;
@@ -446,7 +476,10 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 					      (unsigned long long)seq->id);
 				break;
 			}
-			if ((p[i] = openseg_page(st, seq, r.addr)) == NULL) {
+			if ((p[i] = openseg_page(st, seq, r.addr)) == NULL &&
+			    (p[i] = mapped(st, &r, &rc)) == NULL) {
+				if (rc != KVF_OK)
+					break;
 				slot[i] = (int)b->n;
 				batch_add(st, b, idx[i0 + i], &r);
 			}

@@ -216,6 +216,14 @@ kvf_status kvf_media_sync(struct kvf_media *m)
 	return m->ops->sync(m);
 }
 
+const unsigned char *kvf_media_map(struct kvf_media *m, uint32_t stripe,
+				   uint64_t seg, uint32_t page)
+{
+	if (m == NULL || m->closed || m->ops->map == NULL)
+		return NULL;
+	return m->ops->map(m, stripe, seg, page);
+}
+
 void kvf_media_stats(struct kvf_media *m, struct kvf_media_stats *out)
 {
 	if (m == NULL || out == NULL)

@@ -87,6 +87,11 @@ struct kvf_media_ops {
 	void (*stats)(struct kvf_media *m, struct kvf_media_stats *out);
 	/* release every resource; the handle itself is freed by the caller */
 	void (*close)(struct kvf_media *m);
+	/* optional (NULL): the bytes of a page in place, for media that
+	 * keep pages in memory; NULL when it has none.  Valid until the
+	 * segment is trimmed or the media closed. */
+	const unsigned char *(*map)(struct kvf_media *m, uint32_t stripe,
+				    uint64_t seg, uint32_t page);
 };
 
 /* The head of every backend's handle (backends embed it first). */
@@ -151,6 +156,11 @@ kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				  uint64_t seg);
 /* kvf_media_sync - make every completed write durable. */
 kvf_status kvf_media_sync(struct kvf_media *m);
+/* kvf_media_map - a page's bytes in place when the backend keeps them in
+ * memory (no copy), else NULL: read it instead.  Arguments must be in
+ * range. */
+const unsigned char *kvf_media_map(struct kvf_media *m, uint32_t stripe,
+				   uint64_t seg, uint32_t page);
 /* kvf_media_stats - counters since open; m may be closed. */
 void kvf_media_stats(struct kvf_media *m, struct kvf_media_stats *out);
 /* kvf_media_close - release files, rings and memory; the handle stays

@@ -5,6 +5,10 @@
  * so a large geometry costs only what is written.  Unwritten and trimmed
  * pages read as zeros.
  *
+ * kvf_media_map hands out a segment's bytes in place (the store reads
+ * pages it holds references to, so their segments are not trimmed
+ * meanwhile).
+ *
  * Locking: `lock` is a reader-writer lock.  Reads and writes hold it shared
  * (a first write installs the segment with a compare-and-swap); trim holds
  * it exclusive, so no I/O can see a segment while it is freed.
@@ -160,6 +164,19 @@ static void mem_close(struct kvf_media *m)
 	pthread_rwlock_destroy(&mm->lock);
 }
 
+static const unsigned char *mem_map(struct kvf_media *m, uint32_t stripe,
+				    uint64_t seg, uint32_t page)
+{
+	struct media_mem *mm = to_mem(m);
+	unsigned char *s = atomic_load(slot(mm, stripe, seg));
+
+	if (s == NULL)
+		return NULL;
+	atomic_fetch_add(&mm->bytes_read, m->geo.page_size);
+	atomic_fetch_add(&mm->read_ios, 1);
+	return s + (size_t)page * m->geo.page_size;
+}
+
 static const struct kvf_media_ops mem_ops = {
 	.version = KVF_MEDIA_OPS_VERSION,
 	.name = "memory",
@@ -169,6 +186,7 @@ static const struct kvf_media_ops mem_ops = {
 	.sync = mem_sync,
 	.stats = mem_stats,
 	.close = mem_close,
+	.map = mem_map,
 };
 
 kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
