@@ -216,7 +216,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 				    n_tokens, layer, call);
 		if (rc == KVF_OK) {
 			seq->len[layer] += n_tokens;
-			seq->dirty = 1;
+			seq->changes++;
 		}
 	}
 	seq_unlock_put(st, seq);
@@ -257,7 +257,7 @@ static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 				    n_tokens, UINT32_MAX, call);
 		if (rc == KVF_OK) {
 			seq->x_len[layer] += n_tokens;
-			seq->dirty = 1;
+			seq->changes++;
 		}
 	}
 	seq_unlock_put(st, seq);
@@ -333,7 +333,7 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		if (tail_pending(st, s, tokens))
 			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
 	}
-	rc = openseg_reserve(st, seq, pages, "kvf_sync");
+	rc = openseg_reserve(st, seq, pages, "partial groups");
 	kvf_free(pages);
 	if (rc != KVF_OK)
 		return rc;

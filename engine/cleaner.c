@@ -208,7 +208,8 @@ static int take_victim(struct pass *p, uint32_t v)
 					.sid = vslots[i].stream,
 					.group = vslots[i].group,
 					.addr = addr_make(v, pg, st->page_bits) };
-		seq_foreach(st, find_owners, &fc);
+		if (seq_foreach(st, find_owners, &fc) != KVF_OK)
+			fc.oom = 1;
 		if (fc.oom)
 			goto undo;
 		if (fc.found != refs[pg])

@@ -416,7 +416,8 @@ kvf_status recovery_load(kvf_store *st)
 	tag = META_TAG_REF;
 	if ((rc = catalog_scan(st->cat, &tag, 1, list_ref, &l)) != KVF_OK)
 		goto out;
-	qsort(l.items, l.n, sizeof(*l.items), cmp_item);
+	if (l.n > 1)
+		qsort(l.items, l.n, sizeof(*l.items), cmp_item);
 	cc.checks = kvf_calloc(st->n_segments, sizeof(uint32_t *));
 	if (cc.checks == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
@@ -432,7 +433,8 @@ kvf_status recovery_load(kvf_store *st)
 	}
 	if (rc != KVF_OK)
 		goto out;
-	seq_foreach(st, count_refs, &cc);
+	if (seq_foreach(st, count_refs, &cc) != KVF_OK)
+		cc.oom = 1;
 	if (cc.oom) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for page references");
 		goto out;

@@ -256,8 +256,8 @@ static void table_remove(kvf_store *st, struct seq *seq)
 	pthread_rwlock_unlock(&st->seq_table_lock);
 }
 
-void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
-		 void *arg)
+kvf_status seq_foreach(kvf_store *st,
+		       void (*fn)(kvf_store *, struct seq *, void *), void *arg)
 {
 	struct seq **list;
 	uint32_t n = 0;
@@ -271,11 +271,14 @@ void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
 				list[n++] = st->seq_table[i];
 			}
 	pthread_rwlock_unlock(&st->seq_table_lock);
+	if (list == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for the list of sequences");
 	for (uint32_t i = 0; i < n; i++) {
 		fn(st, list[i], arg);
 		seq_put(st, list[i]);
 	}
 	kvf_free(list);
+	return KVF_OK;
 }
 
 uint32_t seq_count(kvf_store *st)

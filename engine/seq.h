@@ -44,9 +44,10 @@ void seq_drop_all(kvf_store *st, struct seq *seq);
 /* seq_destroy - free a sequence's memory (not its pages) */
 void seq_destroy(kvf_store *st, struct seq *seq);
 
-/* seq_foreach - call fn on every live sequence (with a reference held) */
-void seq_foreach(kvf_store *st, void (*fn)(kvf_store *, struct seq *, void *),
-		 void *arg);
+/* seq_foreach - call fn on every live sequence (with a reference held).
+ * Return: KVF_OK, or KVF_ENOMEM having called fn on none. */
+kvf_status seq_foreach(kvf_store *st,
+		       void (*fn)(kvf_store *, struct seq *, void *), void *arg);
 /* seq_count - the caller's live sequences (not optimizers) */
 uint32_t seq_count(kvf_store *st);
 

@@ -753,11 +753,23 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = openseg_flush_all(st, seq);
-		if (c->rc == KVF_OK && seq->dirty)
+		if (c->rc == KVF_OK && seq->changes != seq->synced_changes) {
 			c->rc = seq_record(st, seq, c->b);
-		if (c->rc == KVF_OK)
-			seq->dirty = 0;
+			/* counts as synced only once the batch commits */
+			seq->capture = seq->changes;
+			seq->capture_gen = st->sync_gen;
+		}
 	}
+	pthread_mutex_unlock(&seq->lock);
+}
+
+/* sync_done - the sync's batch committed: what it recorded is synced */
+static void sync_done(kvf_store *st, struct seq *seq, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&seq->lock);
+	if (seq->capture_gen == st->sync_gen)
+		seq->synced_changes = seq->capture;
 	pthread_mutex_unlock(&seq->lock);
 }
 
@@ -822,8 +834,9 @@ kvf_status kvf_sync(kvf_store *st)
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&st->sync_lock);
 		pthread_rwlock_rdlock(&st->world);
-		seq_foreach(st, sync_seq, &c);
-		rc = c.rc;
+		st->sync_gen++;
+		if ((rc = seq_foreach(st, sync_seq, &c)) == KVF_OK)
+			rc = c.rc;
 		if (rc != KVF_ENOSPC || attempt == 1)
 			break;
 		/* no room for the partial pages: clean, then go again */
@@ -839,6 +852,8 @@ kvf_status kvf_sync(kvf_store *st)
 	}
 	if (rc == KVF_OK)
 		rc = store_durable_point(st, c.b, 1);
+	if (rc == KVF_OK) /* if this fails, the next sync writes them again */
+		(void)seq_foreach(st, sync_done, NULL);
 	if (rc != KVF_OK)
 		kvf_fail_wrap(rc, "kvf_sync");
 	pthread_rwlock_unlock(&st->world);
@@ -900,7 +915,7 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.sparf_pages_read = atomic_load(&st->c.sparf_pages_read);
 	s.sparf_pages_skipped = atomic_load(&st->c.sparf_pages_skipped);
 	s.n_syncs = st->n_syncs;
-	seq_foreach(st, index_bytes_of, &s.index_bytes);
+	(void)seq_foreach(st, index_bytes_of, &s.index_bytes); /* best effort */
 	pthread_mutex_lock(&st->seg_lock);
 	s.segments_total = st->n_segments;
 	for (uint32_t i = 0; i < st->n_segments; i++) {

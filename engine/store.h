@@ -136,7 +136,10 @@ struct seq {
 	pthread_mutex_t lock;  /* guards everything below */
 	_Atomic int refs;      /* the table's one, plus each user's */
 	int dead;              /* freed; calls answer KVF_ENOENT */
-	int dirty;             /* lengths changed since the last sync */
+	uint64_t changes;      /* length changes since open */
+	uint64_t synced_changes; /* of them, in the last committed record */
+	uint64_t capture;      /* changes in the record a sync is writing */
+	uint64_t capture_gen;  /* that sync (st->sync_gen) */
 	int has_ref_record;    /* an "R" record exists (forked) */
 	uint64_t *len;         /* K/V tokens per layer */
 	uint64_t *x_len;       /* X tokens per layer */
@@ -244,6 +247,7 @@ struct kvf_store {
 	_Atomic uint64_t next_opt_id; /* next optimizer pseudo-sequence id */
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
+	uint64_t sync_gen;      /* kvf_sync calls begun; sync_lock */
 	struct store_counters c;
 	pthread_mutex_t sync_lock; /* one sync or cleaning pass at a time */
 	struct pool *pool;      /* workers for compute near the data */
