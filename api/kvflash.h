@@ -239,8 +239,13 @@ typedef struct kvf_store kvf_store;
  *        that exists (a zero model means "as stored"; a zero model
  *        with read_only takes every field as stored).
  * @out: receives the handle; NULL on failure.
- * A store holds everything up to its last successful kvf_sync: after a
- * crash, reopening gives back exactly that.  One open handle per directory.
+ * A store holds every token appended before its last successful kvf_sync:
+ * after a crash, reopening gives back exactly those, with nothing half
+ * written.  kvf_seq_create, kvf_seq_fork and kvf_seq_free take effect in
+ * the catalog when they return; after a crash each one is either in
+ * effect or not (never in part), and certainly in effect after the next
+ * kvf_sync.  One open handle per directory (several read-only ones may
+ * share it).
  * A KVF_MEDIA_MEMORY or KVF_MEDIA_FLASH store starts empty at every open.
  * Return: KVF_OK; KVF_EINVAL (bad option, message names it; or dir is not a
  * store and not empty); KVF_EMISMATCH (option contradicts the stored

@@ -17,6 +17,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/append.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/writer.h"
@@ -836,13 +837,29 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
-	/* from here the child is visible: references are taken before the
-	 * commit so a failed commit (fatal) leaves counts consistent */
-	for (uint64_t i = 0; i < n_refs; i++)
-		if (seg_ref_inc(st, refs[i].addr) != KVF_OK && rc == KVF_OK)
+	/* visible from here: take the shared pages' references first */
+	for (uint64_t i = 0; i < n_refs && rc == KVF_OK; i++)
+		if (seg_ref_inc(st, refs[i].addr) != KVF_OK)
 			rc = store_set_fatal(st, KVF_ENOMEM, call);
+	if (rc == KVF_OK) {
+		/* the child's partial tail groups go to media before its
+		 * record, so a child that a crash leaves behind is whole */
+		pthread_mutex_lock(&child->lock);
+		if ((rc = seq_seal_partials(st, child)) == KVF_OK)
+			rc = openseg_flush_all(st, child);
+		if (rc != KVF_OK) { /* undo: the child never was */
+			child->dead = 1;
+			seq_drop_all(st, child);
+			pthread_mutex_unlock(&child->lock);
+			seq_remove(st, child);
+			child = NULL;
+			kvf_fail_wrap(rc, call);
+			goto out_child;
+		}
+		pthread_mutex_unlock(&child->lock);
+		rc = commit_batch(st, b, call);
+	}
 	child = NULL;
-	rc = commit_batch(st, b, call);
 out_child:
 	if (child)
 		seq_destroy(st, child);
