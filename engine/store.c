@@ -470,7 +470,8 @@ static uint64_t random_id(void)
 }
 
 /* store_release - free everything; with `created` remove what open made */
-static void store_release(kvf_store *st, int created, int made_dir)
+static void store_release(kvf_store *st, int created, int made_dir,
+			  int fresh)
 {
 	cleaner_stop(st);
 	writer_stop(st);
@@ -480,30 +481,27 @@ static void store_release(kvf_store *st, int created, int made_dir)
 	catalog_close(st->cat);
 	seq_table_free(st);
 	seg_table_free(st);
-	if (created) {
-		char *p;
+	if (created && st->dir) {
+		/* stack paths: this also runs when memory has run out */
+		char p[4096];
 
 		for (uint32_t i = 0; i < st->hdr.n_stripes && st->opts.device_paths == NULL; i++) {
-			char leaf[32];
+			snprintf(p, sizeof(p), "%s/stripe-%03u.kvf", st->dir, i);
+			unlink(p);
+		}
+		snprintf(p, sizeof(p), "%s/meta", st->dir);
+		remove_tree(p);
+		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_HEADER_FILE);
+		unlink(p);
+	}
+	if ((created || made_dir || fresh) && st->dir && !st->read_only) {
+		/* a failed create leaves nothing: not its LOCK, not the
+		 * directory it made */
+		char p[4096];
 
-			snprintf(leaf, sizeof(leaf), "stripe-%03u.kvf", i);
-			if ((p = path_join(st->dir, leaf)) != NULL) {
-				unlink(p);
-				kvf_free(p);
-			}
-		}
-		if ((p = path_join(st->dir, "meta")) != NULL) {
-			remove_tree(p);
-			kvf_free(p);
-		}
-		if ((p = path_join(st->dir, STORE_HEADER_FILE)) != NULL) {
+		snprintf(p, sizeof(p), "%s/LOCK", st->dir);
+		if (st->lock_created)
 			unlink(p);
-			kvf_free(p);
-		}
-		if ((p = path_join(st->dir, "LOCK")) != NULL) {
-			unlink(p);
-			kvf_free(p);
-		}
 		if (made_dir)
 			rmdir(st->dir);
 	}
@@ -539,6 +537,7 @@ static kvf_status lock_dir(kvf_store *st)
 
 	if (p == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	st->lock_created = !st->read_only && access(p, F_OK) != 0;
 	fd = open(p, (st->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
 	if (fd < 0 && st->read_only && errno == ENOENT)
 		fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -572,7 +571,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		      struct kvf_media *media, kvf_store **out)
 {
 	struct store_header stored;
-	int created = 0, made_dir = 0;
+	int created = 0, made_dir = 0, fresh = 0;
 	kvf_store *st;
 	char *hpath = NULL, *mpath = NULL;
 	kvf_status rc;
@@ -649,6 +648,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 			goto fail;
 		st->hdr = stored;
 	} else if (rc == KVF_ENOENT) {
+		fresh = 1; /* no store here: a failure removes our LOCK */
 		if (st->read_only) {
 			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (no %s)",
 				      dir, hpath);
@@ -718,7 +718,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 fail:
 	kvf_free(hpath);
 	kvf_free(mpath);
-	store_release(st, created, made_dir);
+	store_release(st, created, made_dir, fresh);
 	return rc;
 }
 
@@ -731,7 +731,7 @@ kvf_status kvf_close(kvf_store *st)
 	cleaner_stop(st);
 	if (!st->read_only && !atomic_load(&st->fatal))
 		rc = kvf_sync(st);
-	store_release(st, 0, 0);
+	store_release(st, 0, 0, 0);
 	return rc;
 }
 

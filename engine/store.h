@@ -202,6 +202,7 @@ struct kvf_store {
 	struct store_header hdr; /* the configuration on disk */
 	int read_only;          /* opened read-only */
 	int lock_fd;            /* flock on DIR/LOCK */
+	int lock_created;       /* this open made DIR/LOCK */
 	struct catalog *cat;
 	struct kvf_media *media;
 	int media_borrowed;     /* media is the caller's (store_open) */
