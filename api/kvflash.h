@@ -195,7 +195,8 @@ typedef struct {
 	size_t struct_size;          /* sizeof(kvf_stats), set by the caller */
 	uint64_t user_bytes;         /* bytes handed to kvf_append(_x) */
 	uint64_t host_bytes_written; /* bytes written to media, all causes */
-	double host_wa;              /* host_bytes_written / user_bytes */
+	double host_wa;              /* (host_bytes_written - opt_bytes) /
+				      * user_bytes */
 	double device_wa;            /* NAND programs / host page writes */
 	double total_wa;             /* host_wa * device_wa */
 	uint64_t bytes_read;         /* bytes read from media */
@@ -224,6 +225,9 @@ typedef struct {
 	uint64_t sparf_pages_read;   /* pages SparF read (K^T and K/V) */
 	uint64_t sparf_pages_skipped; /* K/V pages dense attention would have
 				       * read and SparF did not */
+	uint64_t opt_bytes;          /* optimizer state pages written (part
+				      * of host_bytes_written; user_bytes
+				      * counts no optimizer bytes) */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */

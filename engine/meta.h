@@ -47,6 +47,7 @@ struct meta_sync {
 	uint64_t kt_bytes;
 	uint64_t cleaner_bytes;
 	uint64_t summary_bytes;
+	uint64_t opt_bytes;
 };
 
 struct meta_seq {
@@ -87,7 +88,7 @@ struct meta_ref_entry {
 	uint32_t reserved;
 };
 
-static_assert(sizeof(struct meta_sync) == 64, "meta_sync");
+static_assert(sizeof(struct meta_sync) == 72, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
 static_assert(sizeof(struct meta_slot) == 32, "meta_slot");

@@ -34,7 +34,8 @@
 #include "engine/seq.h"
 
 #define OPT_NAME_MAX 200u
-#define OPT_BATCH 16u /* chunks per batch: 3 * 16 pages read together */
+#define OPT_BATCH 64u /* chunks per batch: 64 pages of each state read
+		       * together (256 KiB runs with 4 KiB pages) */
 
 enum { ST_PARAM = 0, ST_M = 1, ST_V = 2 };
 
@@ -214,6 +215,7 @@ static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			stream_set_page(str, c, ref);
 			if (c >= str->n_groups)
 				str->n_groups = (uint32_t)c + 1;
+			atomic_fetch_add(&st->c.opt_bytes, st->hdr.page_size);
 		}
 	}
 	return KVF_OK;

@@ -387,6 +387,7 @@ kvf_status recovery_load(kvf_store *st)
 		atomic_store(&st->c.kt_bytes, ms.kt_bytes);
 		atomic_store(&st->c.cleaner_bytes, ms.cleaner_bytes);
 		atomic_store(&st->c.summary_bytes, ms.summary_bytes);
+		atomic_store(&st->c.opt_bytes, ms.opt_bytes);
 		if (ms.seqno >= atomic_load(&st->next_seqno))
 			atomic_store(&st->next_seqno, ms.seqno + 1);
 	} else if (rc != KVF_ENOENT) {

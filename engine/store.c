@@ -796,6 +796,7 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	ms.kt_bytes = atomic_load(&st->c.kt_bytes);
 	ms.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
 	ms.summary_bytes = atomic_load(&st->c.summary_bytes);
+	ms.opt_bytes = atomic_load(&st->c.opt_bytes);
 	catalog_batch_put(b, &tag, 1, &ms, sizeof(ms));
 	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK)
 		return store_set_fatal(st, rc, "catalog commit");
@@ -898,10 +899,14 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
 	s.summary_bytes = atomic_load(&st->c.summary_bytes);
 	s.kt_bytes = atomic_load(&st->c.kt_bytes);
-	s.host_bytes_written = s.data_bytes + s.padding_bytes +
+	s.opt_bytes = atomic_load(&st->c.opt_bytes);
+	s.host_bytes_written = s.data_bytes + s.padding_bytes + s.opt_bytes +
 			       s.cleaner_bytes + s.kt_bytes + s.summary_bytes;
 	s.metadata_bytes = catalog_bytes_written(st->cat);
-	s.host_wa = s.user_bytes ? (double)s.host_bytes_written / (double)s.user_bytes : 0;
+	/* the KV cache's amplification: optimizer state has no user bytes */
+	s.host_wa = s.user_bytes ? (double)(s.host_bytes_written - s.opt_bytes) /
+					   (double)s.user_bytes
+				 : 0;
 	kvf_media_stats(st->media, &ms);
 	s.device_wa = ms.host_pages_written
 		? (double)ms.nand_pages_programmed / (double)ms.host_pages_written

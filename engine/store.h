@@ -184,6 +184,7 @@ struct store_counters {
 	_Atomic uint64_t data_bytes;      /* full data pages written */
 	_Atomic uint64_t padding_bytes;   /* partial pages written by sync */
 	_Atomic uint64_t kt_bytes;        /* K^T pages written */
+	_Atomic uint64_t opt_bytes;       /* optimizer state pages written */
 	_Atomic uint64_t cleaner_bytes;   /* pages copied by the cleaner */
 	_Atomic uint64_t summary_bytes;   /* summary pages written */
 	_Atomic uint64_t bytes_read;      /* bytes read from media */
