@@ -145,6 +145,11 @@ typedef struct {
 	uint32_t flash_cell;      /* 0 = TLC, 1 SLC, 2 MLC, 3 TLC, 4 QLC */
 	float flash_spare;        /* spare factor (physical - logical) /
 				   * physical; 0 = 0.07 */
+	uint32_t trim;            /* trim segments when they are reused:
+				   * 0 = where it helps (devices, the flash
+				   * emulator, memory; not preallocated
+				   * files, whose holes would only be
+				   * refilled), 1 = always, 2 = never */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */

@@ -425,12 +425,14 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	pthread_mutex_unlock(&st->seg_lock);
 	if (ids == NULL)
 		return KVF_OK; /* nothing dying, or no memory: next time */
-	for (done = 0; done < n; done++) {
+	for (done = 0; done < n && st->trim; done++) {
 		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
 					    seg_in_stripe(st, ids[done]));
 		if (rc != KVF_OK)
 			break;
 	}
+	if (!st->trim)
+		done = n;
 	pthread_mutex_lock(&st->seg_lock);
 	for (uint32_t k = 0; k < done; k++) {
 		struct seg_info *si = &st->segs[ids[k]];

@@ -116,6 +116,8 @@ static kvf_status take_options(const kvf_options *in, kvf_options *o)
 		return rc;
 	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
 	o->struct_size = sizeof(*o);
+	if (o->trim > 2)
+		return kvf_fail(KVF_EINVAL, "kvf_open: trim %u must be 0, 1 or 2", o->trim);
 	return KVF_OK;
 }
 
@@ -520,6 +522,22 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	kvf_free(st);
 }
 
+/* trim_policy - whether reusing a segment trims it first: on devices, the
+ * flash emulator (its GC then skips the dead pages) and memory (the bytes
+ * are freed), but not on the preallocated stripe files, where punching a
+ * hole only makes the next write allocate the blocks again */
+static int trim_policy(kvf_store *st)
+{
+	struct kvf_media_stats ms;
+
+	if (st->opts.trim == 1 || st->opts.trim == 2)
+		return st->opts.trim == 1;
+	kvf_media_stats(st->media, &ms);
+	if (st->hdr.media != KVF_MEDIA_FILE)
+		return 1;
+	return ms.blkdev_stripes == st->hdr.n_stripes;
+}
+
 /* compute_threads - pool workers: n_threads (0 = online CPUs) less the
  * calling thread, which works too */
 static uint32_t compute_threads(const kvf_options *o)
@@ -701,6 +719,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK)
 		goto fail;
+	st->trim = trim_policy(st);
 	if (created)
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK)

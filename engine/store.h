@@ -207,6 +207,7 @@ struct kvf_store {
 	struct catalog *cat;
 	struct kvf_media *media;
 	int media_borrowed;     /* media is the caller's (store_open) */
+	int trim;               /* trim dying segments (kvf_options.trim) */
 	_Atomic int fatal;      /* sticky KVF_EFATAL */
 
 	/* shape, derived once */

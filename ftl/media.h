@@ -65,6 +65,7 @@ struct kvf_media_stats {
 	uint32_t uring;             /* file: 1 if io_uring carries the I/O */
 	uint32_t queue_depth;       /* file: requests in flight per ring */
 	uint32_t rings;             /* file: io_uring rings created so far */
+	uint32_t blkdev_stripes;    /* file: stripes that are block devices */
 };
 
 struct kvf_media;

@@ -264,6 +264,8 @@ static void file_stats(struct kvf_media *m, struct kvf_media_stats *out)
 	pthread_mutex_lock(&mf->pool_lock);
 	out->rings = mf->n_rings;
 	pthread_mutex_unlock(&mf->pool_lock);
+	for (uint32_t i = 0; i < m->geo.n_stripes; i++)
+		out->blkdev_stripes += (uint32_t)mf->stripes[i].is_blkdev;
 }
 
 /* close_stripes - close the first n stripes; remove files this open made
