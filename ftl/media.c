@@ -79,9 +79,10 @@ static kvf_status refuse_read_only(const char *call, struct kvf_media *m)
 	return KVF_OK;
 }
 
-/* check_io - the checks shared by reads and writes; call names the caller */
-static kvf_status check_io(const char *call, struct kvf_media *m,
-			   const struct kvf_media_io *io, uint32_t n_io)
+/* kvf_media_check_io - see media.h: shared by reads, writes and the flash
+ * backend's stream writes */
+kvf_status kvf_media_check_io(const char *call, struct kvf_media *m,
+			      const struct kvf_media_io *io, uint32_t n_io)
 {
 	const struct kvf_media_geometry *g;
 
@@ -128,7 +129,7 @@ static kvf_status check_io(const char *call, struct kvf_media *m,
 kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
 			   uint32_t n_io)
 {
-	kvf_status rc = check_io("kvf_media_write", m, io, n_io);
+	kvf_status rc = kvf_media_check_io("kvf_media_write", m, io, n_io);
 
 	if (rc == KVF_OK)
 		rc = refuse_read_only("kvf_media_write", m);
@@ -140,7 +141,7 @@ kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
 kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
 			  uint32_t n_io)
 {
-	kvf_status rc = check_io("kvf_media_read", m, io, n_io);
+	kvf_status rc = kvf_media_check_io("kvf_media_read", m, io, n_io);
 
 	if (rc != KVF_OK || n_io == 0)
 		return rc;

@@ -136,6 +136,12 @@ struct kvf_media_config {
 kvf_status kvf_media_open(const struct kvf_media_config *cfg,
 			  struct kvf_media **out);
 
+/* kvf_media_check_io - the checks every read and write passes (the rules
+ * at the top of this file); call names the caller in the message.  For
+ * backends' own entry points that take requests. */
+kvf_status kvf_media_check_io(const char *call, struct kvf_media *m,
+			      const struct kvf_media_io *io, uint32_t n_io);
+
 /* kvf_media_write - write n_io requests; all of them, or KVF_EIO naming the
  * file and errno (then some may have been written). */
 kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,

@@ -615,48 +615,6 @@ static kvf_status check_range(const struct media_flash *mf, const char *call,
 	return KVF_OK;
 }
 
-/* check_ios - the checked front's rules (media.h), for the flash calls
- * that do not pass through it */
-static kvf_status check_ios(const struct kvf_media *m, const char *call,
-			    const struct kvf_media_io *io, uint32_t n_io)
-{
-	const struct kvf_media_geometry *g = &m->geo;
-
-	if (io == NULL && n_io != 0)
-		return kvf_fail(KVF_EINVAL, "%s: io is NULL", call);
-	for (uint32_t i = 0; i < n_io; i++) {
-		const struct kvf_media_io *r = &io[i];
-
-		if (r->stripe >= g->n_stripes)
-			return kvf_fail(KVF_ERANGE,
-					"%s: request %u: stripe %u out of range (media has %u)",
-					call, i, r->stripe, g->n_stripes);
-		if (r->seg >= g->segs_per_stripe)
-			return kvf_fail(KVF_ERANGE,
-					"%s: request %u: segment %llu out of range (stripe holds %llu)",
-					call, i, (unsigned long long)r->seg,
-					(unsigned long long)g->segs_per_stripe);
-		if (r->n_pages == 0)
-			return kvf_fail(KVF_EINVAL,
-					"%s: request %u: n_pages is 0", call, i);
-		if (r->page >= g->pages_per_segment ||
-		    r->n_pages > g->pages_per_segment - r->page)
-			return kvf_fail(KVF_ERANGE,
-					"%s: request %u: pages %u..%u past the segment end (%u pages)",
-					call, i, r->page,
-					r->page + r->n_pages - 1,
-					g->pages_per_segment);
-		if (r->buf == NULL)
-			return kvf_fail(KVF_EINVAL, "%s: request %u: buf is NULL",
-					call, i);
-		if ((uintptr_t)r->buf % KVF_MEDIA_ALIGN != 0)
-			return kvf_fail(KVF_EINVAL,
-					"%s: request %u: buf %p is not %u-byte aligned",
-					call, i, r->buf, KVF_MEDIA_ALIGN);
-	}
-	return KVF_OK;
-}
-
 kvf_status kvf_flash_write(struct kvf_media *m, const struct kvf_media_io *io,
 			   uint32_t n_io, uint32_t stream)
 {
@@ -667,7 +625,7 @@ kvf_status kvf_flash_write(struct kvf_media *m, const struct kvf_media_io *io,
 		return rc;
 	if ((rc = check_stream(mf, stream)) != KVF_OK)
 		return rc;
-	if ((rc = check_ios(m, "kvf_flash_write", io, n_io)) != KVF_OK)
+	if ((rc = kvf_media_check_io("kvf_flash_write", m, io, n_io)) != KVF_OK)
 		return rc;
 	pthread_mutex_lock(&mf->lock);
 	rc = write_locked(mf, io, n_io, stream);
