@@ -521,6 +521,16 @@ static kvf_status copy_rows(void *arg, uint64_t first, uint32_t n,
 	return KVF_OK;
 }
 
+static kvf_status copy_pair(void *arg, uint64_t first, uint32_t n,
+			    const unsigned char *k_rows,
+			    const unsigned char *v_rows)
+{
+	struct copy_out *c = arg;
+
+	copy_rows(&c[0], first, n, k_rows);
+	return copy_rows(&c[1], first, n, v_rows);
+}
+
 kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		    uint32_t kv_head, uint64_t t0, uint64_t t1, void *k_out,
 		    void *v_out)
@@ -555,6 +565,21 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			      (unsigned long long)t1,
 			      (unsigned long long)seq_id, layer,
 			      (unsigned long long)seq->len[layer]);
+		goto out_seq;
+	}
+	if (k_out && v_out) {
+		/* K and V in one batch: a prefilled head's two runs lie side
+		 * by side and merge into large requests */
+		struct copy_out c[2] = {
+			{ .dst = k_out, .t0 = t0, .row = st->row_bytes,
+			  .src_row = st->row_bytes },
+			{ .dst = v_out, .t0 = t0, .row = st->row_bytes,
+			  .src_row = st->row_bytes } };
+
+		rc = stream_read_pair(st, seq,
+				      seq_kv_stream(st, seq, layer, KIND_K, kv_head),
+				      seq_kv_stream(st, seq, layer, KIND_V, kv_head),
+				      seq->len[layer], t0, t1, copy_pair, c);
 		goto out_seq;
 	}
 	for (int kind = 0; kind < 2 && rc == KVF_OK; kind++) {
