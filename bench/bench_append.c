@@ -113,17 +113,28 @@ static void usage(FILE *f)
 		"  --keep           leave the last pass's store and the plain file\n");
 }
 
-/* set_u32 - store v in *out if it is in [lo, hi] */
-static int set_u32(uint64_t v, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	if (v < lo || v > hi)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct append_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_STR("--dir", a->dir),
+		BENCH_U32("--layers", a->model.n_layers, 1, 4096),
+		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 4095),
+		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 4095),
+		BENCH_U32("--head-dim", a->model.head_dim, 1, 32768),
+		BENCH_U32("--tokens", a->prompt_tokens, 1, 1u << 24),
+		BENCH_U32("--steps", a->decode_steps, 1, 1u << 24),
+		BENCH_U32("--seqs", a->n_seqs, 1, 4096),
+		BENCH_U32("--stripes", a->n_stripes, 1, 64),
+		BENCH_U32("--reads", a->n_reads, 1, 1u << 20),
+		BENCH_U32("--repeat", a->repeat, 1, MAX_REPEAT),
+		BENCH_U64("--segment", a->segment_bytes, 1, UINT64_MAX),
+		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
+		BENCH_BOOL("--json", a->json),
+		BENCH_BOOL("--keep", a->keep),
+		{ 0 }
+	};
+	int rc;
+
 	*a = (struct append_args){ .dir = "kvbench-append",
 				   .model = { .n_layers = 32,
 					      .n_q_heads = 32,
@@ -137,66 +148,9 @@ static int parse_args(int argc, char **argv, struct append_args *a)
 				   .segment_bytes = MIB,
 				   .n_reads = 32,
 				   .repeat = 3 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-		int bad;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (strcmp(f, "--keep") == 0) {
-			a->keep = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error(
-				"append",
-				"unknown option or missing value: '%s' (kvbench append --help)",
-				f);
-		if (strcmp(f, "--dir") == 0) {
-			a->dir = argv[++i];
-			continue;
-		}
-		if (bench_parse_u64(f, argv[++i], &v) != 0)
-			return 2;
-		if (strcmp(f, "--layers") == 0)
-			bad = set_u32(v, 1, 4096, &a->model.n_layers);
-		else if (strcmp(f, "--q-heads") == 0)
-			bad = set_u32(v, 1, 4095, &a->model.n_q_heads);
-		else if (strcmp(f, "--kv-heads") == 0)
-			bad = set_u32(v, 1, 4095, &a->model.n_kv_heads);
-		else if (strcmp(f, "--head-dim") == 0)
-			bad = set_u32(v, 1, 32768, &a->model.head_dim);
-		else if (strcmp(f, "--tokens") == 0)
-			bad = set_u32(v, 1, 1u << 24, &a->prompt_tokens);
-		else if (strcmp(f, "--steps") == 0)
-			bad = set_u32(v, 1, 1u << 24, &a->decode_steps);
-		else if (strcmp(f, "--seqs") == 0)
-			bad = set_u32(v, 1, 4096, &a->n_seqs);
-		else if (strcmp(f, "--stripes") == 0)
-			bad = set_u32(v, 1, 64, &a->n_stripes);
-		else if (strcmp(f, "--reads") == 0)
-			bad = set_u32(v, 1, 1u << 20, &a->n_reads);
-		else if (strcmp(f, "--repeat") == 0)
-			bad = set_u32(v, 1, MAX_REPEAT, &a->repeat);
-		else if (strcmp(f, "--segment") == 0)
-			bad = (a->segment_bytes = v) == 0 ? -1 : 0;
-		else if (strcmp(f, "--size") == 0)
-			bad = (a->capacity_bytes = v) == 0 ? -1 : 0;
-		else
-			bad = -1;
-		if (bad)
-			return bench_usage_error(
-				"append",
-				"%s %s: unknown option or value out of range (kvbench append --help)",
-				f, argv[i]);
-	}
+	rc = bench_parse_opts("append", usage, opts, argc, argv);
+	if (rc != 0)
+		return rc;
 	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
 		return bench_usage_error(
 			"append",

@@ -176,17 +176,37 @@ static void usage(FILE *f)
 		"  --keep           leave the stores and the plain file in DIR\n");
 }
 
-/* set_u32 - store v in *out if it is in [lo, hi] */
-static int set_u32(uint64_t v, uint32_t lo, uint32_t hi, uint32_t *out)
+/* parse_head_dim - --head-dim: a multiple of 8 in [16, 512] */
+static int parse_head_dim(const char *flag, const char *text, void *out)
 {
-	if (v < lo || v > hi)
+	uint64_t v;
+
+	if (bench_parse_u64(flag, text, &v) != 0)
+		return 2;
+	if (v < 16 || v > 512 || v % 8 != 0)
 		return -1;
-	*out = (uint32_t)v;
+	*(uint32_t *)out = (uint32_t)v;
 	return 0;
 }
 
 static int parse_args(int argc, char **argv, struct attend_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_STR("--dir", a->dir),
+		BENCH_U32("--tokens", a->n_tokens, 1, 1u << 24),
+		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 1024),
+		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 1024),
+		BENCH_FUNC("--head-dim", parse_head_dim, &a->model.head_dim),
+		BENCH_U32("--top-r", a->top_r, 1, 512),
+		BENCH_U32("--top-k", a->top_k, 1, 1u << 24),
+		BENCH_U32("--threads", a->n_threads, 1, MAX_THREADS),
+		BENCH_U32("--repeat", a->repeat, 1, MAX_REPEAT),
+		BENCH_BOOL("--json", a->json),
+		BENCH_BOOL("--keep", a->keep),
+		{ 0 }
+	};
+	int rc;
+
 	*a = (struct attend_args){ .dir = "kvbench-attend",
 				   .model = { .n_layers = N_LAYERS,
 					      .n_q_heads = 32,
@@ -195,59 +215,9 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 					      .dtype = KVF_DTYPE_F16 },
 				   .n_tokens = 32768,
 				   .repeat = 5 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-		int bad;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (strcmp(f, "--keep") == 0) {
-			a->keep = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error(
-				"attend",
-				"unknown option or missing value: '%s' (kvbench attend --help)",
-				f);
-		if (strcmp(f, "--dir") == 0) {
-			a->dir = argv[++i];
-			continue;
-		}
-		if (bench_parse_u64(f, argv[++i], &v) != 0)
-			return 2;
-		if (strcmp(f, "--tokens") == 0)
-			bad = set_u32(v, 1, 1u << 24, &a->n_tokens);
-		else if (strcmp(f, "--q-heads") == 0)
-			bad = set_u32(v, 1, 1024, &a->model.n_q_heads);
-		else if (strcmp(f, "--kv-heads") == 0)
-			bad = set_u32(v, 1, 1024, &a->model.n_kv_heads);
-		else if (strcmp(f, "--head-dim") == 0)
-			bad = set_u32(v, 16, 512, &a->model.head_dim) ||
-			      v % 8 != 0;
-		else if (strcmp(f, "--top-r") == 0)
-			bad = set_u32(v, 1, 512, &a->top_r);
-		else if (strcmp(f, "--top-k") == 0)
-			bad = set_u32(v, 1, 1u << 24, &a->top_k);
-		else if (strcmp(f, "--threads") == 0)
-			bad = set_u32(v, 1, MAX_THREADS, &a->n_threads);
-		else if (strcmp(f, "--repeat") == 0)
-			bad = set_u32(v, 1, MAX_REPEAT, &a->repeat);
-		else
-			bad = -1;
-		if (bad)
-			return bench_usage_error(
-				"attend",
-				"%s %s: unknown option or value out of range (kvbench attend --help)",
-				f, argv[i]);
-	}
+	rc = bench_parse_opts("attend", usage, opts, argc, argv);
+	if (rc != 0)
+		return rc;
 	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
 		return bench_usage_error(
 			"attend",

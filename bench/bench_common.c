@@ -78,6 +78,69 @@ int bench_parse_double(const char *flag, const char *text, double *out)
 	return 0;
 }
 
+static const struct bench_opt *find_opt(const struct bench_opt *opts,
+					const char *flag)
+{
+	for (; opts->name; opts++)
+		if (strcmp(opts->name, flag) == 0)
+			return opts;
+	return NULL;
+}
+
+/* set_opt - store text in o's field: 0, -1 out of range, 2 said why */
+static int set_opt(const struct bench_opt *o, const char *flag,
+		   const char *text)
+{
+	uint64_t v;
+
+	if (o && o->kind == BENCH_KIND_STR) {
+		*o->s = text;
+		return 0;
+	}
+	if (o && o->kind == BENCH_KIND_FUNC)
+		return o->parse(flag, text, o->any);
+	if (o && o->kind == BENCH_KIND_DOUBLE)
+		return bench_parse_double(flag, text, o->d) ? 2 : 0;
+	if (bench_parse_u64(flag, text, &v) != 0)
+		return 2;
+	if (o == NULL || v < o->min || v > o->max)
+		return -1;
+	if (o->kind == BENCH_KIND_U32)
+		*o->u32 = (uint32_t)v;
+	else
+		*o->u64 = v;
+	return 0;
+}
+
+int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
+		     const struct bench_opt *opts, int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i];
+		const struct bench_opt *o = find_opt(opts, f);
+		int rc;
+
+		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+			usage(stdout);
+			return 1;
+		}
+		if (o && o->kind == BENCH_KIND_BOOL) {
+			*o->b = 1;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return bench_usage_error(cmd, "unknown option or missing value: '%s' (kvbench %s --help)",
+						 f, cmd);
+		rc = set_opt(o, f, argv[++i]);
+		if (rc == 2)
+			return 2;
+		if (rc != 0)
+			return bench_usage_error(cmd, "%s %s: unknown option or value out of range (kvbench %s --help)",
+						 f, argv[i], cmd);
+	}
+	return 0;
+}
+
 double bench_median(double *v, uint32_t n)
 {
 	for (uint32_t i = 1; i < n; i++)

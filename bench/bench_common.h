@@ -23,6 +23,64 @@ int bench_parse_u64(const char *flag, const char *text, uint64_t *out);
 /* bench_parse_double - parse a number; 0 or -1 as above. */
 int bench_parse_double(const char *flag, const char *text, double *out);
 
+/*
+ * Options: each subcommand lists its flags in a table of struct bench_opt,
+ * ended by an entry whose name is NULL, and bench_parse_opts parses argv
+ * against it.  The entries are made with the macros below, which check
+ * the field's type.
+ */
+enum bench_opt_kind {
+	BENCH_KIND_BOOL,   /* a flag alone; sets the int to 1 */
+	BENCH_KIND_STR,    /* a string; points the const char * at argv */
+	BENCH_KIND_U32,    /* a number, K/M/G suffix; uint32_t in [min, max] */
+	BENCH_KIND_U64,    /* likewise, uint64_t in [min, max] */
+	BENCH_KIND_DOUBLE, /* a finite number, any value */
+	BENCH_KIND_FUNC,   /* the text handed to parse() */
+};
+
+struct bench_opt {
+	const char *name; /* "--size" */
+	enum bench_opt_kind kind;
+	union {
+		int *b;
+		const char **s;
+		uint32_t *u32;
+		uint64_t *u64;
+		double *d;
+		void *any; /* BENCH_KIND_FUNC: handed to parse() */
+	};
+	uint64_t min, max; /* BENCH_KIND_U32 and _U64: the range allowed */
+	/* BENCH_KIND_FUNC: 0 taken, -1 out of range (the parser says so),
+	 * 2 refused with a message printed */
+	int (*parse)(const char *flag, const char *text, void *out);
+};
+
+#define BENCH_BOOL(flag, field) \
+	{ .name = (flag), .kind = BENCH_KIND_BOOL, .b = &(field) }
+#define BENCH_STR(flag, field) \
+	{ .name = (flag), .kind = BENCH_KIND_STR, .s = &(field) }
+#define BENCH_U32(flag, field, lo, hi) \
+	{ .name = (flag), .kind = BENCH_KIND_U32, .u32 = &(field), \
+	  .min = (lo), .max = (hi) }
+#define BENCH_U64(flag, field, lo, hi) \
+	{ .name = (flag), .kind = BENCH_KIND_U64, .u64 = &(field), \
+	  .min = (lo), .max = (hi) }
+#define BENCH_DOUBLE(flag, field) \
+	{ .name = (flag), .kind = BENCH_KIND_DOUBLE, .d = &(field) }
+#define BENCH_FUNC(flag, fn, out) \
+	{ .name = (flag), .kind = BENCH_KIND_FUNC, .any = (out), .parse = (fn) }
+
+/*
+ * bench_parse_opts - parse argv[1..argc-1] of `kvbench cmd` against opts.
+ * --help or -h prints usage to stdout and returns 1; a bad flag or value
+ * prints one line to stderr and returns 2; else 0.  A flag with a value
+ * that is not in opts still has its value read as a number first, so
+ * "--nosuch 5" reads "unknown option or value out of range" and
+ * "--nosuch x" that x is not a number.
+ */
+int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
+		     const struct bench_opt *opts, int argc, char **argv);
+
 /* bench_median - the median of v[0..n-1] (n >= 1); sorts v. */
 double bench_median(double *v, uint32_t n);
 /* bench_mbs - bytes over ns as MB/s (10^6 bytes); 0 when ns is 0. */

@@ -111,54 +111,30 @@ static void usage(FILE *f)
 		"  --json             JSON instead of text\n");
 }
 
-static int set_u32(uint64_t v, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	if (v < lo || v > hi)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-/* parse_flag - one "--flag VALUE" pair; 0, or -1 when unknown/out of range */
-static int parse_flag(struct demo_args *a, const char *f, uint64_t v)
-{
-	if (strcmp(f, "--seqs") == 0)
-		return set_u32(v, 1, MAX_SLOTS, &a->n_slots);
-	if (strcmp(f, "--steps") == 0)
-		return set_u32(v, 0, 1u << 24, &a->steps);
-	if (strcmp(f, "--min-prompt") == 0)
-		return set_u32(v, 1, 1u << 20, &a->min_prompt);
-	if (strcmp(f, "--max-prompt") == 0)
-		return set_u32(v, 1, 1u << 20, &a->max_prompt);
-	if (strcmp(f, "--min-decode") == 0)
-		return set_u32(v, 1, 1u << 24, &a->min_decode);
-	if (strcmp(f, "--max-decode") == 0)
-		return set_u32(v, 1, 1u << 24, &a->max_decode);
-	if (strcmp(f, "--sync-every") == 0)
-		return set_u32(v, 1, 1u << 24, &a->sync_every);
-	if (strcmp(f, "--stripes") == 0)
-		return set_u32(v, 1, 64, &a->n_stripes);
-	if (strcmp(f, "--layers") == 0)
-		return set_u32(v, 1, 4096, &a->model.n_layers);
-	if (strcmp(f, "--q-heads") == 0)
-		return set_u32(v, 1, 4095, &a->model.n_q_heads);
-	if (strcmp(f, "--kv-heads") == 0)
-		return set_u32(v, 1, 4095, &a->model.n_kv_heads);
-	if (strcmp(f, "--head-dim") == 0)
-		return set_u32(v, 1, 32768, &a->model.head_dim);
-	if (strcmp(f, "--size") == 0 && v > 0)
-		a->capacity_bytes = v;
-	else if (strcmp(f, "--segment") == 0 && v > 0)
-		a->segment_bytes = v;
-	else if (strcmp(f, "--seed") == 0)
-		a->seed = v;
-	else
-		return -1;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct demo_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_STR("--dir", a->dir),
+		BENCH_U32("--seqs", a->n_slots, 1, MAX_SLOTS),
+		BENCH_U32("--steps", a->steps, 0, 1u << 24),
+		BENCH_U32("--min-prompt", a->min_prompt, 1, 1u << 20),
+		BENCH_U32("--max-prompt", a->max_prompt, 1, 1u << 20),
+		BENCH_U32("--min-decode", a->min_decode, 1, 1u << 24),
+		BENCH_U32("--max-decode", a->max_decode, 1, 1u << 24),
+		BENCH_U32("--sync-every", a->sync_every, 1, 1u << 24),
+		BENCH_U32("--stripes", a->n_stripes, 1, 64),
+		BENCH_U32("--layers", a->model.n_layers, 1, 4096),
+		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 4095),
+		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 4095),
+		BENCH_U32("--head-dim", a->model.head_dim, 1, 32768),
+		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
+		BENCH_U64("--segment", a->segment_bytes, 1, UINT64_MAX),
+		BENCH_U64("--seed", a->seed, 0, UINT64_MAX),
+		BENCH_BOOL("--json", a->json),
+		{ 0 }
+	};
+	int rc;
+
 	*a = (struct demo_args){ .dir = "kvflash-demo",
 				 .model = { .n_layers = 32,
 					    .n_q_heads = 32,
@@ -176,35 +152,9 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 				 .segment_bytes = MIB,
 				 .capacity_bytes = 4ull << 30,
 				 .seed = 1 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error(
-				"demo",
-				"unknown option or missing value: '%s' (kvbench demo --help)",
-				f);
-		if (strcmp(f, "--dir") == 0) {
-			a->dir = argv[++i];
-			continue;
-		}
-		if (bench_parse_u64(f, argv[++i], &v) != 0)
-			return 2;
-		if (parse_flag(a, f, v) != 0)
-			return bench_usage_error(
-				"demo",
-				"%s %s: unknown option or value out of range (kvbench demo --help)",
-				f, argv[i]);
-	}
+	rc = bench_parse_opts("demo", usage, opts, argc, argv);
+	if (rc != 0)
+		return rc;
 	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
 		return bench_usage_error(
 			"demo",

@@ -72,16 +72,22 @@ static void usage(FILE *f)
 		"  --json         JSON instead of a table\n");
 }
 
-static int parse_dtype(const char *s, kvf_dtype *dt)
+/* parse_dtype - --dtype f16|bf16|f32 */
+static int parse_dtype(const char *flag, const char *text, void *out)
 {
-	if (strcmp(s, "f16") == 0)
+	kvf_dtype *dt = out;
+
+	(void)flag;
+	if (strcmp(text, "f16") == 0)
 		*dt = KVF_DTYPE_F16;
-	else if (strcmp(s, "bf16") == 0)
+	else if (strcmp(text, "bf16") == 0)
 		*dt = KVF_DTYPE_BF16;
-	else if (strcmp(s, "f32") == 0)
+	else if (strcmp(text, "f32") == 0)
 		*dt = KVF_DTYPE_F32;
 	else
-		return -1;
+		return bench_usage_error("kernels",
+					 "--dtype %s: use f16, bf16 or f32",
+					 text);
 	return 0;
 }
 
@@ -94,56 +100,24 @@ static const char *dtype_name(kvf_dtype dt)
 
 static int parse_args(int argc, char **argv, struct kern_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_U64("--tokens", a->n_tokens, 1, 1u << 30),
+		BENCH_U32("--heads", a->n_kv_heads, 1, 1024),
+		BENCH_U32("--group", a->group, 1, 64),
+		BENCH_U32("--head-dim", a->head_dim, 1, 1024),
+		BENCH_FUNC("--dtype", parse_dtype, &a->dtype),
+		BENCH_U32("--repeat", a->repeat, 1, 100),
+		BENCH_BOOL("--json", a->json),
+		{ 0 }
+	};
+
 	*a = (struct kern_args){ .n_tokens = 32768,
 				 .n_kv_heads = 8,
 				 .group = 4,
 				 .head_dim = 128,
 				 .dtype = KVF_DTYPE_F16,
 				 .repeat = 5 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error(
-				"kernels",
-				"unknown option or missing value: '%s' (kvbench kernels --help)",
-				f);
-		if (strcmp(f, "--dtype") == 0) {
-			if (parse_dtype(argv[++i], &a->dtype) != 0)
-				return bench_usage_error(
-					"kernels",
-					"--dtype %s: use f16, bf16 or f32",
-					argv[i]);
-			continue;
-		}
-		if (bench_parse_u64(f, argv[++i], &v) != 0)
-			return 2;
-		if (strcmp(f, "--tokens") == 0 && v >= 1 && v <= (1u << 30))
-			a->n_tokens = v;
-		else if (strcmp(f, "--heads") == 0 && v >= 1 && v <= 1024)
-			a->n_kv_heads = (uint32_t)v;
-		else if (strcmp(f, "--group") == 0 && v >= 1 && v <= 64)
-			a->group = (uint32_t)v;
-		else if (strcmp(f, "--head-dim") == 0 && v >= 1 && v <= 1024)
-			a->head_dim = (uint32_t)v;
-		else if (strcmp(f, "--repeat") == 0 && v >= 1 && v <= 100)
-			a->repeat = (uint32_t)v;
-		else
-			return bench_usage_error(
-				"kernels",
-				"%s %s: unknown option or value out of range (kvbench kernels --help)",
-				f, argv[i]);
-	}
-	return 0;
+	return bench_parse_opts("kernels", usage, opts, argc, argv);
 }
 
 /* data_alloc - K and V of every head, filled with values in [-1, 1]. */

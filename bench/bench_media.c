@@ -67,52 +67,28 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv, struct media_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_STR("--dir", a->dir),
+		BENCH_U64("--size", a->total_bytes, 0, UINT64_MAX),
+		BENCH_U64("--segment", a->segment_bytes, 0, UINT64_MAX),
+		BENCH_U32("--stripes", a->n_stripes, 1, KVF_MEDIA_MAX_STRIPES),
+		BENCH_U32("--qd", a->queue_depth, 1, 4096),
+		BENCH_U64("--random-reads", a->random_reads, 1, UINT64_MAX),
+		BENCH_U32("--repeat", a->repeat, 1, 100),
+		BENCH_BOOL("--json", a->json),
+		BENCH_BOOL("--keep", a->keep),
+		{ 0 }
+	};
+	int rc;
+
 	*a = (struct media_args){ .dir = "kvbench-media",
 				  .total_bytes = 256ull << 20,
 				  .segment_bytes = 1u << 20, .n_stripes = 1,
 				  .queue_depth = 32, .random_reads = 20000,
 				  .repeat = 3 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (strcmp(f, "--keep") == 0) {
-			a->keep = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error("media", "unknown option or missing value: '%s' (kvbench media --help)", f);
-		if (strcmp(f, "--dir") == 0) {
-			a->dir = argv[++i];
-			continue;
-		}
-		if (bench_parse_u64(f, argv[++i], &v) != 0)
-			return 2;
-		if (strcmp(f, "--size") == 0)
-			a->total_bytes = v;
-		else if (strcmp(f, "--segment") == 0)
-			a->segment_bytes = v;
-		else if (strcmp(f, "--stripes") == 0 && v >= 1 &&
-			 v <= KVF_MEDIA_MAX_STRIPES)
-			a->n_stripes = (uint32_t)v;
-		else if (strcmp(f, "--qd") == 0 && v >= 1 && v <= 4096)
-			a->queue_depth = (uint32_t)v;
-		else if (strcmp(f, "--random-reads") == 0 && v >= 1)
-			a->random_reads = v;
-		else if (strcmp(f, "--repeat") == 0 && v >= 1 && v <= 100)
-			a->repeat = (uint32_t)v;
-		else
-			return bench_usage_error("media", "%s %s: unknown option or value out of range (kvbench media --help)",
-						 f, argv[i]);
-	}
+	rc = bench_parse_opts("media", usage, opts, argc, argv);
+	if (rc != 0)
+		return rc;
 	if (a->segment_bytes < PAGE || a->segment_bytes % PAGE != 0 ||
 	    a->segment_bytes > (256u << 20))
 		return bench_usage_error("media", "--segment must be a multiple of 4096 up to 256M");

@@ -153,17 +153,49 @@ static void usage(FILE *f)
 		"  --keep           leave the file store and the plain file in DIR\n");
 }
 
-/* set_u32 - store v in *out if it is in [lo, hi] */
-static int set_u32(uint64_t v, uint32_t lo, uint32_t hi, uint32_t *out)
+/* parse_media - --media memory|file|both */
+static int parse_media(const char *flag, const char *text, void *out)
 {
-	if (v < lo || v > hi)
+	struct optim_args *a = out;
+
+	(void)flag;
+	if (strcmp(text, "memory") != 0 && strcmp(text, "file") != 0 &&
+	    strcmp(text, "both") != 0)
 		return -1;
-	*out = (uint32_t)v;
+	a->run_mem = strcmp(text, "file") != 0;
+	a->run_file = strcmp(text, "memory") != 0;
 	return 0;
+}
+
+/* parse_topk - --topk PCT in (0, 100] */
+static int parse_topk(const char *flag, const char *text, void *out)
+{
+	double *pct = out;
+
+	if (bench_parse_double(flag, text, pct) != 0)
+		return 2;
+	return *pct > 0 && *pct <= 100 ? 0 : -1;
 }
 
 static int parse_args(int argc, char **argv, struct optim_args *a)
 {
+	const struct bench_opt opts[] = {
+		BENCH_STR("--dir", a->dir),
+		BENCH_FUNC("--media", parse_media, a),
+		BENCH_FUNC("--topk", parse_topk, &a->topk_pct),
+		/* the small check borrows init and grad */
+		BENCH_U64("--params", a->n_params, 8192, UINT32_MAX),
+		BENCH_U32("--steps", a->steps, 1, 64),
+		BENCH_U32("--repeat", a->repeat, 1, 64),
+		BENCH_U32("--stripes", a->n_stripes, 1, 64),
+		BENCH_U64("--segment", a->segment_bytes, 1, UINT64_MAX),
+		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
+		BENCH_BOOL("--json", a->json),
+		BENCH_BOOL("--keep", a->keep),
+		{ 0 }
+	};
+	int rc;
+
 	*a = (struct optim_args){ .dir = "kvbench-optim",
 				  .n_params = 32 * MIB,
 				  .steps = 2,
@@ -173,68 +205,9 @@ static int parse_args(int argc, char **argv, struct optim_args *a)
 				  .segment_bytes = MIB,
 				  .run_mem = 1,
 				  .run_file = 1 };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		uint64_t v;
-		int bad;
-
-		if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(f, "--json") == 0) {
-			a->json = 1;
-			continue;
-		}
-		if (strcmp(f, "--keep") == 0) {
-			a->keep = 1;
-			continue;
-		}
-		if (i + 1 >= argc)
-			return bench_usage_error(
-				"optim",
-				"unknown option or missing value: '%s' (kvbench optim --help)",
-				f);
-		if (strcmp(f, "--dir") == 0) {
-			a->dir = argv[++i];
-			continue;
-		}
-		if (strcmp(f, "--media") == 0) {
-			const char *m = argv[++i];
-
-			a->run_mem = strcmp(m, "file") != 0;
-			a->run_file = strcmp(m, "memory") != 0;
-			bad = strcmp(m, "memory") != 0 &&
-			      strcmp(m, "file") != 0 && strcmp(m, "both") != 0;
-		} else if (strcmp(f, "--topk") == 0) {
-			if (bench_parse_double(f, argv[++i], &a->topk_pct) != 0)
-				return 2;
-			bad = !(a->topk_pct > 0 && a->topk_pct <= 100);
-		} else if (bench_parse_u64(f, argv[++i], &v) != 0) {
-			return 2;
-		} else if (strcmp(f, "--params") == 0) {
-			/* the small check borrows init and grad */
-			bad = v < 8192 || v > UINT32_MAX;
-			a->n_params = v;
-		} else if (strcmp(f, "--steps") == 0) {
-			bad = set_u32(v, 1, 64, &a->steps);
-		} else if (strcmp(f, "--repeat") == 0) {
-			bad = set_u32(v, 1, 64, &a->repeat);
-		} else if (strcmp(f, "--stripes") == 0) {
-			bad = set_u32(v, 1, 64, &a->n_stripes);
-		} else if (strcmp(f, "--segment") == 0) {
-			bad = (a->segment_bytes = v) == 0;
-		} else if (strcmp(f, "--size") == 0) {
-			bad = (a->capacity_bytes = v) == 0;
-		} else {
-			bad = 1;
-		}
-		if (bad)
-			return bench_usage_error(
-				"optim",
-				"%s %s: unknown option or value out of range (kvbench optim --help)",
-				f, argv[i]);
-	}
+	rc = bench_parse_opts("optim", usage, opts, argc, argv);
+	if (rc != 0)
+		return rc;
 	if ((uint64_t)a->steps * a->repeat > MAX_SAMPLES)
 		return bench_usage_error("optim",
 					 "--steps times --repeat is at most %u",
