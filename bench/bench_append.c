@@ -33,7 +33,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/alloc.h"
@@ -151,32 +150,19 @@ static int parse_args(int argc, char **argv, struct append_args *a)
 	rc = bench_parse_opts("append", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
-	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
-		return bench_usage_error(
-			"append",
-			"--q-heads %u must be a multiple of --kv-heads %u",
-			a->model.n_q_heads, a->model.n_kv_heads);
+	if (bench_check_heads("append", &a->model) != 0)
+		return 2;
 	return 0;
 }
 
 /* ---- data ---------------------------------------------------------------- */
-
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	x ^= x >> 27;
-	x *= 0x81dadef4bc2dd44dull;
-	x ^= x >> 33;
-	return x;
-}
 
 /* pool_fill - random f16 values with the top exponent bit clear (finite,
  * magnitude below 2) */
 static void pool_fill(uint16_t *pool, size_t n)
 {
 	for (size_t i = 0; i < n; i += 4) {
-		uint64_t r = mix64(i + 0x6b7666ull);
+		uint64_t r = bench_mix64(i + 0x6b7666ull);
 
 		for (size_t j = 0; j < 4 && i + j < n; j++)
 			pool[i + j] = (uint16_t)(r >> (16 * j)) & 0xbfffu;
@@ -188,7 +174,7 @@ static const uint16_t *rows_of(const struct append_ctx *c, uint64_t seq,
 			       uint32_t layer, int kind)
 {
 	uint64_t h =
-		mix64((seq << 20) ^ ((uint64_t)layer << 2) ^ (uint64_t)kind);
+		bench_mix64((seq << 20) ^ ((uint64_t)layer << 2) ^ (uint64_t)kind);
 
 	return c->pool + h % POOL_SLACK;
 }
@@ -319,13 +305,6 @@ static kvf_status store_open(struct append_ctx *c, int create, kvf_store **out)
 	return rc;
 }
 
-static int fail(const char *what, kvf_status rc)
-{
-	fprintf(stderr, "kvbench append: %s: %s (%s)\n", what, kvf_last_error(),
-		kvf_strerror(rc));
-	return -1;
-}
-
 /* prefill - every sequence of batch 0 appends its prompt, layer by layer
  * (a batched forward pass), then sync; MB/s of user bytes */
 static double prefill(struct append_ctx *c, kvf_store *st, double *cpu)
@@ -337,7 +316,7 @@ static double prefill(struct append_ctx *c, kvf_store *st, double *cpu)
 
 	for (uint32_t s = 0; s < a->n_seqs; s++)
 		if ((rc = kvf_seq_create(st, s)) != KVF_OK)
-			return fail("kvf_seq_create", rc);
+			return bench_fail("append", "kvf_seq_create", rc);
 	c0 = bench_cpu_s();
 	t0 = bench_now_ns();
 	for (uint32_t l = 0; l < a->model.n_layers; l++)
@@ -346,10 +325,11 @@ static double prefill(struct append_ctx *c, kvf_store *st, double *cpu)
 					rows_of(c, s, l, 0),
 					rows_of(c, s, l, 1));
 			if (rc != KVF_OK)
-				return fail("kvf_append (prefill)", rc);
+				return bench_fail("append",
+						  "kvf_append (prefill)", rc);
 		}
 	if ((rc = kvf_sync(st)) != KVF_OK)
-		return fail("kvf_sync", rc);
+		return bench_fail("append", "kvf_sync", rc);
 	ns = bench_now_ns() - t0;
 	*cpu = bench_cpu_s() - c0;
 	return bench_mbs(c->prefill_bytes, ns);
@@ -367,7 +347,7 @@ static double decode(struct append_ctx *c, kvf_store *st, double *cpu)
 
 	for (uint32_t s = 0; s < a->n_seqs; s++)
 		if ((rc = kvf_seq_create(st, a->n_seqs + s)) != KVF_OK)
-			return fail("kvf_seq_create", rc);
+			return bench_fail("append", "kvf_seq_create", rc);
 	c0 = bench_cpu_s();
 	t0 = bench_now_ns();
 	for (uint32_t t = 0; t < a->decode_steps; t++)
@@ -381,10 +361,11 @@ static double decode(struct append_ctx *c, kvf_store *st, double *cpu)
 						rows_of(c, id, l, 1) +
 							t * tok_elts);
 				if (rc != KVF_OK)
-					return fail("kvf_append (decode)", rc);
+					return bench_fail("append",
+							  "kvf_append (decode)", rc);
 			}
 	if ((rc = kvf_sync(st)) != KVF_OK)
-		return fail("kvf_sync", rc);
+		return bench_fail("append", "kvf_sync", rc);
 	ns = bench_now_ns() - t0;
 	*cpu = bench_cpu_s() - c0;
 	return bench_mbs(c->decode_bytes, ns);
@@ -432,7 +413,7 @@ static double read_heads(struct append_ctx *c, kvf_store *st, int batch,
 
 		ns += bench_now_ns() - t0;
 		if (rc != KVF_OK)
-			return fail("kvf_read", rc);
+			return bench_fail("append", "kvf_read", rc);
 		if (check_head(c, seq, layer, head, n, k, v) != 0)
 			return -1;
 		c->verified_bytes += 2 * n * c->row_bytes;
@@ -460,7 +441,7 @@ static int one_pass(struct append_ctx *c, int first, struct append_pass *p)
 		goto out;
 	}
 	if ((rc = store_open(c, 1, &st)) != KVF_OK) {
-		fail("kvf_open", rc);
+		bench_fail("append", "kvf_open", rc);
 		goto out;
 	}
 	for (int i = 0; i < 2; i++) {
@@ -484,7 +465,7 @@ static int one_pass(struct append_ctx *c, int first, struct append_pass *p)
 	}
 	c->stats.struct_size = sizeof(c->stats);
 	if ((rc = kvf_stats_get(st, &c->stats)) != KVF_OK) {
-		fail("kvf_stats_get", rc);
+		bench_fail("append", "kvf_stats_get", rc);
 		goto out;
 	}
 	/* the plain file holds the prefill bytes again for the reads */
@@ -493,12 +474,12 @@ static int one_pass(struct append_ctx *c, int first, struct append_pass *p)
 	rc = kvf_close(st);
 	st = NULL;
 	if (rc != KVF_OK) {
-		fail("kvf_close", rc);
+		bench_fail("append", "kvf_close", rc);
 		goto out;
 	}
 	t0 = bench_now_ns();
 	if ((rc = store_open(c, 0, &st)) != KVF_OK) {
-		fail("kvf_open (reopen)", rc);
+		bench_fail("append", "kvf_open (reopen)", rc);
 		goto out;
 	}
 	p->reopen_ms = (double)(bench_now_ns() - t0) / 1e6;
@@ -526,7 +507,7 @@ static int one_pass(struct append_ctx *c, int first, struct append_pass *p)
 	ret = 0;
 out:
 	if (st && (rc = kvf_close(st)) != KVF_OK && ret == 0)
-		ret = fail("kvf_close", rc);
+		ret = bench_fail("append", "kvf_close", rc);
 	free(k);
 	free(v);
 	return ret;
@@ -570,13 +551,7 @@ static void print_json(const struct append_ctx *c, const struct append_pass *m)
 	bench_json_begin(&j, NULL);
 	bench_json_str(&j, "bench", "append");
 	bench_json_str(&j, "dir", a->dir);
-	bench_json_begin(&j, "model");
-	bench_json_u64(&j, "n_layers", a->model.n_layers);
-	bench_json_u64(&j, "n_q_heads", a->model.n_q_heads);
-	bench_json_u64(&j, "n_kv_heads", a->model.n_kv_heads);
-	bench_json_u64(&j, "head_dim", a->model.head_dim);
-	bench_json_str(&j, "dtype", "f16");
-	bench_json_end(&j);
+	bench_json_model(&j, &a->model);
 	bench_json_u64(&j, "seqs", a->n_seqs);
 	bench_json_u64(&j, "prompt_tokens", a->prompt_tokens);
 	bench_json_u64(&j, "decode_steps", a->decode_steps);
@@ -731,11 +706,8 @@ static int setup(struct append_ctx *c)
 	       PLAIN_CHUNK < c->pool_elts * 2 ? PLAIN_CHUNK : c->pool_elts * 2);
 	snprintf(c->store_dir, plen, "%s/store", a->dir);
 	snprintf(c->plain_path, plen, "%s/plain.dat", a->dir);
-	if (mkdir(a->dir, 0755) != 0 && errno != EEXIST) {
-		fprintf(stderr, "kvbench append: mkdir %s: %s\n", a->dir,
-			strerror(errno));
+	if (bench_make_dir("append", a->dir, NULL) != 0)
 		return -1;
-	}
 	return 0;
 }
 

@@ -58,7 +58,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/alloc.h"
@@ -218,11 +217,8 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 	rc = bench_parse_opts("attend", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
-	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
-		return bench_usage_error(
-			"attend",
-			"--q-heads %u must be a multiple of --kv-heads %u",
-			a->model.n_q_heads, a->model.n_kv_heads);
+	if (bench_check_heads("attend", &a->model) != 0)
+		return 2;
 	if (a->top_r > a->model.head_dim)
 		return bench_usage_error("attend",
 					 "--top-r %u is past --head-dim %u",
@@ -230,29 +226,12 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 	return 0;
 }
 
-static int fail(const char *what, kvf_status rc)
-{
-	fprintf(stderr, "kvbench attend: %s: %s (%s)\n", what, kvf_last_error(),
-		kvf_strerror(rc));
-	return -1;
-}
-
 /* ---- data ---------------------------------------------------------------- */
-
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	x ^= x >> 27;
-	x *= 0x81dadef4bc2dd44dull;
-	x ^= x >> 33;
-	return x;
-}
 
 /* urand - uniform in [-1, 1) from a hash */
 static float urand(uint64_t x)
 {
-	return (float)((double)(mix64(x) >> 11) / 9007199254740992.0 * 2 - 1);
+	return (float)((double)(bench_mix64(x) >> 11) / 9007199254740992.0 * 2 - 1);
 }
 
 /* align_dim0 - the first of the ALIGN_DIMS dims q points along for KV head
@@ -272,10 +251,10 @@ static float hh_weight(uint32_t layer, uint32_t h, uint64_t t)
 	uint64_t start, i = t % RUN_BLOCK;
 
 	if (layer % 2 == 0)
-		return mix64(base ^ t ^ 0x68687431ull) % SCATTER_EVERY == 0 ?
+		return bench_mix64(base ^ t ^ 0x68687431ull) % SCATTER_EVERY == 0 ?
 			       1.0f :
 			       0.0f;
-	start = mix64(base ^ (t / RUN_BLOCK) ^ 0x72756e73ull) %
+	start = bench_mix64(base ^ (t / RUN_BLOCK) ^ 0x72756e73ull) %
 		(RUN_BLOCK - RUN_TOKENS);
 	if (i < start || i >= start + RUN_TOKENS)
 		return 0.0f;
@@ -290,12 +269,12 @@ static void row_fill(const struct attend_ctx *c, uint32_t layer, int kind,
 {
 	uint32_t D = c->a->model.head_dim;
 	const uint16_t *tab = kind ? c->noise_v : c->noise_k;
-	uint64_t s = mix64(((uint64_t)layer << 56) ^ ((uint64_t)kind << 55) ^
+	uint64_t s = bench_mix64(((uint64_t)layer << 56) ^ ((uint64_t)kind << 55) ^
 			   ((uint64_t)h << 40) ^ t);
 	float w;
 
 	for (uint32_t d = 0; d < D; d += 4) {
-		uint64_t r = mix64(s + d);
+		uint64_t r = bench_mix64(s + d);
 
 		row[d] = tab[r & 0xffff];
 		row[d + 1] = tab[(r >> 16) & 0xffff];
@@ -353,7 +332,7 @@ static int prefill(struct attend_ctx *c)
 	}
 	if ((rc = kvf_seq_create(c->file, SEQ_ID)) != KVF_OK ||
 	    (rc = kvf_seq_create(c->mem, SEQ_ID)) != KVF_OK) {
-		fail("kvf_seq_create", rc);
+		bench_fail("attend", "kvf_seq_create", rc);
 		goto out;
 	}
 	for (uint32_t l = 0; l < N_LAYERS; l++)
@@ -373,18 +352,20 @@ static int prefill(struct attend_ctx *c)
 				}
 			if ((rc = kvf_append(c->file, SEQ_ID, l, n, k, v)) !=
 			    KVF_OK) {
-				fail("kvf_append (file store)", rc);
+				bench_fail("attend",
+					   "kvf_append (file store)", rc);
 				goto out;
 			}
 			if ((rc = kvf_append(c->mem, SEQ_ID, l, n, k, v)) !=
 			    KVF_OK) {
-				fail("kvf_append (memory store)", rc);
+				bench_fail("attend",
+					   "kvf_append (memory store)", rc);
 				goto out;
 			}
 		}
 	if ((rc = kvf_sync(c->file)) != KVF_OK ||
 	    (rc = kvf_sync(c->mem)) != KVF_OK) {
-		fail("kvf_sync", rc);
+		bench_fail("attend", "kvf_sync", rc);
 		goto out;
 	}
 	ret = 0;
@@ -410,7 +391,7 @@ static int plain_create(struct attend_ctx *c)
 		goto err;
 	for (size_t i = 0; i < PLAIN_CHUNK / 2; i++)
 		((uint16_t *)(void *)c->chunk)[i] =
-			c->noise_v[mix64(i) & 0xffff];
+			c->noise_v[bench_mix64(i) & 0xffff];
 	while (done < c->plain_file_bytes) {
 		if (pwrite(fd, c->chunk, PLAIN_CHUNK, (off_t)done) !=
 		    (ssize_t)PLAIN_CHUNK)
@@ -479,12 +460,9 @@ static int setup(struct attend_ctx *c)
 		q_fill(c, l, c->q[l]);
 	/* the plain read's buffer holds the same kind of bytes, all touched */
 	for (uint64_t i = 0; i < c->kv_bytes / 8; i++)
-		c->membuf[i] = mix64(i);
-	if (mkdir(a->dir, 0755) != 0 && errno != EEXIST) {
-		fprintf(stderr, "kvbench attend: mkdir %s: %s\n", a->dir,
-			strerror(errno));
+		c->membuf[i] = bench_mix64(i);
+	if (bench_make_dir("attend", a->dir, NULL) != 0)
 		return -1;
-	}
 	if (bench_remove_store(c->mem_dir) != 0 ||
 	    bench_remove_store(c->file_dir) != 0)
 		return -1;
@@ -505,12 +483,12 @@ static int setup(struct attend_ctx *c)
 		rc = kvf_open(c->file_dir, &c->opts, &c->file);
 	}
 	if (rc != KVF_OK)
-		return fail("kvf_open (file store)", rc);
+		return bench_fail("attend", "kvf_open (file store)", rc);
 	mo = c->opts;
 	mo.media = KVF_MEDIA_MEMORY;
 	mo.direct_io = 0;
 	if ((rc = kvf_open(c->mem_dir, &mo, &c->mem)) != KVF_OK)
-		return fail("kvf_open (memory store)", rc);
+		return bench_fail("attend", "kvf_open (memory store)", rc);
 	if (prefill(c) != 0 || plain_create(c) != 0)
 		return -1;
 	return 0;
@@ -645,11 +623,11 @@ static double reopen(struct attend_ctx *c)
 
 	c->file = NULL;
 	if (rc != KVF_OK) {
-		fail("kvf_close", rc);
+		bench_fail("attend", "kvf_close", rc);
 		return 0;
 	}
 	if ((rc = kvf_open(c->file_dir, &c->opts, &c->file)) != KVF_OK) {
-		fail("kvf_open (reopen)", rc);
+		bench_fail("attend", "kvf_open (reopen)", rc);
 		return 0;
 	}
 	return (double)(bench_now_ns() - t0);
@@ -661,7 +639,7 @@ static int stats(kvf_store *st, kvf_stats *s)
 
 	s->struct_size = sizeof(*s);
 	if ((rc = kvf_stats_get(st, s)) != KVF_OK)
-		return fail("kvf_stats_get", rc);
+		return bench_fail("attend", "kvf_stats_get", rc);
 	return 0;
 }
 
@@ -693,7 +671,8 @@ static double attend(struct attend_ctx *c, kvf_store *st, uint32_t layer,
 	t0 = bench_now_ns() - t0;
 	c->last_cpu = (bench_cpu_s() - cpu0) * 1e9;
 	if (rc != KVF_OK) {
-		fail(sparse ? "kvf_attend (sparse)" : "kvf_attend", rc);
+		bench_fail("attend",
+			   sparse ? "kvf_attend (sparse)" : "kvf_attend", rc);
 		return 0;
 	}
 	if (stats(st, &s1) != 0)
@@ -945,7 +924,7 @@ static int check_layer(struct attend_ctx *c, struct flex_worker *w,
 			kvf_read(c->file, SEQ_ID, layer, h, 0, n, w->k, w->v);
 
 		if (rc != KVF_OK) {
-			fail("kvf_read", rc);
+			bench_fail("attend", "kvf_read", rc);
 			goto out;
 		}
 		for (uint64_t t = 0; t < n; t++)

@@ -1,4 +1,5 @@
-/* bench_common.c - timing, argument parsing and JSON output for kvbench. */
+/* bench_common.c - timing, option parsing, directories and JSON output
+ * for kvbench. */
 #include "bench/bench_common.h"
 
 #include <dirent.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -211,6 +213,36 @@ int bench_remove_store(const char *path)
 	return 0;
 }
 
+int bench_make_dir(const char *cmd, const char *dir, int *made)
+{
+	int created = mkdir(dir, 0755) == 0;
+
+	if (made)
+		*made = created;
+	if (!created && errno != EEXIST) {
+		fprintf(stderr, "kvbench %s: mkdir %s: %s\n", cmd, dir,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int bench_fail(const char *cmd, const char *what, kvf_status rc)
+{
+	fprintf(stderr, "kvbench %s: %s: %s (%s)\n", cmd, what, kvf_last_error(),
+		kvf_strerror(rc));
+	return -1;
+}
+
+int bench_check_heads(const char *cmd, const kvf_model *m)
+{
+	if (m->n_q_heads % m->n_kv_heads == 0)
+		return 0;
+	return bench_usage_error(cmd,
+				 "--q-heads %u must be a multiple of --kv-heads %u",
+				 m->n_q_heads, m->n_kv_heads);
+}
+
 int bench_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
@@ -284,4 +316,15 @@ void bench_json_str(struct bench_json *j, const char *key, const char *v)
 			fputc(*v, j->f);
 	}
 	fputc('"', j->f);
+}
+
+void bench_json_model(struct bench_json *j, const kvf_model *m)
+{
+	bench_json_begin(j, "model");
+	bench_json_u64(j, "n_layers", m->n_layers);
+	bench_json_u64(j, "n_q_heads", m->n_q_heads);
+	bench_json_u64(j, "n_kv_heads", m->n_kv_heads);
+	bench_json_u64(j, "head_dim", m->head_dim);
+	bench_json_str(j, "dtype", "f16");
+	bench_json_end(j);
 }

@@ -1,6 +1,7 @@
 /*
  * bench_common.h - what every kvbench subcommand shares: timing, a result
- * table printed as text or JSON, and argument parsing helpers.
+ * table printed as text or JSON, a table-driven option parser, and small
+ * helpers for the store directories and the test data.
  *
  * Benchmarks print figures and ratios measured side by side in one run;
  * they never pass or fail on a number.
@@ -10,6 +11,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "kvflash.h"
 
 /* bench_now_ns - monotonic clock in nanoseconds. */
 uint64_t bench_now_ns(void);
@@ -93,6 +96,31 @@ double bench_mbs(uint64_t bytes, uint64_t ns);
  */
 int bench_remove_store(const char *path);
 
+/*
+ * bench_make_dir - create dir unless it is there already; *made (when not
+ * NULL) says whether this call created it.  Returns 0, or -1 with
+ * "kvbench CMD: mkdir DIR: why" printed.
+ */
+int bench_make_dir(const char *cmd, const char *dir, int *made);
+
+/* bench_fail - print "kvbench CMD: WHAT: last error (status)"; returns -1. */
+int bench_fail(const char *cmd, const char *what, kvf_status rc);
+
+/* bench_check_heads - --q-heads must be a multiple of --kv-heads; 0, or
+ * 2 with the usage error printed. */
+int bench_check_heads(const char *cmd, const kvf_model *m);
+
+/* bench_mix64 - a 64-bit mixer (splitmix64's finalizer) for test data. */
+static inline uint64_t bench_mix64(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dull;
+	x ^= x >> 33;
+	return x;
+}
+
 /* bench_usage_error - print "kvbench CMD: MSG" to stderr; returns 2. */
 int bench_usage_error(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -112,6 +140,9 @@ void bench_json_end(struct bench_json *j);
 void bench_json_u64(struct bench_json *j, const char *key, uint64_t v);
 void bench_json_double(struct bench_json *j, const char *key, double v);
 void bench_json_str(struct bench_json *j, const char *key, const char *v);
+/* bench_json_model - "model": { n_layers, n_q_heads, n_kv_heads, head_dim,
+ * dtype "f16" } (the stores these benchmarks build are all f16). */
+void bench_json_model(struct bench_json *j, const kvf_model *m);
 
 /* Subcommands: main-like entry points. */
 int bench_media_main(int argc, char **argv);

@@ -155,11 +155,8 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 	rc = bench_parse_opts("demo", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
-	if (a->model.n_q_heads % a->model.n_kv_heads != 0)
-		return bench_usage_error(
-			"demo",
-			"--q-heads %u must be a multiple of --kv-heads %u",
-			a->model.n_q_heads, a->model.n_kv_heads);
+	if (bench_check_heads("demo", &a->model) != 0)
+		return 2;
 	if (a->min_prompt > a->max_prompt || a->min_decode > a->max_decode)
 		return bench_usage_error(
 			"demo", "a --min- value is above its --max- value");
@@ -168,20 +165,10 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 
 /* ---- data -------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	x ^= x >> 27;
-	x *= 0x81dadef4bc2dd44dull;
-	x ^= x >> 33;
-	return x;
-}
-
 /* rng_below - the next draw of the workload generator, in [lo, hi] */
 static uint32_t rng_between(struct demo *d, uint32_t lo, uint32_t hi)
 {
-	d->rng = mix64(d->rng + 0x9e3779b97f4a7c15ull);
+	d->rng = bench_mix64(d->rng + 0x9e3779b97f4a7c15ull);
 	return lo + (uint32_t)(d->rng % ((uint64_t)hi - lo + 1));
 }
 
@@ -190,7 +177,7 @@ static uint32_t rng_between(struct demo *d, uint32_t lo, uint32_t hi)
 static void row_fill(uint16_t *dst, uint32_t n, uint64_t seq, uint32_t layer,
 		     int kind, uint64_t token, uint32_t head)
 {
-	uint64_t h = mix64(mix64(seq ^ 0x6b76666c617368ull) ^
+	uint64_t h = bench_mix64(bench_mix64(seq ^ 0x6b76666c617368ull) ^
 			   ((uint64_t)layer << 48) ^ ((uint64_t)kind << 47) ^
 			   ((uint64_t)head << 32) ^ token);
 	uint32_t a = (uint32_t)h, b = (uint32_t)(h >> 32) | 1u;
@@ -215,13 +202,6 @@ static void fill_tokens(struct demo *d, uint64_t seq, uint32_t layer,
 		}
 }
 
-static int fail(const char *what, kvf_status rc)
-{
-	fprintf(stderr, "kvbench demo: %s: %s (%s)\n", what, kvf_last_error(),
-		kvf_strerror(rc));
-	return -1;
-}
-
 /* ---- the workload ------------------------------------------------------ */
 
 /* start_seqs - new sequences in the n slots listed, their prompts
@@ -243,7 +223,7 @@ static int start_seqs(struct demo *d, const uint32_t *which, uint32_t n)
 		rc = kvf_seq_create(d->st, s->id);
 		d->t.other_ns += bench_now_ns() - t0;
 		if (rc != KVF_OK)
-			return fail("kvf_seq_create", rc);
+			return bench_fail("demo", "kvf_seq_create", rc);
 		d->t.seqs_created++;
 		d->t.prefill_tokens += s->prompt;
 	}
@@ -256,7 +236,8 @@ static int start_seqs(struct demo *d, const uint32_t *which, uint32_t n)
 			rc = kvf_append(d->st, s->id, l, s->prompt, d->k, d->v);
 			d->t.prefill_ns += bench_now_ns() - t0;
 			if (rc != KVF_OK)
-				return fail("kvf_append (prefill)", rc);
+				return bench_fail("demo",
+						  "kvf_append (prefill)", rc);
 		}
 	return 0;
 }
@@ -283,7 +264,8 @@ static int decode_step(struct demo *d)
 			rc = kvf_append(d->st, s->id, l, 1, d->k, d->v);
 			d->t.decode_ns += bench_now_ns() - t0;
 			if (rc != KVF_OK)
-				return fail("kvf_append (decode)", rc);
+				return bench_fail("demo",
+						  "kvf_append (decode)", rc);
 		}
 	for (uint32_t i = 0; i < a->n_slots; i++)
 		d->slots[i].decoded++;
@@ -307,7 +289,7 @@ static int retire(struct demo *d)
 		rc = kvf_seq_free(d->st, s->id);
 		d->t.other_ns += bench_now_ns() - t0;
 		if (rc != KVF_OK)
-			return fail("kvf_seq_free", rc);
+			return bench_fail("demo", "kvf_seq_free", rc);
 		d->t.seqs_freed++;
 		done[n++] = i;
 	}
@@ -324,7 +306,7 @@ static int sync_store(struct demo *d)
 	if (t0 > d->t.sync_max_ns)
 		d->t.sync_max_ns = t0;
 	d->t.n_syncs++;
-	return rc == KVF_OK ? 0 : fail("kvf_sync", rc);
+	return rc == KVF_OK ? 0 : bench_fail("demo", "kvf_sync", rc);
 }
 
 /* check_head - read tokens [0, len) of one head back and compare every
@@ -340,7 +322,7 @@ static int check_head(struct demo *d, const struct slot *s, uint32_t layer,
 	rc = kvf_read(d->st, s->id, layer, head, 0, len, d->rk, d->rv);
 	*ns += bench_now_ns() - t0;
 	if (rc != KVF_OK)
-		return fail("kvf_read", rc);
+		return bench_fail("demo", "kvf_read", rc);
 	for (uint64_t t = 0; t < len; t++)
 		for (int kind = 0; kind < 2; kind++) {
 			const uint16_t *got = (kind ? d->rv : d->rk) + t * D;
@@ -400,7 +382,7 @@ static int run_workload(struct demo *d)
 	d->t.wall_ns = bench_now_ns() - t0;
 	d->stats.struct_size = sizeof(d->stats);
 	if (kvf_stats_get(d->st, &d->stats) != KVF_OK)
-		return fail("kvf_stats_get", KVF_EINVAL);
+		return bench_fail("demo", "kvf_stats_get", KVF_EINVAL);
 	return 0;
 }
 
@@ -414,10 +396,10 @@ static int cold_check(struct demo *d)
 
 	d->st = NULL;
 	if (rc != KVF_OK)
-		return fail("kvf_close", rc);
+		return bench_fail("demo", "kvf_close", rc);
 	t0 = bench_now_ns();
 	if ((rc = kvf_open(a->dir, NULL, &d->st)) != KVF_OK)
-		return fail("kvf_open (reopen)", rc);
+		return bench_fail("demo", "kvf_open (reopen)", rc);
 	d->t.reopen_ms = (double)(bench_now_ns() - t0) / 1e6;
 	for (uint32_t i = 0; i < a->n_slots; i++) {
 		const struct slot *s = &d->slots[i];
@@ -427,7 +409,7 @@ static int cold_check(struct demo *d)
 			uint64_t n;
 
 			if ((rc = kvf_seq_len(d->st, s->id, l, &n)) != KVF_OK)
-				return fail("kvf_seq_len", rc);
+				return bench_fail("demo", "kvf_seq_len", rc);
 			if (n != want) {
 				fprintf(stderr,
 					"kvbench demo: after reopen sequence %llu layer %u has %llu tokens, expected %llu\n",
@@ -445,7 +427,7 @@ static int cold_check(struct demo *d)
 	}
 	rc = kvf_close(d->st);
 	d->st = NULL;
-	return rc == KVF_OK ? 0 : fail("kvf_close", rc);
+	return rc == KVF_OK ? 0 : bench_fail("demo", "kvf_close", rc);
 }
 
 /* ---- output ------------------------------------------------------------ */
@@ -477,13 +459,7 @@ static void print_json(const struct demo *d)
 	bench_json_begin(&j, NULL);
 	bench_json_str(&j, "bench", "demo");
 	bench_json_str(&j, "dir", a->dir);
-	bench_json_begin(&j, "model");
-	bench_json_u64(&j, "n_layers", a->model.n_layers);
-	bench_json_u64(&j, "n_q_heads", a->model.n_q_heads);
-	bench_json_u64(&j, "n_kv_heads", a->model.n_kv_heads);
-	bench_json_u64(&j, "head_dim", a->model.head_dim);
-	bench_json_str(&j, "dtype", "f16");
-	bench_json_end(&j);
+	bench_json_model(&j, &a->model);
 	bench_json_u64(&j, "seqs", a->n_slots);
 	bench_json_u64(&j, "steps", a->steps);
 	bench_json_u64(&j, "sync_every", a->sync_every);
@@ -704,7 +680,7 @@ static int demo_setup(struct demo *d)
 		rc = kvf_open(a->dir, &o, &d->st);
 	}
 	if (rc != KVF_OK)
-		return fail("kvf_open", rc);
+		return bench_fail("demo", "kvf_open", rc);
 	d->next_id = 1;
 	d->rng = a->seed;
 	return 0;

@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/alloc.h"
@@ -114,23 +113,6 @@ static int stamp_ok(const unsigned char *page, uint64_t stripe, uint64_t seg,
 	return memcmp(page, v, sizeof(v)) == 0;
 }
 
-static double median(double *v, uint32_t n)
-{
-	for (uint32_t i = 1; i < n; i++)
-		for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-			double t = v[j];
-
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double mbs(uint64_t bytes, uint64_t ns)
-{
-	return ns ? (double)bytes / 1e6 / ((double)ns / 1e9) : 0;
-}
-
 struct run_ctx {
 	const struct media_args *a;
 	struct kvf_media *m;
@@ -169,7 +151,7 @@ static double kvf_write_pass(struct run_ctx *c, uint64_t pass)
 	}
 	if (kvf_media_sync(c->m) != KVF_OK)
 		return -1;
-	return mbs(n_segs * c->a->segment_bytes, bench_now_ns() - t0);
+	return bench_mbs(n_segs * c->a->segment_bytes, bench_now_ns() - t0);
 }
 
 /* kvf_read_pass - read every segment back and check stamps */
@@ -203,7 +185,7 @@ static double kvf_read_pass(struct run_ctx *c, uint64_t pass)
 					return -1;
 				}
 	}
-	return mbs(n_segs * c->a->segment_bytes, bench_now_ns() - t0);
+	return bench_mbs(n_segs * c->a->segment_bytes, bench_now_ns() - t0);
 }
 
 /* plain_pass - the baseline: one O_DIRECT pwrite/pread per segment */
@@ -238,7 +220,7 @@ static double plain_pass(struct run_ctx *c, int write, uint64_t pass)
 	}
 	if (write && fdatasync(c->plain_fd) != 0)
 		return -1;
-	return mbs(n_segs * len, bench_now_ns() - t0);
+	return bench_mbs(n_segs * len, bench_now_ns() - t0);
 }
 
 /* random_pass - random_reads pages; kvflash in batches at the queue depth
@@ -321,9 +303,9 @@ static int measure(struct run_ctx *c, struct media_result *r)
 		}
 	}
 	for (int s = 0; s < 2; s++) {
-		r->write_mbs[s] = median(w[s], n);
-		r->read_mbs[s] = median(rd[s], n);
-		r->rand_iops[s] = median(rr[s], n);
+		r->write_mbs[s] = bench_median(w[s], n);
+		r->read_mbs[s] = bench_median(rd[s], n);
+		r->rand_iops[s] = bench_median(rr[s], n);
 	}
 	return 0;
 }
@@ -396,12 +378,8 @@ int bench_media_main(int argc, char **argv)
 	c.pages_per_seg = (uint32_t)(a.segment_bytes / PAGE);
 	c.segs_per_stripe = a.total_bytes / a.segment_bytes / a.n_stripes;
 	c.batch = a.queue_depth < 8 ? a.queue_depth : 8;
-	if (mkdir(a.dir, 0755) == 0)
-		made_dir = 1;
-	else if (errno != EEXIST) {
-		fprintf(stderr, "kvbench media: mkdir %s: %s\n", a.dir, strerror(errno));
+	if (bench_make_dir("media", a.dir, &made_dir) != 0)
 		return 1;
-	}
 	plen = strlen(a.dir) + 32;
 	paths = calloc(a.n_stripes, sizeof(*paths));
 	c.plain_path = malloc(plen);

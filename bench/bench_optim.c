@@ -53,7 +53,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/alloc.h"
@@ -217,21 +216,11 @@ static int parse_args(int argc, char **argv, struct optim_args *a)
 
 /* ---- data ---------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	x ^= x >> 27;
-	x *= 0x81dadef4bc2dd44dull;
-	x ^= x >> 33;
-	return x;
-}
-
 /* fill_uniform - n floats uniform in [-scale, scale), from seed */
 static void fill_uniform(float *x, uint64_t n, uint64_t seed, float scale)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t r = mix64(seed + i) >> 40; /* 24 bits */
+		uint64_t r = bench_mix64(seed + i) >> 40; /* 24 bits */
 
 		x[i] = ((float)r * (1.0f / 8388608.0f) - 1.0f) * scale;
 	}
@@ -245,7 +234,7 @@ static void topk_make(struct optim_ctx *c, uint64_t n)
 		uint64_t lo = j * n / c->nnz, hi = (j + 1) * n / c->nnz;
 
 		c->idx[j] =
-			(uint32_t)(lo + mix64(j ^ 0x746f706bull) % (hi - lo));
+			(uint32_t)(lo + bench_mix64(j ^ 0x746f706bull) % (hi - lo));
 		c->vals[j] = c->grad[c->idx[j]];
 	}
 }
@@ -319,13 +308,6 @@ static int ref_step(struct optim_ctx *c, int sparse, const char *where)
 	return 0;
 }
 
-static int fail(const char *what, kvf_status rc)
-{
-	fprintf(stderr, "kvbench optim: %s: %s (%s)\n", what, kvf_last_error(),
-		kvf_strerror(rc));
-	return -1;
-}
-
 /* ref_read_check - kvf_opt_read of the ranges, and the step count, equal
  * the reference; 0 or -1 */
 static int ref_read_check(struct optim_ctx *c, kvf_opt *o, const char *where)
@@ -335,7 +317,7 @@ static int ref_read_check(struct optim_ctx *c, kvf_opt *o, const char *where)
 	kvf_status rc;
 
 	if ((rc = kvf_opt_steps(o, &steps, NULL)) != KVF_OK)
-		return fail("kvf_opt_steps", rc);
+		return bench_fail("optim", "kvf_opt_steps", rc);
 	if (steps != r->t) {
 		fprintf(stderr,
 			"kvbench optim: %s: the store counts %llu steps, the run took %llu\n",
@@ -347,7 +329,7 @@ static int ref_read_check(struct optim_ctx *c, kvf_opt *o, const char *where)
 		float *got = r->got + (size_t)i * r->len;
 
 		if ((rc = kvf_opt_read(o, r->start[i], r->len, got)) != KVF_OK)
-			return fail("kvf_opt_read", rc);
+			return bench_fail("optim", "kvf_opt_read", rc);
 		if (memcmp(got, r->p + (size_t)i * r->len,
 			   r->len * sizeof(float)) != 0) {
 			fprintf(stderr,
@@ -410,7 +392,8 @@ static uint64_t opt_step(struct optim_ctx *c, kvf_opt *o, int sparse,
 	rc = kvf_opt_step(o, &g, c->out);
 	ns = bench_now_ns() - t0;
 	if (rc != KVF_OK) {
-		fail(sparse ? "kvf_opt_step (Top-K)" : "kvf_opt_step", rc);
+		bench_fail("optim",
+			   sparse ? "kvf_opt_step (Top-K)" : "kvf_opt_step", rc);
 		return 0;
 	}
 	if (ref_step(c, sparse, where) != 0)
@@ -514,11 +497,11 @@ static int small_check(struct optim_ctx *c)
 	memcpy(p, c->init, bytes);
 	kvc_opt_state_init(&c->cfg, m, v, n);
 	if ((rc = store_open(c, KVF_MEDIA_MEMORY, &st)) != KVF_OK) {
-		fail("kvf_open (memory, small check)", rc);
+		bench_fail("optim", "kvf_open (memory, small check)", rc);
 		goto out;
 	}
 	if ((rc = kvf_opt_create(st, "small", n, &c->cfg, p, &o)) != KVF_OK) {
-		fail("kvf_opt_create (small check)", rc);
+		bench_fail("optim", "kvf_opt_create (small check)", rc);
 		goto out;
 	}
 	for (uint64_t t = 1; t <= 3; t++) {
@@ -538,11 +521,11 @@ static int small_check(struct optim_ctx *c)
 		kvc_opt_step_prepare(&s, &c->cfg, t, 1.0f);
 		kvc_opt_dense(c->k, &s, p, m, v, n, g, KVF_DTYPE_F32, want);
 		if ((rc = kvf_opt_step(o, &gr, out)) != KVF_OK) {
-			fail("kvf_opt_step (small check)", rc);
+			bench_fail("optim", "kvf_opt_step (small check)", rc);
 			goto out;
 		}
 		if ((rc = kvf_opt_read(o, 0, n, got)) != KVF_OK) {
-			fail("kvf_opt_read (small check)", rc);
+			bench_fail("optim", "kvf_opt_read (small check)", rc);
 			goto out;
 		}
 		if (memcmp(out, want, bytes) != 0 ||
@@ -559,7 +542,7 @@ static int small_check(struct optim_ctx *c)
 out:
 	kvf_opt_close(o);
 	if (st && (rc = kvf_close(st)) != KVF_OK && ret == 0)
-		ret = fail("kvf_close (small check)", rc);
+		ret = bench_fail("optim", "kvf_close (small check)", rc);
 	free(p);
 	free(m);
 	free(v);
@@ -637,7 +620,7 @@ static int measure_kind(struct optim_ctx *c, kvf_media_kind media,
 	if (bench_remove_store(c->store_dir) != 0)
 		return -1;
 	if ((rc = store_open(c, media, &st)) != KVF_OK)
-		return fail("kvf_open", rc);
+		return bench_fail("optim", "kvf_open", rc);
 	if (media == KVF_MEDIA_FILE &&
 	    (fd = plain_create(c, c->state_bytes)) < 0)
 		goto out;
@@ -645,7 +628,7 @@ static int measure_kind(struct optim_ctx *c, kvf_media_kind media,
 	rc = kvf_opt_create(st, "w", a->n_params, &c->cfg, c->init, &o);
 	r->create_ms = (double)(bench_now_ns() - t0) / 1e6;
 	if (rc != KVF_OK) {
-		fail("kvf_opt_create", rc);
+		bench_fail("optim", "kvf_opt_create", rc);
 		goto out;
 	}
 	ref_init(c, a->n_params);
@@ -684,7 +667,7 @@ static int measure_kind(struct optim_ctx *c, kvf_media_kind media,
 out:
 	kvf_opt_close(o);
 	if (st && (rc = kvf_close(st)) != KVF_OK && ret == 0)
-		ret = fail("kvf_close", rc);
+		ret = bench_fail("optim", "kvf_close", rc);
 	if (fd >= 0)
 		close(fd);
 	return ret;
@@ -914,13 +897,8 @@ static int setup(struct optim_ctx *c)
 	memset(c->dst, 0, copy);
 	snprintf(c->store_dir, plen, "%s/store", a->dir);
 	snprintf(c->plain_path, plen, "%s/plain.dat", a->dir);
-	if (mkdir(a->dir, 0755) == 0)
-		c->made_dir = 1;
-	else if (errno != EEXIST) {
-		fprintf(stderr, "kvbench optim: mkdir %s: %s\n", a->dir,
-			strerror(errno));
+	if (bench_make_dir("optim", a->dir, &c->made_dir) != 0)
 		return -1;
-	}
 	return 0;
 }
 
