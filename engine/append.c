@@ -267,12 +267,29 @@ out:
 	return rc;
 }
 
-/*
- * with_cleaning - run an append; when it is refused for space (having
- * changed nothing), run the cleaner with no lock held and try again while
- * the cleaner makes progress
- */
-#define APPEND_RETRIES 4
+#define APPEND_RETRIES 4 /* cleaning passes one append may wait for */
+
+/* again_after_cleaning - an append was refused for space (it changed
+ * nothing): run the cleaner and say whether to try again; when not, *rc is
+ * the final status (a fatal cleaner failure stays fatal) */
+static int again_after_cleaning(kvf_store *st, int attempt, const char *call,
+				uint64_t seq_id, kvf_status *rc)
+{
+	kvf_status crc = KVF_ENOSPC;
+
+	if (*rc != KVF_ENOSPC)
+		return 0;
+	if (attempt < APPEND_RETRIES && (crc = cleaner_run(st, 1)) == KVF_OK)
+		return 1;
+	if (crc != KVF_ENOSPC) {
+		*rc = crc;
+		return 0;
+	}
+	*rc = kvf_fail(KVF_ENOSPC,
+		       "%s: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
+		       call, (unsigned long long)seq_id, st->n_segments);
+	return 0;
+}
 
 kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		      uint32_t n_tokens, const void *k, const void *v)
@@ -281,14 +298,9 @@ kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 
 	for (int i = 0;; i++) {
 		rc = append_once(st, seq_id, layer, n_tokens, k, v);
-		if (rc != KVF_ENOSPC || i == APPEND_RETRIES ||
-		    cleaner_run(st, 1) != KVF_OK)
-			break;
+		if (!again_after_cleaning(st, i, "kvf_append", seq_id, &rc))
+			return rc;
 	}
-	return rc == KVF_ENOSPC ? kvf_fail(rc, "kvf_append: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
-					   (unsigned long long)seq_id,
-					   st->n_segments)
-				: rc;
 }
 
 kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
@@ -298,14 +310,9 @@ kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 
 	for (int i = 0;; i++) {
 		rc = append_x_once(st, seq_id, layer, n_tokens, x);
-		if (rc != KVF_ENOSPC || i == APPEND_RETRIES ||
-		    cleaner_run(st, 1) != KVF_OK)
-			break;
+		if (!again_after_cleaning(st, i, "kvf_append_x", seq_id, &rc))
+			return rc;
 	}
-	return rc == KVF_ENOSPC ? kvf_fail(rc, "kvf_append_x: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
-					   (unsigned long long)seq_id,
-					   st->n_segments)
-				: rc;
 }
 
 /* tail_pending - stream s has tail tokens not yet in a page on media */

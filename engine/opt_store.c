@@ -17,8 +17,9 @@
  * middle of a step leaves the previous step whole.  The pages of
  * generation 1 - g from two steps ago are what the new ones replace.
  *
- * Locking: a step holds world shared and the pseudo-sequence's lock, like
- * an append; one step at a time per optimizer.
+ * Locking: create, step and free take sync_lock (they end in a durable
+ * point), then world shared, then the optimizer's sequence lock: the
+ * order kvf_sync and the cleaner use.  One step at a time per optimizer.
  */
 #include <math.h>
 #include <string.h>
@@ -240,7 +241,8 @@ static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 	return rc;
 }
 
-/* commit_gen - flush seq's segments, then durably name gen as current */
+/* commit_gen - flush seq's segments, then durably name gen as current.
+ * Caller holds sync_lock, world shared and seq->lock. */
 static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 			     uint32_t gen, int with_seq_record, const char *call)
 {
@@ -258,11 +260,8 @@ static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 	rc = record_put(b, o->name, &m, &o->cfg);
 	if (rc == KVF_OK && with_seq_record)
 		rc = seq_record(st, seq, b);
-	if (rc == KVF_OK) {
-		pthread_mutex_lock(&st->sync_lock);
+	if (rc == KVF_OK)
 		rc = store_durable_point(st, b, 0);
-		pthread_mutex_unlock(&st->sync_lock);
-	}
 	catalog_batch_free(b);
 	if (rc == KVF_OK)
 		seq->opt_gen = gen;
@@ -310,6 +309,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 		return kvf_fail(KVF_EINVAL,
 				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
 				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
+	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = record_get(st, name, &m, &old_cfg);
 	if (rc == KVF_OK) {
@@ -369,6 +369,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 	pthread_mutex_unlock(&seq->lock);
 	*out = o;
 	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
 	return KVF_OK;
 
 out_seq:
@@ -382,6 +383,7 @@ out_handle:
 	}
 out:
 	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
 }
 
@@ -539,10 +541,12 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
 		return rc;
 	gsz = dtype_size(g->dtype);
+	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
+		pthread_mutex_unlock(&st->sync_lock);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
 	}
 	pthread_mutex_lock(&seq->lock);
@@ -601,6 +605,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 out:
 	seq_unlock_put(st, seq);
 	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
 }
 
@@ -714,6 +719,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	if (st->read_only)
 		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
 				call, st->dir);
+	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = record_get(st, name, &m, &cfg);
 	if (rc == KVF_ENOENT)
@@ -746,12 +752,16 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 		size_t nl = strlen(name);
 		unsigned char *okey = kvf_malloc(nl + 1);
 
-		if (okey) {
-			okey[0] = META_TAG_OPT;
-			memcpy(okey + 1, name, nl);
-			catalog_batch_delete(b, okey, nl + 1);
-			kvf_free(okey);
+		if (okey == NULL) {
+			catalog_batch_free(b);
+			seq_unlock_put(st, seq);
+			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+			goto out;
 		}
+		okey[0] = META_TAG_OPT;
+		memcpy(okey + 1, name, nl);
+		catalog_batch_delete(b, okey, nl + 1);
+		kvf_free(okey);
 	}
 	meta_key_u64(key, META_TAG_OPT_SEQ, seq->id);
 	catalog_batch_delete(b, key, sizeof(key));
@@ -769,6 +779,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	seq_put(st, seq);
 out:
 	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
 }
 

@@ -271,6 +271,13 @@ static int shared_set(kvf_store *st, uint32_t addr, uint32_t extra)
 	uint32_t i, mask, j;
 
 	if (extra > 0) {
+		if (st->shared_n > 0) { /* present: update in place */
+			i = shared_slot(st, addr);
+			if (st->shared_addr[i] == addr) {
+				st->shared_extra[i] = extra;
+				return 0;
+			}
+		}
 		if ((st->shared_n + 1) * 4 > st->shared_cap * 3 &&
 		    shared_grow(st) != 0)
 			return -1;

@@ -613,6 +613,9 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
+	/* sync_lock first: a sync in progress must not write back the
+	 * record of a sequence freed after it captured it */
+	pthread_mutex_lock(&st->sync_lock);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
@@ -647,6 +650,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	}
 out:
 	pthread_rwlock_unlock(&st->world);
+	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
 }
 
@@ -833,32 +837,40 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		}
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
+	/* the shared pages' references first, then the child appears in
+	 * the table already locked: no call can reach it half made */
+	for (uint64_t i = 0; i < n_refs; i++)
+		if (seg_ref_inc(st, refs[i].addr) != KVF_OK) {
+			while (i-- > 0)
+				seg_ref_dec(st, refs[i].addr);
+			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory for page references",
+				      call);
+			goto out_child;
+		}
+	pthread_mutex_lock(&child->lock);
 	if ((rc = seq_insert(st, child)) != KVF_OK) {
+		pthread_mutex_unlock(&child->lock);
+		for (uint64_t i = 0; i < n_refs; i++)
+			seg_ref_dec(st, refs[i].addr);
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
-	/* visible from here: take the shared pages' references first */
-	for (uint64_t i = 0; i < n_refs && rc == KVF_OK; i++)
-		if (seg_ref_inc(st, refs[i].addr) != KVF_OK)
-			rc = store_set_fatal(st, KVF_ENOMEM, call);
-	if (rc == KVF_OK) {
-		/* the child's partial tail groups go to media before its
-		 * record, so a child that a crash leaves behind is whole */
-		pthread_mutex_lock(&child->lock);
-		if ((rc = seq_seal_partials(st, child)) == KVF_OK)
-			rc = openseg_flush_all(st, child);
-		if (rc != KVF_OK) { /* undo: the child never was */
-			child->dead = 1;
-			seq_drop_all(st, child);
-			pthread_mutex_unlock(&child->lock);
-			seq_remove(st, child);
-			child = NULL;
-			kvf_fail_wrap(rc, call);
-			goto out_child;
-		}
-		pthread_mutex_unlock(&child->lock);
+	/* the child's partial tail groups go to media before its record, so
+	 * a child that a crash leaves behind is whole */
+	if ((rc = seq_seal_partials(st, child)) == KVF_OK)
+		rc = openseg_flush_all(st, child);
+	if (rc == KVF_OK)
 		rc = commit_batch(st, b, call);
+	if (rc != KVF_OK && rc != KVF_EFATAL) { /* undo: the child never was */
+		child->dead = 1;
+		seq_drop_all(st, child);
+		pthread_mutex_unlock(&child->lock);
+		seq_remove(st, child);
+		child = NULL;
+		kvf_fail_wrap(rc, call);
+		goto out_child;
 	}
+	pthread_mutex_unlock(&child->lock);
 	child = NULL;
 out_child:
 	if (child)

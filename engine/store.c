@@ -59,11 +59,14 @@ kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what)
 	kvf_fail(KVF_EFATAL,
 		 "%s failed (%s: %s); the store %s is now unusable: close and reopen it",
 		 what, kvf_strerror(cause), prev, st->dir);
-	/* the first failure names the cause for every later call */
+	/* the first failure names the cause for every later call: its
+	 * message is in place before the flag that makes calls read it */
 	pthread_mutex_lock(&st->pool_lock);
-	if (atomic_compare_exchange_strong(&st->fatal, &expected, 1))
+	if (atomic_load(&st->fatal) == 0) {
 		snprintf(st->fatal_msg, sizeof(st->fatal_msg), "%s",
 			 kvf_last_error());
+		atomic_compare_exchange_strong(&st->fatal, &expected, 1);
+	}
 	pthread_mutex_unlock(&st->pool_lock);
 	return KVF_EFATAL;
 }
@@ -176,6 +179,10 @@ static kvf_status build_header(const kvf_options *o, struct store_header *h)
 	if (o->kt_pages > 1)
 		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
 				o->kt_pages);
+	if (o->kt_pages && m->head_dim > 512)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
+				m->head_dim);
 	n_stripes = o->n_stripes ? o->n_stripes
 				 : (o->n_device_paths ? o->n_device_paths : 1);
 	if (n_stripes > KVF_MEDIA_MAX_STRIPES)
@@ -824,15 +831,15 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	reclaim = catalog_batch_new();
 	if (reclaim == NULL)
 		return KVF_OK; /* the space is reused at the next durable point */
-	rc = seg_reclaim(st, e0, reclaim);
+	/* the point itself is durable: a trim that fails only leaves its
+	 * segment dying, to be tried again at the next one */
+	(void)seg_reclaim(st, e0, reclaim);
+	rc = KVF_OK;
 	if (st->wear_dirty)
 		seg_wear_record(st, reclaim);
-	if (catalog_batch_count(reclaim) > 0) {
-		kvf_status crc = catalog_commit(st->cat, reclaim, 0);
-
-		if (crc != KVF_OK)
-			rc = store_set_fatal(st, crc, "reclaim commit");
-	}
+	if (catalog_batch_count(reclaim) > 0 &&
+	    catalog_commit(st->cat, reclaim, 0) != KVF_OK)
+		rc = store_set_fatal(st, KVF_EIO, "reclaim commit");
 	catalog_batch_free(reclaim);
 	return rc;
 }
@@ -862,8 +869,8 @@ kvf_status kvf_sync(kvf_store *st)
 		/* no room for the partial pages: clean, then go again */
 		pthread_rwlock_unlock(&st->world);
 		pthread_mutex_unlock(&st->sync_lock);
-		if (cleaner_run(st, 1) != KVF_OK) {
-			rc = KVF_ENOSPC;
+		if ((rc = cleaner_run(st, 1)) != KVF_OK) {
+			/* ENOSPC stays ENOSPC; a fatal failure stays fatal */
 			kvf_fail_wrap(rc, "kvf_sync");
 			catalog_batch_free(c.b);
 			return rc;

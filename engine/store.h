@@ -12,15 +12,18 @@
  * partial groups and segments and makes it all durable.
  *
  * Locking, in the order they may be taken:
+ *   sync_lock       one durable point at a time: kvf_sync, the cleaner,
+ *                   kvf_seq_free and the optimizer calls take it first;
  *   world (rwlock)  every public call holds it shared; the cleaner's
- *                   relocation commit, sync's reclaim and close hold it
- *                   exclusive, so they see no call half done;
+ *                   relocation commit holds it exclusive, so it sees no
+ *                   call half done;
  *   seq->lock       a sequence's streams, lengths and open segments;
  *                   held for a whole call on that sequence (reads too);
  *   seq_table_lock  the id -> sequence table;
  *   seg_lock        the segment table, free lists, page references
  *                   (live bits and the shared-page map).
- * Nobody holds two seq locks, except fork (parent, then the new child).
+ * A call holds one sequence lock, except fork (the parent, then the new
+ * child before it is visible) and attention batches (in id order).
  *
  * Segment states: FREE -> OPEN (a sequence is filling it) -> SEALED (on
  * media, record committed) -> DYING (no live page; reusable after the
