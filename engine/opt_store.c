@@ -30,6 +30,7 @@
 #include "compute/half.h"
 #include "compute/optim.h"
 #include "engine/opt_store.h"
+#include "engine/pool.h"
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -57,7 +58,8 @@ struct kvf_opt {
 	uint32_t per_chunk;       /* parameters per page */
 	kvf_opt_config cfg;       /* hyper-parameters */
 	unsigned states;          /* kvc_opt_states: which moments exist */
-	float *work;              /* [3][OPT_BATCH][per_chunk], aligned */
+	float *work;              /* [2][3][OPT_BATCH][per_chunk], aligned:
+				   * one half computed while the other loads */
 	const struct kvc_optim *k;
 };
 
@@ -170,7 +172,7 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	o->cfg = *cfg;
 	o->states = kvc_opt_states(cfg);
 	o->k = kvc_optim();
-	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)3 * OPT_BATCH *
+	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * OPT_BATCH *
 						     st->hdr.page_size);
 	if (o->name == NULL || o->work == NULL) {
 		kvf_free(o->name);
@@ -182,15 +184,15 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	return KVF_OK;
 }
 
-static float *work_page(kvf_opt *o, uint32_t state, uint32_t j)
+static float *work_page(kvf_opt *o, uint32_t half, uint32_t state, uint32_t j)
 {
-	return o->work + ((size_t)state * OPT_BATCH + j) * o->per_chunk;
+	return o->work + (((size_t)half * 3 + state) * OPT_BATCH + j) * o->per_chunk;
 }
 
 /* place_batch - write chunks [c0, c0 + n) of every kept state (params
  * first) from the work buffers as generation gen */
 static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
-			      uint32_t n, uint32_t gen)
+			      uint32_t n, uint32_t gen, uint32_t half)
 {
 	kvf_store *st = o->st;
 
@@ -208,7 +210,7 @@ static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			kvf_status rc;
 
 			rc = openseg_place(st, seq, stream_stripe(st, sid, c),
-					   work_page(o, s, j),
+					   work_page(o, half, s, j),
 					   page_key_make(seq->id, sid, (uint32_t)c),
 					   old, &ref);
 			if (rc != KVF_OK)
@@ -344,14 +346,14 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 								    : o->per_chunk;
 
 			if (init)
-				memcpy(work_page(o, ST_PARAM, j), init + i0,
+				memcpy(work_page(o, 0, ST_PARAM, j), init + i0,
 				       cnt * sizeof(float));
 			kvc_opt_state_init(&cfg,
-					   (o->states & KVC_OPT_M) ? work_page(o, ST_M, j) : NULL,
-					   (o->states & KVC_OPT_V) ? work_page(o, ST_V, j) : NULL,
+					   (o->states & KVC_OPT_M) ? work_page(o, 0, ST_M, j) : NULL,
+					   (o->states & KVC_OPT_V) ? work_page(o, 0, ST_V, j) : NULL,
 					   cnt);
 		}
-		rc = place_batch(o, seq, c0, n, 0);
+		rc = place_batch(o, seq, c0, n, 0, 0);
 	}
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
@@ -429,15 +431,15 @@ out:
 
 struct load_ctx {
 	kvf_opt *o;
+	uint32_t half;  /* work half loaded */
 	uint32_t state;
-	uint64_t c0;
 };
 
 static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page)
 {
 	struct load_ctx *l = arg;
 
-	memcpy(work_page(l->o, l->state, (uint32_t)i), page,
+	memcpy(work_page(l->o, l->half, l->state, (uint32_t)i), page,
 	       l->o->st->hdr.page_size);
 	return KVF_OK;
 }
@@ -445,14 +447,14 @@ static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page)
 /* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
  * into the work buffers */
 static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
-			     uint32_t n, uint32_t gen)
+			     uint32_t n, uint32_t gen, uint32_t half)
 {
 	uint64_t idx[OPT_BATCH];
 
 	for (uint32_t j = 0; j < n; j++)
 		idx[j] = c0 + j;
 	for (uint32_t s = 0; s < 3; s++) {
-		struct load_ctx l = { o, s, c0 };
+		struct load_ctx l = { o, half, s };
 		kvf_status rc;
 
 		if (!state_kept(o->states, s))
@@ -518,6 +520,74 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 	return KVF_OK;
 }
 
+/* batch_len - chunks of the batch starting at chunk c0 */
+static uint32_t batch_len(const kvf_opt *o, uint64_t c0)
+{
+	return (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
+						       : OPT_BATCH);
+}
+
+/* What the two tasks of one batch share. */
+struct step_ctx {
+	kvf_opt *o;
+	struct seq *seq;
+	const kvf_grad *g;
+	void *params_out;
+	const struct kvc_opt_step *step;
+	size_t gsz;      /* bytes per gradient value */
+	uint32_t gen;    /* committed generation, read */
+	uint32_t cur;    /* work half of the batch being updated */
+	uint64_t c0;     /* its first chunk */
+	uint32_t n;      /* its chunks */
+	uint32_t next_n; /* chunks of the batch after it (0: none) */
+};
+
+/* update - run the kernels over the batch in half x->cur */
+static void update(const struct step_ctx *x)
+{
+	kvf_opt *o = x->o;
+	const kvf_grad *g = x->g;
+
+	for (uint32_t j = 0; j < x->n; j++) {
+		uint64_t i0 = (x->c0 + j) * o->per_chunk;
+		size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
+					      ? o->n_params - i0 : o->per_chunk);
+		float *p = work_page(o, x->cur, ST_PARAM, j);
+		float *m = (o->states & KVC_OPT_M) ? work_page(o, x->cur, ST_M, j) : NULL;
+		float *v = (o->states & KVC_OPT_V) ? work_page(o, x->cur, ST_V, j) : NULL;
+		void *po = x->params_out ? (char *)x->params_out +
+				i0 * dtype_size(o->cfg.out_dtype) : NULL;
+
+		if (g->indices == NULL) {
+			kvc_opt_dense(o->k, x->step, p, m, v, cnt,
+				      (const char *)g->values + i0 * x->gsz,
+				      g->dtype, po);
+		} else {
+			size_t first, count;
+
+			kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first, &count);
+			kvc_opt_sparse(o->k, x->step, p, m, v, cnt, i0,
+				       count ? g->indices + first : NULL,
+				       count ? (const char *)g->values + first * x->gsz
+					     : NULL,
+				       count, g->dtype, po);
+		}
+	}
+}
+
+/* step_task - task 0 updates the current batch, task 1 loads the next */
+static kvf_status step_task(void *arg, uint32_t i)
+{
+	struct step_ctx *x = arg;
+
+	if (i == 0) {
+		update(x);
+		return KVF_OK;
+	}
+	return load_batch(x->o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
+			  x->cur ^ 1);
+}
+
 kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 {
 	const char *call = "kvf_opt_step";
@@ -527,6 +597,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	uint64_t steps;
 	uint32_t gen;
 	float scale = 1.0f;
+	struct step_ctx x;
 	size_t gsz;
 	kvf_status rc;
 
@@ -561,39 +632,21 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
 	rc = reserve_gen(o, seq, 1 - gen, call);
+	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
+			       .step = &step, .gsz = gsz, .gen = gen };
+	if (rc == KVF_OK)
+		rc = load_batch(o, seq, 0, batch_len(o, 0), gen, 0);
+	/* double buffering: a worker loads batch b + 1 into one half while
+	 * this thread updates batch b in the other; placing b waits for both */
 	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
-		uint32_t n = (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
-								    : OPT_BATCH);
-
-		if ((rc = load_batch(o, seq, c0, n, gen)) != KVF_OK)
-			break;
-		for (uint32_t j = 0; j < n; j++) {
-			uint64_t i0 = (c0 + j) * o->per_chunk;
-			size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
-						      ? o->n_params - i0 : o->per_chunk);
-			float *p = work_page(o, ST_PARAM, j);
-			float *m = (o->states & KVC_OPT_M) ? work_page(o, ST_M, j) : NULL;
-			float *v = (o->states & KVC_OPT_V) ? work_page(o, ST_V, j) : NULL;
-			void *po = params_out ? (char *)params_out +
-					i0 * dtype_size(o->cfg.out_dtype) : NULL;
-
-			if (g->indices == NULL) {
-				kvc_opt_dense(o->k, &step, p, m, v, cnt,
-					      (const char *)g->values + i0 * gsz,
-					      g->dtype, po);
-			} else {
-				size_t first, count;
-
-				kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first,
-						  &count);
-				kvc_opt_sparse(o->k, &step, p, m, v, cnt, i0,
-					       count ? g->indices + first : NULL,
-					       count ? (const char *)g->values + first * gsz
-						     : NULL,
-					       count, g->dtype, po);
-			}
-		}
-		rc = place_batch(o, seq, c0, n, 1 - gen);
+		x.c0 = c0;
+		x.n = batch_len(o, c0);
+		x.next_n = c0 + OPT_BATCH < o->n_chunks ? batch_len(o, c0 + OPT_BATCH)
+							: 0;
+		rc = pool_run(st->pool, x.next_n ? 2 : 1, step_task, &x);
+		if (rc == KVF_OK)
+			rc = place_batch(o, seq, c0, x.n, 1 - gen, x.cur);
+		x.cur ^= 1;
 	}
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
@@ -639,7 +692,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 		uint32_t cnt = (uint32_t)(last - c0 + 1 < OPT_BATCH ? last - c0 + 1
 								   : OPT_BATCH);
 		uint64_t idx[OPT_BATCH];
-		struct load_ctx l = { o, ST_PARAM, c0 };
+		struct load_ctx l = { o, 0, ST_PARAM };
 
 		for (uint32_t j = 0; j < cnt; j++)
 			idx[j] = c0 + j;
@@ -650,7 +703,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 
 			a = a > i0 ? a : i0;
 			z = z < i0 + n ? z : i0 + n;
-			memcpy(out + (a - i0), work_page(o, ST_PARAM, j) +
+			memcpy(out + (a - i0), work_page(o, 0, ST_PARAM, j) +
 						       (a - (c0 + j) * o->per_chunk),
 			       (size_t)(z - a) * sizeof(float));
 		}
