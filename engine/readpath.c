@@ -166,7 +166,69 @@ struct batch {
 	uint64_t group[READ_BATCH];    /* group of each page */
 	struct page_ref ref[READ_BATCH]; /* what the index says */
 	uint32_t n;                    /* pages */
+	struct batch *next;            /* store's spares; pool_lock */
 };
+
+#define READ_BATCHES_KEPT 8u /* read batches the store keeps for reuse */
+
+/* read_batch_new - a batch with its page buffer, from the store's spares
+ * when there is one (a 512 KiB aligned buffer is not worth mapping anew
+ * for every call), or NULL (message set) */
+static struct batch *read_batch_new(kvf_store *st)
+{
+	struct batch *b;
+
+	pthread_mutex_lock(&st->pool_lock);
+	b = st->read_batches;
+	if (b) {
+		st->read_batches = b->next;
+		st->n_read_batches--;
+	}
+	pthread_mutex_unlock(&st->pool_lock);
+	if (b) {
+		b->n = b->n_io = 0;
+		return b;
+	}
+	b = kvf_calloc(1, sizeof(*b));
+	if (b)
+		b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+					   (size_t)READ_BATCH * st->hdr.page_size);
+	if (b == NULL || b->buf == NULL) {
+		kvf_free(b);
+		kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+		return NULL;
+	}
+	return b;
+}
+
+static void read_batch_free(kvf_store *st, struct batch *b)
+{
+	if (b == NULL)
+		return;
+	pthread_mutex_lock(&st->pool_lock);
+	if (st->n_read_batches < READ_BATCHES_KEPT) {
+		b->next = st->read_batches;
+		st->read_batches = b;
+		st->n_read_batches++;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&st->pool_lock);
+	if (b)
+		kvf_free(b->buf);
+	kvf_free(b);
+}
+
+void read_batches_free(kvf_store *st)
+{
+	while (st->read_batches) {
+		struct batch *b = st->read_batches;
+
+		st->read_batches = b->next;
+		kvf_free(b->buf);
+		kvf_free(b);
+	}
+	st->n_read_batches = 0;
+}
 
 static void batch_add(kvf_store *st, struct batch *b, uint64_t g,
 		      const struct page_ref *ref)
@@ -270,15 +332,9 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 				break;
 			continue;
 		}
-		if (b == NULL) {
-			b = kvf_calloc(1, sizeof(*b));
-			if (b)
-				b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
-							   (size_t)READ_BATCH * st->hdr.page_size);
-			if (b == NULL || b->buf == NULL) {
-				rc = kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
-				break;
-			}
+		if (b == NULL && (b = read_batch_new(st)) == NULL) {
+			rc = KVF_ENOMEM;
+			break;
 		}
 		{
 			struct page_ref r = stream_page(s, g);
@@ -290,9 +346,7 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 	}
 	if (rc == KVF_OK && b)
 		rc = batch_run(st, b, t0, t1, fn, arg);
-	if (b)
-		kvf_free(b->buf);
-	kvf_free(b);
+	read_batch_free(st, b);
 	return rc;
 }
 
@@ -353,29 +407,6 @@ static kvf_status batch_read(kvf_store *st, struct batch *b)
 	return KVF_OK;
 }
 
-/* read_batch_new - a batch with its page buffer, or NULL (message set) */
-static struct batch *read_batch_new(kvf_store *st)
-{
-	struct batch *b = kvf_calloc(1, sizeof(*b));
-
-	if (b)
-		b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
-					   (size_t)READ_BATCH * st->hdr.page_size);
-	if (b == NULL || b->buf == NULL) {
-		kvf_free(b);
-		kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
-		return NULL;
-	}
-	return b;
-}
-
-static void read_batch_free(struct batch *b)
-{
-	if (b)
-		kvf_free(b->buf);
-	kvf_free(b);
-}
-
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
  * of two streams, clipped to [t0, t1), to fn in order */
 static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
@@ -424,7 +455,7 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 				pb[i] + off);
 		}
 	}
-	read_batch_free(b);
+	read_batch_free(st, b);
 	return rc;
 }
 
@@ -492,7 +523,7 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			rc = fn(arg, i0 + i, p[i]);
 		}
 	}
-	read_batch_free(b);
+	read_batch_free(st, b);
 	return rc;
 }
 

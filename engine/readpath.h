@@ -72,6 +72,9 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens);
 
+/* read_batches_free - free the store's spare read buffers (at close) */
+void read_batches_free(kvf_store *st);
+
 /* page_read_verified - read one page at ref into dst (aligned) and check
  * it; `what` names the caller for the message */
 kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,

@@ -35,6 +35,7 @@
 #include "engine/cleaner.h"
 #include "engine/kt.h"
 #include "engine/pool.h"
+#include "engine/readpath.h"
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
@@ -521,6 +522,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	pthread_mutex_destroy(&st->seg_lock);
 	pthread_mutex_destroy(&st->sync_lock);
 	segbuf_pool_free(st);
+	read_batches_free(st);
 	pthread_mutex_destroy(&st->pool_lock);
 	pthread_cond_destroy(&st->writer_idle);
 	pthread_cond_destroy(&st->writer_work);

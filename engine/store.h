@@ -121,6 +121,7 @@ struct open_seg {
 
 struct segbuf;
 struct flush_job;
+struct batch;
 
 /* H2O heavy-hitter scores of one (layer, KV head): accumulated attention
  * probability per token (kept in memory only; not persisted or forked). */
@@ -267,8 +268,11 @@ struct kvf_store {
 	uint32_t inflight;            /* jobs queued or being written */
 	int writer_stop;              /* close asks it to end */
 	int writer_running;           /* threads started */
-	pthread_mutex_t pool_lock;    /* guards free_bufs */
+	pthread_mutex_t pool_lock;    /* guards the spares below */
 	struct segbuf *free_bufs;     /* segment buffers to reuse */
+	struct batch *read_batches;   /* read buffers to reuse (readpath.c);
+				       * pool_lock */
+	uint32_t n_read_batches;      /* in read_batches; pool_lock */
 	char fatal_msg[KVF_ERRMSG_CAP]; /* why the store stopped; set once */
 
 	/* the background cleaner (engine/cleaner.c) */
