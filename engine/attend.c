@@ -799,26 +799,13 @@ kvf_status kvf_h2o_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	if (st == NULL || (out == NULL && t1 > t0))
 		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
 				st ? "out" : "store");
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = read_args_check(st, call, layer, &kv_head, t0, t1)) != KVF_OK)
 		return rc;
-	if (layer >= st->hdr.n_layers)
-		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
-				call, layer, st->hdr.n_layers);
-	if (kv_head >= st->hdr.n_kv_heads)
-		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
-				call, kv_head, st->hdr.n_kv_heads);
-	if (t0 > t1)
-		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
-				call, (unsigned long long)t0, (unsigned long long)t1);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
 		goto out;
 	if (t1 > seq->len[layer]) {
-		rc = kvf_fail(KVF_ERANGE,
-			      "%s: token range [%llu, %llu) past the end of sequence %llu layer %u (%llu tokens)",
-			      call, (unsigned long long)t0, (unsigned long long)t1,
-			      (unsigned long long)seq_id, layer,
-			      (unsigned long long)seq->len[layer]);
+		rc = read_past_end(call, t0, t1, seq_id, "", layer, seq->len[layer]);
 	} else {
 		const struct h2o *h = seq->h2o
 			? &seq->h2o[(size_t)layer * st->hdr.n_kv_heads + kv_head]

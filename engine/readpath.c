@@ -552,6 +552,35 @@ static kvf_status copy_rows(void *arg, uint64_t first, uint32_t n,
 	return KVF_OK;
 }
 
+kvf_status read_args_check(kvf_store *st, const char *call, uint32_t layer,
+			   const uint32_t *kv_head, uint64_t t0, uint64_t t1)
+{
+	kvf_status rc;
+
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (kv_head && *kv_head >= st->hdr.n_kv_heads)
+		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
+				call, *kv_head, st->hdr.n_kv_heads);
+	if (t0 > t1)
+		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
+				call, (unsigned long long)t0, (unsigned long long)t1);
+	return KVF_OK;
+}
+
+kvf_status read_past_end(const char *call, uint64_t t0, uint64_t t1,
+			 uint64_t seq_id, const char *what, uint32_t layer,
+			 uint64_t len)
+{
+	return kvf_fail(KVF_ERANGE,
+			"%s: token range [%llu, %llu) past the end of %ssequence %llu layer %u (%llu tokens)",
+			call, (unsigned long long)t0, (unsigned long long)t1, what,
+			(unsigned long long)seq_id, layer, (unsigned long long)len);
+}
+
 static kvf_status copy_pair(void *arg, uint64_t first, uint32_t n,
 			    const unsigned char *k_rows,
 			    const unsigned char *v_rows)
@@ -573,29 +602,15 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 
 	if (st == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = read_args_check(st, call, layer, &kv_head, t0, t1)) != KVF_OK)
 		return rc;
-	if (layer >= st->hdr.n_layers)
-		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
-				call, layer, st->hdr.n_layers);
-	if (kv_head >= st->hdr.n_kv_heads)
-		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
-				call, kv_head, st->hdr.n_kv_heads);
-	if (t0 > t1)
-		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
-				call, (unsigned long long)t0, (unsigned long long)t1);
 	if (k_out == NULL && v_out == NULL && t1 > t0)
 		return kvf_fail(KVF_EINVAL, "%s: k_out and v_out are both NULL", call);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
 		goto out;
 	if (t1 > seq->len[layer]) {
-		rc = kvf_fail(KVF_ERANGE,
-			      "%s: token range [%llu, %llu) past the end of sequence %llu layer %u (%llu tokens)",
-			      call, (unsigned long long)t0,
-			      (unsigned long long)t1,
-			      (unsigned long long)seq_id, layer,
-			      (unsigned long long)seq->len[layer]);
+		rc = read_past_end(call, t0, t1, seq_id, "", layer, seq->len[layer]);
 		goto out_seq;
 	}
 	if (k_out && v_out) {
@@ -642,24 +657,14 @@ kvf_status kvf_read_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	if (st == NULL || (x_out == NULL && t1 > t0))
 		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
 				st ? "x_out" : "store");
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = read_args_check(st, call, layer, NULL, t0, t1)) != KVF_OK)
 		return rc;
-	if (layer >= st->hdr.n_layers)
-		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
-				call, layer, st->hdr.n_layers);
-	if (t0 > t1)
-		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
-				call, (unsigned long long)t0, (unsigned long long)t1);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
 		goto out;
 	if (t1 > seq->x_len[layer]) {
-		rc = kvf_fail(KVF_ERANGE,
-			      "%s: token range [%llu, %llu) past the end of the X of sequence %llu layer %u (%llu tokens)",
-			      call, (unsigned long long)t0,
-			      (unsigned long long)t1,
-			      (unsigned long long)seq_id, layer,
-			      (unsigned long long)seq->x_len[layer]);
+		rc = read_past_end(call, t0, t1, seq_id, "the X of ", layer,
+				   seq->x_len[layer]);
 		goto out_seq;
 	}
 	for (uint32_t q = 0; q < st->hdr.n_q_heads && rc == KVF_OK && t1 > t0; q++) {

@@ -72,6 +72,18 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens);
 
+/*
+ * read_args_check - the checks every token-range read makes before it
+ * looks a sequence up: store state, layer, *kv_head (NULL: none to
+ * check), range order.  read_past_end - the KVF_ERANGE for a range past
+ * a sequence's end (what: "" or "the X of ").
+ */
+kvf_status read_args_check(kvf_store *st, const char *call, uint32_t layer,
+			   const uint32_t *kv_head, uint64_t t0, uint64_t t1);
+kvf_status read_past_end(const char *call, uint64_t t0, uint64_t t1,
+			 uint64_t seq_id, const char *what, uint32_t layer,
+			 uint64_t len);
+
 /* read_batches_free - free the store's spare read buffers (at close) */
 void read_batches_free(kvf_store *st);
 
