@@ -150,6 +150,12 @@ typedef struct {
 				   * emulator, memory; not preallocated
 				   * files, whose holes would only be
 				   * refilled), 1 = always, 2 = never */
+	uint32_t verify_reads;    /* check pages against their hash when
+				   * read: 0 = those read from file or
+				   * flash media (a memory store's pages,
+				   * read in place, are checked when
+				   * written, like a cache's), 1 = every
+				   * page */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */

@@ -262,8 +262,10 @@ static void score_block(struct sparf_ctx *x, const unsigned char *const *pages,
 }
 
 /* kt_page - gather a block's selected K^T pages; score when complete */
-static kvf_status kt_page(void *arg, uint64_t i, const unsigned char *page)
+static kvf_status kt_page(void *arg, uint64_t i, const unsigned char *page,
+			  int in_place)
 {
+	(void)in_place;
 	struct sparf_ctx *x = arg;
 	kvf_store *st = x->c->st;
 	uint32_t j = (uint32_t)(i % x->rg);

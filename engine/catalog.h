@@ -22,12 +22,15 @@ struct catalog_batch;
 /*
  * catalog_open - open the RocksDB in dir; create it when `create`.
  * read_only opens without taking the write lock or changing anything.
+ * durable = 0 when the store's media does not outlive the process
+ * (memory, the flash emulator): commits asked to sync then skip the
+ * fsync, which would keep nothing that survives.
  * Return: KVF_OK; KVF_ENOENT (missing and not create), KVF_EBUSY (locked
  * by another process), KVF_ECORRUPT, KVF_EIO, KVF_ENOMEM; the message
  * carries RocksDB's own.
  */
 kvf_status catalog_open(const char *dir, int create, int read_only,
-			struct catalog **out);
+			int durable, struct catalog **out);
 void catalog_close(struct catalog *c);
 
 /* catalog_get - the value of key into a kvf_malloc'd buffer (*val, *vlen);

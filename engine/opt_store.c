@@ -39,6 +39,9 @@
 #define OPT_BATCH 64u /* chunks per batch: 64 pages of each state read
 		       * together (256 KiB runs with 4 KiB pages) */
 
+#define OPT_SPLIT 8u  /* tasks a batch is split into when the state is in
+		       * memory: workers join in as they come free */
+
 enum { ST_PARAM = 0, ST_M = 1, ST_V = 2 };
 
 struct meta_opt {
@@ -61,6 +64,13 @@ struct kvf_opt {
 	float *work;              /* [2][3][OPT_BATCH][per_chunk], aligned:
 				   * one half computed while the other loads */
 	const struct kvc_optim *k;
+	/* a step's batch b uses half b % 2 of these: */
+	const float *src[2][3][OPT_BATCH]; /* committed chunks: the memory
+					    * media's own pages, or work */
+	unsigned char *dst[3][OPT_BATCH];  /* the new chunks: open-segment
+					    * slots, or work pages placed
+					    * after the update */
+	uint64_t hash[3][OPT_BATCH];       /* page_hash of each new chunk */
 };
 
 static uint32_t sid_of(uint32_t state, uint32_t gen)
@@ -75,43 +85,32 @@ static int state_kept(unsigned states, uint32_t s)
 }
 
 /* record - the "O" record of name (key in *key, value in *val) */
-static kvf_status record_put(struct catalog_batch *b, const char *name,
-			     const struct meta_opt *m, const kvf_opt_config *cfg)
+static void record_put(struct catalog_batch *b, const char *name,
+		       const struct meta_opt *m, const kvf_opt_config *cfg)
 {
-	size_t nl = strlen(name), vl = sizeof(*m) + sizeof(*cfg);
-	unsigned char *key = kvf_malloc(nl + 1), *val = kvf_malloc(vl);
+	size_t nl = strlen(name);
+	unsigned char key[1 + OPT_NAME_MAX], val[sizeof(*m) + sizeof(*cfg)];
 	struct meta_opt mm = *m;
 
-	if (key == NULL || val == NULL) {
-		kvf_free(key);
-		kvf_free(val);
-		return kvf_fail(KVF_ENOMEM, "out of memory for an optimizer record");
-	}
 	key[0] = META_TAG_OPT;
 	memcpy(key + 1, name, nl);
 	mm.cfg_size = sizeof(*cfg);
 	memcpy(val, &mm, sizeof(mm));
 	memcpy(val + sizeof(mm), cfg, sizeof(*cfg));
-	catalog_batch_put(b, key, nl + 1, val, vl);
-	kvf_free(key);
-	kvf_free(val);
-	return KVF_OK;
+	catalog_batch_put(b, key, nl + 1, val, sizeof(val));
 }
 
 static kvf_status record_get(kvf_store *st, const char *name,
 			     struct meta_opt *m, kvf_opt_config *cfg)
 {
 	size_t nl = strlen(name), vlen;
-	unsigned char *key = kvf_malloc(nl + 1);
+	unsigned char key[1 + OPT_NAME_MAX];
 	void *val;
 	kvf_status rc;
 
-	if (key == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory");
 	key[0] = META_TAG_OPT;
 	memcpy(key + 1, name, nl);
 	rc = catalog_get(st->cat, key, nl + 1, &val, &vlen);
-	kvf_free(key);
 	if (rc != KVF_OK)
 		return rc;
 	memcpy(m, val, vlen < sizeof(*m) ? vlen : sizeof(*m));
@@ -229,18 +228,13 @@ static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 			      const char *call)
 {
 	kvf_store *st = o->st;
-	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
-	kvf_status rc;
+	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 
-	if (pages == NULL)
-		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	for (uint32_t s = 0; s < 3; s++)
 		if (state_kept(o->states, s))
 			for (uint64_t c = 0; c < o->n_chunks; c++)
 				pages[stream_stripe(st, sid_of(s, gen), c)]++;
-	rc = openseg_reserve(st, seq, pages, call);
-	kvf_free(pages);
-	return rc;
+	return openseg_reserve(st, seq, pages, call);
 }
 
 /* commit_gen - flush seq's segments, then durably name gen as current.
@@ -259,14 +253,15 @@ static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 	b = catalog_batch_new();
 	if (b == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-	rc = record_put(b, o->name, &m, &o->cfg);
-	if (rc == KVF_OK && with_seq_record)
-		rc = seq_record(st, seq, b);
+	record_put(b, o->name, &m, &o->cfg);
+	rc = with_seq_record ? seq_record(st, seq, b) : KVF_OK;
 	if (rc == KVF_OK)
 		rc = store_durable_point(st, b, 0);
 	catalog_batch_free(b);
-	if (rc == KVF_OK)
+	if (rc == KVF_OK) {
 		seq->opt_gen = gen;
+		seq->opt_steps = steps;
+	}
 	return rc;
 }
 
@@ -435,17 +430,25 @@ struct load_ctx {
 	uint32_t state;
 };
 
-static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page)
+/* load_page - point src at the page where the memory media keeps it, or
+ * copy it into work */
+static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page,
+			    int in_place)
 {
 	struct load_ctx *l = arg;
+	float *w = work_page(l->o, l->half, l->state, (uint32_t)i);
 
-	memcpy(work_page(l->o, l->half, l->state, (uint32_t)i), page,
-	       l->o->st->hdr.page_size);
+	if (in_place) {
+		l->o->src[l->half][l->state][i] = (const float *)page;
+		return KVF_OK;
+	}
+	memcpy(w, page, l->o->st->hdr.page_size);
+	l->o->src[l->half][l->state][i] = w;
 	return KVF_OK;
 }
 
 /* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
- * into the work buffers */
+ * into src[half] */
 static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			     uint32_t n, uint32_t gen, uint32_t half)
 {
@@ -527,7 +530,7 @@ static uint32_t batch_len(const kvf_opt *o, uint64_t c0)
 						       : OPT_BATCH);
 }
 
-/* What the two tasks of one batch share. */
+/* What the tasks of one batch share. */
 struct step_ctx {
 	kvf_opt *o;
 	struct seq *seq;
@@ -536,56 +539,171 @@ struct step_ctx {
 	const struct kvc_opt_step *step;
 	size_t gsz;      /* bytes per gradient value */
 	uint32_t gen;    /* committed generation, read */
-	uint32_t cur;    /* work half of the batch being updated */
+	uint32_t cur;    /* half of the batch being updated */
 	uint64_t c0;     /* its first chunk */
 	uint32_t n;      /* its chunks */
 	uint32_t next_n; /* chunks of the batch after it (0: none) */
+	uint32_t split;  /* 1: tasks share the update (the state is in
+			  * memory); 0: task 1 loads the next batch */
 };
 
-/* update - run the kernels over the batch in half x->cur */
-static void update(const struct step_ctx *x)
+/* plan_batch - where each new chunk of the batch goes: the free slots of
+ * the open segments (params first, then m, then v: the order they are
+ * placed in), and the work pages of half `half` for those that do not
+ * fit in them */
+static kvf_status plan_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
+			     uint32_t n, uint32_t gen, uint32_t half)
+{
+	kvf_store *st = o->st;
+	unsigned char *slot[KVF_MEDIA_MAX_STRIPES] = { NULL };
+	uint32_t room[KVF_MEDIA_MAX_STRIPES];
+
+	for (uint32_t s = 0; s < 3; s++) {
+		if (!state_kept(o->states, s))
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t stripe = stream_stripe(st, sid_of(s, gen), c0 + j);
+
+			if (slot[stripe] == NULL) {
+				kvf_status rc = openseg_slot(st, seq, stripe, &slot[stripe]);
+
+				if (rc != KVF_OK)
+					return rc;
+				room[stripe] = openseg_room(st, seq, stripe);
+			}
+			if (room[stripe] > 0) {
+				o->dst[s][j] = slot[stripe];
+				slot[stripe] += st->hdr.page_size;
+				room[stripe]--;
+			} else {
+				o->dst[s][j] = (unsigned char *)work_page(o, half, s, j);
+			}
+		}
+	}
+	return KVF_OK;
+}
+
+/* fill_batch - record the batch's new chunks as generation gen, in the
+ * order plan_batch gave them slots; copy in those left in work pages */
+static kvf_status fill_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
+			     uint32_t n, uint32_t gen, uint32_t half)
+{
+	kvf_store *st = o->st;
+
+	for (uint32_t s = 0; s < 3; s++) {
+		uint32_t sid = sid_of(s, gen);
+		struct stream *str = &seq->opt[s * 2 + gen];
+
+		if (!state_kept(o->states, s))
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t c = c0 + j;
+			uint32_t stripe = stream_stripe(st, sid, c);
+			uint32_t old = c < str->n_groups ? stream_page(str, c).addr
+							 : ADDR_NONE;
+			struct page_ref ref;
+			kvf_status rc;
+
+			if (o->dst[s][j] == (unsigned char *)work_page(o, half, s, j)) {
+				unsigned char *slot;
+
+				if ((rc = openseg_slot(st, seq, stripe, &slot)) != KVF_OK)
+					return rc;
+				memcpy(slot, o->dst[s][j], st->hdr.page_size);
+			}
+			rc = openseg_fill_hashed(st, seq, stripe,
+						 page_key_make(seq->id, sid, (uint32_t)c),
+						 old, o->hash[s][j], &ref);
+			if (rc != KVF_OK)
+				return rc;
+			stream_set_page(str, c, ref);
+			if (c >= str->n_groups)
+				str->n_groups = (uint32_t)c + 1;
+			atomic_fetch_add(&st->c.opt_bytes, st->hdr.page_size);
+		}
+	}
+	return KVF_OK;
+}
+
+/* update - chunks [j0, j1) of the batch: each committed chunk copied to
+ * its new place, updated there by the kernels, and hashed */
+static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 {
 	kvf_opt *o = x->o;
 	const kvf_grad *g = x->g;
+	uint32_t ps = o->st->hdr.page_size;
 
-	for (uint32_t j = 0; j < x->n; j++) {
+	for (uint32_t j = j0; j < j1; j++) {
 		uint64_t i0 = (x->c0 + j) * o->per_chunk;
 		size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
 					      ? o->n_params - i0 : o->per_chunk);
-		float *p = work_page(o, x->cur, ST_PARAM, j);
-		float *m = (o->states & KVC_OPT_M) ? work_page(o, x->cur, ST_M, j) : NULL;
-		float *v = (o->states & KVC_OPT_V) ? work_page(o, x->cur, ST_V, j) : NULL;
+		float *st3[3] = { NULL, NULL, NULL };
 		void *po = x->params_out ? (char *)x->params_out +
 				i0 * dtype_size(o->cfg.out_dtype) : NULL;
 
+		for (uint32_t s = 0; s < 3; s++) {
+			if (!state_kept(o->states, s))
+				continue;
+			st3[s] = (float *)o->dst[s][j];
+			if ((const float *)st3[s] != o->src[x->cur][s][j])
+				memcpy(st3[s], o->src[x->cur][s][j], ps);
+		}
 		if (g->indices == NULL) {
-			kvc_opt_dense(o->k, x->step, p, m, v, cnt,
+			kvc_opt_dense(o->k, x->step, st3[ST_PARAM], st3[ST_M],
+				      st3[ST_V], cnt,
 				      (const char *)g->values + i0 * x->gsz,
 				      g->dtype, po);
 		} else {
 			size_t first, count;
 
 			kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first, &count);
-			kvc_opt_sparse(o->k, x->step, p, m, v, cnt, i0,
+			kvc_opt_sparse(o->k, x->step, st3[ST_PARAM], st3[ST_M],
+				       st3[ST_V], cnt, i0,
 				       count ? g->indices + first : NULL,
 				       count ? (const char *)g->values + first * x->gsz
 					     : NULL,
 				       count, g->dtype, po);
 		}
+		for (uint32_t s = 0; s < 3; s++)
+			if (st3[s])
+				o->hash[s][j] = page_hash(st3[s], ps);
 	}
 }
 
-/* step_task - task 0 updates the current batch, task 1 loads the next */
+/* step_task - split: task i updates its eighth of the batch; else task 0
+ * updates the batch while task 1 loads the next one into the other half */
 static kvf_status step_task(void *arg, uint32_t i)
 {
 	struct step_ctx *x = arg;
 
+	if (x->split) {
+		update(x, x->n * i / OPT_SPLIT, x->n * (i + 1) / OPT_SPLIT);
+		return KVF_OK;
+	}
 	if (i == 0) {
-		update(x);
+		update(x, 0, x->n);
 		return KVF_OK;
 	}
 	return load_batch(x->o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
 			  x->cur ^ 1);
+}
+
+/* run_batch - update the batch in half x->cur (and, unless split, load
+ * the next one meanwhile), then place it */
+static kvf_status run_batch(struct step_ctx *x)
+{
+	kvf_opt *o = x->o;
+	kvf_status rc = plan_batch(o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
+
+	if (rc == KVF_OK)
+		rc = pool_run(o->st->pool, x->split ? OPT_SPLIT : x->next_n ? 2 : 1,
+			      step_task, x);
+	if (rc == KVF_OK && x->split && x->next_n)
+		rc = load_batch(o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
+				x->cur ^ 1);
+	if (rc == KVF_OK)
+		rc = fill_batch(o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
+	return rc;
 }
 
 kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
@@ -598,7 +716,6 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	uint32_t gen;
 	float scale = 1.0f;
 	struct step_ctx x;
-	size_t gsz;
 	kvf_status rc;
 
 	if (o == NULL)
@@ -611,7 +728,6 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 				call, st->dir);
 	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
 		return rc;
-	gsz = dtype_size(g->dtype);
 	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
@@ -621,31 +737,23 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
 	}
 	pthread_mutex_lock(&seq->lock);
-	{
-		struct meta_opt m;
-		kvf_opt_config cfg;
-
-		if ((rc = record_get(st, o->name, &m, &cfg)) != KVF_OK)
-			goto out;
-		steps = m.steps;
-	}
 	gen = seq->opt_gen;
+	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
 	rc = reserve_gen(o, seq, 1 - gen, call);
+	/* the memory media's pages need no loading, so both threads update;
+	 * otherwise a worker loads batch b + 1 while batch b is updated */
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
-			       .step = &step, .gsz = gsz, .gen = gen };
+			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
+			       .split = st->hdr.media == KVF_MEDIA_MEMORY };
 	if (rc == KVF_OK)
 		rc = load_batch(o, seq, 0, batch_len(o, 0), gen, 0);
-	/* double buffering: a worker loads batch b + 1 into one half while
-	 * this thread updates batch b in the other; placing b waits for both */
 	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
 		x.c0 = c0;
 		x.n = batch_len(o, c0);
 		x.next_n = c0 + OPT_BATCH < o->n_chunks ? batch_len(o, c0 + OPT_BATCH)
 							: 0;
-		rc = pool_run(st->pool, x.next_n ? 2 : 1, step_task, &x);
-		if (rc == KVF_OK)
-			rc = place_batch(o, seq, c0, x.n, 1 - gen, x.cur);
+		rc = run_batch(&x);
 		x.cur ^= 1;
 	}
 	seg_unreserve(st, seq);
@@ -655,7 +763,6 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 		/* the old generation is intact and still committed; what was
 		 * placed of the new one is garbage after the next step */
 		kvf_fail_wrap(rc, call);
-out:
 	seq_unlock_put(st, seq);
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
@@ -703,7 +810,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 
 			a = a > i0 ? a : i0;
 			z = z < i0 + n ? z : i0 + n;
-			memcpy(out + (a - i0), work_page(o, 0, ST_PARAM, j) +
+			memcpy(out + (a - i0), o->src[0][ST_PARAM][j] +
 						       (a - (c0 + j) * o->per_chunk),
 			       (size_t)(z - a) * sizeof(float));
 		}
@@ -857,6 +964,7 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 	per = st->hdr.page_size / sizeof(float);
 	rc = opt_streams_alloc(seq, (m.n_params + per - 1) / per);
 	seq->opt_gen = m.gen & 1;
+	seq->opt_steps = m.steps;
 	if (m.seq >= atomic_load(&st->next_opt_id))
 		atomic_store(&st->next_opt_id, m.seq + 1);
 	(void)key;

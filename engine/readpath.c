@@ -51,8 +51,9 @@ kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
 	return KVF_OK;
 }
 
-/* mapped - the verified bytes of ref in place, when the media keeps pages
- * in memory; NULL when it must be read (or *rc on a bad check) */
+/* mapped - the bytes of ref in place, when the media keeps pages in
+ * memory (checked only with verify_reads = 1: the store wrote them there
+ * itself); NULL when it must be read (or *rc on a bad check) */
 static const unsigned char *mapped(kvf_store *st, const struct page_ref *ref,
 				   kvf_status *rc)
 {
@@ -66,7 +67,8 @@ static const unsigned char *mapped(kvf_store *st, const struct page_ref *ref,
 		return NULL;
 	atomic_fetch_add(&st->c.bytes_read, st->hdr.page_size);
 	atomic_fetch_add(&st->c.pages_read, 1);
-	if ((got = page_check(p, st->hdr.page_size)) != ref->check) {
+	if (st->opts.verify_reads == 1 &&
+	    (got = page_check(p, st->hdr.page_size)) != ref->check) {
 		*rc = corrupt(st, ref->addr, ref->check, got, "read");
 		return NULL;
 	}
@@ -492,13 +494,14 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 	for (uint64_t i0 = 0; i0 < n && rc == KVF_OK; i0 += READ_BATCH) {
 		uint32_t m = (uint32_t)(n - i0 < READ_BATCH ? n - i0 : READ_BATCH);
 		const unsigned char *p[READ_BATCH];
-		int slot[READ_BATCH];
+		int slot[READ_BATCH], in_place[READ_BATCH];
 
 		b->n = b->n_io = 0;
 		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
 			struct page_ref r;
 
 			slot[i] = -1;
+			in_place[i] = 0;
 			if (idx[i0 + i] >= s->n_groups ||
 			    (r = stream_page(s, idx[i0 + i])).addr == ADDR_NONE) {
 				rc = kvf_fail(KVF_ECORRUPT,
@@ -507,20 +510,23 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 					      (unsigned long long)seq->id);
 				break;
 			}
-			if ((p[i] = openseg_page(st, seq, r.addr)) == NULL &&
-			    (p[i] = mapped(st, &r, &rc)) == NULL) {
-				if (rc != KVF_OK)
-					break;
-				slot[i] = (int)b->n;
-				batch_add(st, b, idx[i0 + i], &r);
+			if ((p[i] = openseg_page(st, seq, r.addr)) != NULL)
+				continue;
+			if ((p[i] = mapped(st, &r, &rc)) != NULL) {
+				in_place[i] = 1;
+				continue;
 			}
+			if (rc != KVF_OK)
+				break;
+			slot[i] = (int)b->n;
+			batch_add(st, b, idx[i0 + i], &r);
 		}
 		if (rc == KVF_OK)
 			rc = batch_read(st, b);
 		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
 			if (slot[i] >= 0)
 				p[i] = b->buf + (size_t)slot[i] * st->hdr.page_size;
-			rc = fn(arg, i0 + i, p[i]);
+			rc = fn(arg, i0 + i, p[i], in_place[i]);
 		}
 	}
 	read_batch_free(st, b);

@@ -55,9 +55,13 @@ kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 /*
  * entry_fn / stream_read_entries - the pages of index entries idx[0..n) of
  * stream s (any kind; K^T entries are block * kt_groups + dim group),
- * read in batches and verified, handed to fn as (i, page) in order.
+ * read in batches and verified, handed to fn as (i, page, in_place) in
+ * order.  in_place = 1: the page is the memory media's own copy, valid
+ * while the caller keeps the page referenced and holds seq->lock; else
+ * it is valid only during the call.
  */
-typedef kvf_status (*entry_fn)(void *arg, uint64_t i, const unsigned char *page);
+typedef kvf_status (*entry_fn)(void *arg, uint64_t i, const unsigned char *page,
+			       int in_place);
 kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			       struct stream *s, const uint64_t *idx,
 			       uint64_t n, entry_fn fn, void *arg);

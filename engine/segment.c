@@ -134,11 +134,9 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 			   const uint32_t *pages, const char *call)
 {
 	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
-	uint32_t *need = kvf_calloc(ns, sizeof(uint32_t));
+	uint32_t need[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	kvf_status rc;
 
-	if (need == NULL)
-		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	for (uint32_t s = 0; s < ns; s++) {
 		const struct open_seg *os = &seq->open[s];
 		uint32_t room = os->segid != SEG_NONE ? d - os->n_pages : 0;
@@ -147,7 +145,6 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 			need[s] = (pages[s] - room + d - 1) / d;
 	}
 	rc = seg_reserve(st, seq, need);
-	kvf_free(need);
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	return KVF_OK;
@@ -585,14 +582,32 @@ kvf_status openseg_slot(kvf_store *st, struct seq *seq, uint32_t stripe,
 	return KVF_OK;
 }
 
+uint32_t openseg_room(kvf_store *st, struct seq *seq, uint32_t stripe)
+{
+	const struct open_seg *os = &seq->open[stripe];
+
+	return os->segid == SEG_NONE ? 0 : st->data_per_seg - os->n_pages;
+}
+
 kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
 			struct page_key key, uint32_t replaces,
 			struct page_ref *out)
 {
+	const struct open_seg *os = &seq->open[stripe];
+
+	return openseg_fill_hashed(st, seq, stripe, key, replaces,
+				   page_hash(os->sb->buf + (size_t)os->n_pages *
+							   st->hdr.page_size,
+					     st->hdr.page_size),
+				   out);
+}
+
+kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
+			       struct page_key key, uint32_t replaces,
+			       uint64_t h, struct page_ref *out)
+{
 	struct open_seg *os = &seq->open[stripe];
 	uint32_t n = os->n_pages;
-	uint64_t h = page_hash(os->sb->buf + (size_t)n * st->hdr.page_size,
-			       st->hdr.page_size);
 
 	os->sb->entries[n] = (struct seg_summary_entry){ key.hi, key.lo, h };
 	os->sb->slots[n] = (struct meta_slot){ .seq = seq->id,

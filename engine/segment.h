@@ -91,6 +91,20 @@ kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
 			struct page_key key, uint32_t replaces,
 			struct page_ref *out);
 
+/*
+ * openseg_room / openseg_fill_hashed - for a caller that builds several
+ * pages in place at once, perhaps on other threads: after openseg_slot,
+ * the `openseg_room` pages from the slot on are free in the open segment;
+ * the caller writes them, then records each in order with
+ * openseg_fill_hashed, giving the page_hash it computed.  The fill of the
+ * last page flushes the segment.  Nothing else may place pages on seq in
+ * between.
+ */
+uint32_t openseg_room(kvf_store *st, struct seq *seq, uint32_t stripe);
+kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
+			       struct page_key key, uint32_t replaces,
+			       uint64_t hash, struct page_ref *out);
+
 /* openseg_flush_all - write and commit every open segment of seq, and
  * wait for its segments in flight.  Caller holds seq->lock.  KVF_EFATAL on
  * failure. */

@@ -122,6 +122,9 @@ static kvf_status take_options(const kvf_options *in, kvf_options *o)
 	o->struct_size = sizeof(*o);
 	if (o->trim > 2)
 		return kvf_fail(KVF_EINVAL, "kvf_open: trim %u must be 0, 1 or 2", o->trim);
+	if (o->verify_reads > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: verify_reads %u must be 0 or 1",
+				o->verify_reads);
 	return KVF_OK;
 }
 
@@ -703,7 +706,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		goto fail;
 	}
 	derive(st);
-	if ((rc = catalog_open(mpath, created, st->read_only, &st->cat)) != KVF_OK) {
+	if ((rc = catalog_open(mpath, created, st->read_only,
+				    st->hdr.media == KVF_MEDIA_FILE, &st->cat)) != KVF_OK) {
 		kvf_fail_wrap(rc, "kvf_open");
 		goto fail;
 	}

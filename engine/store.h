@@ -159,6 +159,7 @@ struct seq {
 	struct stream *opt;    /* SEQ_NS_OPT only: [state * 2 + gen] */
 	uint64_t opt_chunks;   /* their chunks (pages) per state */
 	uint32_t opt_gen;      /* the committed generation, 0 or 1 */
+	uint64_t opt_steps;    /* steps done, as committed */
 	int opt_handles;       /* kvf_opt handles open on it */
 	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
 				* SparF; NULL before first use */

@@ -122,9 +122,12 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n *
 						 sizeof(*job->sb->entries));
 	memcpy(sum, &h, sizeof(h));
-	rc = kvf_media_write_segment(st->media, seg_stripe(st, job->segid),
-				     seg_in_stripe(st, job->segid), job->sb->buf,
-				     (size_t)(n + sum_pages) * ps);
+	job->given = job->sb->buf;
+	rc = kvf_media_give_segment(st->media, seg_stripe(st, job->segid),
+				    seg_in_stripe(st, job->segid), &job->given,
+				    (size_t)(n + sum_pages) * ps);
+	if (job->given == job->sb->buf)
+		job->given = NULL;
 	if (rc != KVF_OK) {
 		store_set_fatal(st, rc, "segment write");
 		return;
@@ -259,6 +262,9 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 			continue;
 		}
 		*pp = j->seq_next;
+		/* readers of the job's pages may have used sb->buf until now */
+		if (j->given)
+			j->sb->buf = j->given;
 		segbuf_put(st, j->sb);
 		kvf_free(j);
 	}

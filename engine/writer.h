@@ -36,6 +36,8 @@ struct flush_job {
 	uint32_t n_superseded;   /* entries in sb->superseded */
 	uint64_t seqno;          /* commit sequence number */
 	uint64_t owner;          /* sequence it was filled for */
+	unsigned char *given;    /* the buffer the media gave back for sb's,
+				  * which it now keeps; swapped in at reap */
 	_Atomic int done;        /* written and committed (or failed) */
 	struct flush_job *next;  /* writer queue; writer lock */
 	struct flush_job *seq_next; /* the sequence's in-flight list */

@@ -148,28 +148,56 @@ kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
 	return m->ops->read(m, io, n_io);
 }
 
+/* segment_io - the request writing len bytes of buf from page 0 */
+static kvf_status segment_io(const char *call, struct kvf_media *m,
+			     uint32_t stripe, uint64_t seg, const void *buf,
+			     size_t len, struct kvf_media_io *io)
+{
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: media is NULL", call);
+	if (len == 0 || len % m->geo.page_size != 0)
+		return kvf_fail(KVF_EINVAL,
+				"%s: length %zu is not a positive multiple of the page size %u",
+				call, len, m->geo.page_size);
+	if (len / m->geo.page_size > m->geo.pages_per_segment)
+		return kvf_fail(KVF_ERANGE, "%s: length %zu exceeds the segment size %llu",
+				call, len,
+				(unsigned long long)kvf_media_segment_bytes(&m->geo));
+	*io = (struct kvf_media_io){ .stripe = stripe, .seg = seg, .page = 0,
+				     .n_pages = (uint32_t)(len / m->geo.page_size),
+				     .buf = (void *)buf };
+	return KVF_OK;
+}
+
 kvf_status kvf_media_write_segment(struct kvf_media *m, uint32_t stripe,
 				   uint64_t seg, const void *buf, size_t len)
 {
 	struct kvf_media_io io;
+	kvf_status rc = segment_io("kvf_media_write_segment", m, stripe, seg,
+				   buf, len, &io);
 
-	if (m == NULL)
-		return kvf_fail(KVF_EINVAL, "kvf_media_write_segment: media is NULL");
-	if (len == 0 || len % m->geo.page_size != 0)
-		return kvf_fail(KVF_EINVAL,
-				"kvf_media_write_segment: length %zu is not a positive multiple of the page size %u",
-				len, m->geo.page_size);
-	if (len / m->geo.page_size > m->geo.pages_per_segment)
-		return kvf_fail(KVF_ERANGE,
-				"kvf_media_write_segment: length %zu exceeds the segment size %llu",
-				len,
-				(unsigned long long)kvf_media_segment_bytes(&m->geo));
-	io.stripe = stripe;
-	io.seg = seg;
-	io.page = 0;
-	io.n_pages = (uint32_t)(len / m->geo.page_size);
-	io.buf = (void *)buf;
-	return kvf_media_write(m, &io, 1);
+	return rc != KVF_OK ? rc : kvf_media_write(m, &io, 1);
+}
+
+kvf_status kvf_media_give_segment(struct kvf_media *m, uint32_t stripe,
+				  uint64_t seg, unsigned char **buf, size_t len)
+{
+	const char *call = "kvf_media_give_segment";
+	struct kvf_media_io io;
+	kvf_status rc;
+
+	if (buf == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: buf is NULL", call);
+	rc = segment_io(call, m, stripe, seg, *buf, len, &io);
+	if (rc == KVF_OK)
+		rc = kvf_media_check_io(call, m, &io, 1);
+	if (rc == KVF_OK)
+		rc = refuse_read_only(call, m);
+	if (rc != KVF_OK)
+		return rc;
+	if (m->ops->give_segment == NULL)
+		return m->ops->write(m, &io, 1);
+	return m->ops->give_segment(m, stripe, seg, buf, len);
 }
 
 kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,

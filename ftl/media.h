@@ -93,6 +93,10 @@ struct kvf_media_ops {
 	 * segment is trimmed or the media closed. */
 	const unsigned char *(*map)(struct kvf_media *m, uint32_t stripe,
 				    uint64_t seg, uint32_t page);
+	/* optional (NULL): kvf_media_give_segment without a copy, for
+	 * media that keep segments in memory */
+	kvf_status (*give_segment)(struct kvf_media *m, uint32_t stripe,
+				   uint64_t seg, unsigned char **buf, size_t len);
 };
 
 /* The head of every backend's handle (backends embed it first). */
@@ -153,6 +157,17 @@ kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
 /* kvf_media_write_segment - write len bytes (whole pages) from page 0. */
 kvf_status kvf_media_write_segment(struct kvf_media *m, uint32_t stripe,
 				   uint64_t seg, const void *buf, size_t len);
+/*
+ * kvf_media_give_segment - kvf_media_write_segment from a buffer the
+ * caller is done with: *buf holds kvf_media_segment_bytes, allocated with
+ * kvf_aligned_alloc(KVF_MEDIA_ALIGN, ...).  A backend that keeps segments
+ * in memory takes *buf as the segment itself (no copy) and puts in *buf
+ * another such buffer for the caller, its bytes undefined; the others
+ * write len bytes and leave *buf alone.  The caller must not change the
+ * bytes it gave until it reads them no more.
+ */
+kvf_status kvf_media_give_segment(struct kvf_media *m, uint32_t stripe,
+				  uint64_t seg, unsigned char **buf, size_t len);
 /* kvf_media_read_pages - read n pages starting at page. */
 kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
 				uint64_t seg, uint32_t page, uint32_t n,

@@ -1,9 +1,13 @@
 /*
  * media_mem.c - the memory backend: segments in process memory.
  *
- * Each segment's bytes are allocated at its first write and freed by trim,
- * so a large geometry costs only what is written.  Unwritten and trimmed
- * pages read as zeros.
+ * Each segment's bytes are allocated at its first write and given up by
+ * trim, so a large geometry costs only what is written.  Unwritten and
+ * trimmed pages read as zeros.  A store trims every segment it reuses, so
+ * trimmed buffers are kept as spares (up to a quarter of the geometry) for
+ * the next first write: freeing and faulting them in again cost more than
+ * the data's own copy.  kvf_media_give_segment swaps the caller's
+ * buffer in as the segment, so a store's segment writes copy nothing.
  *
  * kvf_media_map hands out a segment's bytes in place (the store reads
  * pages it holds references to, so their segments are not trimmed
@@ -12,6 +16,7 @@
  * Locking: `lock` is a reader-writer lock.  Reads and writes hold it shared
  * (a first write installs the segment with a compare-and-swap); trim holds
  * it exclusive, so no I/O can see a segment while it is freed.
+ * `spare_lock` guards the spare list.
  */
 #include "ftl/media.h"
 
@@ -26,6 +31,10 @@ struct media_mem {
 	struct kvf_media base;
 	pthread_rwlock_t lock;      /* see the file comment */
 	_Atomic(unsigned char *) *segs; /* [stripe * segs_per_stripe + seg] */
+	pthread_mutex_t spare_lock;
+	unsigned char *spare;           /* trimmed buffers, linked through
+					 * their first bytes */
+	uint64_t n_spare, spare_cap;
 	_Atomic uint64_t bytes_written; /* payload bytes written */
 	_Atomic uint64_t bytes_read;    /* payload bytes read */
 	_Atomic uint64_t write_ios;     /* write requests */
@@ -45,21 +54,59 @@ static _Atomic(unsigned char *) *slot(struct media_mem *mm, uint32_t stripe,
 	return &mm->segs[(uint64_t)stripe * mm->base.geo.segs_per_stripe + seg];
 }
 
-/* segment_for_write - the segment's bytes, allocated zeroed on first use */
+static unsigned char *spare_take(struct media_mem *mm)
+{
+	unsigned char *b;
+
+	pthread_mutex_lock(&mm->spare_lock);
+	b = mm->spare;
+	if (b) {
+		memcpy(&mm->spare, b, sizeof(b));
+		mm->n_spare--;
+	}
+	pthread_mutex_unlock(&mm->spare_lock);
+	return b;
+}
+
+/* spare_give - keep b for a later first write, or free it past the cap */
+static void spare_give(struct media_mem *mm, unsigned char *b)
+{
+	pthread_mutex_lock(&mm->spare_lock);
+	if (mm->n_spare < mm->spare_cap) {
+		memcpy(b, &mm->spare, sizeof(b));
+		mm->spare = b;
+		mm->n_spare++;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&mm->spare_lock);
+	kvf_free(b);
+}
+
+/* segment_for_write - the segment's bytes for a write of `len` bytes at
+ * byte `off`: on first use a spare with everything else zeroed, or a
+ * zeroed allocation */
 static unsigned char *segment_for_write(struct media_mem *mm, uint32_t stripe,
-					uint64_t seg)
+					uint64_t seg, size_t off, size_t len)
 {
 	_Atomic(unsigned char *) *s = slot(mm, stripe, seg);
 	unsigned char *cur = atomic_load(s);
+	size_t bytes = kvf_media_segment_bytes(&mm->base.geo);
 	unsigned char *fresh;
 
 	if (cur)
 		return cur;
-	fresh = kvf_calloc(1, kvf_media_segment_bytes(&mm->base.geo));
-	if (fresh == NULL)
+	fresh = spare_take(mm);
+	if (fresh) {
+		/* unwritten pages must read as zeros; the write fills the rest */
+		memset(fresh, 0, off);
+		memset(fresh + off + len, 0, bytes - off - len);
+	} else if ((fresh = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) != NULL) {
+		memset(fresh, 0, bytes);
+	} else {
 		return NULL;
+	}
 	if (!atomic_compare_exchange_strong(s, &cur, fresh)) {
-		kvf_free(fresh); /* another writer installed it first */
+		spare_give(mm, fresh); /* another writer installed it first */
 		return cur;
 	}
 	return fresh;
@@ -74,9 +121,10 @@ static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
 
 	pthread_rwlock_rdlock(&mm->lock);
 	for (uint32_t i = 0; i < n_io; i++) {
-		unsigned char *seg = segment_for_write(mm, io[i].stripe,
-						       io[i].seg);
 		size_t len = (size_t)io[i].n_pages * ps;
+		unsigned char *seg = segment_for_write(mm, io[i].stripe,
+						       io[i].seg,
+						       (size_t)io[i].page * ps, len);
 
 		if (seg == NULL) {
 			rc = kvf_fail(KVF_ENOMEM,
@@ -92,6 +140,35 @@ static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
 	}
 	pthread_rwlock_unlock(&mm->lock);
 	return rc;
+}
+
+/* mem_give - *buf becomes the segment; the caller gets its old bytes, a
+ * spare or a new buffer back */
+static kvf_status mem_give(struct kvf_media *m, uint32_t stripe, uint64_t seg,
+			   unsigned char **buf, size_t len)
+{
+	struct media_mem *mm = to_mem(m);
+	size_t bytes = kvf_media_segment_bytes(&m->geo);
+	unsigned char *back = spare_take(mm), *old;
+
+	if (back == NULL &&
+	    (back = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) == NULL)
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_media_give_segment: memory backend: cannot allocate a buffer of %zu bytes",
+				bytes);
+	memset(*buf + len, 0, bytes - len); /* unwritten pages read as zeros */
+	/* exclusive, as for trim: no reader may hold the old bytes */
+	pthread_rwlock_wrlock(&mm->lock);
+	old = atomic_exchange(slot(mm, stripe, seg), *buf);
+	pthread_rwlock_unlock(&mm->lock);
+	if (old) { /* rewritten without a trim: hand back its old bytes */
+		spare_give(mm, back);
+		back = old;
+	}
+	*buf = back;
+	atomic_fetch_add(&mm->bytes_written, len);
+	atomic_fetch_add(&mm->write_ios, 1);
+	return KVF_OK;
 }
 
 static kvf_status mem_read(struct kvf_media *m, const struct kvf_media_io *io,
@@ -125,7 +202,8 @@ static kvf_status mem_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
 	pthread_rwlock_wrlock(&mm->lock);
 	old = atomic_exchange(slot(mm, stripe, seg), NULL);
 	pthread_rwlock_unlock(&mm->lock);
-	kvf_free(old);
+	if (old)
+		spare_give(mm, old);
 	atomic_fetch_add(&mm->trims, 1);
 	return KVF_OK;
 }
@@ -161,6 +239,13 @@ static void mem_close(struct kvf_media *m)
 		kvf_free(atomic_load(&mm->segs[i]));
 	kvf_free(mm->segs);
 	mm->segs = NULL;
+	while (mm->spare) {
+		unsigned char *b = mm->spare;
+
+		memcpy(&mm->spare, b, sizeof(b));
+		kvf_free(b);
+	}
+	pthread_mutex_destroy(&mm->spare_lock);
 	pthread_rwlock_destroy(&mm->lock);
 }
 
@@ -187,6 +272,7 @@ static const struct kvf_media_ops mem_ops = {
 	.stats = mem_stats,
 	.close = mem_close,
 	.map = mem_map,
+	.give_segment = mem_give,
 };
 
 kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
@@ -209,12 +295,20 @@ kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
 				"kvf_media_open: memory backend: cannot allocate the table of %llu segments",
 				(unsigned long long)n);
 	}
-	if (pthread_rwlock_init(&mm->lock, NULL) != 0) {
+	if (pthread_mutex_init(&mm->spare_lock, NULL) != 0) {
 		kvf_free(mm->segs);
 		kvf_free(mm);
 		return kvf_fail(KVF_ENOMEM,
 				"kvf_media_open: memory backend: cannot create a lock");
 	}
+	if (pthread_rwlock_init(&mm->lock, NULL) != 0) {
+		pthread_mutex_destroy(&mm->spare_lock);
+		kvf_free(mm->segs);
+		kvf_free(mm);
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_media_open: memory backend: cannot create a lock");
+	}
+	mm->spare_cap = n / 4;
 	mm->base.ops = &mem_ops;
 	mm->base.geo = cfg->geo;
 	*out = &mm->base;
