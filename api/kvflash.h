@@ -176,7 +176,7 @@ static inline void kvf_options_init(kvf_options *o, const kvf_model *m)
 typedef struct {
 	size_t struct_size; /* sizeof(kvf_attn_opts), set by _init */
 	float scale;        /* softmax scale; 0 = 1/sqrt(head_dim) */
-	uint32_t sparse;    /* 0 dense, 1 SparF */
+	uint32_t sparse;    /* 0 dense, 1 SparF, 2 SparF by whole groups */
 	uint32_t top_r;     /* SparF: head dims used for approximate scores */
 	uint32_t top_k;     /* SparF: tokens attended exactly */
 	float *lse;         /* NULL, or [n_q_heads] log-sum-exp out */
@@ -395,6 +395,12 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  *        query head are attended exactly, and the result is
  *        alpha * exact + (1 - alpha) * mean(V), alpha the approximate
  *        mass of the chosen tokens; lse is then that of the chosen tokens.
+ *        sparse = 2: as 1, but the tokens are chosen as whole token
+ *        groups (pages): the ceil(top_k / group) groups of most
+ *        approximate mass over the KV head's query heads, every token of
+ *        theirs attended.  A page read is then never read for one token,
+ *        so the bytes read stay near top_k / tokens of dense's however
+ *        the heavy tokens are scattered.
  * The query heads that share a KV head (GQA) are computed in one pass
  * over its pages; tokens still in group buffers are included.  A sequence
  * with no token gives out = 0 and lse = -INFINITY.

@@ -335,6 +335,101 @@ static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
 				 len, seq->vbar_n[lh], len, vmean_span, &v);
 }
 
+/* select_tokens - sparse = 1: per query head the top-k tokens by
+ * approximate score (idx: [k] scratch); the groups any of them is in */
+static void select_tokens(struct sparf_ctx *x, uint64_t t_start, uint64_t k,
+			  uint32_t *idx, float *alpha, uint64_t *groups,
+			  uint64_t *n_groups)
+{
+	const struct attn_call *c = x->c;
+	uint32_t G = c->st->group_tokens;
+	uint64_t len = x->n;
+
+	for (uint32_t h = 0; h < x->d; h++) {
+		float *s = x->s + (size_t)h * len, m, l;
+		uint32_t got;
+
+		for (uint64_t t = 0; t < t_start; t++)
+			s[t] = -INFINITY;
+		c->k->softmax_stats(s, (uint32_t)len, &m, &l);
+		got = kvc_topk(s, (uint32_t)len, (uint32_t)k, idx);
+		alpha[h] = c->k->softmax_mass(s, idx, got, m, l);
+		for (uint32_t j = 0; j < got; j++)
+			if (s[idx[j]] > -INFINITY)
+				x->selected[(size_t)h * len + idx[j]] = 1;
+	}
+	for (uint64_t g = 0; g * G < len; g++) {
+		int any = 0;
+
+		for (uint32_t h = 0; h < x->d && !any; h++)
+			for (uint64_t t = g * G; t < len && t < (g + 1) * G && !any; t++)
+				any = x->selected[(size_t)h * len + t];
+		if (any)
+			groups[(*n_groups)++] = g;
+	}
+}
+
+/*
+ * select_groups - sparse = 2: whole token groups instead of single tokens,
+ * the ceil(k / G) groups of most approximate attention mass (summed over
+ * the KV head's query heads); every token of theirs is attended exactly,
+ * so each page read is used whole however scattered the heavy tokens are.
+ * alpha[h] is the approximate mass of the chosen groups' tokens.
+ */
+static kvf_status select_groups(struct sparf_ctx *x, uint64_t t_start,
+				uint64_t k, float *alpha, uint64_t *groups,
+				uint64_t *n_groups)
+{
+	const struct attn_call *c = x->c;
+	uint32_t G = c->st->group_tokens;
+	uint64_t len = x->n, ng = (len + G - 1) / G, kg = (k + G - 1) / G;
+	float *mass = kvf_calloc(ng + 1, sizeof(float));
+	uint32_t *gidx = kvf_malloc((ng + 1) * sizeof(uint32_t));
+	uint8_t *chosen = kvf_calloc(ng + 1, 1);
+	uint32_t got;
+
+	if (mass == NULL || gidx == NULL || chosen == NULL) {
+		kvf_free(mass);
+		kvf_free(gidx);
+		kvf_free(chosen);
+		return kvf_fail(KVF_ENOMEM, "sparse attention: out of memory for a task");
+	}
+	for (uint32_t h = 0; h < x->d; h++) {
+		float *s = x->s + (size_t)h * len, m, l;
+
+		for (uint64_t t = 0; t < t_start; t++)
+			s[t] = -INFINITY;
+		c->k->softmax_stats(s, (uint32_t)len, &m, &l);
+		/* s becomes the approximate probabilities (masked tokens 0) */
+		for (uint64_t t = 0; t < len; t++) {
+			s[t] = s[t] > -INFINITY ? expf(s[t] - m) / l : 0.0f;
+			mass[t / G] += s[t];
+		}
+	}
+	got = kvc_topk(mass, (uint32_t)ng, (uint32_t)(kg < ng ? kg : ng), gidx);
+	for (uint32_t j = 0; j < got; j++)
+		chosen[gidx[j]] = mass[gidx[j]] > 0.0f; /* not masked whole */
+	memset(alpha, 0, x->d * sizeof(float));
+	for (uint64_t g = 0; g < ng; g++) {
+		if (!chosen[g])
+			continue;
+		for (uint32_t h = 0; h < x->d; h++) {
+			const float *s = x->s + (size_t)h * len;
+
+			for (uint64_t t = g * G; t < len && t < (g + 1) * G; t++)
+				if (s[t] > 0.0f) {
+					x->selected[(size_t)h * len + t] = 1;
+					alpha[h] += s[t];
+				}
+		}
+		groups[(*n_groups)++] = g;
+	}
+	kvf_free(mass);
+	kvf_free(gidx);
+	kvf_free(chosen);
+	return KVF_OK;
+}
+
 static kvf_status sparf_task(const struct attn_call *c, uint32_t si,
 			     uint32_t head, const float *qs, float *out,
 			     float *lse)
@@ -406,29 +501,13 @@ static kvf_status sparf_task(const struct attn_call *c, uint32_t si,
 		goto out;
 	atomic_fetch_add(&st->c.sparf_pages_read, nb * x.rg);
 
-	/* 3-4: per head, the top-k tokens, their mass, the groups they need */
-	for (uint32_t h = 0; h < d; h++) {
-		float *s = x.s + (size_t)h * len, m, l;
-		uint32_t got;
-
-		for (uint64_t t = 0; t < t_start; t++)
-			s[t] = -INFINITY;
-		c->k->softmax_stats(s, (uint32_t)len, &m, &l);
-		got = kvc_topk(s, (uint32_t)len, (uint32_t)k, idx);
-		alpha[h] = c->k->softmax_mass(s, idx, got, m, l);
-		for (uint32_t j = 0; j < got; j++)
-			if (s[idx[j]] > -INFINITY)
-				x.selected[(size_t)h * len + idx[j]] = 1;
-	}
-	for (uint64_t g = 0; g * G < len; g++) {
-		int any = 0;
-
-		for (uint32_t h = 0; h < d && !any; h++)
-			for (uint64_t t = g * G; t < len && t < (g + 1) * G && !any; t++)
-				any = x.selected[(size_t)h * len + t];
-		if (any)
-			groups[n_groups++] = g;
-	}
+	/* 3-4: the tokens to attend exactly, their mass, the groups they need */
+	if (c->o->sparse == 2)
+		rc = select_groups(&x, t_start, k, alpha, groups, &n_groups);
+	else
+		select_tokens(&x, t_start, k, idx, alpha, groups, &n_groups);
+	if (rc != KVF_OK)
+		goto out;
 	/* 5: exact attention over the selected tokens only */
 	rc = stream_read_pair_groups(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
 				     seq_kv_stream(st, seq, c->layer, KIND_V, head),
@@ -562,8 +641,8 @@ static kvf_status check_call(struct attn_call *c, const char *call,
 				call, (double)o->scale);
 	if (o->scale > 0)
 		c->scale = o->scale;
-	if (o->sparse > 1)
-		return kvf_fail(KVF_EINVAL, "%s: opts.sparse %u must be 0 or 1",
+	if (o->sparse > 2)
+		return kvf_fail(KVF_EINVAL, "%s: opts.sparse %u must be 0, 1 or 2",
 				call, o->sparse);
 	if (o->sparse && st->kt_dims == 0)
 		return kvf_fail(KVF_ENOTSUP,
