@@ -15,6 +15,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "compute/kernels.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
 #include "engine/readpath.h"
@@ -179,6 +180,45 @@ static kvf_status append_checks(kvf_store *st, const char *call,
 	return KVF_OK;
 }
 
+#define VBAR_RUN 16u /* V rows folded at a time */
+
+/* vbar_fold - on a store kept for SparF, fold the n appended V rows into
+ * each head's running mean while they are at hand, so that SparF need not
+ * read V back for it; a mean that is behind is caught up by SparF itself */
+static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
+		      uint32_t n, const void *v)
+{
+	const struct kvc_kernels *k = kvc_kernels();
+	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
+	/* kt_pages stores have head_dim <= 512 (kvf_open) */
+	unsigned char run[VBAR_RUN * 512 * sizeof(float)];
+
+	if (st->kt_dims == 0 || (seq->vbar == NULL && seq->len[layer] > 0))
+		return;
+	if (seq->vbar == NULL && seq_vbar_alloc(st, seq) != KVF_OK)
+		return; /* no memory: SparF reads V for the mean instead */
+	for (uint32_t h = 0; h < H; h++) {
+		size_t lh = (size_t)layer * H + h;
+
+		if (seq->vbar_n[lh] != seq->len[layer])
+			continue;
+		/* the head's rows are strided in v: gather a run, fold it */
+		for (uint32_t t0 = 0; t0 < n; t0 += VBAR_RUN) {
+			uint32_t m = n - t0 < VBAR_RUN ? n - t0 : VBAR_RUN;
+
+			for (uint32_t t = 0; t < m; t++)
+				memcpy(run + (size_t)t * st->row_bytes,
+				       (const unsigned char *)v +
+					       ((size_t)(t0 + t) * H + h) * st->row_bytes,
+				       st->row_bytes);
+			k->vmean_fold(seq->vbar + lh * D, seq->vbar_n[lh], run, m, D,
+				      (kvf_dtype)st->hdr.dtype);
+			seq->vbar_n[lh] += m;
+		}
+	}
+	seq->vbar_dirty = 1;
+}
+
 static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			      uint32_t n_tokens, const void *k, const void *v)
 {
@@ -215,6 +255,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
 				    n_tokens, layer, call);
 		if (rc == KVF_OK) {
+			vbar_fold(st, seq, layer, n_tokens, v);
 			seq->len[layer] += n_tokens;
 			seq->changes++;
 		}

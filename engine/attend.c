@@ -697,8 +697,9 @@ static kvf_status run(struct attn_call *c, const char *call,
 			rc = seq_h2o_alloc(st, seqs[i]);
 	if (rc == KVF_OK && c->o && c->o->sparse)
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			if ((rc = seq_vbar_alloc(st, seqs[i])) == KVF_OK)
-				rc = seq_kt_alloc(st, seqs[i]);
+			if ((rc = seq_vbar_alloc(st, seqs[i])) == KVF_OK &&
+			    (rc = seq_kt_alloc(st, seqs[i])) == KVF_OK)
+				seqs[i]->vbar_dirty = 1; /* the tasks catch it up */
 	if (rc == KVF_OK && c->probs &&
 	    seqs[0]->len[c->layer] - attended_from(c->o, seqs[0]->len[c->layer]) >
 		    c->probs_cap)

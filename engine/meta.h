@@ -14,6 +14,8 @@
  *   "O" name          optimizer state: engine/opt_store.c's struct meta_opt +
  *                     its kvf_opt_config
  *   "P" seq(8)        as "S", for an optimizer's sequence (SEQ_NS_OPT)
+ *   "V" seq(8)        SparF's running means of V: u64 count then
+ *                     f32 mean[head_dim], per (layer, kv head)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it.  "R" holds the index entries a forked
@@ -36,6 +38,7 @@
 #define META_TAG_REF 'R'
 #define META_TAG_OPT 'O'
 #define META_TAG_OPT_SEQ 'P'
+#define META_TAG_VBAR 'V'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */

@@ -144,6 +144,15 @@ static int load_opt_seq(void *arg, const void *key, size_t klen,
 	return load_seq_ns(arg, SEQ_NS_OPT, key, klen, val, vlen);
 }
 
+static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
+		     size_t vlen)
+{
+	if (klen != 9)
+		return kvf_fail(KVF_ECORRUPT, "kvf_open: a means-of-V key is %zu bytes",
+				klen);
+	return seq_vbar_load(arg, meta_key_id(key, 8), val, vlen);
+}
+
 static int cmp_item(const void *a, const void *b)
 {
 	const struct rec_item *x = a, *y = b;
@@ -406,6 +415,9 @@ kvf_status recovery_load(kvf_store *st)
 	}
 	tag = META_TAG_SEQ;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_seq, st)) != KVF_OK)
+		return rc;
+	tag = META_TAG_VBAR;
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_vbar, st)) != KVF_OK)
 		return rc;
 	tag = META_TAG_OPT_SEQ;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_opt_seq, st)) != KVF_OK ||

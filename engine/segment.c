@@ -394,8 +394,14 @@ static void ref_dec_locked(kvf_store *st, uint32_t addr)
 
 void seg_ref_dec(kvf_store *st, uint32_t addr)
 {
+	seg_refs_dec(st, &addr, 1);
+}
+
+void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n)
+{
 	pthread_mutex_lock(&st->seg_lock);
-	ref_dec_locked(st, addr);
+	for (uint32_t i = 0; i < n; i++)
+		ref_dec_locked(st, addrs[i]);
 	pthread_mutex_unlock(&st->seg_lock);
 }
 

@@ -50,6 +50,8 @@ uint32_t seg_page_refs(kvf_store *st, uint32_t addr);
 int seg_ref_full(kvf_store *st, uint32_t addr);
 kvf_status seg_ref_inc(kvf_store *st, uint32_t addr);
 void seg_ref_dec(kvf_store *st, uint32_t addr);
+/* seg_refs_dec - seg_ref_dec of addrs[0..n), under one taking of seg_lock */
+void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n);
 /* seg_refs_drop_locked - forget every reference into segid (its pages
  * moved); caller holds seg_lock */
 void seg_refs_drop_locked(kvf_store *st, uint32_t segid);

@@ -495,6 +495,57 @@ kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
 	return KVF_OK;
 }
 
+kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
+			   struct catalog_batch *b)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
+	unsigned char *val, key[9];
+
+	if (seq->vbar == NULL || !seq->vbar_dirty)
+		return KVF_OK;
+	if ((val = kvf_malloc(lh * row)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for the means of V");
+	for (size_t i = 0; i < lh; i++) {
+		memcpy(val + i * row, &seq->vbar_n[i], sizeof(uint64_t));
+		memcpy(val + i * row + sizeof(uint64_t),
+		       seq->vbar + i * st->hdr.head_dim, row - sizeof(uint64_t));
+	}
+	meta_key_u64(key, META_TAG_VBAR, seq->id);
+	catalog_batch_put(b, key, sizeof(key), val, lh * row);
+	kvf_free(val);
+	seq->vbar_dirty = 0;
+	return KVF_OK;
+}
+
+kvf_status seq_vbar_load(kvf_store *st, uint64_t id, const void *val,
+			 size_t vlen)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
+	const unsigned char *v = val;
+	struct seq *seq;
+	kvf_status rc;
+
+	if (vlen != lh * row)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: the means of V of sequence %llu are %zu bytes, not %zu",
+				(unsigned long long)id, vlen, lh * row);
+	if ((seq = seq_get_ns(st, SEQ_NS_USER, id)) == NULL)
+		return KVF_OK; /* freed since */
+	if ((rc = seq_vbar_alloc(st, seq)) == KVF_OK)
+		for (size_t i = 0; i < lh; i++) {
+			memcpy(&seq->vbar_n[i], v + i * row, sizeof(uint64_t));
+			memcpy(seq->vbar + i * st->hdr.head_dim,
+			       v + i * row + sizeof(uint64_t), row - sizeof(uint64_t));
+			/* a mean of more tokens than survived is of no use */
+			if (seq->vbar_n[i] > seq->len[i / st->hdr.n_kv_heads])
+				seq->vbar_n[i] = 0;
+		}
+	seq_put(st, seq);
+	return rc;
+}
+
 /* ---- public calls ------------------------------------------------------ */
 
 /* writable - the checks every call that changes the store makes first */
@@ -632,6 +683,10 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	}
 	meta_key_u64(key, META_TAG_SEQ, id);
 	catalog_batch_delete(b, key, sizeof(key));
+	if (seq->vbar) {
+		meta_key_u64(key, META_TAG_VBAR, id);
+		catalog_batch_delete(b, key, sizeof(key));
+	}
 	if (seq->has_ref_record) {
 		meta_key_u64(key, META_TAG_REF, id);
 		catalog_batch_delete(b, key, sizeof(key));

@@ -785,6 +785,8 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = openseg_flush_all(st, seq);
+		if (c->rc == KVF_OK)
+			c->rc = seq_vbar_record(st, seq, c->b);
 		if (c->rc == KVF_OK && seq->changes != seq->synced_changes) {
 			c->rc = seq_record(st, seq, c->b);
 			/* counts as synced only once the batch commits */

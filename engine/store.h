@@ -164,6 +164,7 @@ struct seq {
 	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
 				* SparF; NULL before first use */
 	uint64_t *vbar_n;      /* [layer][kv_head] tokens in that mean */
+	int vbar_dirty;        /* changed since its "V" record was written */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
 

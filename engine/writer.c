@@ -159,8 +159,7 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	seg_sealed(st, job->segid, n, rec.seqno, rec.write_ns);
 	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
 	atomic_fetch_add(&st->c.segments_written, 1);
-	for (uint32_t i = 0; i < job->n_superseded; i++)
-		seg_ref_dec(st, job->sb->superseded[i]);
+	seg_refs_dec(st, job->sb->superseded, job->n_superseded);
 }
 
 static void *writer_main(void *arg)
