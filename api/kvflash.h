@@ -397,8 +397,9 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  *        mass of the chosen tokens; lse is then that of the chosen tokens.
  *        sparse = 2: as 1, but the tokens are chosen as whole token
  *        groups (pages): the ceil(top_k / group) groups of most
- *        approximate mass over the KV head's query heads, every token of
- *        theirs attended.  A page read is then never read for one token,
+ *        approximate mass over the KV head's query heads (all of them
+ *        when top_k is every token attended), every token of theirs
+ *        attended.  A page read is then never read for one token,
  *        so the bytes read stay near top_k / tokens of dense's however
  *        the heavy tokens are scattered.
  * The query heads that share a KV head (GQA) are computed in one pass

@@ -27,14 +27,18 @@
  *     reads with O_DIRECT, so neither the store nor the page cache holds
  *     a page), against one thread of sequential 1 MiB O_DIRECT preads of
  *     the same number of bytes from a plain file in DIR;
- *  3. SparF (sparse = 1; top_r = head_dim / 8, top_k = tokens / 8 unless
- *     --top-r and --top-k say otherwise) on each
- *     layer, cold: after a reopen, a first call, which also catches the
- *     running mean of V up (reading all of V once), then the timed call;
- *     bytes from kvf_stats bytes_read deltas, against the dense call of the
- *     same layer; and the cosine of its output to dense attention's, per
- *     query head.  SparF on the memory store (warm mean of V) gives the
- *     time of its computing alone, without I/O;
+ *  3. SparF (top_r = head_dim / 8, top_k = tokens / 8 unless --top-r and
+ *     --top-k say otherwise) in its two modes, one after the other:
+ *     3a. by tokens (sparse = 1): the top_k tokens of each query head;
+ *     3b. by groups (sparse = 2): the ceil(top_k / G) token groups (G
+ *     tokens a page) of most approximate mass, attended whole;
+ *     each on each layer, cold: after a reopen, a first call, which also
+ *     catches the running mean of V up where it is behind (reading the V
+ *     it has not seen), then the timed call; bytes from kvf_stats
+ *     bytes_read deltas, against the dense call of the same layer; SparF
+ *     pages read and skipped; and the cosine of its output to dense
+ *     attention's, per query head.  SparF on the memory store (warm mean
+ *     of V) gives the time of its computing alone, without I/O;
  *  4. the FlexGen way on layer 0, cold: kvf_read of every head's K and V
  *     into caller buffers, then the same dense kernel the store runs
  *     (kvc_kernels()->attn_fold, one call per head) outside the store, on
@@ -79,6 +83,18 @@
 #define HH_K 2.0f          /* a heavy hitter's K on the aligned dims */
 #define CHECK_TOL 1e-4     /* max |difference| the checks accept */
 #define MEM_CALLS 3u       /* in-memory calls (and reads) per pass */
+#define N_MODES 2u         /* SparF modes measured: sparse = 1, 2 */
+
+/* The SparF modes of section 3, in the order they are printed. */
+static const struct sparf_mode {
+	uint32_t sparse;   /* kvf_attn_opts.sparse */
+	const char *title; /* the table's heading */
+	const char *json;  /* JSON key prefix (then _layer<l>) */
+	const char *name;  /* JSON "mode" */
+} sparf_mode[N_MODES] = {
+	{ 1, "3a. SparF by tokens (sparse = 1)", "sparf", "tokens" },
+	{ 2, "3b. SparF by groups (sparse = 2)", "sparf_groups", "groups" },
+};
 
 struct attend_args {
 	const char *dir;    /* where the stores and the plain file go */
@@ -92,33 +108,38 @@ struct attend_args {
 	int keep;           /* leave the stores and the plain file */
 };
 
-/* One pass's times, ns; [l] is layer l.  Only doubles: medians are taken
- * member by member. */
+/* One pass's times, ns; [l] is layer l, [s][l] SparF mode s on layer l.
+ * Only doubles: medians are taken member by member. */
 struct attend_pass {
-	double mem_attend;            /* dense kvf_attend, memory store */
-	double mem_plain;             /* plain read, n_threads threads */
-	double mem_plain1;            /* plain read, one thread */
-	double mem_sparf[N_LAYERS];   /* SparF on the memory store, warm */
-	double cold_dense[N_LAYERS];  /* dense kvf_attend, file store, cold */
-	double plain_direct;          /* O_DIRECT preads of the same bytes */
-	double sparf_first[N_LAYERS]; /* first SparF call after a reopen */
-	double sparf[N_LAYERS];       /* the next (timed) SparF call */
-	double flex;                  /* kvf_read + kernel outside, cold */
+	double mem_attend;           /* dense kvf_attend, memory store */
+	double mem_plain;            /* plain read, n_threads threads */
+	double mem_plain1;           /* plain read, one thread */
+	double cold_dense[N_LAYERS]; /* dense kvf_attend, file store, cold */
+	double plain_direct;         /* O_DIRECT preads of the same bytes */
+	double flex;                 /* kvf_read + kernel outside, cold */
+	double mem_sparf[N_MODES][N_LAYERS];   /* SparF, memory store, warm */
+	double sparf_first[N_MODES][N_LAYERS]; /* first call after a reopen */
+	double sparf[N_MODES][N_LAYERS];       /* the next (timed) call */
 	/* CPU ns of the whole process (all threads) during those calls */
 	double cold_dense_cpu[N_LAYERS];
-	double sparf_cpu[N_LAYERS];
+	double sparf_cpu[N_MODES][N_LAYERS];
 	double flex_cpu;
 	double reopen; /* kvf_close + kvf_open of the store */
 };
 
+/* Figures of one SparF mode on one layer (the last pass). */
+struct sparf_figs {
+	uint64_t first_bytes;     /* bytes_read of the first call after reopen */
+	uint64_t bytes;           /* bytes_read of the timed call */
+	uint64_t pages_read;      /* sparf_pages_read of the timed call */
+	uint64_t pages_skipped;   /* sparf_pages_skipped of it */
+	double cos_min, cos_mean; /* vs dense, over the q heads */
+};
+
 /* Figures of one layer that do not vary between passes (the last pass). */
 struct layer_figs {
-	uint64_t dense_bytes;         /* bytes_read of a cold dense call */
-	uint64_t sparf_first_bytes;   /* bytes_read of the first SparF call */
-	uint64_t sparf_bytes;         /* bytes_read of the timed SparF call */
-	uint64_t sparf_pages_read;    /* sparf_pages_read of the timed call */
-	uint64_t sparf_pages_skipped; /* sparf_pages_skipped of it */
-	double cos_min, cos_mean;     /* SparF vs dense, over the q heads */
+	uint64_t dense_bytes;          /* bytes_read of a cold dense call */
+	struct sparf_figs sp[N_MODES]; /* per SparF mode */
 	double hh_mass; /* dense attention mass on heavy hitters */
 };
 
@@ -141,6 +162,7 @@ struct attend_ctx {
 	uint64_t plain_file_bytes; /* kv_bytes rounded up to PLAIN_CHUNK */
 	uint32_t n_threads;        /* threads the store computes with */
 	uint32_t top_r, top_k;     /* SparF parameters in use */
+	uint32_t group_tokens;     /* G: tokens of a head in a K/V page */
 	int direct_io;             /* the file store opened with O_DIRECT */
 	int plain_direct;          /* the plain file is O_DIRECT */
 	volatile uint64_t sink;    /* plain read sums, so none is dropped */
@@ -167,7 +189,8 @@ static void usage(FILE *f)
 		"  --head-dim N     elements per head, f16; a multiple of 8, >= 16\n"
 		"                   (default 128)\n"
 		"  --top-r N        SparF dims (default head_dim / 8)\n"
-		"  --top-k N        SparF tokens (default tokens / 8)\n"
+		"  --top-k N        SparF tokens (default tokens / 8); by groups, the\n"
+		"                   ceil(N / tokens a page) groups of most mass\n"
 		"  --threads N      threads the store computes with, and the baselines\n"
 		"                   (default: online CPUs)\n"
 		"  --repeat N       passes; medians are reported (default 5)\n"
@@ -417,6 +440,7 @@ static int setup(struct attend_ctx *c)
 	size_t plen = strlen(a->dir) + 16,
 	       qe = (size_t)m->n_q_heads * m->head_dim;
 	uint64_t seg = 1u << 20, need;
+	kvf_store_info info;
 	kvf_options mo;
 	kvf_status rc;
 
@@ -489,6 +513,10 @@ static int setup(struct attend_ctx *c)
 	mo.direct_io = 0;
 	if ((rc = kvf_open(c->mem_dir, &mo, &c->mem)) != KVF_OK)
 		return bench_fail("attend", "kvf_open (memory store)", rc);
+	info.struct_size = sizeof(info);
+	if ((rc = kvf_store_info_get(c->file, &info)) != KVF_OK)
+		return bench_fail("attend", "kvf_store_info_get", rc);
+	c->group_tokens = info.group_tokens;
 	if (prefill(c) != 0 || plain_create(c) != 0)
 		return -1;
 	return 0;
@@ -643,13 +671,13 @@ static int stats(kvf_store *st, kvf_stats *s)
 	return 0;
 }
 
-/* attend - one timed kvf_attend of a layer into out (sparse: SparF at the
- * run's top_r and top_k); ns, 0 on error; *bytes gets the bytes_read
- * delta, *pr / *ps (may be NULL) the SparF page deltas, c->last_cpu the
- * CPU time of the process meanwhile */
+/* attend - one timed kvf_attend of a layer into out (sparse: 0 dense, else
+ * that SparF mode at the run's top_r and top_k); ns, 0 on error; *bytes
+ * gets the bytes_read delta, *pr / *ps (may be NULL) the SparF page
+ * deltas, c->last_cpu the CPU time of the process meanwhile */
 static double attend(struct attend_ctx *c, kvf_store *st, uint32_t layer,
-		     int sparse, float *out, uint64_t *bytes, uint64_t *pr,
-		     uint64_t *ps)
+		     uint32_t sparse, float *out, uint64_t *bytes,
+		     uint64_t *pr, uint64_t *ps)
 {
 	kvf_stats s0, s1;
 	kvf_attn_opts o;
@@ -659,7 +687,7 @@ static double attend(struct attend_ctx *c, kvf_store *st, uint32_t layer,
 
 	kvf_attn_opts_init(&o);
 	if (sparse) {
-		o.sparse = 1;
+		o.sparse = sparse;
 		o.top_r = c->top_r;
 		o.top_k = c->top_k;
 	}
@@ -843,7 +871,7 @@ static double cosine(const float *a, const float *b, size_t n)
 
 /* sparf_cosine - min and mean over the q heads of cos(SparF, dense) */
 static void sparf_cosine(const struct attend_ctx *c, const float *sparse,
-			 const float *dense, struct layer_figs *f)
+			 const float *dense, struct sparf_figs *f)
 {
 	uint32_t D = c->a->model.head_dim, Q = c->a->model.n_q_heads;
 
@@ -960,7 +988,7 @@ out:
 
 /* pass_memory - dense kvf_attend on the memory store and the plain read
  * (MEM_CALLS of each, the mean taken), `first` choosing which goes first;
- * then SparF on the memory store */
+ * then SparF (each mode) on the memory store */
 static int pass_memory(struct attend_ctx *c, int first, struct attend_pass *p)
 {
 	uint64_t bytes;
@@ -985,17 +1013,43 @@ static int pass_memory(struct attend_ctx *c, int first, struct attend_pass *p)
 			p->mem_plain += x / MEM_CALLS;
 			p->mem_plain1 += y / MEM_CALLS;
 		}
-	for (uint32_t l = 0; l < N_LAYERS; l++) {
-		p->mem_sparf[l] =
-			attend(c, c->mem, l, 1, c->out, &bytes, NULL, NULL);
-		if (p->mem_sparf[l] == 0)
-			return -1;
-	}
+	for (uint32_t s = 0; s < N_MODES; s++)
+		for (uint32_t l = 0; l < N_LAYERS; l++) {
+			p->mem_sparf[s][l] = attend(c, c->mem, l,
+						    sparf_mode[s].sparse,
+						    c->out, &bytes, NULL, NULL);
+			if (p->mem_sparf[s][l] == 0)
+				return -1;
+		}
 	return 0;
 }
 
-/* pass_cold - dense, SparF and the FlexGen way on the file store, each
- * after a reopen, and the plain O_DIRECT read */
+/* cold_sparf - SparF mode s on layer l of the file store after a reopen:
+ * a first call, which catches the mean of V up if behind, then the timed
+ * call */
+static int cold_sparf(struct attend_ctx *c, uint32_t s, uint32_t l,
+		      struct attend_pass *p)
+{
+	struct sparf_figs *f = &c->fig[l].sp[s];
+	uint32_t sparse = sparf_mode[s].sparse;
+
+	if (reopen(c) == 0)
+		return -1;
+	p->sparf_first[s][l] = attend(c, c->file, l, sparse, c->out,
+				      &f->first_bytes, NULL, NULL);
+	if (p->sparf_first[s][l] == 0)
+		return -1;
+	p->sparf[s][l] = attend(c, c->file, l, sparse, c->out, &f->bytes,
+				&f->pages_read, &f->pages_skipped);
+	if (p->sparf[s][l] == 0)
+		return -1;
+	p->sparf_cpu[s][l] = c->last_cpu;
+	sparf_cosine(c, c->out, c->dense[l], f);
+	return 0;
+}
+
+/* pass_cold - dense, SparF (each mode) and the FlexGen way on the file
+ * store, each after a reopen, and the plain O_DIRECT read */
 static int pass_cold(struct attend_ctx *c, struct flex_worker *w, int first,
 		     struct attend_pass *p)
 {
@@ -1020,23 +1074,10 @@ static int pass_cold(struct attend_ctx *c, struct flex_worker *w, int first,
 			p->cold_dense_cpu[l] = c->last_cpu;
 		}
 	}
-	for (uint32_t l = 0; l < N_LAYERS; l++) {
-		struct layer_figs *f = &c->fig[l];
-
-		if (reopen(c) == 0)
-			return -1;
-		p->sparf_first[l] = attend(c, c->file, l, 1, c->out,
-					   &f->sparf_first_bytes, NULL, NULL);
-		if (p->sparf_first[l] == 0)
-			return -1;
-		p->sparf[l] = attend(c, c->file, l, 1, c->out, &f->sparf_bytes,
-				     &f->sparf_pages_read,
-				     &f->sparf_pages_skipped);
-		if (p->sparf[l] == 0)
-			return -1;
-		p->sparf_cpu[l] = c->last_cpu;
-		sparf_cosine(c, c->out, c->dense[l], f);
-	}
+	for (uint32_t s = 0; s < N_MODES; s++)
+		for (uint32_t l = 0; l < N_LAYERS; l++)
+			if (cold_sparf(c, s, l, p) != 0)
+				return -1;
 	if (reopen(c) == 0)
 		return -1;
 	if ((p->flex = flex_pass(c, w, 0, &c->flex_bytes)) == 0)
@@ -1061,6 +1102,48 @@ static double mib(uint64_t bytes)
 
 static const char *const layer_name[N_LAYERS] = { "scattered heavy hitters",
 						  "clustered heavy hitters" };
+
+/* print_sparf - section 3 for SparF mode s: each layer against dense */
+static void print_sparf(const struct attend_ctx *c, const struct attend_pass *m,
+			uint32_t s)
+{
+	uint32_t G = c->group_tokens;
+
+	printf("%s vs dense, cold: top_r %u dims, top_k %u\n",
+	       sparf_mode[s].title, c->top_r, c->top_k);
+	if (sparf_mode[s].sparse == 2)
+		printf("   (each KV head's %u groups of %u tokens of most approximate mass, whole)\n",
+		       (c->top_k + G - 1) / G, G);
+	else
+		printf("   (each query head's %u tokens of highest approximate score)\n",
+		       c->top_k);
+	for (uint32_t l = 0; l < N_LAYERS; l++) {
+		const struct sparf_figs *f = &c->fig[l].sp[s];
+		uint64_t dense = c->fig[l].dense_bytes;
+
+		printf("   layer %u: %s (they hold %.0f%% of dense attention's mass)\n",
+		       l, layer_name[l], 100 * c->fig[l].hh_mass);
+		printf("%-34s %8.1f MiB %8.1f MiB %7.2fx  <= 0.30x\n",
+		       "   bytes read", mib(f->bytes), mib(dense),
+		       (double)f->bytes / (double)dense);
+		printf("%-34s %9.1f ms %9.1f ms %7.2fx  >= 2.50x faster\n",
+		       "   time a call", m->sparf[s][l] / 1e6,
+		       m->cold_dense[l] / 1e6,
+		       m->cold_dense[l] / m->sparf[s][l]);
+		printf("   the timed call is the second after a reopen: CPU %.1f ms; on the memory store\n"
+		       "   (no I/O) %.1f ms; SparF pages read %llu, skipped %llu\n",
+		       m->sparf_cpu[s][l] / 1e6, m->mem_sparf[s][l] / 1e6,
+		       (unsigned long long)f->pages_read,
+		       (unsigned long long)f->pages_skipped);
+		printf("   first call after the reopen (it also catches the mean of V up if behind):\n"
+		       "   %.1f MiB (%.2fx dense), %.1f ms (speed-up %.2fx)\n",
+		       mib(f->first_bytes), (double)f->first_bytes / (double)dense,
+		       m->sparf_first[s][l] / 1e6,
+		       m->cold_dense[l] / m->sparf_first[s][l]);
+		printf("   cosine of SparF's output to dense over the %u q heads: min %.4f, mean %.4f\n",
+		       c->a->model.n_q_heads, f->cos_min, f->cos_mean);
+	}
+}
 
 static void print_table(const struct attend_ctx *c, const struct attend_pass *m)
 {
@@ -1096,33 +1179,8 @@ static void print_table(const struct attend_ctx *c, const struct attend_pass *m)
 	       m->cold_dense[1] / 1e6, mib(c->fig[0].dense_bytes),
 	       (unsigned long long)(c->fig[0].dense_bytes / 4096),
 	       m->reopen / 1e6);
-	for (uint32_t l = 0; l < N_LAYERS; l++) {
-		const struct layer_figs *f = &c->fig[l];
-
-		printf("3. SparF (top_r %u, top_k %u) vs dense, cold, layer %u: %s\n"
-		       "   (they hold %.0f%% of dense attention's mass)\n",
-		       c->top_r, c->top_k, l, layer_name[l], 100 * f->hh_mass);
-		printf("%-34s %8.1f MiB %8.1f MiB %7.2fx  <= 0.30x\n",
-		       "   bytes read", mib(f->sparf_bytes),
-		       mib(f->dense_bytes),
-		       (double)f->sparf_bytes / (double)f->dense_bytes);
-		printf("%-34s %9.1f ms %9.1f ms %7.2fx  >= 2.50x faster\n",
-		       "   time a call", m->sparf[l] / 1e6,
-		       m->cold_dense[l] / 1e6, m->cold_dense[l] / m->sparf[l]);
-		printf("   the timed call is the second after a reopen: CPU %.1f ms; on the memory store\n"
-		       "   (no I/O) %.1f ms; SparF pages read %llu, skipped %llu\n",
-		       m->sparf_cpu[l] / 1e6, m->mem_sparf[l] / 1e6,
-		       (unsigned long long)f->sparf_pages_read,
-		       (unsigned long long)f->sparf_pages_skipped);
-		printf("   first call after the reopen (it also reads all of V for the mean of V):\n"
-		       "   %.1f MiB (%.2fx dense), %.1f ms (speed-up %.2fx)\n",
-		       mib(f->sparf_first_bytes),
-		       (double)f->sparf_first_bytes / (double)f->dense_bytes,
-		       m->sparf_first[l] / 1e6,
-		       m->cold_dense[l] / m->sparf_first[l]);
-		printf("   cosine of SparF's output to dense over the %u q heads: min %.4f, mean %.4f\n",
-		       a->model.n_q_heads, f->cos_min, f->cos_mean);
-	}
+	for (uint32_t s = 0; s < N_MODES; s++)
+		print_sparf(c, m, s);
 	printf("%-34s %9.1f ms %9.1f ms %7.2fx  (speed-up of kvf_attend)\n",
 	       "4. kvf_attend vs the FlexGen way", m->cold_dense[0] / 1e6,
 	       m->flex / 1e6, m->flex / m->cold_dense[0]);
@@ -1155,6 +1213,39 @@ static void json_vs(struct bench_json *j, const char *key, double kvf,
 		bench_json_double(j, target_kind, target);
 }
 
+/* json_sparf - "<mode>_layer<l>": SparF mode s on layer l against dense */
+static void json_sparf(struct bench_json *j, const struct attend_ctx *c,
+		       const struct attend_pass *m, uint32_t s, uint32_t l)
+{
+	const struct sparf_figs *f = &c->fig[l].sp[s];
+	uint64_t dense = c->fig[l].dense_bytes;
+	char key[48];
+
+	snprintf(key, sizeof(key), "%s_layer%u", sparf_mode[s].json, l);
+	bench_json_begin(j, key);
+	bench_json_str(j, "pattern", layer_name[l]);
+	bench_json_u64(j, "sparse", sparf_mode[s].sparse);
+	bench_json_str(j, "mode", sparf_mode[s].name);
+	bench_json_double(j, "dense_heavy_hitter_mass", c->fig[l].hh_mass);
+	json_vs(j, "bytes", (double)f->bytes, (double)dense, "bytes",
+		(double)f->bytes / (double)dense, "target_max_ratio", 0.3);
+	bench_json_end(j);
+	json_vs(j, "time", m->sparf[s][l] / 1e6, m->cold_dense[l] / 1e6, "ms",
+		m->cold_dense[l] / m->sparf[s][l], "target_min_speedup", 2.5);
+	bench_json_end(j);
+	bench_json_begin(j, "first_call_after_open");
+	bench_json_u64(j, "bytes", f->first_bytes);
+	bench_json_double(j, "ms", m->sparf_first[s][l] / 1e6);
+	bench_json_end(j);
+	bench_json_double(j, "cpu_ms", m->sparf_cpu[s][l] / 1e6);
+	bench_json_double(j, "memory_store_ms", m->mem_sparf[s][l] / 1e6);
+	bench_json_double(j, "cosine_min", f->cos_min);
+	bench_json_double(j, "cosine_mean", f->cos_mean);
+	bench_json_u64(j, "sparf_pages_read", f->pages_read);
+	bench_json_u64(j, "sparf_pages_skipped", f->pages_skipped);
+	bench_json_end(j);
+}
+
 static void print_json(const struct attend_ctx *c, const struct attend_pass *m)
 {
 	const struct attend_args *a = c->a;
@@ -1175,6 +1266,7 @@ static void print_json(const struct attend_ctx *c, const struct attend_pass *m)
 	bench_json_u64(&j, "threads", c->n_threads);
 	bench_json_u64(&j, "top_r", c->top_r);
 	bench_json_u64(&j, "top_k", c->top_k);
+	bench_json_u64(&j, "group_tokens", c->group_tokens);
 	bench_json_u64(&j, "repeat", a->repeat);
 	bench_json_u64(&j, "direct_io", (uint64_t)c->direct_io);
 	bench_json_u64(&j, "plain_direct_io", (uint64_t)c->plain_direct);
@@ -1197,36 +1289,9 @@ static void print_json(const struct attend_ctx *c, const struct attend_pass *m)
 	bench_json_u64(&j, "kvflash_bytes_read", c->fig[0].dense_bytes);
 	bench_json_double(&j, "reopen_ms", m->reopen / 1e6);
 	bench_json_end(&j);
-	for (uint32_t l = 0; l < N_LAYERS; l++) {
-		const struct layer_figs *f = &c->fig[l];
-		char key[32];
-
-		snprintf(key, sizeof(key), "sparf_layer%u", l);
-		bench_json_begin(&j, key);
-		bench_json_str(&j, "pattern", layer_name[l]);
-		bench_json_double(&j, "dense_heavy_hitter_mass", f->hh_mass);
-		json_vs(&j, "bytes", (double)f->sparf_bytes,
-			(double)f->dense_bytes, "bytes",
-			(double)f->sparf_bytes / (double)f->dense_bytes,
-			"target_max_ratio", 0.3);
-		bench_json_end(&j);
-		json_vs(&j, "time", m->sparf[l] / 1e6, m->cold_dense[l] / 1e6,
-			"ms", m->cold_dense[l] / m->sparf[l],
-			"target_min_speedup", 2.5);
-		bench_json_end(&j);
-		bench_json_begin(&j, "first_call_after_open");
-		bench_json_u64(&j, "bytes", f->sparf_first_bytes);
-		bench_json_double(&j, "ms", m->sparf_first[l] / 1e6);
-		bench_json_end(&j);
-		bench_json_double(&j, "cpu_ms", m->sparf_cpu[l] / 1e6);
-		bench_json_double(&j, "memory_store_ms", m->mem_sparf[l] / 1e6);
-		bench_json_double(&j, "cosine_min", f->cos_min);
-		bench_json_double(&j, "cosine_mean", f->cos_mean);
-		bench_json_u64(&j, "sparf_pages_read", f->sparf_pages_read);
-		bench_json_u64(&j, "sparf_pages_skipped",
-			       f->sparf_pages_skipped);
-		bench_json_end(&j);
-	}
+	for (uint32_t s = 0; s < N_MODES; s++)
+		for (uint32_t l = 0; l < N_LAYERS; l++)
+			json_sparf(&j, c, m, s, l);
 	json_vs(&j, "flexgen_way", m->cold_dense[0] / 1e6, m->flex / 1e6, "ms",
 		m->flex / m->cold_dense[0], NULL, 0);
 	bench_json_double(&j, "kvflash_cpu_ms", m->cold_dense_cpu[0] / 1e6);
@@ -1279,9 +1344,11 @@ int bench_attend_main(int argc, char **argv)
 	 * first call catches the mean of V up */
 	if (attend(&c, c.mem, 0, 0, c.out, &bytes, NULL, NULL) == 0)
 		goto out;
-	for (uint32_t l = 0; l < N_LAYERS; l++)
-		if (attend(&c, c.mem, l, 1, c.out, &bytes, NULL, NULL) == 0)
-			goto out;
+	for (uint32_t s = 0; s < N_MODES; s++)
+		for (uint32_t l = 0; l < N_LAYERS; l++)
+			if (attend(&c, c.mem, l, sparf_mode[s].sparse, c.out,
+				   &bytes, NULL, NULL) == 0)
+				goto out;
 	for (uint32_t i = 0; i < a.repeat; i++)
 		if (pass_memory(&c, (int)(i % 2), &passes[i]) != 0 ||
 		    pass_cold(&c, w, (int)(i % 2), &passes[i]) != 0)

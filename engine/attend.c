@@ -382,7 +382,9 @@ static kvf_status select_groups(struct sparf_ctx *x, uint64_t t_start,
 {
 	const struct attn_call *c = x->c;
 	uint32_t G = c->st->group_tokens;
-	uint64_t len = x->n, ng = (len + G - 1) / G, kg = (k + G - 1) / G;
+	uint64_t len = x->n, ng = (len + G - 1) / G;
+	/* every group when k is every token (a window may start mid-group) */
+	uint64_t kg = k >= len - t_start ? ng : (k + G - 1) / G;
 	float *mass = kvf_calloc(ng + 1, sizeof(float));
 	uint32_t *gidx = kvf_malloc((ng + 1) * sizeof(uint32_t));
 	uint8_t *chosen = kvf_calloc(ng + 1, 1);

@@ -82,34 +82,32 @@ static void spare_give(struct media_mem *mm, unsigned char *b)
 	kvf_free(b);
 }
 
-/* segment_for_write - the segment's bytes for a write of `len` bytes at
- * byte `off`: on first use a spare with everything else zeroed, or a
- * zeroed allocation */
-static unsigned char *segment_for_write(struct media_mem *mm, uint32_t stripe,
-					uint64_t seg, size_t off, size_t len)
+/* segment_write - write len bytes of src at byte off of the segment.  A
+ * first write builds the segment whole (a spare or a new buffer, zero
+ * outside the write) before it is installed, so no reader sees a spare's
+ * old bytes.  0, or -1 when out of memory. */
+static int segment_write(struct media_mem *mm, uint32_t stripe, uint64_t seg,
+			 size_t off, const void *src, size_t len)
 {
 	_Atomic(unsigned char *) *s = slot(mm, stripe, seg);
 	unsigned char *cur = atomic_load(s);
 	size_t bytes = kvf_media_segment_bytes(&mm->base.geo);
 	unsigned char *fresh;
 
-	if (cur)
-		return cur;
-	fresh = spare_take(mm);
-	if (fresh) {
-		/* unwritten pages must read as zeros; the write fills the rest */
+	if (cur == NULL) {
+		fresh = spare_take(mm);
+		if (fresh == NULL &&
+		    (fresh = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) == NULL)
+			return -1;
 		memset(fresh, 0, off);
+		memcpy(fresh + off, src, len);
 		memset(fresh + off + len, 0, bytes - off - len);
-	} else if ((fresh = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) != NULL) {
-		memset(fresh, 0, bytes);
-	} else {
-		return NULL;
-	}
-	if (!atomic_compare_exchange_strong(s, &cur, fresh)) {
+		if (atomic_compare_exchange_strong(s, &cur, fresh))
+			return 0;
 		spare_give(mm, fresh); /* another writer installed it first */
-		return cur;
 	}
-	return fresh;
+	memcpy(cur + off, src, len);
+	return 0;
 }
 
 static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
@@ -122,11 +120,9 @@ static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
 	pthread_rwlock_rdlock(&mm->lock);
 	for (uint32_t i = 0; i < n_io; i++) {
 		size_t len = (size_t)io[i].n_pages * ps;
-		unsigned char *seg = segment_for_write(mm, io[i].stripe,
-						       io[i].seg,
-						       (size_t)io[i].page * ps, len);
 
-		if (seg == NULL) {
+		if (segment_write(mm, io[i].stripe, io[i].seg,
+				  (size_t)io[i].page * ps, io[i].buf, len) != 0) {
 			rc = kvf_fail(KVF_ENOMEM,
 				      "kvf_media_write: memory backend: cannot allocate segment %llu of stripe %u (%llu bytes)",
 				      (unsigned long long)io[i].seg,
@@ -134,7 +130,6 @@ static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
 				      (unsigned long long)kvf_media_segment_bytes(&m->geo));
 			break;
 		}
-		memcpy(seg + (size_t)io[i].page * ps, io[i].buf, len);
 		atomic_fetch_add(&mm->bytes_written, len);
 		atomic_fetch_add(&mm->write_ios, 1);
 	}
@@ -156,10 +151,15 @@ static kvf_status mem_give(struct kvf_media *m, uint32_t stripe, uint64_t seg,
 		return kvf_fail(KVF_ENOMEM,
 				"kvf_media_give_segment: memory backend: cannot allocate a buffer of %zu bytes",
 				bytes);
-	memset(*buf + len, 0, bytes - len); /* unwritten pages read as zeros */
 	/* exclusive, as for trim: no reader may hold the old bytes */
 	pthread_rwlock_wrlock(&mm->lock);
-	old = atomic_exchange(slot(mm, stripe, seg), *buf);
+	old = atomic_load(slot(mm, stripe, seg));
+	/* the pages past len keep what they held, as with a write */
+	if (old)
+		memcpy(*buf + len, old + len, bytes - len);
+	else
+		memset(*buf + len, 0, bytes - len);
+	atomic_store(slot(mm, stripe, seg), *buf);
 	pthread_rwlock_unlock(&mm->lock);
 	if (old) { /* rewritten without a trim: hand back its old bytes */
 		spare_give(mm, back);

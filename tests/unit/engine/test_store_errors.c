@@ -306,10 +306,12 @@ static int path_exists(const char *p)
 static const char *dir_listing(const char *d)
 {
 	static char buf[4096];
-	struct dirent **names;
+	struct dirent **names = NULL;
 	int n = scandir(d, &names, NULL, alphasort);
 
 	buf[0] = '\0';
+	if (n < 0)
+		return buf; /* no such directory: nothing listed */
 	for (int i = 0; i < n; i++) {
 		if (strcmp(names[i]->d_name, ".") &&
 		    strcmp(names[i]->d_name, "..")) {
