@@ -48,7 +48,7 @@ static kvf_status db_status(char *err, const char *what, const char *dir)
 }
 
 kvf_status catalog_open(const char *dir, int create, int read_only,
-			int durable, struct catalog **out)
+			enum catalog_durability durability, struct catalog **out)
 {
 	struct catalog *c = kvf_calloc(1, sizeof(*c));
 	char *err = NULL;
@@ -78,7 +78,11 @@ kvf_status catalog_open(const char *dir, int create, int read_only,
 	}
 	c->wopts_async = rocksdb_writeoptions_create();
 	c->wopts_sync = rocksdb_writeoptions_create();
-	rocksdb_writeoptions_set_sync(c->wopts_sync, durable != 0);
+	rocksdb_writeoptions_set_sync(c->wopts_sync, durability == CATALOG_FSYNC);
+	if (durability == CATALOG_VOLATILE) {
+		rocksdb_writeoptions_disable_WAL(c->wopts_sync, 1);
+		rocksdb_writeoptions_disable_WAL(c->wopts_async, 1);
+	}
 	c->ropts = rocksdb_readoptions_create();
 	*out = c;
 	return KVF_OK;

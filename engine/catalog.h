@@ -22,15 +22,18 @@ struct catalog_batch;
 /*
  * catalog_open - open the RocksDB in dir; create it when `create`.
  * read_only opens without taking the write lock or changing anything.
- * durable = 0 when the store's media does not outlive the process
- * (memory, the flash emulator): commits asked to sync then skip the
- * fsync, which would keep nothing that survives.
+ * durability: what the store's media needs of the catalog.  Commits asked
+ * to sync fsync only with CATALOG_FSYNC (files and devices); the flash
+ * emulator's catalog outlives a handle only within the process
+ * (CATALOG_NO_FSYNC), and a memory store's not at all (CATALOG_VOLATILE:
+ * no write-ahead log either).
  * Return: KVF_OK; KVF_ENOENT (missing and not create), KVF_EBUSY (locked
  * by another process), KVF_ECORRUPT, KVF_EIO, KVF_ENOMEM; the message
  * carries RocksDB's own.
  */
+enum catalog_durability { CATALOG_VOLATILE, CATALOG_NO_FSYNC, CATALOG_FSYNC };
 kvf_status catalog_open(const char *dir, int create, int read_only,
-			int durable, struct catalog **out);
+			enum catalog_durability durability, struct catalog **out);
 void catalog_close(struct catalog *c);
 
 /* catalog_get - the value of key into a kvf_malloc'd buffer (*val, *vlen);

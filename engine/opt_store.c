@@ -36,8 +36,8 @@
 #include "engine/seq.h"
 
 #define OPT_NAME_MAX 200u
-#define OPT_BATCH 64u /* chunks per batch: 64 pages of each state read
-		       * together (256 KiB runs with 4 KiB pages) */
+#define OPT_BATCH 128u /* chunks per batch at most: 128 pages of each state
+			* read together (512 KiB runs with 4 KiB pages) */
 
 #define OPT_SPLIT 8u  /* tasks a batch is split into when the state is in
 		       * memory: workers join in as they come free */
@@ -476,12 +476,44 @@ static size_t dtype_size(kvf_dtype d)
 	return d == KVF_DTYPE_F32 ? 4 : 2;
 }
 
+struct sumsq_ctx {
+	const struct kvc_optim *k;
+	const kvf_grad *g;
+	double part[OPT_SPLIT];
+};
+
+static kvf_status sumsq_task(void *arg, uint32_t i)
+{
+	struct sumsq_ctx *c = arg;
+	uint64_t a = c->g->n * i / OPT_SPLIT, z = c->g->n * (i + 1) / OPT_SPLIT;
+
+	c->part[i] = kvc_opt_grad_sumsq(c->k, (const char *)c->g->values +
+						      a * dtype_size(c->g->dtype),
+					(size_t)(z - a), c->g->dtype);
+	return KVF_OK;
+}
+
+/* grad_sumsq - the sum of the squared values, on every worker for a large
+ * gradient; the parts are fixed and added in order, so the result does
+ * not depend on which thread ran which */
+static double grad_sumsq(kvf_opt *o, const kvf_grad *g)
+{
+	struct sumsq_ctx c = { .k = o->k, .g = g };
+	double sum = 0;
+
+	if (g->n < OPT_SPLIT * (uint64_t)OPT_BATCH * o->per_chunk ||
+	    pool_run(o->st->pool, OPT_SPLIT, sumsq_task, &c) != KVF_OK)
+		return kvc_opt_grad_sumsq(o->k, g->values, g->n, g->dtype);
+	for (uint32_t i = 0; i < OPT_SPLIT; i++)
+		sum += c.part[i];
+	return sum;
+}
+
 /* check_grad - the gradient's shape and values, before anything moves;
  * *scale gets grad_scale times the clipping coefficient */
 static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 {
 	const char *call = "kvf_opt_step";
-	uint64_t n_vals;
 	double sumsq;
 
 	if (g == NULL)
@@ -511,8 +543,7 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 						? "is past n_params"
 						: "is not above the one before (indices must ascend)");
 	}
-	n_vals = g->n;
-	sumsq = kvc_opt_grad_sumsq(o->k, g->values, n_vals, g->dtype);
+	sumsq = grad_sumsq(o, g);
 	if (!isfinite(sumsq))
 		return kvf_fail(KVF_ERANGE,
 				"%s: the gradient holds NaN or infinity; nothing changed",
@@ -549,21 +580,22 @@ struct step_ctx {
 
 /* plan_batch - where each new chunk of the batch goes: the free slots of
  * the open segments (params first, then m, then v: the order they are
- * placed in), and the work pages of half `half` for those that do not
- * fit in them */
+ * placed in), and the work pages of half `half` for those that do not fit.
+ * fit: first shorten *n to the chunks whose pages all fit (at least one),
+ * so that none waits in a work page to be copied once more. */
 static kvf_status plan_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
-			     uint32_t n, uint32_t gen, uint32_t half)
+			     uint32_t *n, uint32_t gen, uint32_t half, int fit)
 {
 	kvf_store *st = o->st;
 	unsigned char *slot[KVF_MEDIA_MAX_STRIPES] = { NULL };
-	uint32_t room[KVF_MEDIA_MAX_STRIPES];
+	uint32_t room[KVF_MEDIA_MAX_STRIPES], used[KVF_MEDIA_MAX_STRIPES] = { 0 };
 
-	for (uint32_t s = 0; s < 3; s++) {
-		if (!state_kept(o->states, s))
-			continue;
-		for (uint32_t j = 0; j < n; j++) {
+	for (uint32_t j = 0; j < *n; j++)
+		for (uint32_t s = 0; s < 3; s++) {
 			uint32_t stripe = stream_stripe(st, sid_of(s, gen), c0 + j);
 
+			if (!state_kept(o->states, s))
+				continue;
 			if (slot[stripe] == NULL) {
 				kvf_status rc = openseg_slot(st, seq, stripe, &slot[stripe]);
 
@@ -571,6 +603,18 @@ static kvf_status plan_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 					return rc;
 				room[stripe] = openseg_room(st, seq, stripe);
 			}
+			if (fit && ++used[stripe] > room[stripe] && j > 0) {
+				*n = j; /* chunk j does not fit whole */
+				goto assign;
+			}
+		}
+assign:
+	for (uint32_t s = 0; s < 3; s++) {
+		if (!state_kept(o->states, s))
+			continue;
+		for (uint32_t j = 0; j < *n; j++) {
+			uint32_t stripe = stream_stripe(st, sid_of(s, gen), c0 + j);
+
 			if (room[stripe] > 0) {
 				o->dst[s][j] = slot[stripe];
 				slot[stripe] += st->hdr.page_size;
@@ -589,40 +633,43 @@ static kvf_status fill_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			     uint32_t n, uint32_t gen, uint32_t half)
 {
 	kvf_store *st = o->st;
+	kvf_status rc = KVF_OK;
+	uint64_t placed = 0;
 
-	for (uint32_t s = 0; s < 3; s++) {
+	for (uint32_t s = 0; s < 3 && rc == KVF_OK; s++) {
 		uint32_t sid = sid_of(s, gen);
 		struct stream *str = &seq->opt[s * 2 + gen];
 
 		if (!state_kept(o->states, s))
 			continue;
-		for (uint32_t j = 0; j < n; j++) {
+		for (uint32_t j = 0; j < n && rc == KVF_OK; j++) {
 			uint64_t c = c0 + j;
 			uint32_t stripe = stream_stripe(st, sid, c);
 			uint32_t old = c < str->n_groups ? stream_page(str, c).addr
 							 : ADDR_NONE;
 			struct page_ref ref;
-			kvf_status rc;
 
 			if (o->dst[s][j] == (unsigned char *)work_page(o, half, s, j)) {
 				unsigned char *slot;
 
 				if ((rc = openseg_slot(st, seq, stripe, &slot)) != KVF_OK)
-					return rc;
+					break;
 				memcpy(slot, o->dst[s][j], st->hdr.page_size);
 			}
 			rc = openseg_fill_hashed(st, seq, stripe,
 						 page_key_make(seq->id, sid, (uint32_t)c),
 						 old, o->hash[s][j], &ref);
 			if (rc != KVF_OK)
-				return rc;
+				break;
 			stream_set_page(str, c, ref);
 			if (c >= str->n_groups)
 				str->n_groups = (uint32_t)c + 1;
-			atomic_fetch_add(&st->c.opt_bytes, st->hdr.page_size);
+			placed++;
 		}
 	}
-	return KVF_OK;
+	/* one shared counter update per batch, not per page */
+	atomic_fetch_add(&st->c.opt_bytes, placed * st->hdr.page_size);
+	return rc;
 }
 
 /* update - chunks [j0, j1) of the batch: each committed chunk copied to
@@ -688,21 +735,47 @@ static kvf_status step_task(void *arg, uint32_t i)
 			  x->cur ^ 1);
 }
 
-/* run_batch - update the batch in half x->cur (and, unless split, load
- * the next one meanwhile), then place it */
-static kvf_status run_batch(struct step_ctx *x)
+/* run_split - the state is in memory, so loading is only finding the
+ * pages: each batch is as long as the open segments have room for, and
+ * every worker updates a share of it */
+static kvf_status run_split(struct step_ctx *x)
 {
 	kvf_opt *o = x->o;
-	kvf_status rc = plan_batch(o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
+	kvf_status rc = KVF_OK;
 
-	if (rc == KVF_OK)
-		rc = pool_run(o->st->pool, x->split ? OPT_SPLIT : x->next_n ? 2 : 1,
-			      step_task, x);
-	if (rc == KVF_OK && x->split && x->next_n)
-		rc = load_batch(o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
-				x->cur ^ 1);
-	if (rc == KVF_OK)
-		rc = fill_batch(o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += x->n) {
+		x->c0 = c0;
+		x->n = batch_len(o, c0);
+		rc = plan_batch(o, x->seq, c0, &x->n, 1 - x->gen, 0, 1);
+		if (rc == KVF_OK)
+			rc = load_batch(o, x->seq, c0, x->n, x->gen, 0);
+		if (rc == KVF_OK)
+			rc = pool_run(o->st->pool, OPT_SPLIT, step_task, x);
+		if (rc == KVF_OK)
+			rc = fill_batch(o, x->seq, c0, x->n, 1 - x->gen, 0);
+	}
+	return rc;
+}
+
+/* run_pipelined - a worker loads batch b + 1 into one half of the work
+ * buffers while batch b, in the other, is updated; then b is placed */
+static kvf_status run_pipelined(struct step_ctx *x)
+{
+	kvf_opt *o = x->o;
+	kvf_status rc = load_batch(o, x->seq, 0, batch_len(o, 0), x->gen, 0);
+
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
+		x->c0 = c0;
+		x->n = batch_len(o, c0);
+		x->next_n = c0 + OPT_BATCH < o->n_chunks ? batch_len(o, c0 + OPT_BATCH)
+							 : 0;
+		rc = plan_batch(o, x->seq, c0, &x->n, 1 - x->gen, x->cur, 0);
+		if (rc == KVF_OK)
+			rc = pool_run(o->st->pool, x->next_n ? 2 : 1, step_task, x);
+		if (rc == KVF_OK)
+			rc = fill_batch(o, x->seq, c0, x->n, 1 - x->gen, x->cur);
+		x->cur ^= 1;
+	}
 	return rc;
 }
 
@@ -741,21 +814,11 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
 	rc = reserve_gen(o, seq, 1 - gen, call);
-	/* the memory media's pages need no loading, so both threads update;
-	 * otherwise a worker loads batch b + 1 while batch b is updated */
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
 			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
 			       .split = st->hdr.media == KVF_MEDIA_MEMORY };
 	if (rc == KVF_OK)
-		rc = load_batch(o, seq, 0, batch_len(o, 0), gen, 0);
-	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
-		x.c0 = c0;
-		x.n = batch_len(o, c0);
-		x.next_n = c0 + OPT_BATCH < o->n_chunks ? batch_len(o, c0 + OPT_BATCH)
-							: 0;
-		rc = run_batch(&x);
-		x.cur ^= 1;
-	}
+		rc = x.split ? run_split(&x) : run_pipelined(&x);
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
 		rc = commit_gen(o, seq, steps + 1, 1 - gen, 0, call);

@@ -707,7 +707,10 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	}
 	derive(st);
 	if ((rc = catalog_open(mpath, created, st->read_only,
-				    st->hdr.media == KVF_MEDIA_FILE, &st->cat)) != KVF_OK) {
+				    st->hdr.media == KVF_MEDIA_FILE ? CATALOG_FSYNC
+				    : media || st->hdr.media == KVF_MEDIA_FLASH
+					    ? CATALOG_NO_FSYNC : CATALOG_VOLATILE,
+				    &st->cat)) != KVF_OK) {
 		kvf_fail_wrap(rc, "kvf_open");
 		goto fail;
 	}

@@ -4,7 +4,7 @@
  * Each segment's bytes are allocated at its first write and given up by
  * trim, so a large geometry costs only what is written.  Unwritten and
  * trimmed pages read as zeros.  A store trims every segment it reuses, so
- * trimmed buffers are kept as spares (up to a quarter of the geometry) for
+ * trimmed buffers are kept as spares (up to half the geometry) for
  * the next first write: freeing and faulting them in again cost more than
  * the data's own copy.  kvf_media_give_segment swaps the caller's
  * buffer in as the segment, so a store's segment writes copy nothing.
@@ -308,7 +308,7 @@ kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
 		return kvf_fail(KVF_ENOMEM,
 				"kvf_media_open: memory backend: cannot create a lock");
 	}
-	mm->spare_cap = n / 4;
+	mm->spare_cap = n / 2;
 	mm->base.ops = &mem_ops;
 	mm->base.geo = cfg->geo;
 	*out = &mm->base;

@@ -505,7 +505,7 @@ static void committed_after_sync(uint32_t segid)
 	void *val;
 	size_t vlen;
 
-	OK(catalog_open(tmp_path(path, "meta"), 0, 1, 1, &c));
+	OK(catalog_open(tmp_path(path, "meta"), 0, 1, CATALOG_FSYNC, &c));
 	meta_key_u32(key, META_TAG_SEG, segid);
 	OK(catalog_get(c, key, sizeof(key), &val, &vlen));
 	memcpy(&rec, val, sizeof(rec));
@@ -700,7 +700,7 @@ Test(store_corrupt, catalog_of_another_store)
 		struct catalog *c = NULL;
 
 		remove_tree(meta);
-		OK(catalog_open(meta, 1, 0, 1, &c));
+		OK(catalog_open(meta, 1, 0, CATALOG_FSYNC, &c));
 		catalog_close(c);
 	}
 	cr_assert(eq(int, kvf_open(path, &o, &st), KVF_ECORRUPT), "%s",

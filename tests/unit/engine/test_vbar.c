@@ -190,7 +190,7 @@ Test(vbar, a_malformed_record_is_refused_at_open)
 
 	fill(st, 9, 100, &rng);
 	OK(kvf_close(st));
-	OK(catalog_open(tmp_path(dir, "s/meta"), 0, 0, 1, &c));
+	OK(catalog_open(tmp_path(dir, "s/meta"), 0, 0, CATALOG_FSYNC, &c));
 	b = catalog_batch_new();
 	cr_assert_not_null(b);
 	meta_key_u64(key, META_TAG_VBAR, 9);
