@@ -170,8 +170,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 		struct flush_job *j = seq->jobs;
 
 		seq->jobs = j->seq_next;
-		segbuf_put(st, j->sb);
-		kvf_free(j);
+		job_free(st, j);
 	}
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));

@@ -242,6 +242,16 @@ void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 	pthread_mutex_unlock(&st->writer_lock);
 }
 
+void job_free(kvf_store *st, struct flush_job *j)
+{
+	/* readers of the job's pages may have used sb->buf until now; the
+	 * media keeps that buffer, the one it gave back is sb's from here */
+	if (j->given)
+		j->sb->buf = j->given;
+	segbuf_put(st, j->sb);
+	kvf_free(j);
+}
+
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 {
 	struct flush_job **pp = &seq->jobs;
@@ -261,11 +271,7 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 			continue;
 		}
 		*pp = j->seq_next;
-		/* readers of the job's pages may have used sb->buf until now */
-		if (j->given)
-			j->sb->buf = j->given;
-		segbuf_put(st, j->sb);
-		kvf_free(j);
+		job_free(st, j);
 	}
 	if (atomic_load(&st->fatal))
 		return store_check(st, "segment writer");

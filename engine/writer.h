@@ -66,6 +66,8 @@ void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job);
  * Return: KVF_OK, or KVF_EFATAL when a job failed.
  */
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait);
+/* job_free - a finished job's buffers back to the pool, and the job */
+void job_free(kvf_store *st, struct flush_job *j);
 
 /* seq_job_page - the bytes of addr if it lies in one of seq's jobs */
 const unsigned char *seq_job_page(kvf_store *st, struct seq *seq,
