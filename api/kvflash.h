@@ -153,9 +153,10 @@ typedef struct {
 	uint32_t verify_reads;    /* check pages against their hash when
 				   * read: 0 = those read from file or
 				   * flash media (a memory store's pages,
-				   * read in place, are checked when
-				   * written, like a cache's), 1 = every
-				   * page */
+				   * read in place, are hashed when
+				   * written but not checked again: they
+				   * never left the process), 1 = every
+				   * page, a memory store's too */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -350,7 +351,8 @@ KVF_API kvf_status kvf_append(kvf_store *st, uint64_t seq, uint32_t layer,
 /*
  * kvf_read - tokens [t0, t1) of one KV head into caller buffers.
  * @k_out, @v_out: [t1-t0][head_dim] in the store's dtype; either may be NULL
- * to skip it.  Pages read from media are verified first.
+ * to skip it.  Pages read from file or flash media are verified first (a
+ * memory store's with kvf_options.verify_reads = 1).
  * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer, head, or range past the
  * end); KVF_EINVAL (reversed range, both outputs NULL); KVF_ECORRUPT (a
  * page failed its checksum: message names segment and page; nothing of it

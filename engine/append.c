@@ -216,7 +216,7 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 			seq->vbar_n[lh] += m;
 		}
 	}
-	seq->vbar_dirty = 1;
+	seq->vbar_changes++;
 }
 
 static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,

@@ -402,29 +402,35 @@ static kvf_status select_groups(struct sparf_ctx *x, uint64_t t_start,
 		for (uint64_t t = 0; t < t_start; t++)
 			s[t] = -INFINITY;
 		c->k->softmax_stats(s, (uint32_t)len, &m, &l);
-		/* s becomes the approximate probabilities (masked tokens 0) */
+		/* s becomes the approximate probabilities; masked tokens,
+		 * which no group attends, -1 */
 		for (uint64_t t = 0; t < len; t++) {
-			s[t] = s[t] > -INFINITY ? expf(s[t] - m) / l : 0.0f;
-			mass[t / G] += s[t];
+			s[t] = s[t] > -INFINITY ? expf(s[t] - m) / l : -1.0f;
+			if (s[t] >= 0.0f)
+				mass[t / G] += s[t];
 		}
 	}
 	got = kvc_topk(mass, (uint32_t)ng, (uint32_t)(kg < ng ? kg : ng), gidx);
 	for (uint32_t j = 0; j < got; j++)
-		chosen[gidx[j]] = mass[gidx[j]] > 0.0f; /* not masked whole */
+		chosen[gidx[j]] = 1;
 	memset(alpha, 0, x->d * sizeof(float));
 	for (uint64_t g = 0; g < ng; g++) {
+		int any = 0;
+
 		if (!chosen[g])
 			continue;
 		for (uint32_t h = 0; h < x->d; h++) {
 			const float *s = x->s + (size_t)h * len;
 
 			for (uint64_t t = g * G; t < len && t < (g + 1) * G; t++)
-				if (s[t] > 0.0f) {
+				if (s[t] >= 0.0f) {
 					x->selected[(size_t)h * len + t] = 1;
+					any = 1;
 					alpha[h] += s[t];
 				}
 		}
-		groups[(*n_groups)++] = g;
+		if (any) /* a group all masked needs no read */
+			groups[(*n_groups)++] = g;
 	}
 	kvf_free(mass);
 	kvf_free(gidx);
@@ -681,6 +687,18 @@ static kvf_status check_mask(const char *call, const kvf_attn_opts *o,
 
 /* run - lock, check what needs the sequences, run one task per
  * (sequence, KV head), unlock */
+/* vbar_tokens - tokens in the means of V of a layer's heads (0 when the
+ * sequence keeps none) */
+static uint64_t vbar_tokens(kvf_store *st, const struct seq *seq,
+			    uint32_t layer)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t h = 0; seq->vbar_n && h < st->hdr.n_kv_heads; h++)
+		sum += seq->vbar_n[(size_t)layer * st->hdr.n_kv_heads + h];
+	return sum;
+}
+
 static kvf_status run(struct attn_call *c, const char *call,
 		      const uint64_t *ids, uint32_t n)
 {
@@ -699,9 +717,8 @@ static kvf_status run(struct attn_call *c, const char *call,
 			rc = seq_h2o_alloc(st, seqs[i]);
 	if (rc == KVF_OK && c->o && c->o->sparse)
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			if ((rc = seq_vbar_alloc(st, seqs[i])) == KVF_OK &&
-			    (rc = seq_kt_alloc(st, seqs[i])) == KVF_OK)
-				seqs[i]->vbar_dirty = 1; /* the tasks catch it up */
+			if ((rc = seq_vbar_alloc(st, seqs[i])) == KVF_OK)
+				rc = seq_kt_alloc(st, seqs[i]);
 	if (rc == KVF_OK && c->probs &&
 	    seqs[0]->len[c->layer] - attended_from(c->o, seqs[0]->len[c->layer]) >
 		    c->probs_cap)
@@ -714,9 +731,15 @@ static kvf_status run(struct attn_call *c, const char *call,
 		c->seqs = seqs;
 		c->n_seqs = n;
 		c->k = kvc_kernels();
+		for (uint32_t i = 0; i < n; i++)
+			seqs[i]->vbar_seen = vbar_tokens(st, seqs[i], c->layer);
 		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, head_task, c);
 		if (rc != KVF_OK)
 			kvf_fail_wrap(rc, call);
+		/* a mean the tasks caught up goes into the next sync's "V" */
+		for (uint32_t i = 0; i < n; i++)
+			if (vbar_tokens(st, seqs[i], c->layer) != seqs[i]->vbar_seen)
+				seqs[i]->vbar_changes++;
 	}
 	unlock_seqs(st, seqs, n);
 out:

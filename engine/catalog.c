@@ -179,6 +179,13 @@ size_t catalog_batch_count(const struct catalog_batch *b)
 	return b->count;
 }
 
+void catalog_batch_clear(struct catalog_batch *b)
+{
+	rocksdb_writebatch_clear(b->wb);
+	b->count = 0;
+	b->bytes = 0;
+}
+
 void catalog_batch_free(struct catalog_batch *b)
 {
 	if (b == NULL)

@@ -58,6 +58,8 @@ void catalog_batch_delete(struct catalog_batch *b, const void *key,
 			  size_t klen);
 size_t catalog_batch_count(const struct catalog_batch *b);
 void catalog_batch_free(struct catalog_batch *b);
+/* catalog_batch_clear - empty b for reuse */
+void catalog_batch_clear(struct catalog_batch *b);
 
 /*
  * catalog_commit - apply the batch atomically; with `sync` the write-ahead

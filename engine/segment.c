@@ -556,11 +556,9 @@ static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
 
 	if (os->segid == SEG_NONE || os->n_pages == 0)
 		return KVF_OK;
-	job = kvf_calloc(1, sizeof(*job));
-	if (job == NULL) {
-		kvf_fail(KVF_ENOMEM, "out of memory for a segment write");
-		return store_set_fatal(st, KVF_ENOMEM, "segment write");
-	}
+	job = &os->sb->job;
+	memset(job, 0, sizeof(*job));
+	atomic_init(&job->done, 0);
 	job->sb = os->sb;
 	job->segid = os->segid;
 	job->n_pages = os->n_pages;

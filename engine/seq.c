@@ -501,10 +501,11 @@ kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
 	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
 	unsigned char *val, key[9];
 
-	if (seq->vbar == NULL || !seq->vbar_dirty)
+	if (seq->vbar == NULL || seq->vbar_changes == seq->vbar_synced)
 		return KVF_OK;
+	/* the record only saves reading V again: without memory, skip it */
 	if ((val = kvf_malloc(lh * row)) == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for the means of V");
+		return KVF_OK;
 	for (size_t i = 0; i < lh; i++) {
 		memcpy(val + i * row, &seq->vbar_n[i], sizeof(uint64_t));
 		memcpy(val + i * row + sizeof(uint64_t),
@@ -513,7 +514,9 @@ kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
 	meta_key_u64(key, META_TAG_VBAR, seq->id);
 	catalog_batch_put(b, key, sizeof(key), val, lh * row);
 	kvf_free(val);
-	seq->vbar_dirty = 0;
+	/* counts as written only once the batch commits (sync_done) */
+	seq->vbar_capture = seq->vbar_changes;
+	seq->vbar_capture_gen = st->sync_gen;
 	return KVF_OK;
 }
 

@@ -536,8 +536,9 @@ static void store_release(kvf_store *st, int created, int made_dir,
 
 /* trim_policy - whether reusing a segment trims it first: on devices, the
  * flash emulator (its GC then skips the dead pages) and memory (the bytes
- * are freed), but not on the preallocated stripe files, where punching a
- * hole only makes the next write allocate the blocks again */
+ * go to the media's spares, or are freed past them), but not on the
+ * preallocated stripe files, where punching a hole only makes the next
+ * write allocate the blocks again */
 static int trim_policy(kvf_store *st)
 {
 	struct kvf_media_stats ms;
@@ -807,6 +808,8 @@ static void sync_done(kvf_store *st, struct seq *seq, void *arg)
 	pthread_mutex_lock(&seq->lock);
 	if (seq->capture_gen == st->sync_gen)
 		seq->synced_changes = seq->capture;
+	if (seq->vbar_capture_gen == st->sync_gen)
+		seq->vbar_synced = seq->vbar_capture;
 	pthread_mutex_unlock(&seq->lock);
 }
 
@@ -886,6 +889,11 @@ kvf_status kvf_sync(kvf_store *st)
 			catalog_batch_free(c.b);
 			return rc;
 		}
+		/* records put by the first attempt may be of sequences freed
+		 * meanwhile: the second captures everything afresh */
+		catalog_batch_free(c.b);
+		if ((c.b = catalog_batch_new()) == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_sync: out of memory");
 		c.rc = KVF_OK;
 	}
 	if (rc == KVF_OK)

@@ -164,7 +164,11 @@ struct seq {
 	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
 				* SparF; NULL before first use */
 	uint64_t *vbar_n;      /* [layer][kv_head] tokens in that mean */
-	int vbar_dirty;        /* changed since its "V" record was written */
+	uint64_t vbar_changes; /* changes to the means, as changes for "S": */
+	uint64_t vbar_synced;  /* of them, in the last committed "V" record */
+	uint64_t vbar_capture; /* in the record a sync is writing */
+	uint64_t vbar_capture_gen; /* that sync (st->sync_gen) */
+	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
 };
 

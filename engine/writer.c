@@ -31,6 +31,17 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void segbuf_free(struct segbuf *sb)
+{
+	kvf_free(sb->buf);
+	kvf_free(sb->entries);
+	kvf_free(sb->slots);
+	kvf_free(sb->superseded);
+	kvf_free(sb->record);
+	catalog_batch_free(sb->batch);
+	kvf_free(sb);
+}
+
 struct segbuf *segbuf_get(kvf_store *st)
 {
 	uint32_t d = st->data_per_seg;
@@ -50,16 +61,15 @@ struct segbuf *segbuf_get(kvf_store *st)
 	sb->entries = kvf_calloc(d, sizeof(*sb->entries));
 	sb->slots = kvf_calloc(d, sizeof(*sb->slots));
 	sb->superseded = kvf_calloc(d, sizeof(uint32_t));
-	if (sb->buf && sb->entries && sb->slots && sb->superseded)
+	sb->record = kvf_malloc(sizeof(struct meta_seg) +
+				(size_t)d * sizeof(struct meta_slot));
+	sb->batch = catalog_batch_new();
+	if (sb->buf && sb->entries && sb->slots && sb->superseded && sb->record &&
+	    sb->batch)
 		return sb;
 fail:
-	if (sb) {
-		kvf_free(sb->buf);
-		kvf_free(sb->entries);
-		kvf_free(sb->slots);
-		kvf_free(sb->superseded);
-		kvf_free(sb);
-	}
+	if (sb)
+		segbuf_free(sb);
 	kvf_fail(KVF_ENOMEM, "out of memory for a segment buffer of %llu bytes",
 		 (unsigned long long)st->hdr.segment_size);
 	return NULL;
@@ -82,11 +92,7 @@ void segbuf_pool_free(kvf_store *st)
 	while (sb) {
 		struct segbuf *next = sb->next;
 
-		kvf_free(sb->buf);
-		kvf_free(sb->entries);
-		kvf_free(sb->slots);
-		kvf_free(sb->superseded);
-		kvf_free(sb);
+		segbuf_free(sb);
 		sb = next;
 	}
 	st->free_bufs = NULL;
@@ -136,22 +142,14 @@ static void job_run(kvf_store *st, struct flush_job *job)
 				 .owner = job->owner, .n_data_pages = n,
 				 .n_slots = n };
 	rec_len = sizeof(rec) + (size_t)n * sizeof(struct meta_slot);
-	val = kvf_malloc(rec_len);
-	b = catalog_batch_new();
-	if (val == NULL || b == NULL) {
-		kvf_free(val);
-		catalog_batch_free(b);
-		kvf_fail(KVF_ENOMEM, "out of memory for a segment record");
-		store_set_fatal(st, KVF_ENOMEM, "segment commit");
-		return;
-	}
+	val = job->sb->record;
+	b = job->sb->batch;
+	catalog_batch_clear(b);
 	memcpy(val, &rec, sizeof(rec));
 	memcpy(val + sizeof(rec), job->sb->slots, (size_t)n * sizeof(struct meta_slot));
 	meta_key_u32(key, META_TAG_SEG, job->segid);
 	catalog_batch_put(b, key, sizeof(key), val, rec_len);
 	rc = catalog_commit(st->cat, b, 0);
-	catalog_batch_free(b);
-	kvf_free(val);
 	if (rc != KVF_OK) {
 		store_set_fatal(st, rc, "segment commit");
 		return;
@@ -248,8 +246,7 @@ void job_free(kvf_store *st, struct flush_job *j)
 	 * media keeps that buffer, the one it gave back is sb's from here */
 	if (j->given)
 		j->sb->buf = j->given;
-	segbuf_put(st, j->sb);
-	kvf_free(j);
+	segbuf_put(st, j->sb); /* j lives in it */
 }
 
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)

@@ -20,15 +20,9 @@
 
 #define WRITER_MAX_INFLIGHT 8u /* jobs in flight per store */
 
-/* The buffers of one segment being filled or written. */
-struct segbuf {
-	unsigned char *buf;                /* segment_size bytes, aligned */
-	struct seg_summary_entry *entries; /* per data page */
-	struct meta_slot *slots;           /* per data page: its owner */
-	uint32_t *superseded;              /* addresses these pages replace */
-	struct segbuf *next;               /* free list link; pool lock */
-};
+struct segbuf;
 
+/* The write of one filled segment; it lives in the segment's buffers. */
 struct flush_job {
 	struct segbuf *sb;       /* the segment's buffers */
 	uint32_t segid;          /* segment written */
@@ -41,6 +35,19 @@ struct flush_job {
 	_Atomic int done;        /* written and committed (or failed) */
 	struct flush_job *next;  /* writer queue; writer lock */
 	struct flush_job *seq_next; /* the sequence's in-flight list */
+};
+
+/* The buffers of one segment being filled or written: everything its
+ * write needs, so that sealing a segment allocates nothing. */
+struct segbuf {
+	unsigned char *buf;                /* segment_size bytes, aligned */
+	struct seg_summary_entry *entries; /* per data page */
+	struct meta_slot *slots;           /* per data page: its owner */
+	uint32_t *superseded;              /* addresses these pages replace */
+	unsigned char *record;             /* the segment's "G" record */
+	struct catalog_batch *batch;       /* and the batch it commits in */
+	struct flush_job job;              /* its write, once filled */
+	struct segbuf *next;               /* free list link; pool lock */
 };
 
 kvf_status writer_start(kvf_store *st);

@@ -26,7 +26,7 @@
 
 #include "kvflash.h"
 
-#define KVF_MEDIA_OPS_VERSION 1 /* bump when kvf_media_ops changes */
+#define KVF_MEDIA_OPS_VERSION 2 /* bump when kvf_media_ops changes */
 #define KVF_MEDIA_ALIGN 4096u   /* buffer alignment for every I/O (bytes) */
 #define KVF_MEDIA_MAX_STRIPES 64u
 #define KVF_MEDIA_DEFAULT_QD 32u
@@ -90,7 +90,7 @@ struct kvf_media_ops {
 	void (*close)(struct kvf_media *m);
 	/* optional (NULL): the bytes of a page in place, for media that
 	 * keep pages in memory; NULL when it has none.  Valid until the
-	 * segment is trimmed or the media closed. */
+	 * segment is trimmed or given again, or the media closed. */
 	const unsigned char *(*map)(struct kvf_media *m, uint32_t stripe,
 				    uint64_t seg, uint32_t page);
 	/* optional (NULL): kvf_media_give_segment without a copy, for

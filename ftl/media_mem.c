@@ -6,16 +6,19 @@
  * trimmed pages read as zeros.  A store trims every segment it reuses, so
  * trimmed buffers are kept as spares (up to half the geometry) for
  * the next first write: freeing and faulting them in again cost more than
- * the data's own copy.  kvf_media_give_segment swaps the caller's
- * buffer in as the segment, so a store's segment writes copy nothing.
+ * the data's own copy; so a memory store's footprint does not fall back
+ * after frees below what it last held plus the spares.
+ * kvf_media_give_segment swaps the caller's buffer in as the segment, so
+ * a store's segment writes copy nothing.
  *
  * kvf_media_map hands out a segment's bytes in place (the store reads
  * pages it holds references to, so their segments are not trimmed
  * meanwhile).
  *
- * Locking: `lock` is a reader-writer lock.  Reads and writes hold it shared
- * (a first write installs the segment with a compare-and-swap); trim holds
- * it exclusive, so no I/O can see a segment while it is freed.
+ * Locking: `lock` is a reader-writer lock.  Reads, writes and the give of
+ * a new segment hold it shared (a first write installs the segment with a
+ * compare-and-swap); trim, and a give that replaces a segment's bytes,
+ * hold it exclusive, so no I/O can see bytes while they are handed away.
  * `spare_lock` guards the spare list.
  */
 #include "ftl/media.h"
@@ -31,10 +34,12 @@ struct media_mem {
 	struct kvf_media base;
 	pthread_rwlock_t lock;      /* see the file comment */
 	_Atomic(unsigned char *) *segs; /* [stripe * segs_per_stripe + seg] */
-	pthread_mutex_t spare_lock;
+	pthread_mutex_t spare_lock;     /* guards the three below */
 	unsigned char *spare;           /* trimmed buffers, linked through
 					 * their first bytes */
-	uint64_t n_spare, spare_cap;
+	uint64_t n_spare;               /* buffers on the spare list */
+	uint64_t spare_cap;             /* at most this many (half the
+					 * segments of the geometry) */
 	_Atomic uint64_t bytes_written; /* payload bytes written */
 	_Atomic uint64_t bytes_read;    /* payload bytes read */
 	_Atomic uint64_t write_ios;     /* write requests */
@@ -137,35 +142,43 @@ static kvf_status mem_write(struct kvf_media *m, const struct kvf_media_io *io,
 	return rc;
 }
 
-/* mem_give - *buf becomes the segment; the caller gets its old bytes, a
- * spare or a new buffer back */
+/* mem_give - *buf becomes the segment; the caller gets a spare or a new
+ * buffer back, or the segment's old bytes when it had some (a store that
+ * does not trim rewrites segments in place) */
 static kvf_status mem_give(struct kvf_media *m, uint32_t stripe, uint64_t seg,
 			   unsigned char **buf, size_t len)
 {
 	struct media_mem *mm = to_mem(m);
+	_Atomic(unsigned char *) *s = slot(mm, stripe, seg);
 	size_t bytes = kvf_media_segment_bytes(&m->geo);
-	unsigned char *back = spare_take(mm), *old;
+	unsigned char *old = atomic_load(s), *back;
+	int installed;
 
-	if (back == NULL &&
-	    (back = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) == NULL)
-		return kvf_fail(KVF_ENOMEM,
-				"kvf_media_give_segment: memory backend: cannot allocate a buffer of %zu bytes",
-				bytes);
-	/* exclusive, as for trim: no reader may hold the old bytes */
-	pthread_rwlock_wrlock(&mm->lock);
-	old = atomic_load(slot(mm, stripe, seg));
-	/* the pages past len keep what they held, as with a write */
-	if (old)
-		memcpy(*buf + len, old + len, bytes - len);
-	else
-		memset(*buf + len, 0, bytes - len);
-	atomic_store(slot(mm, stripe, seg), *buf);
-	pthread_rwlock_unlock(&mm->lock);
-	if (old) { /* rewritten without a trim: hand back its old bytes */
-		spare_give(mm, back);
-		back = old;
+	if (old == NULL) {
+		if ((back = spare_take(mm)) == NULL &&
+		    (back = kvf_aligned_alloc(KVF_MEDIA_ALIGN, bytes)) == NULL)
+			return kvf_fail(KVF_ENOMEM,
+					"kvf_media_give_segment: memory backend: cannot allocate a buffer of %zu bytes",
+					bytes);
+		memset(*buf + len, 0, bytes - len); /* unwritten: zeros */
+		pthread_rwlock_rdlock(&mm->lock);
+		installed = atomic_compare_exchange_strong(s, &old, *buf);
+		pthread_rwlock_unlock(&mm->lock);
+		if (installed) {
+			*buf = back;
+			goto done;
+		}
+		spare_give(mm, back); /* another write installed it meanwhile */
 	}
-	*buf = back;
+	/* exclusive, as for trim: no reader may hold the old bytes, whose
+	 * pages past len the new ones keep, as with a write */
+	pthread_rwlock_wrlock(&mm->lock);
+	old = atomic_load(s);
+	memcpy(*buf + len, old + len, bytes - len);
+	atomic_store(s, *buf);
+	pthread_rwlock_unlock(&mm->lock);
+	*buf = old;
+done:
 	atomic_fetch_add(&mm->bytes_written, len);
 	atomic_fetch_add(&mm->write_ios, 1);
 	return KVF_OK;

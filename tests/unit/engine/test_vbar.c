@@ -2,17 +2,22 @@
  * test_vbar.c - SparF's running means of V: folded as V is appended, kept
  * in the catalog at sync ("V" records), taken back at open, so the first
  * SparF call after a reopen reads no V for them; caught up from the pages
- * when a sequence has none (a fork's child); a malformed record refused.
+ * when a sequence has none (a fork's child); written again only when a
+ * mean changed, and again after a sync that failed; a malformed record
+ * refused.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/alloc.h"
 #include "compute/half.h"
 #include "engine/catalog.h"
 #include "engine/meta.h"
+#include "engine/store.h"
 #include "kvflash.h"
 #include "testutil.h"
 
@@ -213,4 +218,84 @@ Test(vbar, a_malformed_record_is_refused_at_open)
 		cr_assert(strstr(kvf_last_error(), "means of V of sequence 9") != NULL,
 			  "%s", kvf_last_error());
 	}
+}
+
+/* has_vbar_record - the catalog holds sequence id's "V" record */
+static int has_vbar_record(kvf_store *st, uint64_t id)
+{
+	unsigned char key[9];
+	void *val = NULL;
+	size_t vlen = 0;
+	kvf_status rc;
+
+	meta_key_u64(key, META_TAG_VBAR, id);
+	rc = catalog_get(st->cat, key, sizeof(key), &val, &vlen);
+	kvf_free(val);
+	return rc == KVF_OK;
+}
+
+Test(vbar, unchanged_means_are_not_written_again)
+{
+	uint64_t rng = rng_seed("vbar idle");
+	kvf_store *st = open_store("s");
+	float q[QH * DIM], out[QH * DIM];
+	unsigned long long before;
+	size_t record = (size_t)LAYERS * KVH * (8 + 4 * DIM);
+
+	fill(st, 4, 100, &rng);
+	query(q, &rng);
+	sparf(st, 4, q, out);
+	OK(kvf_sync(st));
+	cr_assert(has_vbar_record(st, 4));
+	before = catalog_bytes_written(st->cat);
+	/* SparF calls that find the means current change nothing to write */
+	for (int i = 0; i < 5; i++) {
+		sparf(st, 4, q, out);
+		OK(kvf_sync(st));
+	}
+	cr_assert(lt(u64, catalog_bytes_written(st->cat) - before, record),
+		  "five idle syncs wrote %llu catalog bytes; a record is %zu",
+		  catalog_bytes_written(st->cat) - before, record);
+	OK(kvf_close(st));
+}
+
+/* a sync that fails part way (out of memory at its nth allocation) and
+ * the one after it: every sequence's means end up in the catalog */
+Test(vbar, a_failed_sync_leaves_nothing_unwritten)
+{
+	for (uint64_t nth = 1; nth < 400; nth++) {
+		uint64_t rng = rng_seed("vbar failed sync");
+		char name[32];
+		kvf_store *st;
+		float q[QH * DIM], out[QH * DIM];
+		kvf_status rc;
+		int past;
+
+		snprintf(name, sizeof(name), "s%llu", (unsigned long long)nth);
+		st = open_store(name);
+
+		fill(st, 1, 100, &rng);
+		fill(st, 2, 100, &rng);
+		kvf_alloc_fail_at(nth, 0);
+		rc = kvf_sync(st);
+		kvf_alloc_fail_at(0, 0);
+		/* a sync that could not build a record skips it (the record
+		 * only saves reading V), one that failed wrote nothing */
+		if (rc != KVF_OK)
+			cr_assert(eq(int, rc, KVF_ENOMEM), "allocation %llu: %s",
+				  (unsigned long long)nth, kvf_last_error());
+		past = rc == KVF_OK && has_vbar_record(st, 1) &&
+		       has_vbar_record(st, 2);
+		OK(kvf_sync(st));
+		cr_assert(has_vbar_record(st, 1) && has_vbar_record(st, 2),
+			  "after a sync failed at allocation %llu", (unsigned long long)nth);
+		query(q, &rng);
+		sparf(st, 1, q, out);
+		OK(kvf_close(st));
+		if (past) { /* nth is past the sync's allocations */
+			cr_assert(gt(u64, nth, 1));
+			return;
+		}
+	}
+	cr_fail("every sync up to the 400th allocation failed");
 }
