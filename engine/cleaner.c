@@ -407,7 +407,7 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		st->free_count[s]--;
 		st->n_free--;
 		st->segs[p.out].state = SEG_OPEN;
-		st->segs[p.out].live_bits = seg_bits_alloc(st);
+		st->segs[p.out].live_bits = seg_bits_take(st, p.out);
 	}
 	pthread_mutex_unlock(&st->seg_lock);
 	if (p.out == SEG_NONE || st->segs[p.out].live_bits == NULL) {

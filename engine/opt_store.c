@@ -71,6 +71,7 @@ struct kvf_opt {
 					    * slots, or work pages placed
 					    * after the update */
 	uint64_t hash[3][OPT_BATCH];       /* page_hash of each new chunk */
+	struct catalog_batch *commit;      /* a step's record, at its end */
 };
 
 static uint32_t sid_of(uint32_t state, uint32_t gen)
@@ -153,6 +154,14 @@ static kvf_status opt_streams_alloc(struct seq *seq, uint64_t n_chunks)
 	return KVF_OK;
 }
 
+static void handle_free(kvf_opt *o)
+{
+	kvf_free(o->name);
+	kvf_free(o->work);
+	catalog_batch_free(o->commit);
+	kvf_free(o);
+}
+
 /* handle_new - a handle with its work buffers */
 static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 			     uint64_t n_params, const kvf_opt_config *cfg,
@@ -173,10 +182,9 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	o->k = kvc_optim();
 	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * OPT_BATCH *
 						     st->hdr.page_size);
-	if (o->name == NULL || o->work == NULL) {
-		kvf_free(o->name);
-		kvf_free(o->work);
-		kvf_free(o);
+	o->commit = catalog_batch_new();
+	if (o->name == NULL || o->work == NULL || o->commit == NULL) {
+		handle_free(o);
 		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer buffers");
 	}
 	*out = o;
@@ -240,24 +248,21 @@ static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 /* commit_gen - flush seq's segments, then durably name gen as current.
  * Caller holds sync_lock, world shared and seq->lock. */
 static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
-			     uint32_t gen, int with_seq_record, const char *call)
+			     uint32_t gen, int with_seq_record)
 {
 	kvf_store *st = o->st;
 	struct meta_opt m = { .seq = seq->id, .n_params = o->n_params,
 			      .steps = steps, .gen = gen };
-	struct catalog_batch *b;
+	struct catalog_batch *b = o->commit;
 	kvf_status rc;
 
 	if ((rc = openseg_flush_all(st, seq)) != KVF_OK)
 		return rc;
-	b = catalog_batch_new();
-	if (b == NULL)
-		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	catalog_batch_clear(b);
 	record_put(b, o->name, &m, &o->cfg);
 	rc = with_seq_record ? seq_record(st, seq, b) : KVF_OK;
 	if (rc == KVF_OK)
 		rc = store_durable_point(st, b, 0);
-	catalog_batch_free(b);
 	if (rc == KVF_OK) {
 		seq->opt_gen = gen;
 		seq->opt_steps = steps;
@@ -352,7 +357,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 	}
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
-		rc = commit_gen(o, seq, 0, 0, 1, call);
+		rc = commit_gen(o, seq, 0, 0, 1);
 	if (rc != KVF_OK) {
 		/* nothing was committed: drop the pages and the sequence */
 		seq->dead = 1;
@@ -373,11 +378,8 @@ out_seq:
 	if (seq)
 		seq_destroy(st, seq);
 out_handle:
-	if (o) {
-		kvf_free(o->name);
-		kvf_free(o->work);
-		kvf_free(o);
-	}
+	if (o)
+		handle_free(o);
 out:
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
@@ -821,7 +823,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 		rc = x.split ? run_split(&x) : run_pipelined(&x);
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
-		rc = commit_gen(o, seq, steps + 1, 1 - gen, 0, call);
+		rc = commit_gen(o, seq, steps + 1, 1 - gen, 0);
 	else if (rc != KVF_EFATAL)
 		/* the old generation is intact and still committed; what was
 		 * placed of the new one is garbage after the next step */
@@ -919,9 +921,7 @@ kvf_status kvf_opt_close(kvf_opt *o)
 		seq_unlock_put(o->st, seq);
 	}
 	pthread_rwlock_unlock(&o->st->world);
-	kvf_free(o->name);
-	kvf_free(o->work);
-	kvf_free(o);
+	handle_free(o);
 	return KVF_OK;
 }
 

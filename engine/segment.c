@@ -40,8 +40,14 @@ kvf_status seg_table_init(kvf_store *st)
 	st->free_head = kvf_calloc(ns, sizeof(uint32_t));
 	st->free_count = kvf_calloc(ns, sizeof(uint32_t));
 	st->reserved = kvf_calloc(ns, sizeof(uint32_t));
+	st->live_words = kvf_calloc((size_t)st->n_segments *
+					    ((st->data_per_seg + 63) / 64),
+				    sizeof(uint64_t));
+	st->reclaim_ids = kvf_calloc(st->n_segments, sizeof(uint32_t));
+	st->wear_counts = kvf_calloc(st->n_segments, sizeof(uint32_t));
 	if (!st->segs || !st->free_fifo || !st->free_head || !st->free_count ||
-	    !st->reserved) {
+	    !st->reserved || !st->live_words || !st->reclaim_ids ||
+	    !st->wear_counts) {
 		seg_table_free(st);
 		return kvf_fail(KVF_ENOMEM,
 				"kvf_open: out of memory for the table of %u segments",
@@ -54,7 +60,12 @@ void seg_table_free(kvf_store *st)
 {
 	if (st->segs)
 		for (uint32_t i = 0; i < st->n_segments; i++)
-			kvf_free(st->segs[i].live_bits);
+			st->segs[i].live_bits = NULL;
+	kvf_free(st->live_words);
+	st->live_words = NULL;
+	kvf_free(st->reclaim_ids);
+	kvf_free(st->wear_counts);
+	st->reclaim_ids = st->wear_counts = NULL;
 	kvf_free(st->shared_addr);
 	kvf_free(st->shared_extra);
 	st->shared_addr = st->shared_extra = NULL;
@@ -175,9 +186,7 @@ kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
 {
 	struct seg_info *si = &st->segs[segid];
 
-	si->live_bits = seg_bits_alloc(st);
-	if (si->live_bits == NULL)
-		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	si->live_bits = seg_bits_take(st, segid);
 	si->state = SEG_SEALED;
 	si->n_data = rec->n_data_pages;
 	si->seqno = rec->seqno;
@@ -208,9 +217,13 @@ void seg_finish_load(kvf_store *st)
  * the common unshared page costs one bit.  All under seg_lock.
  */
 
-uint64_t *seg_bits_alloc(kvf_store *st)
+uint64_t *seg_bits_take(kvf_store *st, uint32_t segid)
 {
-	return kvf_calloc((st->data_per_seg + 63) / 64, sizeof(uint64_t));
+	size_t words = (st->data_per_seg + 63) / 64;
+	uint64_t *bits = st->live_words + (size_t)segid * words;
+
+	memset(bits, 0, words * sizeof(uint64_t));
+	return bits;
 }
 
 static uint32_t shared_slot(kvf_store *st, uint32_t addr)
@@ -428,13 +441,13 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	 * Only one reclaim runs at a time (callers hold sync_lock or are
 	 * alone at open), and nothing else touches a dying segment. */
 	pthread_mutex_lock(&st->seg_lock);
-	ids = st->n_dying ? kvf_malloc((size_t)st->n_dying * sizeof(*ids)) : NULL;
-	for (uint32_t i = 0; ids && i < st->n_segments && n < st->n_dying; i++)
+	ids = st->reclaim_ids;
+	for (uint32_t i = 0; i < st->n_segments && n < st->n_dying; i++)
 		if (st->segs[i].state == SEG_DYING && st->segs[i].died_epoch <= upto)
 			ids[n++] = i;
 	pthread_mutex_unlock(&st->seg_lock);
-	if (ids == NULL)
-		return KVF_OK; /* nothing dying, or no memory: next time */
+	if (n == 0)
+		return KVF_OK;
 	for (done = 0; done < n && st->trim; done++) {
 		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
 					    seg_in_stripe(st, ids[done]));
@@ -450,7 +463,6 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 
 		meta_key_u32(key, META_TAG_SEG, ids[k]);
 		catalog_batch_delete(b, key, sizeof(key));
-		kvf_free(si->live_bits);
 		si->live_bits = NULL;
 		si->n_data = 0;
 		si->live = 0;
@@ -461,24 +473,20 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 		free_push(st, ids[k]);
 	}
 	pthread_mutex_unlock(&st->seg_lock);
-	kvf_free(ids);
 	return rc;
 }
 
 void seg_wear_record(kvf_store *st, struct catalog_batch *b)
 {
-	uint32_t *ec = kvf_malloc((size_t)st->n_segments * sizeof(uint32_t));
+	uint32_t *ec = st->wear_counts;
 	unsigned char key = META_TAG_WEAR;
 
-	if (ec == NULL)
-		return; /* wear counts are advisory: keep the old record */
 	pthread_mutex_lock(&st->seg_lock);
 	for (uint32_t i = 0; i < st->n_segments; i++)
 		ec[i] = st->segs[i].erase_count;
 	st->wear_dirty = 0;
 	pthread_mutex_unlock(&st->seg_lock);
 	catalog_batch_put(b, &key, 1, ec, (size_t)st->n_segments * sizeof(uint32_t));
-	kvf_free(ec);
 }
 
 /* openseg_open - take a free segment of stripe for os */
@@ -486,15 +494,11 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 			       struct open_seg *os, uint32_t stripe)
 {
 	struct seg_info *si;
-	uint64_t *bits;
 	uint32_t segid;
 	int low;
 
 	if (os->sb == NULL && (os->sb = segbuf_get(st)) == NULL)
 		return KVF_ENOMEM;
-	bits = seg_bits_alloc(st);
-	if (bits == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory");
 	pthread_mutex_lock(&st->seg_lock);
 	if (seq->reserved[stripe] > 0) {
 		seq->reserved[stripe]--;
@@ -509,7 +513,7 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	if (segid != SEG_NONE) {
 		si = &st->segs[segid];
 		si->state = SEG_OPEN;
-		si->live_bits = bits;
+		si->live_bits = seg_bits_take(st, segid);
 		si->n_data = 0;
 		si->live = 0;
 		si->owner = seq->id;
@@ -518,7 +522,6 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	if (low)
 		cleaner_kick(st);
 	if (segid == SEG_NONE) {
-		kvf_free(bits);
 		return kvf_fail(KVF_ENOSPC,
 				"no free segment on stripe %u (%u segments of %llu bytes per stripe, all in use)",
 				stripe, (uint32_t)st->hdr.segs_per_stripe,
@@ -682,7 +685,6 @@ void openseg_release(kvf_store *st, struct seq *seq)
 			seg_ref_dec(st, os->sb->superseded[i]);
 		if (os->segid != SEG_NONE) {
 			pthread_mutex_lock(&st->seg_lock);
-			kvf_free(st->segs[os->segid].live_bits);
 			st->segs[os->segid].live_bits = NULL;
 			st->segs[os->segid].live = 0;
 			free_push(st, os->segid);

@@ -55,8 +55,8 @@ void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n);
 /* seg_refs_drop_locked - forget every reference into segid (its pages
  * moved); caller holds seg_lock */
 void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
-/* seg_bits_alloc - a zeroed live bitmap for one segment (NULL: no memory) */
-uint64_t *seg_bits_alloc(kvf_store *st);
+/* seg_bits_take - segment segid's live bitmap, zeroed */
+uint64_t *seg_bits_take(kvf_store *st, uint32_t segid);
 
 /*
  * seg_reclaim - trim every DYING segment that died in an epoch <= upto,

@@ -494,6 +494,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	catalog_close(st->cat);
 	seq_table_free(st);
 	seg_table_free(st);
+	catalog_batch_free(st->reclaim_batch);
 	if (created && st->dir) {
 		/* stack paths: this also runs when memory has run out */
 		char p[4096];
@@ -736,6 +737,10 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK)
 		goto fail;
+	if ((st->reclaim_batch = catalog_batch_new()) == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto fail;
+	}
 	st->trim = trim_policy(st);
 	if (created)
 		seg_finish_load(st);
@@ -842,9 +847,8 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 		return store_set_fatal(st, rc, "catalog commit");
 	st->synced_seqno = ms.seqno;
 	st->n_syncs = ms.n_syncs;
-	reclaim = catalog_batch_new();
-	if (reclaim == NULL)
-		return KVF_OK; /* the space is reused at the next durable point */
+	reclaim = st->reclaim_batch;
+	catalog_batch_clear(reclaim);
 	/* the point itself is durable: a trim that fails only leaves its
 	 * segment dying, to be tried again at the next one */
 	(void)seg_reclaim(st, e0, reclaim);
@@ -854,7 +858,6 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	if (catalog_batch_count(reclaim) > 0 &&
 	    catalog_commit(st->cat, reclaim, 0) != KVF_OK)
 		rc = store_set_fatal(st, KVF_EIO, "reclaim commit");
-	catalog_batch_free(reclaim);
 	return rc;
 }
 

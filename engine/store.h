@@ -183,7 +183,9 @@ struct seg_info {
 	uint64_t died_epoch;   /* DYING: sync epoch of its death */
 	uint64_t *live_bits;   /* bit per data page: referenced by the
 				* index; further references of shared
-				* (forked) pages are in store.shared */
+				* (forked) pages are in store.shared.
+				* NULL while free; else its slice of
+				* store.live_words */
 };
 
 /* counters for kvf_stats; atomics, updated where the bytes move.  The
@@ -241,6 +243,11 @@ struct kvf_store {
 
 	pthread_mutex_t seg_lock;
 	struct seg_info *segs;  /* [n_segments] */
+	uint64_t *live_words;   /* [n_segments][words]: every live bitmap,
+				 * so opening a segment allocates nothing */
+	uint32_t *reclaim_ids;  /* [n_segments]: seg_reclaim's, and */
+	uint32_t *wear_counts;  /* seg_wear_record's scratch (sync_lock) */
+	struct catalog_batch *reclaim_batch; /* store_durable_point's */
 	uint32_t *free_fifo;    /* per stripe ring of free segment ids */
 	uint32_t *free_head, *free_count; /* [n_stripes] */
 	uint32_t *reserved;     /* [n_stripes] free segments promised */

@@ -9,9 +9,11 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/alloc.h"
 #include "compute/optim.h"
 #include "engine/catalog.h"
 #include "engine/store.h"
@@ -303,4 +305,63 @@ Test(optim_store, step_cut_short)
 	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_OK), "%s", kvf_last_error());
 	kvf_opt_close(o);
 	kvf_close(st);
+}
+
+/*
+ * Once the store's pools are warm, a step allocates nothing: the work and
+ * read buffers, segment buffers with their write jobs and records, the
+ * live bitmaps and the catalog batches all exist already.  With every
+ * allocation failing, a step still succeeds and gives the same bits as a
+ * twin stepped normally.  On the memory media (its spares refill each
+ * step) and on files.
+ */
+Test(optim_store, a_warm_step_allocates_nothing)
+{
+	static const kvf_media_kind kinds[] = { KVF_MEDIA_MEMORY, KVF_MEDIA_FILE };
+
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		enum { NP = 200000 };
+		kvf_model m = { 1, 1, 1, 64, KVF_DTYPE_F16 };
+		uint64_t rng = rng_seed("optim warm step");
+		float *g = malloc(NP * sizeof(float)), *a = malloc(NP * sizeof(float)),
+		      *b = malloc(NP * sizeof(float));
+		kvf_opt *oa, *ob;
+		kvf_opt_config c;
+		kvf_options o;
+		kvf_store *st = NULL;
+		char name[16];
+		kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = NP };
+
+		cr_assert(g && a && b);
+		kvf_options_init(&o, &m);
+		o.media = kinds[k];
+		o.segment_size = 128 * 1024;
+		o.capacity_bytes = 64ull << 20;
+		snprintf(name, sizeof(name), "warm%zu", k);
+		cr_assert(eq(int, kvf_open(tmp_path(dir, name), &o, &st), KVF_OK), "%s",
+			  kvf_last_error());
+		kvf_opt_config_init(&c, KVF_OPT_ADAMW);
+		cr_assert(eq(int, kvf_opt_create(st, "a", NP, &c, NULL, &oa), KVF_OK));
+		cr_assert(eq(int, kvf_opt_create(st, "b", NP, &c, NULL, &ob), KVF_OK));
+		for (int s = 0; s < 4; s++) {
+			for (uint32_t i = 0; i < NP; i++)
+				g[i] = frand(&rng);
+			cr_assert(eq(int, kvf_opt_step(ob, &gr, NULL), KVF_OK));
+			if (s == 3)
+				kvf_alloc_fail_at(1, 1); /* every allocation from here */
+			cr_assert(eq(int, kvf_opt_step(oa, &gr, NULL), KVF_OK),
+				  "%s step %d: %s", kinds[k] == KVF_MEDIA_MEMORY ? "memory" : "file",
+				  s, kvf_last_error());
+			kvf_alloc_fail_at(0, 0);
+		}
+		cr_assert(eq(int, kvf_opt_read(oa, 0, NP, a), KVF_OK));
+		cr_assert(eq(int, kvf_opt_read(ob, 0, NP, b), KVF_OK));
+		cr_assert(eq(int, memcmp(a, b, NP * sizeof(float)), 0));
+		kvf_opt_close(oa);
+		kvf_opt_close(ob);
+		cr_assert(eq(int, kvf_close(st), KVF_OK));
+		free(g);
+		free(a);
+		free(b);
+	}
 }
