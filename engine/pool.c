@@ -7,8 +7,10 @@
  * run's done count reaches n.  The first failure (lowest index) keeps its
  * status and message, copied from the worker's thread-local message.
  *
- * Locking: `lock` guards the queue, `stop` and each run's done count;
- * `work` wakes workers, a run's `done_cond` wakes its submitter.
+ * Locking: `lock` guards the queue and `stop`; a run's done count and the
+ * pool's queued count change under it but are atomic, so that an idle
+ * worker and a waiting submitter can watch them awake for a moment
+ * (POOL_SPIN) before they sleep on `work` and a run's `done_cond`.
  */
 #include "engine/pool.h"
 
@@ -19,12 +21,24 @@
 #include "api/alloc.h"
 #include "api/status.h"
 
+/* Fork-join callers queue their next run, or see their last task done,
+ * within microseconds: a thread waits that long awake before it sleeps,
+ * which spares a wake-up through the scheduler each time. */
+#define POOL_SPIN 4000u
+
+static void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 struct run {
 	pool_task_fn fn;
 	void *arg;
 	uint32_t n;              /* tasks */
 	_Atomic uint32_t next;   /* next task index to hand out */
-	uint32_t done;           /* tasks finished; pool lock */
+	_Atomic uint32_t done;   /* tasks finished; changed under pool lock */
 	uint32_t fail_index;     /* lowest failing task; pool lock */
 	kvf_status fail;         /* its status; pool lock */
 	char msg[KVF_ERRMSG_CAP]; /* its message; pool lock */
@@ -36,6 +50,7 @@ struct pool {
 	pthread_mutex_t lock;
 	pthread_cond_t work;
 	struct run *head, *tail; /* runs with tasks left to hand out */
+	_Atomic uint64_t queued; /* runs queued so far: idle workers watch it */
 	int stop;                /* destroy asked */
 	uint32_t n_threads;
 	pthread_t *threads;
@@ -70,7 +85,7 @@ static void execute(struct pool *p, struct run *r, uint32_t i)
 		r->fail_index = i;
 		strncpy(r->msg, kvf_last_error(), sizeof(r->msg) - 1);
 	}
-	if (++r->done == r->n)
+	if (atomic_fetch_add(&r->done, 1) + 1 == r->n)
 		pthread_cond_signal(&r->done_cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -85,7 +100,16 @@ static void *worker(void *arg)
 		struct run *r = take(p, &i);
 
 		if (r == NULL) {
-			pthread_cond_wait(&p->work, &p->lock);
+			uint64_t seen = atomic_load(&p->queued);
+
+			pthread_mutex_unlock(&p->lock);
+			for (uint32_t s = 0; s < POOL_SPIN &&
+					     atomic_load(&p->queued) == seen; s++)
+				spin_pause();
+			pthread_mutex_lock(&p->lock);
+			/* queued changes under the lock: no wake-up is missed */
+			if (atomic_load(&p->queued) == seen && !p->stop)
+				pthread_cond_wait(&p->work, &p->lock);
 			continue;
 		}
 		pthread_mutex_unlock(&p->lock);
@@ -146,6 +170,7 @@ kvf_status pool_run(struct pool *p, uint32_t n, pool_task_fn fn, void *arg)
 	if (n == 0)
 		return KVF_OK;
 	atomic_init(&r.next, 0);
+	atomic_init(&r.done, 0);
 	pthread_cond_init(&r.done_cond, NULL);
 	pthread_mutex_lock(&p->lock);
 	if (p->tail)
@@ -153,12 +178,15 @@ kvf_status pool_run(struct pool *p, uint32_t n, pool_task_fn fn, void *arg)
 	else
 		p->head = &r;
 	p->tail = &r;
+	atomic_fetch_add(&p->queued, 1);
 	pthread_cond_broadcast(&p->work);
 	pthread_mutex_unlock(&p->lock);
 
 	/* work on our own run until its tasks are all handed out */
 	while ((i = atomic_fetch_add(&r.next, 1)) < n)
 		execute(p, &r, i);
+	for (uint32_t s = 0; s < POOL_SPIN && atomic_load(&r.done) < n; s++)
+		spin_pause();
 
 	pthread_mutex_lock(&p->lock);
 	/* unless a worker saw it exhausted first, our run is still queued */
@@ -175,7 +203,7 @@ kvf_status pool_run(struct pool *p, uint32_t n, pool_task_fn fn, void *arg)
 				p->tail = prev;
 		}
 	}
-	while (r.done < n)
+	while (atomic_load(&r.done) < n)
 		pthread_cond_wait(&r.done_cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 	pthread_cond_destroy(&r.done_cond);
