@@ -34,6 +34,7 @@
 #include "engine/readpath.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
+#include "engine/writer.h"
 
 #define OPT_NAME_MAX 200u
 #define OPT_BATCH 128u /* chunks per batch at most: 128 pages of each state
@@ -815,7 +816,13 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
-	rc = reserve_gen(o, seq, 1 - gen, call);
+	/* the most segment buffers a step holds at once: its open segments,
+	 * the writer's jobs in flight and one being handed over; in the pool
+	 * first, so that a step does not allocate them (or fail for them)
+	 * half way */
+	rc = segbuf_reserve(st, WRITER_MAX_INFLIGHT + 1 + st->hdr.n_stripes);
+	if (rc == KVF_OK)
+		rc = reserve_gen(o, seq, 1 - gen, call);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
 			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
 			       .split = st->hdr.media == KVF_MEDIA_MEMORY };

@@ -283,6 +283,7 @@ struct kvf_store {
 	int writer_running;           /* threads started */
 	pthread_mutex_t pool_lock;    /* guards the spares below */
 	struct segbuf *free_bufs;     /* segment buffers to reuse */
+	uint32_t n_free_bufs;         /* on that list; pool_lock */
 	struct batch *read_batches;   /* read buffers to reuse (readpath.c);
 				       * pool_lock */
 	uint32_t n_read_batches;      /* in read_batches; pool_lock */

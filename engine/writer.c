@@ -42,19 +42,12 @@ static void segbuf_free(struct segbuf *sb)
 	kvf_free(sb);
 }
 
-struct segbuf *segbuf_get(kvf_store *st)
+/* segbuf_new - a new segment buffer and all it carries; NULL: ENOMEM */
+static struct segbuf *segbuf_new(kvf_store *st)
 {
 	uint32_t d = st->data_per_seg;
-	struct segbuf *sb;
+	struct segbuf *sb = kvf_calloc(1, sizeof(*sb));
 
-	pthread_mutex_lock(&st->pool_lock);
-	sb = st->free_bufs;
-	if (sb)
-		st->free_bufs = sb->next;
-	pthread_mutex_unlock(&st->pool_lock);
-	if (sb)
-		return sb;
-	sb = kvf_calloc(1, sizeof(*sb));
 	if (sb == NULL)
 		goto fail;
 	sb->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
@@ -75,6 +68,20 @@ fail:
 	return NULL;
 }
 
+struct segbuf *segbuf_get(kvf_store *st)
+{
+	struct segbuf *sb;
+
+	pthread_mutex_lock(&st->pool_lock);
+	sb = st->free_bufs;
+	if (sb) {
+		st->free_bufs = sb->next;
+		st->n_free_bufs--;
+	}
+	pthread_mutex_unlock(&st->pool_lock);
+	return sb ? sb : segbuf_new(st);
+}
+
 void segbuf_put(kvf_store *st, struct segbuf *sb)
 {
 	if (sb == NULL)
@@ -82,7 +89,25 @@ void segbuf_put(kvf_store *st, struct segbuf *sb)
 	pthread_mutex_lock(&st->pool_lock);
 	sb->next = st->free_bufs;
 	st->free_bufs = sb;
+	st->n_free_bufs++;
 	pthread_mutex_unlock(&st->pool_lock);
+}
+
+kvf_status segbuf_reserve(kvf_store *st, uint32_t n)
+{
+	for (;;) {
+		struct segbuf *sb;
+		uint32_t have;
+
+		pthread_mutex_lock(&st->pool_lock);
+		have = st->n_free_bufs;
+		pthread_mutex_unlock(&st->pool_lock);
+		if (have >= n)
+			return KVF_OK;
+		if ((sb = segbuf_new(st)) == NULL)
+			return KVF_ENOMEM;
+		segbuf_put(st, sb);
+	}
 }
 
 void segbuf_pool_free(kvf_store *st)
@@ -96,6 +121,7 @@ void segbuf_pool_free(kvf_store *st)
 		sb = next;
 	}
 	st->free_bufs = NULL;
+	st->n_free_bufs = 0;
 }
 
 /* job_run - write and commit one job; sets the fatal state on failure */

@@ -58,6 +58,9 @@ void writer_stop(kvf_store *st);
  * (message set) */
 struct segbuf *segbuf_get(kvf_store *st);
 void segbuf_put(kvf_store *st, struct segbuf *sb);
+/* segbuf_reserve - fill the pool up to n free buffers (KVF_ENOMEM, message
+ * set, when memory runs out) */
+kvf_status segbuf_reserve(kvf_store *st, uint32_t n);
 /* segbuf_pool_free - free the pool (at close) */
 void segbuf_pool_free(kvf_store *st);
 
