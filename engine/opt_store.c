@@ -782,6 +782,22 @@ static kvf_status run_pipelined(struct step_ctx *x)
 	return rc;
 }
 
+/* step_segbufs - the most segment buffers a step holds at once: its open
+ * segments, the writer's jobs in flight (no more than the segments it
+ * fills) and one being handed over.  They go into the pool first, so that
+ * a step neither allocates one nor fails for one half way. */
+static uint32_t step_segbufs(const kvf_opt *o)
+{
+	kvf_store *st = o->st;
+	uint32_t states = 1 + ((o->states & KVC_OPT_M) != 0) +
+			  ((o->states & KVC_OPT_V) != 0);
+	uint64_t segs = (states * o->n_chunks + st->data_per_seg - 1) /
+			st->data_per_seg;
+
+	return (uint32_t)(segs < WRITER_MAX_INFLIGHT ? segs : WRITER_MAX_INFLIGHT) +
+	       1 + st->hdr.n_stripes;
+}
+
 kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 {
 	const char *call = "kvf_opt_step";
@@ -816,11 +832,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
-	/* the most segment buffers a step holds at once: its open segments,
-	 * the writer's jobs in flight and one being handed over; in the pool
-	 * first, so that a step does not allocate them (or fail for them)
-	 * half way */
-	rc = segbuf_reserve(st, WRITER_MAX_INFLIGHT + 1 + st->hdr.n_stripes);
+	rc = segbuf_reserve(st, step_segbufs(o));
 	if (rc == KVF_OK)
 		rc = reserve_gen(o, seq, 1 - gen, call);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
