@@ -12,6 +12,12 @@
 
 static _Atomic uint64_t fail_countdown; /* 0 = off; 1 = fail next */
 static _Atomic int fail_sticky;        /* keep failing once triggered */
+static _Atomic uint64_t n_calls;       /* allocation calls so far */
+
+uint64_t kvf_alloc_calls(void)
+{
+	return atomic_load(&n_calls);
+}
 
 void kvf_alloc_fail_at(uint64_t n, int sticky)
 {
@@ -24,6 +30,7 @@ static int should_fail(void)
 {
 	uint64_t n = atomic_load(&fail_countdown);
 
+	atomic_fetch_add_explicit(&n_calls, 1, memory_order_relaxed);
 	while (n != 0) {
 		uint64_t next = n - 1;
 

@@ -27,4 +27,8 @@ char *kvf_strdup(const char *s);
  */
 void kvf_alloc_fail_at(uint64_t n, int sticky);
 
+/* kvf_alloc_calls - allocation calls made so far, failed ones included
+ * (for tests that a path allocates nothing) */
+uint64_t kvf_alloc_calls(void);
+
 #endif /* KVF_ALLOC_H */

@@ -410,7 +410,7 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		st->segs[p.out].live_bits = seg_bits_take(st, p.out);
 	}
 	pthread_mutex_unlock(&st->seg_lock);
-	if (p.out == SEG_NONE || st->segs[p.out].live_bits == NULL) {
+	if (p.out == SEG_NONE) {
 		drop_owners(&p, 0);
 		rc = kvf_fail(KVF_ENOSPC, "cleaner: no free segment on stripe %u to copy into", s);
 		goto out;

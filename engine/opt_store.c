@@ -232,17 +232,35 @@ static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 	return KVF_OK;
 }
 
-/* reserve_gen - reserve the segments one whole generation needs */
+/*
+ * reserve_gen - reserve the segments one whole generation needs, and put
+ * in the pool the segment buffers writing it holds at once: one open per
+ * stripe it touches, and the writer's jobs in flight (no more than the
+ * segments it fills), whose buffers go back to the pool at each reap.  A
+ * step then neither allocates a buffer nor fails for one half way, as
+ * long as no other sequence draws from the pool meanwhile.
+ */
 static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 			      const char *call)
 {
 	kvf_store *st = o->st;
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint64_t segs = 0, open = 0;
+	kvf_status rc;
 
 	for (uint32_t s = 0; s < 3; s++)
 		if (state_kept(o->states, s))
 			for (uint64_t c = 0; c < o->n_chunks; c++)
 				pages[stream_stripe(st, sid_of(s, gen), c)]++;
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		segs += (pages[s] + st->data_per_seg - 1) / st->data_per_seg;
+		open += pages[s] > 0;
+	}
+	rc = segbuf_reserve(st, (uint32_t)(open + (segs < WRITER_MAX_INFLIGHT
+							  ? segs
+							  : WRITER_MAX_INFLIGHT)));
+	if (rc != KVF_OK)
+		return kvf_fail_wrap(rc, call);
 	return openseg_reserve(st, seq, pages, call);
 }
 
@@ -782,22 +800,6 @@ static kvf_status run_pipelined(struct step_ctx *x)
 	return rc;
 }
 
-/* step_segbufs - the most segment buffers a step holds at once: its open
- * segments, the writer's jobs in flight (no more than the segments it
- * fills) and one being handed over.  They go into the pool first, so that
- * a step neither allocates one nor fails for one half way. */
-static uint32_t step_segbufs(const kvf_opt *o)
-{
-	kvf_store *st = o->st;
-	uint32_t states = 1 + ((o->states & KVC_OPT_M) != 0) +
-			  ((o->states & KVC_OPT_V) != 0);
-	uint64_t segs = (states * o->n_chunks + st->data_per_seg - 1) /
-			st->data_per_seg;
-
-	return (uint32_t)(segs < WRITER_MAX_INFLIGHT ? segs : WRITER_MAX_INFLIGHT) +
-	       1 + st->hdr.n_stripes;
-}
-
 kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 {
 	const char *call = "kvf_opt_step";
@@ -832,9 +834,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
-	rc = segbuf_reserve(st, step_segbufs(o));
-	if (rc == KVF_OK)
-		rc = reserve_gen(o, seq, 1 - gen, call);
+	rc = reserve_gen(o, seq, 1 - gen, call);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
 			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
 			       .split = st->hdr.media == KVF_MEDIA_MEMORY };

@@ -17,21 +17,28 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
 
 /* Fork-join callers queue their next run, or see their last task done,
- * within microseconds: a thread waits that long awake before it sleeps,
- * which spares a wake-up through the scheduler each time. */
+ * within microseconds: a thread waits some microseconds awake (this many
+ * pauses) before it sleeps, which spares a wake-up through the scheduler
+ * each time.  Only when the pool's threads have a CPU each: otherwise the
+ * spinning would take the CPU the awaited thread needs. */
 #define POOL_SPIN 4000u
 
+#if defined(__x86_64__) || defined(__i386__)
 static void spin_pause(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
-#endif
 }
+#else
+static void spin_pause(void)
+{
+}
+#endif
 
 struct run {
 	pool_task_fn fn;
@@ -53,6 +60,7 @@ struct pool {
 	_Atomic uint64_t queued; /* runs queued so far: idle workers watch it */
 	int stop;                /* destroy asked */
 	uint32_t n_threads;
+	uint32_t spin;           /* pauses before sleeping: POOL_SPIN or 0 */
 	pthread_t *threads;
 };
 
@@ -103,7 +111,7 @@ static void *worker(void *arg)
 			uint64_t seen = atomic_load(&p->queued);
 
 			pthread_mutex_unlock(&p->lock);
-			for (uint32_t s = 0; s < POOL_SPIN &&
+			for (uint32_t s = 0; s < p->spin &&
 					     atomic_load(&p->queued) == seen; s++)
 				spin_pause();
 			pthread_mutex_lock(&p->lock);
@@ -128,6 +136,8 @@ kvf_status pool_create(uint32_t n_threads, struct pool **out)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the worker pool");
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work, NULL);
+	/* the workers and a submitter, each on a CPU of its own */
+	p->spin = (long)n_threads + 1 <= sysconf(_SC_NPROCESSORS_ONLN) ? POOL_SPIN : 0;
 	p->threads = kvf_calloc(n_threads ? n_threads : 1, sizeof(pthread_t));
 	if (p->threads == NULL) {
 		pool_destroy(p);
@@ -185,7 +195,7 @@ kvf_status pool_run(struct pool *p, uint32_t n, pool_task_fn fn, void *arg)
 	/* work on our own run until its tasks are all handed out */
 	while ((i = atomic_fetch_add(&r.next, 1)) < n)
 		execute(p, &r, i);
-	for (uint32_t s = 0; s < POOL_SPIN && atomic_load(&r.done) < n; s++)
+	for (uint32_t s = 0; s < p->spin && atomic_load(&r.done) < n; s++)
 		spin_pause();
 
 	pthread_mutex_lock(&p->lock);

@@ -980,10 +980,11 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 		case SEG_CORRUPT: s.segments_corrupt++; break;
 		}
 		s.live_pages += st->segs[i].live;
-		if (st->segs[i].live_bits)
-			s.index_bytes += (st->data_per_seg + 63) / 64 * 8;
 	}
-	s.index_bytes += (uint64_t)st->n_segments * sizeof(struct seg_info) +
+	/* the segment table, every live bitmap, the reclaim scratch */
+	s.index_bytes += (uint64_t)st->n_segments *
+			 (sizeof(struct seg_info) + (st->data_per_seg + 63) / 64 * 8 +
+			  2 * sizeof(uint32_t)) +
 			 (uint64_t)st->shared_cap * 2 * sizeof(uint32_t);
 	pthread_mutex_unlock(&st->seg_lock);
 	s.n_sequences = seq_count(st);

@@ -310,10 +310,10 @@ Test(optim_store, step_cut_short)
 /*
  * Once the store's pools are warm, a step allocates nothing: the work and
  * read buffers, segment buffers with their write jobs and records, the
- * live bitmaps and the catalog batches all exist already.  With every
- * allocation failing, a step still succeeds and gives the same bits as a
- * twin stepped normally.  On the memory media (its spares refill each
- * step) and on files.
+ * live bitmaps and the catalog batches all exist already.  A warm step
+ * makes no allocation call, and with every allocation failing it still
+ * succeeds and gives the same bits as a twin stepped normally.  On the
+ * memory media (its spares refill each step) and on files.
  */
 Test(optim_store, a_warm_step_allocates_nothing)
 {
@@ -347,12 +347,18 @@ Test(optim_store, a_warm_step_allocates_nothing)
 			for (uint32_t i = 0; i < NP; i++)
 				g[i] = frand(&rng);
 			cr_assert(eq(int, kvf_opt_step(ob, &gr, NULL), KVF_OK));
+			uint64_t calls = kvf_alloc_calls();
+
 			if (s == 3)
 				kvf_alloc_fail_at(1, 1); /* every allocation from here */
 			cr_assert(eq(int, kvf_opt_step(oa, &gr, NULL), KVF_OK),
 				  "%s step %d: %s", kinds[k] == KVF_MEDIA_MEMORY ? "memory" : "file",
 				  s, kvf_last_error());
 			kvf_alloc_fail_at(0, 0);
+			if (s == 3)
+				cr_assert(eq(u64, kvf_alloc_calls() - calls, 0),
+					  "a warm step made %llu allocation calls",
+					  (unsigned long long)(kvf_alloc_calls() - calls));
 		}
 		cr_assert(eq(int, kvf_opt_read(oa, 0, NP, a), KVF_OK));
 		cr_assert(eq(int, kvf_opt_read(ob, 0, NP, b), KVF_OK));
