@@ -220,6 +220,10 @@ KVC_INLINE void fold_group(struct kvc_attn_state *st, uint32_t h0,
 {
 	size_t D = st->head_dim;
 
+	/* the V rows, wanted after the scores: fetch them meanwhile */
+	for (uint32_t j = 0; j < nt; j++)
+		for (size_t o = 0; o < rb; o += 64)
+			_mm_prefetch((const char *)vb + tl[j] * rb + o, _MM_HINT_T0);
 	dots(q + h0 * D, D, kb, rb, dt, tl, nt, s, B, NH);
 	for (int h = 0; h < NH; h++)
 		softmax_block(s + h * B, p + h * B, nt, st->m + h0 + h,
