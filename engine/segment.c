@@ -58,10 +58,7 @@ kvf_status seg_table_init(kvf_store *st)
 
 void seg_table_free(kvf_store *st)
 {
-	if (st->segs)
-		for (uint32_t i = 0; i < st->n_segments; i++)
-			st->segs[i].live_bits = NULL;
-	kvf_free(st->live_words);
+	kvf_free(st->live_words); /* the segments' live_bits point into it */
 	st->live_words = NULL;
 	kvf_free(st->reclaim_ids);
 	kvf_free(st->wear_counts);
