@@ -46,8 +46,8 @@ struct pass {
 	uint32_t out;            /* output segment id */
 	unsigned char *buf;      /* output segment bytes */
 	struct seg_summary_entry *entries; /* output summary */
-	struct meta_slot *slots; /* output record slots */
-	uint32_t n_slots, cap_slots;
+	struct meta_run *runs;   /* output record runs */
+	uint32_t n_runs, cap_runs;
 	uint32_t n_pages;        /* pages in the output */
 	struct owner *owners;    /* slots to move after commit */
 	uint32_t n_owners, cap_owners;
@@ -148,16 +148,63 @@ static void drop_owners(struct pass *p, uint32_t from)
 		seq_put(p->st, p->owners[--p->n_owners].seq);
 }
 
+/* copy_page - page k of run r of victim v (read whole into p->vbuf, its
+ * n_data data pages first) into the output, with its owners, unless it
+ * is dead or copied already (one copy per page: later runs that name it
+ * add owners only); 0, or -1 if the victim cannot be taken */
+static int copy_page(struct pass *p, uint32_t v, const struct meta_run *r,
+		     uint32_t k, uint32_t n_data, uint32_t *refs)
+{
+	kvf_store *st = p->st;
+	uint32_t ps = st->hdr.page_size, pg = r->page + k;
+	struct seg_summary_entry e;
+	struct find_ctx fc;
+
+	if (pg >= n_data || refs[pg] == 0)
+		return 0;
+	memcpy(&e, p->vbuf + (size_t)n_data * ps +
+		   sizeof(struct seg_summary_header) + (size_t)pg * sizeof(e),
+	       sizeof(e));
+	if ((uint32_t)page_hash(p->vbuf + (size_t)pg * ps, ps) !=
+	    (uint32_t)e.page_hash)
+		return -1; /* a damaged page is not copied as good */
+	fc = (struct find_ctx){ .p = p, .family = r->family, .ns = r->ns,
+				.sid = r->stream, .group = r->group + k,
+				.addr = addr_make(v, pg, st->page_bits) };
+	if (seq_foreach(st, find_owners, &fc) != KVF_OK)
+		fc.oom = 1;
+	if (fc.oom || fc.found != refs[pg])
+		return -1;
+	if (grow((void **)&p->runs, &p->cap_runs, p->n_runs + fc.found,
+		 sizeof(struct meta_run)))
+		return -1;
+	for (uint32_t o = p->n_owners - fc.found; o < p->n_owners; o++)
+		meta_run_add(p->runs, &p->n_runs, (struct meta_run){
+			.seq = p->owners[o].seq->id,
+			.family = p->owners[o].seq->family,
+			.ns = (uint16_t)p->owners[o].seq->ns,
+			.stream = p->owners[o].sid,
+			.group = p->owners[o].group,
+			.page = p->n_pages, .n = 1 });
+	memcpy(p->buf + (size_t)p->n_pages * ps, p->vbuf + (size_t)pg * ps, ps);
+	p->entries[p->n_pages] = e;
+	p->n_pages++;
+	refs[pg] = 0; /* copied */
+	return 0;
+}
+
 /* take_victim - copy victim v's live pages into the output; 1 if taken,
  * 0 if skipped (does not fit, or a live page has no slot), -1 on error */
 static int take_victim(struct pass *p, uint32_t v)
 {
 	kvf_store *st = p->st;
 	uint32_t ps = st->hdr.page_size, n_data, sp;
-	uint32_t owners0 = p->n_owners, pages0 = p->n_pages, slots0 = p->n_slots;
+	uint32_t owners0 = p->n_owners, pages0 = p->n_pages, runs0 = p->n_runs;
+	/* this victim's pages may extend the last run so far */
+	uint16_t last_n0 = runs0 ? p->runs[runs0 - 1].n : 0;
 	struct seg_summary_header h;
 	struct meta_seg rec;
-	struct meta_slot *vslots;
+	const unsigned char *vruns;
 	unsigned char key[5];
 	uint32_t *refs;
 	void *val = NULL;
@@ -189,46 +236,16 @@ static int take_victim(struct pass *p, uint32_t v)
 	if (rec.n_data_pages != n_data || h.n_data_pages != n_data ||
 	    h.segid != v || memcmp(h.magic, SEG_MAGIC, 8) != 0)
 		goto out; /* damaged: leave it to verify */
-	vslots = (struct meta_slot *)((char *)val + sizeof(rec));
-	for (uint32_t i = 0; i < rec.n_slots; i++) {
-		uint32_t pg = vslots[i].page;
-		struct seg_summary_entry e;
-		struct find_ctx fc;
+	if (vlen != sizeof(rec) + (size_t)rec.n_runs * sizeof(struct meta_run))
+		goto out;
+	vruns = (const unsigned char *)val + sizeof(rec);
+	for (uint32_t i = 0; i < rec.n_runs; i++) {
+		struct meta_run r;
 
-		if (pg >= n_data || refs[pg] == 0)
-			continue;
-		/* one copy per page: later slots of a page add owners only */
-		memcpy(&e, p->vbuf + (size_t)n_data * ps + sizeof(h) +
-			   (size_t)pg * sizeof(e), sizeof(e));
-		if ((uint32_t)page_hash(p->vbuf + (size_t)pg * ps, ps) !=
-		    (uint32_t)e.page_hash)
-			goto undo; /* a damaged page is not copied as good */
-		fc = (struct find_ctx){ .p = p, .family = vslots[i].family,
-					.ns = vslots[i].ns,
-					.sid = vslots[i].stream,
-					.group = vslots[i].group,
-					.addr = addr_make(v, pg, st->page_bits) };
-		if (seq_foreach(st, find_owners, &fc) != KVF_OK)
-			fc.oom = 1;
-		if (fc.oom)
-			goto undo;
-		if (fc.found != refs[pg])
-			goto undo;
-		if (grow((void **)&p->slots, &p->cap_slots, p->n_slots + fc.found,
-			 sizeof(struct meta_slot)))
-			goto undo;
-		for (uint32_t o = p->n_owners - fc.found; o < p->n_owners; o++)
-			p->slots[p->n_slots++] = (struct meta_slot){
-				.seq = p->owners[o].seq->id,
-				.family = p->owners[o].seq->family,
-				.ns = p->owners[o].seq->ns,
-				.stream = p->owners[o].sid,
-				.group = p->owners[o].group,
-				.page = p->n_pages };
-		memcpy(p->buf + (size_t)p->n_pages * ps, p->vbuf + (size_t)pg * ps, ps);
-		p->entries[p->n_pages] = e;
-		p->n_pages++;
-		refs[pg] = 0; /* copied */
+		memcpy(&r, vruns + (size_t)i * sizeof(r), sizeof(r));
+		for (uint32_t k = 0; k < r.n; k++)
+			if (copy_page(p, v, &r, k, n_data, refs) != 0)
+				goto undo;
 	}
 	for (uint32_t pg = 0; pg < n_data; pg++)
 		if (refs[pg] != 0)
@@ -239,7 +256,9 @@ static int take_victim(struct pass *p, uint32_t v)
 undo:
 	drop_owners(p, owners0);
 	p->n_pages = pages0;
-	p->n_slots = slots0;
+	p->n_runs = runs0;
+	if (runs0)
+		p->runs[runs0 - 1].n = last_n0;
 out:
 	kvf_free(val);
 	kvf_free(refs);
@@ -281,14 +300,14 @@ static kvf_status commit_pass(struct pass *p)
 		return store_set_fatal(st, rc, "cleaner: segment write");
 	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = 0,
 				 .owner = KVF_SEQ_NONE,
-				 .n_data_pages = n, .n_slots = p->n_slots };
+				 .n_data_pages = n, .n_runs = p->n_runs };
 	{
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		rec.write_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	}
-	rec_len = sizeof(rec) + (size_t)p->n_slots * sizeof(struct meta_slot);
+	rec_len = sizeof(rec) + (size_t)p->n_runs * sizeof(struct meta_run);
 	val = kvf_malloc(rec_len);
 	b = catalog_batch_new();
 	if (val == NULL || b == NULL) {
@@ -298,7 +317,7 @@ static kvf_status commit_pass(struct pass *p)
 		return store_set_fatal(st, KVF_ENOMEM, "cleaner: commit");
 	}
 	memcpy(val, &rec, sizeof(rec));
-	memcpy(val + sizeof(rec), p->slots, (size_t)p->n_slots * sizeof(struct meta_slot));
+	memcpy(val + sizeof(rec), p->runs, (size_t)p->n_runs * sizeof(struct meta_run));
 	meta_key_u32(key, META_TAG_SEG, p->out);
 	catalog_batch_put(b, key, sizeof(key), val, rec_len);
 	for (uint32_t i = 0; i < p->n_victims; i++) {
@@ -424,7 +443,7 @@ out:
 	kvf_free(p.buf);
 	kvf_free(p.vbuf);
 	kvf_free(p.entries);
-	kvf_free(p.slots);
+	kvf_free(p.runs);
 	kvf_free(p.owners);
 	kvf_free(p.victims);
 	return rc;

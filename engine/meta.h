@@ -9,7 +9,7 @@
  *   "N"               struct meta_sync: state of the last kvf_sync
  *   "W"               u32 erase count per segment id (n_segments of them)
  *   "S" seq(8)        struct meta_seq + u64 len[n_layers] + u64 x_len[n_layers]
- *   "G" segid(4)      struct meta_seg + struct meta_slot[n_slots]
+ *   "G" segid(4)      struct meta_seg + struct meta_run[n_runs]
  *   "R" seq(8)        struct meta_ref + struct meta_ref_entry[n]
  *   "O" name          optimizer state: engine/opt_store.c's struct meta_opt +
  *                     its kvf_opt_config
@@ -18,7 +18,9 @@
  *                     f32 mean[head_dim], per (layer, kv head)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
- * (sequence, stream, group) owns it.  "R" holds the index entries a forked
+ * (sequence, stream, group) owns it, in runs: consecutive pages that hold
+ * consecutive groups of one stream share one entry (an optimizer's
+ * segment is a few runs, not one entry per page).  "R" holds the index entries a forked
  * sequence shares with its parent.  At open the index is rebuilt from "G"
  * and "R": per (sequence, stream, group) the entry with the highest seqno
  * wins, and entries older than their sequence's create_seqno (an earlier
@@ -67,17 +69,40 @@ struct meta_seg {
 	uint64_t owner;        /* placement class: the sequence it was
 				* for; KVF_SEQ_NONE for the cleaner's */
 	uint32_t n_data_pages; /* data pages; the summary follows them */
-	uint32_t n_slots;      /* struct meta_slot entries that follow */
+	uint32_t n_runs;       /* struct meta_run entries that follow */
 };
 
-struct meta_slot {
+/* Index slots of a segment: pages page + i, i < n, are groups group + i
+ * of the stream.  A page with several owners (forks) is in several runs. */
+struct meta_run {
 	uint64_t seq;    /* owning sequence */
 	uint64_t family; /* its fork family */
 	uint32_t stream; /* stream_id() */
-	uint32_t group;  /* group in the stream */
-	uint32_t page;   /* data page inside the segment */
-	uint32_t ns;     /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
+	uint32_t group;  /* group in the stream of the first page */
+	uint32_t page;   /* first data page inside the segment */
+	uint16_t ns;     /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
+	uint16_t n;      /* pages in the run, at least 1 */
 };
+
+#define META_RUN_MAX UINT16_MAX
+
+/* meta_run_add - record that page of the segment is slot r.page's
+ * (r.n = 1) after runs[0, *n_runs): extends the last run when r continues
+ * it, else appends.  runs has room for one more. */
+static inline void meta_run_add(struct meta_run *runs, uint32_t *n_runs,
+				struct meta_run r)
+{
+	struct meta_run *last = *n_runs ? &runs[*n_runs - 1] : NULL;
+
+	if (last && last->seq == r.seq && last->family == r.family &&
+	    last->stream == r.stream && last->ns == r.ns &&
+	    last->n < META_RUN_MAX && last->page + last->n == r.page &&
+	    last->group + last->n == r.group) {
+		last->n++;
+		return;
+	}
+	runs[(*n_runs)++] = r;
+}
 
 struct meta_ref {
 	uint64_t seqno; /* seqno of the fork */
@@ -94,7 +119,7 @@ struct meta_ref_entry {
 static_assert(sizeof(struct meta_sync) == 72, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
-static_assert(sizeof(struct meta_slot) == 32, "meta_slot");
+static_assert(sizeof(struct meta_run) == 32, "meta_run");
 static_assert(sizeof(struct meta_ref) == 16, "meta_ref");
 static_assert(sizeof(struct meta_ref_entry) == 16, "meta_ref_entry");
 

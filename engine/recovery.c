@@ -72,7 +72,7 @@ static int list_seg(void *arg, const void *key, size_t klen, const void *val,
 		return bad_record("segment", id, vlen);
 	memcpy(&m, val, sizeof(m));
 	if (id >= l->st->n_segments ||
-	    vlen != sizeof(m) + (size_t)m.n_slots * sizeof(struct meta_slot) ||
+	    vlen != sizeof(m) + (size_t)m.n_runs * sizeof(struct meta_run) ||
 	    m.n_data_pages > l->st->data_per_seg || m.n_data_pages == 0)
 		return bad_record("segment", id, vlen);
 	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_SEG });
@@ -246,7 +246,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 {
 	unsigned char key[5];
 	struct meta_seg m;
-	struct meta_slot *slots;
+	struct meta_run *runs;
 	uint64_t *hashes = NULL;
 	void *val;
 	size_t vlen;
@@ -257,7 +257,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 	if ((rc = catalog_get(st->cat, key, sizeof(key), &val, &vlen)) != KVF_OK)
 		return rc == KVF_ENOENT ? KVF_OK : rc;
 	memcpy(&m, val, sizeof(m));
-	slots = (struct meta_slot *)((char *)val + sizeof(m));
+	runs = (struct meta_run *)((char *)val + sizeof(m));
 	rc = read_summary(st, segid, &m, &hashes);
 	if (rc == KVF_ECORRUPT && m.seqno > st->synced_seqno) {
 		kvf_free(val); /* cut short by the crash: not there */
@@ -271,20 +271,23 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 		goto out;
 	if (corrupt)
 		st->segs[segid].state = SEG_CORRUPT;
-	for (uint32_t i = 0; i < m.n_slots; i++) {
-		uint32_t page = slots[i].page, check;
+	for (uint32_t i = 0; i < m.n_runs && rc == KVF_OK; i++) {
+		struct meta_run r;
 
-		if (page >= m.n_data_pages)
-			continue;
-		/* pages of a damaged segment get a check that cannot match
-		 * (count_refs inverts it), so reads say KVF_ECORRUPT */
-		check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
-		rc = apply(st, slots[i].ns, slots[i].seq, slots[i].stream,
-			   slots[i].group,
-			   addr_make(segid, page, st->page_bits), check,
-			   m.seqno, 0);
-		if (rc != KVF_OK)
-			break;
+		memcpy(&r, &runs[i], sizeof(r));
+		for (uint32_t k = 0; k < r.n && rc == KVF_OK; k++) {
+			uint32_t page = r.page + k, check;
+
+			if (page >= m.n_data_pages)
+				break;
+			/* pages of a damaged segment get a check that cannot
+			 * match (count_refs inverts it), so reads say
+			 * KVF_ECORRUPT */
+			check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
+			rc = apply(st, r.ns, r.seq, r.stream, r.group + k,
+				   addr_make(segid, page, st->page_bits), check,
+				   m.seqno, 0);
+		}
 	}
 	if (rc == KVF_OK && !corrupt) {
 		checks[segid] = kvf_malloc((size_t)m.n_data_pages * sizeof(uint32_t));

@@ -49,7 +49,8 @@
 
 #define SEG_MAGIC "KVFSEG01"
 #define STORE_MAGIC "KVFLASH"
-#define STORE_FORMAT_VERSION 1u
+/* 2: "G" records list runs of slots (meta.h), not one slot per page */
+#define STORE_FORMAT_VERSION 2u
 #define STORE_HEADER_FILE "KVFLASH"
 
 struct seg_summary_header {

@@ -527,6 +527,7 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	os->segid = segid;
 	os->n_pages = 0;
 	os->n_superseded = 0;
+	os->n_runs = 0;
 	return KVF_OK;
 }
 
@@ -563,12 +564,14 @@ static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
 	job->segid = os->segid;
 	job->n_pages = os->n_pages;
 	job->n_superseded = os->n_superseded;
+	job->n_runs = os->n_runs;
 	job->seqno = atomic_fetch_add(&st->next_seqno, 1);
 	job->owner = seq->id;
 	os->sb = NULL;
 	os->segid = SEG_NONE;
 	os->n_pages = 0;
 	os->n_superseded = 0;
+	os->n_runs = 0;
 	writer_submit(st, seq, job);
 	return seq_jobs_reap(st, seq, 0);
 }
@@ -614,11 +617,12 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 	uint32_t n = os->n_pages;
 
 	os->sb->entries[n] = (struct seg_summary_entry){ key.hi, key.lo, h };
-	os->sb->slots[n] = (struct meta_slot){ .seq = seq->id,
-					       .family = seq->family,
-					       .stream = page_key_stream(key),
-					       .group = page_key_group(key),
-					       .page = n, .ns = seq->ns };
+	meta_run_add(os->sb->runs, &os->n_runs,
+		     (struct meta_run){ .seq = seq->id, .family = seq->family,
+					.stream = page_key_stream(key),
+					.group = page_key_group(key),
+					.page = n, .ns = (uint16_t)seq->ns,
+					.n = 1 });
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;
 	pthread_mutex_lock(&st->seg_lock);
@@ -692,5 +696,6 @@ void openseg_release(kvf_store *st, struct seq *seq)
 		os->segid = SEG_NONE;
 		os->n_pages = 0;
 		os->n_superseded = 0;
+		os->n_runs = 0;
 	}
 }

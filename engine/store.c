@@ -299,8 +299,7 @@ static kvf_status read_header(const char *path, struct store_header *h)
 		return kvf_fail(KVF_EVERSION,
 				"kvf_open: %s has format version %u; this library reads up to %u",
 				path, h->format_version, STORE_FORMAT_VERSION);
-	if (n != sizeof(*h) || h->header_size != sizeof(*h) ||
-	    h->format_version != STORE_FORMAT_VERSION)
+	if (n != sizeof(*h) || h->header_size != sizeof(*h))
 		return kvf_fail(KVF_ECORRUPT,
 				"kvf_open: %s is damaged: %zd bytes, header_size %u (expected %zu)",
 				path, n, h->header_size, sizeof(*h));
@@ -309,6 +308,11 @@ static kvf_status read_header(const char *path, struct store_header *h)
 				"kvf_open: %s is damaged: checksum %016llx, computed %016llx",
 				path, (unsigned long long)h->checksum,
 				(unsigned long long)header_checksum(h));
+	/* older headers have this layout; their catalog records do not */
+	if (h->format_version < STORE_FORMAT_VERSION)
+		return kvf_fail(KVF_EVERSION,
+				"kvf_open: %s has format version %u, which this library no longer reads (it reads %u); make the store afresh",
+				path, h->format_version, STORE_FORMAT_VERSION);
 	return KVF_OK;
 }
 

@@ -115,6 +115,7 @@ struct open_seg {
 	uint32_t segid;        /* SEG_NONE: none open */
 	uint32_t n_pages;      /* data pages placed */
 	uint32_t n_superseded; /* entries in sb->superseded */
+	uint32_t n_runs;       /* entries in sb->runs */
 	struct segbuf *sb;     /* its buffers (engine/writer.h); NULL when
 				* none is open */
 };

@@ -35,7 +35,7 @@ static void segbuf_free(struct segbuf *sb)
 {
 	kvf_free(sb->buf);
 	kvf_free(sb->entries);
-	kvf_free(sb->slots);
+	kvf_free(sb->runs);
 	kvf_free(sb->superseded);
 	kvf_free(sb->record);
 	catalog_batch_free(sb->batch);
@@ -52,12 +52,12 @@ static struct segbuf *segbuf_new(kvf_store *st)
 		goto fail;
 	sb->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
 	sb->entries = kvf_calloc(d, sizeof(*sb->entries));
-	sb->slots = kvf_calloc(d, sizeof(*sb->slots));
+	sb->runs = kvf_calloc(d, sizeof(*sb->runs));
 	sb->superseded = kvf_calloc(d, sizeof(uint32_t));
 	sb->record = kvf_malloc(sizeof(struct meta_seg) +
-				(size_t)d * sizeof(struct meta_slot));
+				(size_t)d * sizeof(struct meta_run));
 	sb->batch = catalog_batch_new();
-	if (sb->buf && sb->entries && sb->slots && sb->superseded && sb->record &&
+	if (sb->buf && sb->entries && sb->runs && sb->superseded && sb->record &&
 	    sb->batch)
 		return sb;
 fail:
@@ -166,13 +166,14 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	}
 	rec = (struct meta_seg){ .seqno = h.seqno, .write_ns = now_ns(),
 				 .owner = job->owner, .n_data_pages = n,
-				 .n_slots = n };
-	rec_len = sizeof(rec) + (size_t)n * sizeof(struct meta_slot);
+				 .n_runs = job->n_runs };
+	rec_len = sizeof(rec) + (size_t)job->n_runs * sizeof(struct meta_run);
 	val = job->sb->record;
 	b = job->sb->batch;
 	catalog_batch_clear(b);
 	memcpy(val, &rec, sizeof(rec));
-	memcpy(val + sizeof(rec), job->sb->slots, (size_t)n * sizeof(struct meta_slot));
+	memcpy(val + sizeof(rec), job->sb->runs,
+	       (size_t)job->n_runs * sizeof(struct meta_run));
 	meta_key_u32(key, META_TAG_SEG, job->segid);
 	catalog_batch_put(b, key, sizeof(key), val, rec_len);
 	rc = catalog_commit(st->cat, b, 0);

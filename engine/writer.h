@@ -28,6 +28,7 @@ struct flush_job {
 	uint32_t segid;          /* segment written */
 	uint32_t n_pages;        /* data pages */
 	uint32_t n_superseded;   /* entries in sb->superseded */
+	uint32_t n_runs;         /* entries in sb->runs */
 	uint64_t seqno;          /* commit sequence number */
 	uint64_t owner;          /* sequence it was filled for */
 	unsigned char *given;    /* the buffer the media gave back for sb's,
@@ -42,7 +43,8 @@ struct flush_job {
 struct segbuf {
 	unsigned char *buf;                /* segment_size bytes, aligned */
 	struct seg_summary_entry *entries; /* per data page */
-	struct meta_slot *slots;           /* per data page: its owner */
+	struct meta_run *runs;             /* the owners of its pages: at
+					    * most one run per data page */
 	uint32_t *superseded;              /* addresses these pages replace */
 	unsigned char *record;             /* the segment's "G" record */
 	struct catalog_batch *batch;       /* and the batch it commits in */

@@ -17,8 +17,8 @@
  * of a segment older than the last sync makes its pages KVF_ECORRUPT; a
  * damaged summary of a segment newer than the last sync (a write a crash
  * cut short) is dropped silently; a damaged header is refused with the
- * file named (bad magic KVF_EINVAL, checksum KVF_ECORRUPT, newer format
- * KVF_EVERSION); another store's catalog is KVF_ECORRUPT.
+ * file named (bad magic KVF_EINVAL, checksum KVF_ECORRUPT, newer or older
+ * format KVF_EVERSION); another store's catalog is KVF_ECORRUPT.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "api/alloc.h"
 #include "engine/catalog.h"
@@ -581,6 +582,12 @@ static void header_rw(struct store_header *h, int write)
 	close(fd);
 }
 
+/* header_sum - the checksum h needs (the store's header_checksum) */
+static uint64_t header_sum(const struct store_header *h)
+{
+	return XXH3_64bits(h, offsetof(struct store_header, checksum));
+}
+
 /* refused - kvf_open (read-write and read-only) fails with code and a
  * message naming the header file and containing what */
 static void refused(kvf_status code, const char *what)
@@ -633,6 +640,20 @@ Test(store_corrupt, header)
 		snprintf(msg, sizeof(msg),
 			 "has format version %u; this library reads up to %u",
 			 STORE_FORMAT_VERSION + 1, STORE_FORMAT_VERSION);
+		refused(KVF_EVERSION, msg);
+	}
+
+	/* an older format: refused by version once the header checks out */
+	bad = good;
+	bad.format_version = STORE_FORMAT_VERSION - 1;
+	bad.checksum = header_sum(&bad);
+	header_rw(&bad, 1);
+	{
+		char msg[96];
+
+		snprintf(msg, sizeof(msg),
+			 "has format version %u, which this library no longer reads (it reads %u)",
+			 STORE_FORMAT_VERSION - 1, STORE_FORMAT_VERSION);
 		refused(KVF_EVERSION, msg);
 	}
 
