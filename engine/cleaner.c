@@ -149,9 +149,10 @@ static void drop_owners(struct pass *p, uint32_t from)
 }
 
 /* copy_page - page k of run r of victim v (read whole into p->vbuf, its
- * n_data data pages first) into the output, with its owners, unless it
- * is dead or copied already (one copy per page: later runs that name it
- * add owners only); 0, or -1 if the victim cannot be taken */
+ * n_data data pages first) into the output, with every owner it has,
+ * unless it is dead or copied already (a later run that names the page
+ * again names an owner found the first time); 0, or -1 if the victim
+ * cannot be taken */
 static int copy_page(struct pass *p, uint32_t v, const struct meta_run *r,
 		     uint32_t k, uint32_t n_data, uint32_t *refs)
 {
@@ -169,7 +170,8 @@ static int copy_page(struct pass *p, uint32_t v, const struct meta_run *r,
 	    (uint32_t)e.page_hash)
 		return -1; /* a damaged page is not copied as good */
 	fc = (struct find_ctx){ .p = p, .family = r->family, .ns = r->ns,
-				.sid = r->stream, .group = r->group + k,
+				.sid = r->stream,
+				.group = r->group + k * r->stride,
 				.addr = addr_make(v, pg, st->page_bits) };
 	if (seq_foreach(st, find_owners, &fc) != KVF_OK)
 		fc.oom = 1;
@@ -182,7 +184,7 @@ static int copy_page(struct pass *p, uint32_t v, const struct meta_run *r,
 		meta_run_add(p->runs, &p->n_runs, (struct meta_run){
 			.seq = p->owners[o].seq->id,
 			.family = p->owners[o].seq->family,
-			.ns = (uint16_t)p->owners[o].seq->ns,
+			.ns = (uint8_t)p->owners[o].seq->ns, .stride = 1,
 			.stream = p->owners[o].sid,
 			.group = p->owners[o].group,
 			.page = p->n_pages, .n = 1 });
@@ -201,7 +203,7 @@ static int take_victim(struct pass *p, uint32_t v)
 	uint32_t ps = st->hdr.page_size, n_data, sp;
 	uint32_t owners0 = p->n_owners, pages0 = p->n_pages, runs0 = p->n_runs;
 	/* this victim's pages may extend the last run so far */
-	uint16_t last_n0 = runs0 ? p->runs[runs0 - 1].n : 0;
+	struct meta_run last0 = runs0 ? p->runs[runs0 - 1] : (struct meta_run){ 0 };
 	struct seg_summary_header h;
 	struct meta_seg rec;
 	const unsigned char *vruns;
@@ -231,13 +233,14 @@ static int take_victim(struct pass *p, uint32_t v)
 				 n_data + sp, p->vbuf) != KVF_OK)
 		goto out;
 	atomic_fetch_add(&st->c.bytes_read, (uint64_t)(n_data + sp) * ps);
+	if (vlen < sizeof(rec))
+		goto out;
 	memcpy(&rec, val, sizeof(rec));
 	memcpy(&h, p->vbuf + (size_t)n_data * ps, sizeof(h));
-	if (rec.n_data_pages != n_data || h.n_data_pages != n_data ||
+	if (vlen != sizeof(rec) + (size_t)rec.n_runs * sizeof(struct meta_run) ||
+	    rec.n_data_pages != n_data || h.n_data_pages != n_data ||
 	    h.segid != v || memcmp(h.magic, SEG_MAGIC, 8) != 0)
 		goto out; /* damaged: leave it to verify */
-	if (vlen != sizeof(rec) + (size_t)rec.n_runs * sizeof(struct meta_run))
-		goto out;
 	vruns = (const unsigned char *)val + sizeof(rec);
 	for (uint32_t i = 0; i < rec.n_runs; i++) {
 		struct meta_run r;
@@ -258,7 +261,7 @@ undo:
 	p->n_pages = pages0;
 	p->n_runs = runs0;
 	if (runs0)
-		p->runs[runs0 - 1].n = last_n0;
+		p->runs[runs0 - 1] = last0;
 out:
 	kvf_free(val);
 	kvf_free(refs);

@@ -19,9 +19,10 @@
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it, in runs: consecutive pages that hold
- * consecutive groups of one stream share one entry (an optimizer's
- * segment is a few runs, not one entry per page).  "R" holds the index entries a forked
- * sequence shares with its parent.  At open the index is rebuilt from "G"
+ * groups of one stream at a fixed stride share one entry (a stream's groups
+ * go round the stripes, so a stripe holds every n_stripes-th; an
+ * optimizer's segment is a few runs, not one entry per page).  "R" holds
+ * the index entries a forked sequence shares with its parent.  At open the index is rebuilt from "G"
  * and "R": per (sequence, stream, group) the entry with the highest seqno
  * wins, and entries older than their sequence's create_seqno (an earlier
  * sequence with the same id) or past its length are ignored.
@@ -72,36 +73,56 @@ struct meta_seg {
 	uint32_t n_runs;       /* struct meta_run entries that follow */
 };
 
-/* Index slots of a segment: pages page + i, i < n, are groups group + i
- * of the stream.  A page with several owners (forks) is in several runs. */
+/* Index slots of a segment: pages page + i, i < n, are groups
+ * group + i * stride of the stream.  A page with several owners (forks)
+ * is in several runs. */
 struct meta_run {
 	uint64_t seq;    /* owning sequence */
 	uint64_t family; /* its fork family */
 	uint32_t stream; /* stream_id() */
 	uint32_t group;  /* group in the stream of the first page */
 	uint32_t page;   /* first data page inside the segment */
-	uint16_t ns;     /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
+	uint8_t ns;      /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
+	uint8_t stride;  /* groups between consecutive pages, at least 1 */
 	uint16_t n;      /* pages in the run, at least 1 */
 };
 
 #define META_RUN_MAX UINT16_MAX
+#define META_STRIDE_MAX UINT8_MAX
 
-/* meta_run_add - record that page of the segment is slot r.page's
- * (r.n = 1) after runs[0, *n_runs): extends the last run when r continues
- * it, else appends.  runs has room for one more. */
+/* meta_run_add - record that page r.page of the segment is the slot r
+ * (r.n = 1, r.stride = 1) after runs[0, *n_runs): extends the last run
+ * when r is its next page and next group (a run of one page takes the
+ * stride r gives it), else appends.  runs has room for one more. */
 static inline void meta_run_add(struct meta_run *runs, uint32_t *n_runs,
 				struct meta_run r)
 {
 	struct meta_run *last = *n_runs ? &runs[*n_runs - 1] : NULL;
+	uint32_t step;
 
-	if (last && last->seq == r.seq && last->family == r.family &&
-	    last->stream == r.stream && last->ns == r.ns &&
-	    last->n < META_RUN_MAX && last->page + last->n == r.page &&
-	    last->group + last->n == r.group) {
-		last->n++;
-		return;
-	}
+	if (last == NULL || last->seq != r.seq || last->family != r.family ||
+	    last->stream != r.stream || last->ns != r.ns ||
+	    last->n == META_RUN_MAX || last->page + last->n != r.page)
+		goto append;
+	step = r.group - last->group; /* huge when r.group is below */
+	if (last->n == 1 && step >= 1 && step <= META_STRIDE_MAX)
+		last->stride = (uint8_t)step;
+	else if (last->n == 1 ||
+		 r.group != last->group + (uint32_t)last->n * last->stride)
+		goto append;
+	last->n++;
+	return;
+append:
 	runs[(*n_runs)++] = r;
+}
+
+/* meta_run_ok - whether r names pages inside a segment of n_data data
+ * pages and groups that do not wrap around */
+static inline int meta_run_ok(const struct meta_run *r, uint32_t n_data)
+{
+	return r->n >= 1 && r->stride >= 1 &&
+	       (uint64_t)r->page + r->n <= n_data &&
+	       (uint64_t)r->group + (uint64_t)(r->n - 1) * r->stride <= UINT32_MAX;
 }
 
 struct meta_ref {

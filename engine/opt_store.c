@@ -834,19 +834,21 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
-	rc = reserve_gen(o, seq, 1 - gen, call);
+	rc = reserve_gen(o, seq, 1 - gen, call); /* its message names call */
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
 			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
 			       .split = st->hdr.media == KVF_MEDIA_MEMORY };
-	if (rc == KVF_OK)
+	if (rc == KVF_OK) {
 		rc = x.split ? run_split(&x) : run_pipelined(&x);
+		/* on failure the old generation is intact and still
+		 * committed; what was placed of the new one is garbage
+		 * after the next step */
+		if (rc != KVF_OK && rc != KVF_EFATAL)
+			kvf_fail_wrap(rc, call);
+	}
 	seg_unreserve(st, seq);
 	if (rc == KVF_OK)
 		rc = commit_gen(o, seq, steps + 1, 1 - gen, 0);
-	else if (rc != KVF_EFATAL)
-		/* the old generation is intact and still committed; what was
-		 * placed of the new one is garbage after the next step */
-		kvf_fail_wrap(rc, call);
 	seq_unlock_put(st, seq);
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);

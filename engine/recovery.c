@@ -75,6 +75,17 @@ static int list_seg(void *arg, const void *key, size_t klen, const void *val,
 	    vlen != sizeof(m) + (size_t)m.n_runs * sizeof(struct meta_run) ||
 	    m.n_data_pages > l->st->data_per_seg || m.n_data_pages == 0)
 		return bad_record("segment", id, vlen);
+	for (uint32_t i = 0; i < m.n_runs; i++) {
+		struct meta_run r;
+
+		memcpy(&r, (const char *)val + sizeof(m) + (size_t)i * sizeof(r),
+		       sizeof(r));
+		if (!meta_run_ok(&r, m.n_data_pages) || r.ns > SEQ_NS_OPT)
+			return kvf_fail(KVF_ECORRUPT,
+					"kvf_open: catalog record segment %llu is malformed: run %u names pages %u + %u of %u, groups from %u by %u, namespace %u",
+					(unsigned long long)id, i, r.page, r.n,
+					m.n_data_pages, r.group, r.stride, r.ns);
+	}
 	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_SEG });
 }
 
@@ -278,13 +289,12 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 		for (uint32_t k = 0; k < r.n && rc == KVF_OK; k++) {
 			uint32_t page = r.page + k, check;
 
-			if (page >= m.n_data_pages)
-				break;
 			/* pages of a damaged segment get a check that cannot
 			 * match (count_refs inverts it), so reads say
 			 * KVF_ECORRUPT */
 			check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
-			rc = apply(st, r.ns, r.seq, r.stream, r.group + k,
+			rc = apply(st, r.ns, r.seq, r.stream,
+				   r.group + k * r.stride,
 				   addr_make(segid, page, st->page_bits), check,
 				   m.seqno, 0);
 		}

@@ -621,7 +621,7 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 		     (struct meta_run){ .seq = seq->id, .family = seq->family,
 					.stream = page_key_stream(key),
 					.group = page_key_group(key),
-					.page = n, .ns = (uint16_t)seq->ns,
+					.page = n, .ns = (uint8_t)seq->ns, .stride = 1,
 					.n = 1 });
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;

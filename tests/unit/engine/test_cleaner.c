@@ -3,13 +3,24 @@
  * partly filled segments, and a store too small to hold them all must
  * compact them (copying live pages, forked ones for every owner) and keep
  * every token readable, across a reopen too.  Live data that really does
- * not fit is refused with KVF_ENOSPC and changes nothing.
+ * not fit is refused with KVF_ENOSPC and changes nothing.  Optimizer pages
+ * the cleaner copies keep their runs ("G" records, engine/meta.h) and the
+ * optimizer steps on from them after a reopen, bit for bit.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "compute/optim.h"
+#include "engine/catalog.h"
+#include "engine/meta.h"
+#include "engine/store.h"
+#include "ftl/sysio.h"
 #include "kvflash.h"
 #include "testutil.h"
 
@@ -194,4 +205,263 @@ Test(cleaner, enospc_when_live_data_fills_the_store)
 	cr_assert(eq(int, append(st, 2, 2, 0, 64), KVF_OK), "%s", kvf_last_error());
 	check(st, 2, 2, 64);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
+}
+
+/* ---- optimizer pages ---------------------------------------------------- */
+
+/*
+ * Why the optimizer needs a failed step here: the cleaner only takes a
+ * segment with some dead and some live pages (pick_victim skips
+ * live == n_data), and an optimizer's segments are never like that
+ * through the public API alone.  Each create and step writes one whole
+ * generation into segments of its own (one open segment per sequence,
+ * flushed at the end), and the step two later replaces every page of it,
+ * so they die all at once.  A step that fails part way is the exception:
+ * the pages it placed stay in its open segment, the retry fills that
+ * segment up and then replaces them, and it is sealed with the failed
+ * step's pages dead and the retry's first params pages live.  The failure
+ * is a read error injected at the sysio seam on one page of batch 2
+ * (chunks 256..): batch 0 (chunks 0..127 of params, m and v) is placed by
+ * then.  One stripe, so that pages in a segment hold consecutive chunks
+ * and the records have runs of n > 1.
+ */
+#define OPT_CHUNKS 300u                /* 3 batches of at most 128 chunks */
+#define OPT_N (OPT_CHUNKS * 1024u)     /* fp32 params: 1024 a 4 KiB page */
+#define OPT_SEGS 152u                  /* 60 a generation (900 pages),
+					* twice, 26 a failed step fills and
+					* the cleaner's 1: 147; KV fills the
+					* rest until the cleaner runs */
+
+static _Atomic long long fail_off = -1; /* a read covering it fails */
+static struct kvf_sysio faulty;
+
+static ssize_t fail_read(enum kvf_sysio_op op, int fd, size_t len, off_t off)
+{
+	long long at = atomic_load(&fail_off);
+
+	(void)fd;
+	if (op == KVF_SYSIO_READ && at >= off && at < off + (long long)len)
+		return -EIO;
+	return (ssize_t)len;
+}
+
+static kvf_store *open_one_stripe(void)
+{
+	kvf_model m = { LAYERS, KVH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o;
+	kvf_store *st = NULL;
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 64 * 1024; /* 15 data pages + 1 summary */
+	o.capacity_bytes = (uint64_t)OPT_SEGS * 64 * 1024;
+	o.n_stripes = 1;
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	return st;
+}
+
+/* page_offset - the offset in the stripe file of the one page holding
+ * exactly these 4096 bytes (fails unless there is exactly one) */
+static long long page_offset(const float *page)
+{
+	char *store = strdup(tmp_path(dir, "s"));
+	int fd = open(tmp_path(store, "stripe-000.kvf"), O_RDONLY);
+	unsigned char buf[4096];
+	long long at = -1;
+	int hits = 0;
+
+	cr_assert(fd >= 0);
+	for (off_t off = 0; pread(fd, buf, sizeof(buf), off) == sizeof(buf);
+	     off += sizeof(buf))
+		if (memcmp(buf, page, sizeof(buf)) == 0) {
+			at = off;
+			hits++;
+		}
+	close(fd);
+	free(store);
+	cr_assert(eq(int, hits, 1));
+	return at;
+}
+
+/* urand - uniform in [-0.5, 0.5) */
+static float urand(uint64_t *rng)
+{
+	return (float)((double)(rng_next(rng) >> 11) / 9007199254740992.0 - 0.5);
+}
+
+struct opt_twin {
+	float *p, *m, *v; /* the reference state */
+	uint64_t t;       /* its steps */
+};
+
+static void twin_step(struct opt_twin *w, const kvf_opt_config *c,
+		      const float *g, float *out)
+{
+	struct kvc_opt_step s;
+
+	kvc_opt_step_prepare(&s, c, ++w->t, 1.0f);
+	kvc_opt_dense(kvc_optim(), &s, w->p, w->m, w->v, OPT_N, g,
+		      KVF_DTYPE_F32, out);
+}
+
+/* both_step - one step on o and its twin: params_out must match */
+static void both_step(kvf_opt *o, struct opt_twin *w, const kvf_opt_config *c,
+		      uint64_t *rng, float *g, float *out, float *want)
+{
+	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = OPT_N };
+
+	for (uint32_t i = 0; i < OPT_N; i++)
+		g[i] = urand(rng);
+	twin_step(w, c, g, want);
+	cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, memcmp(out, want, OPT_N * sizeof(float)), 0),
+		  "params_out differs from the twin's");
+}
+
+struct opt_run_find {
+	uint32_t n_max; /* longest optimizer run in a cleaner-written record */
+};
+
+static int find_cleaned_opt_run(void *arg, const void *key, size_t klen,
+				const void *val, size_t vlen)
+{
+	struct opt_run_find *f = arg;
+	struct meta_seg rec;
+
+	(void)key;
+	(void)klen;
+	memcpy(&rec, val, sizeof(rec));
+	cr_assert(eq(sz, vlen,
+		     sizeof(rec) + rec.n_runs * sizeof(struct meta_run)));
+	if (rec.owner != KVF_SEQ_NONE)
+		return 0; /* a writer's, not the cleaner's */
+	for (uint32_t i = 0; i < rec.n_runs; i++) {
+		struct meta_run r;
+
+		memcpy(&r, (const char *)val + sizeof(rec) + i * sizeof(r),
+		       sizeof(r));
+		if (r.ns == SEQ_NS_OPT && r.n > f->n_max)
+			f->n_max = r.n;
+	}
+	return 0;
+}
+
+/*
+ * The cleaner copies live optimizer pages (a run of params pages) with
+ * KV pages, writes them as one run in its record, and after a reopen
+ * the optimizer steps on from the copies: params_out and the params
+ * match a twin stepped on plain arrays bit for bit, and so does every KV
+ * token.
+ */
+Test(cleaner, moves_optimizer_runs)
+{
+	uint64_t rng = rng_seed("cleaner moves_optimizer_runs");
+	struct opt_twin w = { malloc(OPT_N * 4), malloc(OPT_N * 4),
+			      malloc(OPT_N * 4), 0 };
+	float *g = malloc(OPT_N * 4), *out = malloc(OPT_N * 4),
+	      *want = malloc(OPT_N * 4);
+	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_segment_info si = { .struct_size = sizeof(si) };
+	struct opt_run_find f = { 0 };
+	struct catalog *cat = NULL;
+	unsigned char tag = META_TAG_SEG;
+	kvf_opt_config c;
+	kvf_opt *o = NULL;
+	kvf_store *st;
+	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = OPT_N };
+	uint64_t t = 0, seg_seqno, steps;
+	uint32_t seg, seg_live;
+	int round;
+
+	cr_assert(w.p && w.m && w.v && g && out && want);
+	faulty = kvf_sysio_real;
+	faulty.fault = fail_read;
+	kvf_sysio_set(&faulty); /* before any media is open */
+	st = open_one_stripe();
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	for (uint32_t i = 0; i < OPT_N; i++)
+		w.p[i] = urand(&rng);
+	kvc_opt_state_init(&c, w.m, w.v, OPT_N);
+	cr_assert(eq(int, kvf_opt_create(st, "w", OPT_N, &c, w.p, &o), KVF_OK),
+		  "%s", kvf_last_error());
+
+	/* step 1 fails on reading chunk 260 of the params, and changes
+	 * nothing; the retry succeeds */
+	atomic_store(&fail_off, page_offset(w.p + 260 * 1024));
+	for (uint32_t i = 0; i < OPT_N; i++)
+		g[i] = 1.0f;
+	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_EIO), "%s",
+		  kvf_last_error());
+	atomic_store(&fail_off, -1);
+	cr_assert(eq(int, kvf_opt_steps(o, &steps, NULL), KVF_OK));
+	cr_assert(eq(u64, steps, 0));
+	cr_assert(eq(int, kvf_opt_read(o, 0, OPT_N, out), KVF_OK));
+	cr_assert(eq(int, memcmp(out, w.p, OPT_N * sizeof(float)), 0));
+	both_step(o, &w, &c, &rng, g, out, want);
+
+	/* the segment holding the retry's first params pages after the
+	 * failed step's last ones (with 128-chunk batches: 9 dead pages of
+	 * v, then params chunks 0-5): sealed, partly live */
+	seg = (uint32_t)(page_offset(w.p) / (64 * 1024));
+	cr_assert(eq(int, kvf_segment_info_get(st, seg, &si), KVF_OK));
+	cr_assert(eq(int, si.state, KVF_SEG_SEALED));
+	cr_assert(si.live_pages > 1 && si.live_pages < si.data_pages,
+		  "segment %u: %u of %u pages live", seg, si.live_pages,
+		  si.data_pages);
+	seg_live = si.live_pages;
+	seg_seqno = si.seqno;
+
+	/* KV trickles in until the cleaner has taken that segment */
+	cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
+	for (round = 0; round < 400; round++) {
+		cr_assert(eq(int, append(st, 1, 1, t, 5), KVF_OK), "round %d: %s",
+			  round, kvf_last_error());
+		t += 5;
+		cr_assert(eq(int, kvf_sync(st), KVF_OK), "round %d: %s", round,
+			  kvf_last_error());
+		cr_assert(eq(int, kvf_segment_info_get(st, seg, &si), KVF_OK));
+		if (si.state != KVF_SEG_SEALED || si.seqno != seg_seqno)
+			break;
+	}
+	cr_assert(lt(int, round, 400), "the cleaner never took segment %u", seg);
+	cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
+	cr_assert(gt(u64, s.segments_cleaned, 0));
+	cr_assert(ge(u64, s.cleaner_bytes, (uint64_t)seg_live * 4096));
+	check(st, 1, 1, t);
+	cr_assert(eq(int, kvf_opt_close(o), KVF_OK));
+	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
+
+	/* the cleaner's record holds those params pages as one run */
+	{
+		char *store = strdup(tmp_path(dir, "s"));
+
+		cr_assert(eq(int, catalog_open(tmp_path(store, "meta"), 0, 1,
+					       CATALOG_FSYNC, &cat), KVF_OK));
+		free(store);
+	}
+	cr_assert(eq(int, catalog_scan(cat, &tag, 1, find_cleaned_opt_run, &f),
+		     KVF_OK));
+	catalog_close(cat);
+	cr_assert(ge(u32, f.n_max, seg_live),
+		  "longest optimizer run the cleaner wrote: %u", f.n_max);
+
+	st = NULL;
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s",
+		  kvf_last_error());
+	both_step(o, &w, &c, &rng, g, out, want);
+	cr_assert(eq(int, kvf_opt_read(o, 0, OPT_N, out), KVF_OK));
+	cr_assert(eq(int, memcmp(out, w.p, OPT_N * sizeof(float)), 0));
+	check(st, 1, 1, t);
+	cr_assert(eq(int, kvf_opt_close(o), KVF_OK));
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	kvf_sysio_set(NULL);
+	free(w.p);
+	free(w.m);
+	free(w.v);
+	free(g);
+	free(out);
+	free(want);
 }

@@ -16,6 +16,7 @@
 #include "api/alloc.h"
 #include "compute/optim.h"
 #include "engine/catalog.h"
+#include "engine/meta.h"
 #include "engine/store.h"
 #include "kvflash.h"
 #include "testutil.h"
@@ -370,4 +371,109 @@ Test(optim_store, a_warm_step_allocates_nothing)
 		free(a);
 		free(b);
 	}
+}
+
+struct run_count {
+	uint64_t runs, pages; /* of the optimizer's sequence */
+	uint32_t most;        /* its runs in one record, at most */
+};
+
+static int count_runs(void *arg, const void *key, size_t klen,
+		      const void *val, size_t vlen)
+{
+	struct run_count *c = arg;
+	struct meta_seg rec;
+	uint32_t here = 0;
+
+	(void)key;
+	(void)klen;
+	memcpy(&rec, val, sizeof(rec));
+	cr_assert(eq(sz, vlen, sizeof(rec) + rec.n_runs * sizeof(struct meta_run)));
+	for (uint32_t i = 0; i < rec.n_runs; i++) {
+		struct meta_run r;
+
+		memcpy(&r, (const char *)val + sizeof(rec) + i * sizeof(r), sizeof(r));
+		if (r.ns != SEQ_NS_OPT)
+			continue;
+		c->runs++;
+		c->pages += r.n;
+		here++;
+	}
+	c->most = here > c->most ? here : c->most;
+	return 0;
+}
+
+/* The segment records of an optimizer on two stripes are runs: a state's
+ * chunks alternate stripes, so each stripe's pages hold every second
+ * chunk, one run per state and batch in a segment rather than one entry
+ * per page. */
+Test(optim_store, segment_records_are_runs)
+{
+	enum { NP = 1024 * 600 }; /* 600 chunks of each state */
+	float *init = calloc(NP, sizeof(float));
+	struct run_count c = { 0 };
+	struct catalog *cat = NULL;
+	unsigned char tag = META_TAG_SEG;
+	kvf_opt_config cfg;
+	kvf_store *st = open_store(1);
+	kvf_opt *o = NULL;
+
+	cr_assert_not_null(init);
+	kvf_opt_config_init(&cfg, KVF_OPT_ADAM);
+	cr_assert(eq(int, kvf_opt_create(st, "w", NP, &cfg, init, &o), KVF_OK),
+		  "%s", kvf_last_error());
+	kvf_opt_close(o);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	cr_assert(eq(int, catalog_open(tmp_path(dir, "s/meta"), 0, 1, CATALOG_FSYNC,
+				       &cat), KVF_OK));
+	cr_assert(eq(int, catalog_scan(cat, &tag, 1, count_runs, &c), KVF_OK));
+	catalog_close(cat);
+	cr_assert(eq(u64, c.pages, 3 * 600));
+	/* 31 data pages a segment: a segment holds at most the tails of two
+	 * states' runs and one whole run between */
+	cr_assert(le(u32, c.most, 3), "a record of %u runs", c.most);
+	cr_assert(le(u64, c.runs * 10, c.pages), "%llu runs for %llu pages",
+		  (unsigned long long)c.runs, (unsigned long long)c.pages);
+	free(init);
+}
+
+/* A step needs room for a whole new generation beside the committed one:
+ * in a store that holds one, the step is refused with KVF_ENOSPC, says
+ * how many segments it needs (once, under its own name), and changes
+ * nothing. */
+Test(optim_store, step_without_room)
+{
+	enum { NP = 1024 * 100 }; /* 300 pages of state: 5 segments a stripe */
+	kvf_model m = { 1, 1, 1, 64, KVF_DTYPE_F16 };
+	static float init[NP], g[NP], back[NP];
+	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = NP };
+	uint64_t rng = rng_seed("optim no room"), steps;
+	kvf_opt_config cfg;
+	kvf_options o;
+	kvf_store *st = NULL;
+	kvf_opt *opt = NULL;
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 128 * 1024;
+	o.capacity_bytes = 16 * 128 * 1024;
+	o.n_stripes = 2;
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	for (int i = 0; i < NP; i++) {
+		init[i] = frand(&rng);
+		g[i] = frand(&rng);
+	}
+	kvf_opt_config_init(&cfg, KVF_OPT_ADAM);
+	cr_assert(eq(int, kvf_opt_create(st, "w", NP, &cfg, init, &opt), KVF_OK),
+		  "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_opt_step(opt, &gr, NULL), KVF_ENOSPC), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, strncmp(kvf_last_error(), "kvf_opt_step: needs ", 20), 0),
+		  "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_opt_steps(opt, &steps, NULL), KVF_OK));
+	cr_assert(eq(u64, steps, 0));
+	cr_assert(eq(int, kvf_opt_read(opt, 0, NP, back), KVF_OK));
+	cr_assert(eq(int, memcmp(back, init, sizeof(back)), 0));
+	kvf_opt_close(opt);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }

@@ -18,7 +18,10 @@
  * damaged summary of a segment newer than the last sync (a write a crash
  * cut short) is dropped silently; a damaged header is refused with the
  * file named (bad magic KVF_EINVAL, checksum KVF_ECORRUPT, newer or older
- * format KVF_EVERSION); another store's catalog is KVF_ECORRUPT.
+ * format KVF_EVERSION); another store's catalog is KVF_ECORRUPT.  A
+ * segment record ("G") whose length does not match its n_runs, or with a
+ * run outside its segment, is refused at open with KVF_ECORRUPT naming the
+ * record.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -739,4 +742,159 @@ Test(store_corrupt, catalog_of_another_store)
 	free(other);
 	free(meta);
 	free(saved);
+}
+
+/* ---- segment records ------------------------------------------------------ */
+
+/* seg_record_get - the "G" record of segid (kvf_malloc'd), store closed */
+static void *seg_record_get(uint32_t segid, size_t *vlen)
+{
+	struct catalog *c = NULL;
+	unsigned char key[5];
+	void *val;
+
+	OK(catalog_open(tmp_path(path, "meta"), 0, 1, CATALOG_FSYNC, &c));
+	meta_key_u32(key, META_TAG_SEG, segid);
+	OK(catalog_get(c, key, sizeof(key), &val, vlen));
+	catalog_close(c);
+	return val;
+}
+
+/* seg_record_put - replace the "G" record of segid, store closed */
+static void seg_record_put(uint32_t segid, const void *val, size_t vlen)
+{
+	struct catalog *c = NULL;
+	struct catalog_batch *b = catalog_batch_new();
+	unsigned char key[5];
+
+	cr_assert_not_null(b);
+	OK(catalog_open(tmp_path(path, "meta"), 0, 0, CATALOG_FSYNC, &c));
+	meta_key_u32(key, META_TAG_SEG, segid);
+	catalog_batch_put(b, key, sizeof(key), val, vlen);
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+}
+
+/* A "G" record whose length is not sizeof(meta_seg) + n_runs runs: open
+ * (read-write and read-only) fails with KVF_ECORRUPT naming the record
+ * and its length, and leaves no handle; put back, the store opens. */
+Test(store_corrupt, segment_record_length_mismatch)
+{
+	struct spot p;
+	struct meta_seg rec;
+	unsigned char *good, *bad;
+	size_t len;
+	kvf_store *st;
+
+	make_store();
+	p = find_group(1, 0, 0, 1, 3, G);
+	good = seg_record_get(p.segid, &len);
+	memcpy(&rec, good, sizeof(rec));
+	cr_assert(eq(sz, len, sizeof(rec) + rec.n_runs * sizeof(struct meta_run)));
+	bad = malloc(len + 1);
+	for (int k = 0; k < 3; k++) {
+		struct meta_seg r = rec;
+		size_t bad_len = len;
+		char msg[80];
+
+		memcpy(bad, good, len);
+		if (k == 0)
+			r.n_runs++; /* one run more than the record holds */
+		else if (k == 1)
+			bad[bad_len++] = 0; /* a byte more than its runs */
+		else
+			r.n_runs = UINT32_MAX; /* far more runs than bytes */
+		memcpy(bad, &r, sizeof(r));
+		seg_record_put(p.segid, bad, bad_len);
+		snprintf(msg, sizeof(msg),
+			 "catalog record segment %u is malformed (%zu bytes)",
+			 p.segid, bad_len);
+		for (int ro = 0; ro < 2; ro++) {
+			kvf_options o = opts();
+
+			o.read_only = (uint32_t)ro;
+			st = (kvf_store *)&o;
+			cr_assert(eq(int, kvf_open(path, &o, &st), KVF_ECORRUPT),
+				  "case %d: %s", k, kvf_last_error());
+			cr_assert_null(st);
+			cr_assert(strstr(kvf_last_error(), msg) != NULL,
+				  "case %d: \"%s\" lacks \"%s\"", k,
+				  kvf_last_error(), msg);
+		}
+	}
+	seg_record_put(p.segid, good, len);
+	st = reopen();
+	OK(read_ok(st, 1, 0, 1, 0, LEN0, 3));
+	OK(kvf_close(st));
+	free(bad);
+	kvf_free(good);
+}
+
+/*
+ * A "G" record of the right length whose last run is malformed: it
+ * reaches past the segment's data pages, is empty, has stride 0, names
+ * groups that wrap past 2^32, or an unknown namespace.  Open (read-write
+ * and read-only) fails with KVF_ECORRUPT naming the record and the run;
+ * put back, the store opens and reads.
+ */
+Test(store_corrupt, segment_record_bad_run)
+{
+	struct spot p;
+	struct meta_seg rec;
+	struct meta_run last;
+	unsigned char *good, *bad;
+	size_t len, at;
+	kvf_store *st;
+
+	make_store();
+	p = find_group(1, 0, 0, 1, 3, G);
+	good = seg_record_get(p.segid, &len);
+	memcpy(&rec, good, sizeof(rec));
+	cr_assert(gt(u32, rec.n_runs, 0));
+	at = sizeof(rec) + (rec.n_runs - 1) * sizeof(last);
+	memcpy(&last, good + at, sizeof(last));
+	/* the runs are in page order: the last one ends at the last page */
+	cr_assert(eq(u32, last.page + last.n, rec.n_data_pages));
+	bad = malloc(len);
+	for (int k = 0; k < 5; k++) {
+		struct meta_run r = last;
+		char msg[96];
+
+		if (k == 0)
+			r.n += 3; /* past the data pages */
+		else if (k == 1)
+			r.n = 0;
+		else if (k == 2)
+			r.stride = 0;
+		else if (k == 3)
+			r.group = UINT32_MAX; /* the run's second group wraps */
+		else
+			r.ns = 7;
+		cr_assert(ge(u16, last.n, 2));
+		memcpy(bad, good, len);
+		memcpy(bad + at, &r, sizeof(r));
+		seg_record_put(p.segid, bad, len);
+		snprintf(msg, sizeof(msg),
+			 "catalog record segment %u is malformed: run %u names",
+			 p.segid, rec.n_runs - 1);
+		for (int ro = 0; ro < 2; ro++) {
+			kvf_options o = opts();
+
+			o.read_only = (uint32_t)ro;
+			st = (kvf_store *)&o;
+			cr_assert(eq(int, kvf_open(path, &o, &st), KVF_ECORRUPT),
+				  "case %d: %s", k, kvf_last_error());
+			cr_assert_null(st);
+			cr_assert(strstr(kvf_last_error(), msg) != NULL,
+				  "case %d: \"%s\" lacks \"%s\"", k,
+				  kvf_last_error(), msg);
+		}
+	}
+	seg_record_put(p.segid, good, len);
+	st = reopen();
+	OK(read_ok(st, 1, 0, 1, 0, LEN0, 3));
+	OK(kvf_close(st));
+	free(bad);
+	kvf_free(good);
 }
