@@ -72,6 +72,9 @@ struct kvf_opt {
 					    * slots, or work pages placed
 					    * after the update */
 	uint64_t hash[3][OPT_BATCH];       /* page_hash of each new chunk */
+	/* the reads of one batch, media other than memory: */
+	struct page_read want[3 * OPT_BATCH];
+	struct kvf_media_io io[3 * OPT_BATCH];
 	struct catalog_batch *commit;      /* a step's record, at its end */
 };
 
@@ -469,12 +472,31 @@ static kvf_status load_page(void *arg, uint64_t i, const unsigned char *page,
 }
 
 /* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
- * into src[half] */
+ * into src[half]: where the memory media keeps them, else read into the
+ * work pages of half, every state's reads in flight at once.  The
+ * committed generation is all written (commit_gen flushed it), so the
+ * reads may run while the step places the new one. */
 static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			     uint32_t n, uint32_t gen, uint32_t half)
 {
 	uint64_t idx[OPT_BATCH];
+	uint32_t k = 0;
 
+	if (o->st->hdr.media != KVF_MEDIA_MEMORY) {
+		for (uint32_t s = 0; s < 3; s++) {
+			if (!state_kept(o->states, s))
+				continue;
+			for (uint32_t j = 0; j < n; j++) {
+				float *w = work_page(o, half, s, j);
+
+				o->want[k++] = (struct page_read){
+					&seq->opt[s * 2 + gen], c0 + j,
+					(unsigned char *)w };
+				o->src[half][s][j] = w;
+			}
+		}
+		return stream_read_into(o->st, seq, o->want, k, o->io);
+	}
 	for (uint32_t j = 0; j < n; j++)
 		idx[j] = c0 + j;
 	for (uint32_t s = 0; s < 3; s++) {
@@ -739,7 +761,9 @@ static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 }
 
 /* step_task - split: task i updates its eighth of the batch; else task 0
- * updates the batch while task 1 loads the next one into the other half */
+ * updates the batch and places it (the caller is waiting, holding the
+ * sequence's lock for it), while task 1 loads the next one into the
+ * other half */
 static kvf_status step_task(void *arg, uint32_t i)
 {
 	struct step_ctx *x = arg;
@@ -750,7 +774,7 @@ static kvf_status step_task(void *arg, uint32_t i)
 	}
 	if (i == 0) {
 		update(x, 0, x->n);
-		return KVF_OK;
+		return fill_batch(x->o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
 	}
 	return load_batch(x->o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
 			  x->cur ^ 1);
@@ -779,7 +803,8 @@ static kvf_status run_split(struct step_ctx *x)
 }
 
 /* run_pipelined - a worker loads batch b + 1 into one half of the work
- * buffers while batch b, in the other, is updated; then b is placed */
+ * buffers while batch b, in the other, is updated and placed: the reads
+ * go on while placing b seals segments and hands them to the writer */
 static kvf_status run_pipelined(struct step_ctx *x)
 {
 	kvf_opt *o = x->o;
@@ -793,8 +818,6 @@ static kvf_status run_pipelined(struct step_ctx *x)
 		rc = plan_batch(o, x->seq, c0, &x->n, 1 - x->gen, x->cur, 0);
 		if (rc == KVF_OK)
 			rc = pool_run(o->st->pool, x->next_n ? 2 : 1, step_task, x);
-		if (rc == KVF_OK)
-			rc = fill_batch(o, x->seq, c0, x->n, 1 - x->gen, x->cur);
 		x->cur ^= 1;
 	}
 	return rc;

@@ -482,6 +482,14 @@ kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 			 n_groups, fn, arg);
 }
 
+/* no_page - the index has no page for entry idx of a stream of seq */
+static kvf_status no_page(const struct seq *seq, uint64_t idx)
+{
+	return kvf_fail(KVF_ECORRUPT,
+			"read: the index has no page for entry %llu of a stream of sequence %llu",
+			(unsigned long long)idx, (unsigned long long)seq->id);
+}
+
 kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			       struct stream *s, const uint64_t *idx,
 			       uint64_t n, entry_fn fn, void *arg)
@@ -504,10 +512,7 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			in_place[i] = 0;
 			if (idx[i0 + i] >= s->n_groups ||
 			    (r = stream_page(s, idx[i0 + i])).addr == ADDR_NONE) {
-				rc = kvf_fail(KVF_ECORRUPT,
-					      "read: the index has no page for entry %llu of a stream of sequence %llu",
-					      (unsigned long long)idx[i0 + i],
-					      (unsigned long long)seq->id);
+				rc = no_page(seq, idx[i0 + i]);
 				break;
 			}
 			if ((p[i] = openseg_page(st, seq, r.addr)) != NULL)
@@ -531,6 +536,60 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 	}
 	read_batch_free(st, b);
 	return rc;
+}
+
+kvf_status stream_read_into(kvf_store *st, struct seq *seq,
+			    const struct page_read *want, uint32_t n,
+			    struct kvf_media_io *io)
+{
+	uint32_t ps = st->hdr.page_size, n_io = 0, n_read = 0;
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct page_read *w = &want[i];
+		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+		const unsigned char *p;
+		struct page_ref r;
+		uint32_t segid, page;
+
+		if (w->idx >= w->s->n_groups ||
+		    (r = stream_page(w->s, w->idx)).addr == ADDR_NONE)
+			return no_page(seq, w->idx);
+		if ((p = mapped(st, &r, &rc)) != NULL) {
+			memcpy(w->dst, p, ps);
+			continue;
+		}
+		if (rc != KVF_OK)
+			return rc;
+		segid = addr_seg(r.addr, st->page_bits);
+		page = addr_page(r.addr, st->page_bits);
+		if (last && last->stripe == seg_stripe(st, segid) &&
+		    last->seg == seg_in_stripe(st, segid) &&
+		    last->page + last->n_pages == page &&
+		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == w->dst) {
+			last->n_pages++;
+		} else {
+			io[n_io++] = (struct kvf_media_io){
+				.stripe = seg_stripe(st, segid),
+				.seg = seg_in_stripe(st, segid), .page = page,
+				.n_pages = 1, .buf = w->dst };
+		}
+		n_read++;
+	}
+	if (n_io == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read(st->media, io, n_io)) != KVF_OK)
+		return rc;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)n_read * ps);
+	atomic_fetch_add(&st->c.pages_read, n_read);
+	for (uint32_t i = 0; i < n; i++) {
+		struct page_ref r = stream_page(want[i].s, want[i].idx);
+		uint32_t got = page_check(want[i].dst, ps);
+
+		if (got != r.check)
+			return corrupt(st, r.addr, r.check, got, "read");
+	}
+	return KVF_OK;
 }
 
 /* ---- kvf_read, kvf_read_x ---------------------------------------------- */

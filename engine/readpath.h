@@ -66,6 +66,30 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			       struct stream *s, const uint64_t *idx,
 			       uint64_t n, entry_fn fn, void *arg);
 
+/* One page stream_read_into fetches: entry idx of stream s, into dst. */
+struct page_read {
+	struct stream *s;
+	uint64_t idx;
+	unsigned char *dst; /* page_size bytes, KVF_MEDIA_ALIGN-aligned */
+};
+
+/*
+ * stream_read_into - the pages of want[0..n) into their dst, with every
+ * media read in flight at once: pages the memory media keeps are copied,
+ * the rest read in one kvf_media_read, pages adjacent on media and in dst
+ * merged into one request; then every page is checked against the index.
+ * io: room for n requests (the caller's, so that a read allocates
+ * nothing).  The pages must all be written: none in an open segment or a
+ * write in flight (the caller flushed them and placed none since).  This
+ * looks at neither, so it may run on another thread while the caller,
+ * holding seq->lock, places pages of other streams of seq.
+ * Return: KVF_OK; KVF_ECORRUPT (no page in the index, or a page failed
+ * its checksum), KVF_EIO.
+ */
+kvf_status stream_read_into(kvf_store *st, struct seq *seq,
+			    const struct page_read *want, uint32_t n,
+			    struct kvf_media_io *io);
+
 /* stream_group_copy - the whole page of group g of s into dst (page_size
  * bytes; tokens past the stream's end are zero) */
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,

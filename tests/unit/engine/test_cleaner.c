@@ -220,9 +220,9 @@ Test(cleaner, enospc_when_live_data_fills_the_store)
  * the pages it placed stay in its open segment, the retry fills that
  * segment up and then replaces them, and it is sealed with the failed
  * step's pages dead and the retry's first params pages live.  The failure
- * is a read error injected at the sysio seam on one page of batch 2
- * (chunks 256..): batch 0 (chunks 0..127 of params, m and v) is placed by
- * then.  One stripe, so that pages in a segment hold consecutive chunks
+ * is a read error injected at the sysio seam on one page of batch 1
+ * (chunks 128..), read while batch 0 is placed: batch 0 (chunks 0..127
+ * of params, m and v) is placed by then.  One stripe, so that pages in a segment hold consecutive chunks
  * and the records have runs of n > 1.
  */
 #define OPT_CHUNKS 300u                /* 3 batches of at most 128 chunks */
@@ -386,9 +386,9 @@ Test(cleaner, moves_optimizer_runs)
 	cr_assert(eq(int, kvf_opt_create(st, "w", OPT_N, &c, w.p, &o), KVF_OK),
 		  "%s", kvf_last_error());
 
-	/* step 1 fails on reading chunk 260 of the params, and changes
+	/* step 1 fails on reading chunk 130 of the params, and changes
 	 * nothing; the retry succeeds */
-	atomic_store(&fail_off, page_offset(w.p + 260 * 1024));
+	atomic_store(&fail_off, page_offset(w.p + 130 * 1024));
 	for (uint32_t i = 0; i < OPT_N; i++)
 		g[i] = 1.0f;
 	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_EIO), "%s",
