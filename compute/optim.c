@@ -34,10 +34,10 @@ static void widen_scalar(float *dst, const void *src, size_t n, kvf_dtype dtype,
 		dst[i] = opt_load(src, i, dtype) * scale;
 }
 
-static void update_scalar(const struct kvc_opt_step *s, float *p, float *m,
-			  float *v, const float *g, size_t n)
+static void update_scalar(const struct kvc_opt_step *s,
+			  const struct kvc_opt_chunk *c, const float *g, size_t n)
 {
-	opt_update_elts(s, p, m, v, g, 0, n);
+	opt_update_elts(s, c, g, 0, n);
 }
 
 static void narrow_scalar(void *dst, const float *src, size_t n,
@@ -358,16 +358,33 @@ void kvc_opt_step_prepare(struct kvc_opt_step *s, const kvf_opt_config *cfg,
 	}
 }
 
-/* at - p + i, or NULL for an array the rule does not keep. */
-static float *at(float *p, size_t i)
+/* block - elements [b, ...) of chunk c (arrays it lacks stay NULL) */
+static struct kvc_opt_chunk block(const struct kvc_opt_chunk *c, size_t b)
 {
-	return p ? p + i : NULL;
+	struct kvc_opt_chunk r;
+
+	for (int a = 0; a < 3; a++) {
+		r.in[a] = c->in[a] ? c->in[a] + b : NULL;
+		r.out[a] = c->out[a] ? c->out[a] + b : NULL;
+	}
+	return r;
 }
 
-/* check_state - the arrays the rule keeps are there. */
-static inline bool check_state(const struct kvc_opt_step *s, const float *m,
-			       const float *v)
+/* in_place - chunk c for the arrays p, m, v updated where they are */
+static struct kvc_opt_chunk in_place(float *p, float *m, float *v)
 {
+	return (struct kvc_opt_chunk){ { p, m, v }, { p, m, v } };
+}
+
+/* check_state - the arrays the rule keeps are there, in and out. */
+static inline bool check_state(const struct kvc_opt_step *s,
+			       const struct kvc_opt_chunk *c)
+{
+	bool m = c->in[KVC_CHUNK_M] && c->out[KVC_CHUNK_M];
+	bool v = c->in[KVC_CHUNK_V] && c->out[KVC_CHUNK_V];
+
+	if (c->in[KVC_CHUNK_P] == NULL || c->out[KVC_CHUNK_P] == NULL)
+		return false;
 	switch (s->kind) {
 	case KVF_OPT_ADAM:
 	case KVF_OPT_ADAMW:
@@ -375,28 +392,41 @@ static inline bool check_state(const struct kvc_opt_step *s, const float *m,
 	case KVF_OPT_SGD:
 		return m || s->momentum == 0.0f;
 	case KVF_OPT_ADAGRAD:
-		return v != NULL;
+		return v;
 	}
 	return false;
 }
 
-void kvc_opt_dense(const struct kvc_optim *k, const struct kvc_opt_step *s,
-		   float *param, float *m, float *v, size_t n, const void *grad,
-		   kvf_dtype grad_dtype, void *params_out)
+void kvc_opt_dense_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
+			const struct kvc_opt_chunk *c, size_t n,
+			const void *grad, kvf_dtype grad_dtype,
+			void *params_out)
 {
 	float g[KVC_OPT_BLOCK];
 	const unsigned char *gb = (const unsigned char *)grad;
 	unsigned char *ob = (unsigned char *)params_out;
 	size_t ge = opt_elt_bytes(grad_dtype), oe = opt_elt_bytes(s->out_dtype);
 
-	assert(n == 0 || (param && grad && check_state(s, m, v)));
+	assert(n == 0 || (grad && check_state(s, c)));
 	for (size_t b = 0, len; b < n; b += len) {
+		struct kvc_opt_chunk blk = block(c, b);
+
 		len = n - b < KVC_OPT_BLOCK ? n - b : KVC_OPT_BLOCK;
 		k->widen(g, gb + b * ge, len, grad_dtype, s->grad_scale);
-		k->update(s, param + b, at(m, b), at(v, b), g, len);
+		k->update(s, &blk, g, len);
 		if (ob)
-			k->narrow(ob + b * oe, param + b, len, s->out_dtype);
+			k->narrow(ob + b * oe, blk.out[KVC_CHUNK_P], len,
+				  s->out_dtype);
 	}
+}
+
+void kvc_opt_dense(const struct kvc_optim *k, const struct kvc_opt_step *s,
+		   float *param, float *m, float *v, size_t n, const void *grad,
+		   kvf_dtype grad_dtype, void *params_out)
+{
+	struct kvc_opt_chunk c = in_place(param, m, v);
+
+	kvc_opt_dense_from(k, s, &c, n, grad, grad_dtype, params_out);
 }
 
 /*
@@ -424,25 +454,39 @@ static void scatter_block(float *g, const struct kvc_opt_step *s, size_t b,
 	}
 }
 
-void kvc_opt_sparse(const struct kvc_optim *k, const struct kvc_opt_step *s,
-		    float *param, float *m, float *v, size_t n, uint64_t i0,
-		    const uint32_t *idx, const void *val, size_t nnz,
-		    kvf_dtype grad_dtype, void *params_out)
+void kvc_opt_sparse_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
+			 const struct kvc_opt_chunk *c, size_t n, uint64_t i0,
+			 const uint32_t *idx, const void *val, size_t nnz,
+			 kvf_dtype grad_dtype, void *params_out)
 {
 	float g[KVC_OPT_BLOCK];
 	unsigned char *ob = (unsigned char *)params_out;
 	size_t oe = opt_elt_bytes(s->out_dtype), j = 0;
 
-	assert(n == 0 || (param && check_state(s, m, v)));
+	assert(n == 0 || check_state(s, c));
 	assert(nnz == 0 || (idx && val));
 	for (size_t b = 0, len; b < n; b += len) {
+		struct kvc_opt_chunk blk = block(c, b);
+
 		len = n - b < KVC_OPT_BLOCK ? n - b : KVC_OPT_BLOCK;
 		scatter_block(g, s, b, len, i0, idx, val, nnz, grad_dtype, &j);
-		k->update(s, param + b, at(m, b), at(v, b), g, len);
+		k->update(s, &blk, g, len);
 		if (ob)
-			k->narrow(ob + b * oe, param + b, len, s->out_dtype);
+			k->narrow(ob + b * oe, blk.out[KVC_CHUNK_P], len,
+				  s->out_dtype);
 	}
 	assert(j == nnz); /* every entry was in the chunk, ascending */
+}
+
+void kvc_opt_sparse(const struct kvc_optim *k, const struct kvc_opt_step *s,
+		    float *param, float *m, float *v, size_t n, uint64_t i0,
+		    const uint32_t *idx, const void *val, size_t nnz,
+		    kvf_dtype grad_dtype, void *params_out)
+{
+	struct kvc_opt_chunk c = in_place(param, m, v);
+
+	kvc_opt_sparse_from(k, s, &c, n, i0, idx, val, nnz, grad_dtype,
+			    params_out);
 }
 
 /* ---- gradient checks ----------------------------------------------------- */

@@ -56,7 +56,8 @@
  *
  * Chunks: a kernel updates the elements [i0, i0 + n) of one tensor, in
  * place, given pointers to that chunk of param (and m, v when the rule
- * keeps them) and the chunk's gradient.  Chunks are independent: updating
+ * keeps them) and the chunk's gradient; the _from kernels read the chunk
+ * from one place and write it to another in the same pass.  Chunks are independent: updating
  * a tensor in any split of chunks, in any order, on any threads, gives the
  * same bits as one call over the whole tensor.
  *
@@ -222,6 +223,33 @@ void kvc_opt_dense(const struct kvc_optim *k, const struct kvc_opt_step *s,
 		   float *param, float *m, float *v, size_t n, const void *grad,
 		   kvf_dtype grad_dtype, void *params_out);
 
+/* Which array of a chunk: params, m, v (struct kvc_opt_chunk). */
+enum { KVC_CHUNK_P = 0, KVC_CHUNK_M = 1, KVC_CHUNK_V = 2 };
+
+/*
+ * The fp32 state of one chunk for the _from kernels: the step reads in[]
+ * and writes out[] (indexed by KVC_CHUNK_P, _M, _V), n elements each.  An
+ * out array may be its own in array (the update is then in place, as
+ * kvc_opt_dense's), but may overlap nothing else; arrays the rule does
+ * not keep (kvc_opt_states) are NULL in both.
+ */
+struct kvc_opt_chunk {
+	const float *in[3];
+	float *out[3];
+};
+
+/*
+ * kvc_opt_dense_from / kvc_opt_sparse_from - kvc_opt_dense and
+ * kvc_opt_sparse reading the chunk's state from c->in and writing the
+ * updated state to c->out: the same bits as copying in to out first and
+ * updating in place, in one pass over the data (the engine updates a
+ * committed chunk straight into its new place).
+ */
+void kvc_opt_dense_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
+			const struct kvc_opt_chunk *c, size_t n,
+			const void *grad, kvf_dtype grad_dtype,
+			void *params_out);
+
 /*
  * kvc_opt_sparse - kvc_opt_dense for a Top-K gradient: the same bits as
  * kvc_opt_dense with a gradient that holds val[j] at idx[j] - i0 and zero
@@ -241,6 +269,10 @@ void kvc_opt_sparse(const struct kvc_optim *k, const struct kvc_opt_step *s,
 		    float *param, float *m, float *v, size_t n, uint64_t i0,
 		    const uint32_t *idx, const void *val, size_t nnz,
 		    kvf_dtype grad_dtype, void *params_out);
+void kvc_opt_sparse_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
+			 const struct kvc_opt_chunk *c, size_t n, uint64_t i0,
+			 const uint32_t *idx, const void *val, size_t nnz,
+			 kvf_dtype grad_dtype, void *params_out);
 
 /* ---- gradient checks ----------------------------------------------------- */
 

@@ -111,9 +111,13 @@ static void narrow_avx2(void *dst, const float *src, size_t n, kvf_dtype dtype)
 
 /* ---- updates: adam_elt, sgd_elt, adagrad_elt of optim_impl.h, 8 wide ----- */
 
-static void adam_avx2(const struct kvc_opt_step *s, float *p, float *m,
-		      float *v, const float *g, size_t n)
+static void adam_avx2(const struct kvc_opt_step *s,
+		      const struct kvc_opt_chunk *c, const float *g, size_t n)
 {
+	const float *pin = c->in[KVC_CHUNK_P], *min = c->in[KVC_CHUNK_M];
+	const float *vin = c->in[KVC_CHUNK_V];
+	float *p = c->out[KVC_CHUNK_P], *m = c->out[KVC_CHUNK_M];
+	float *v = c->out[KVC_CHUNK_V];
 	const __m256 l2 = _mm256_set1_ps(s->l2);
 	const __m256 decay = _mm256_set1_ps(s->decay);
 	const __m256 w = _mm256_set1_ps(s->lerp_w);
@@ -127,9 +131,9 @@ static void adam_avx2(const struct kvc_opt_step *s, float *p, float *m,
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 gi = _mm256_loadu_ps(g + i);
-		__m256 pi = _mm256_loadu_ps(p + i);
-		__m256 mi = _mm256_loadu_ps(m + i);
-		__m256 vi = _mm256_loadu_ps(v + i);
+		__m256 pi = _mm256_loadu_ps(pin + i);
+		__m256 mi = _mm256_loadu_ps(min + i);
+		__m256 vi = _mm256_loadu_ps(vin + i);
 		__m256 den;
 
 		if (s->l2 != 0.0f)
@@ -155,13 +159,16 @@ static void adam_avx2(const struct kvc_opt_step *s, float *p, float *m,
 		_mm256_storeu_ps(m + i, mi);
 		_mm256_storeu_ps(v + i, vi);
 	}
-	opt_update_elts(s, p, m, v, g, i, n);
+	opt_update_elts(s, c, g, i, n);
 }
 
 /* sgd_momentum_avx2 - SGD with momentum != 0 (the buffer m is kept). */
-static void sgd_momentum_avx2(const struct kvc_opt_step *s, float *p, float *m,
-			      const float *g, size_t n)
+static void sgd_momentum_avx2(const struct kvc_opt_step *s,
+			      const struct kvc_opt_chunk *c, const float *g,
+			      size_t n)
 {
+	const float *pin = c->in[KVC_CHUNK_P], *min = c->in[KVC_CHUNK_M];
+	float *p = c->out[KVC_CHUNK_P], *m = c->out[KVC_CHUNK_M];
 	const __m256 l2 = _mm256_set1_ps(s->l2);
 	const __m256 lr = _mm256_set1_ps(s->lr);
 	const __m256 mom = _mm256_set1_ps(s->momentum);
@@ -170,7 +177,7 @@ static void sgd_momentum_avx2(const struct kvc_opt_step *s, float *p, float *m,
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 gi = _mm256_loadu_ps(g + i);
-		__m256 pi = _mm256_loadu_ps(p + i);
+		__m256 pi = _mm256_loadu_ps(pin + i);
 		__m256 buf;
 
 		if (s->l2 != 0.0f)
@@ -178,7 +185,7 @@ static void sgd_momentum_avx2(const struct kvc_opt_step *s, float *p, float *m,
 		if (s->first) {
 			buf = gi;
 		} else {
-			buf = _mm256_mul_ps(_mm256_loadu_ps(m + i), mom);
+			buf = _mm256_mul_ps(_mm256_loadu_ps(min + i), mom);
 			buf = _mm256_add_ps(buf, _mm256_mul_ps(omd, gi));
 		}
 		_mm256_storeu_ps(m + i, buf);
@@ -187,32 +194,37 @@ static void sgd_momentum_avx2(const struct kvc_opt_step *s, float *p, float *m,
 		_mm256_storeu_ps(p + i,
 				 _mm256_sub_ps(pi, _mm256_mul_ps(lr, gi)));
 	}
-	opt_update_elts(s, p, m, NULL, g, i, n);
+	opt_update_elts(s, c, g, i, n);
 }
 
 /* sgd_plain_avx2 - SGD without momentum (no buffer). */
-static void sgd_plain_avx2(const struct kvc_opt_step *s, float *p,
-			   const float *g, size_t n)
+static void sgd_plain_avx2(const struct kvc_opt_step *s,
+			   const struct kvc_opt_chunk *c, const float *g,
+			   size_t n)
 {
+	const float *pin = c->in[KVC_CHUNK_P];
+	float *p = c->out[KVC_CHUNK_P];
 	const __m256 l2 = _mm256_set1_ps(s->l2);
 	const __m256 lr = _mm256_set1_ps(s->lr);
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 gi = _mm256_loadu_ps(g + i);
-		__m256 pi = _mm256_loadu_ps(p + i);
+		__m256 pi = _mm256_loadu_ps(pin + i);
 
 		if (s->l2 != 0.0f)
 			gi = _mm256_add_ps(gi, _mm256_mul_ps(l2, pi));
 		_mm256_storeu_ps(p + i,
 				 _mm256_sub_ps(pi, _mm256_mul_ps(lr, gi)));
 	}
-	opt_update_elts(s, p, NULL, NULL, g, i, n);
+	opt_update_elts(s, c, g, i, n);
 }
 
-static void adagrad_avx2(const struct kvc_opt_step *s, float *p, float *v,
-			 const float *g, size_t n)
+static void adagrad_avx2(const struct kvc_opt_step *s,
+			 const struct kvc_opt_chunk *c, const float *g, size_t n)
 {
+	const float *pin = c->in[KVC_CHUNK_P], *vin = c->in[KVC_CHUNK_V];
+	float *p = c->out[KVC_CHUNK_P], *v = c->out[KVC_CHUNK_V];
 	const __m256 l2 = _mm256_set1_ps(s->l2);
 	const __m256 eps = _mm256_set1_ps(s->eps);
 	const __m256 clr = _mm256_set1_ps(s->clr);
@@ -220,12 +232,12 @@ static void adagrad_avx2(const struct kvc_opt_step *s, float *p, float *v,
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 gi = _mm256_loadu_ps(g + i);
-		__m256 pi = _mm256_loadu_ps(p + i);
+		__m256 pi = _mm256_loadu_ps(pin + i);
 		__m256 sum, std;
 
 		if (s->l2 != 0.0f)
 			gi = _mm256_add_ps(gi, _mm256_mul_ps(l2, pi));
-		sum = _mm256_add_ps(_mm256_loadu_ps(v + i),
+		sum = _mm256_add_ps(_mm256_loadu_ps(vin + i),
 				    _mm256_mul_ps(gi, gi));
 		std = _mm256_add_ps(_mm256_sqrt_ps(sum), eps);
 		_mm256_storeu_ps(v + i, sum);
@@ -235,25 +247,25 @@ static void adagrad_avx2(const struct kvc_opt_step *s, float *p, float *v,
 							     _mm256_div_ps(gi,
 									   std))));
 	}
-	opt_update_elts(s, p, NULL, v, g, i, n);
+	opt_update_elts(s, c, g, i, n);
 }
 
-static void update_avx2(const struct kvc_opt_step *s, float *p, float *m,
-			float *v, const float *g, size_t n)
+static void update_avx2(const struct kvc_opt_step *s,
+			const struct kvc_opt_chunk *c, const float *g, size_t n)
 {
 	switch (s->kind) {
 	case KVF_OPT_ADAM:
 	case KVF_OPT_ADAMW:
-		adam_avx2(s, p, m, v, g, n);
+		adam_avx2(s, c, g, n);
 		break;
 	case KVF_OPT_SGD:
 		if (s->momentum != 0.0f)
-			sgd_momentum_avx2(s, p, m, g, n);
+			sgd_momentum_avx2(s, c, g, n);
 		else
-			sgd_plain_avx2(s, p, g, n);
+			sgd_plain_avx2(s, c, g, n);
 		break;
 	case KVF_OPT_ADAGRAD:
-		adagrad_avx2(s, p, v, g, n);
+		adagrad_avx2(s, c, g, n);
 		break;
 	}
 }

@@ -36,9 +36,10 @@ struct kvc_optim {
 	/* dst[i] = f32(src[i]) * scale, i < n (n <= KVC_OPT_BLOCK) */
 	void (*widen)(float *dst, const void *src, size_t n, kvf_dtype dtype,
 		      float scale);
-	/* one step of s->kind over n elements, g already widened and scaled */
-	void (*update)(const struct kvc_opt_step *s, float *p, float *m,
-		       float *v, const float *g, size_t n);
+	/* one step of s->kind over n elements of c, g already widened and
+	 * scaled */
+	void (*update)(const struct kvc_opt_step *s,
+		       const struct kvc_opt_chunk *c, const float *g, size_t n);
 	/* dst[i] = src[i] rounded to dtype (nearest even), i < n */
 	void (*narrow)(void *dst, const float *src, size_t n, kvf_dtype dtype);
 	/* sum of squares in double (kvc_opt_grad_sumsq) */
@@ -154,26 +155,53 @@ static inline void adagrad_elt(const struct kvc_opt_step *s, float *p, float *v,
 }
 
 /*
- * opt_update_elts - elements [i, n) of one step, one at a time: the
- * scalar variant's whole update and the AVX2 variant's tail.
+ * opt_update_elts - elements [i, n) of one step of c, one at a time: the
+ * scalar variant's whole update and the AVX2 variant's tail.  Each
+ * element is read from c->in before it is written to c->out, so in and
+ * out may be the same arrays.
  */
-static inline void opt_update_elts(const struct kvc_opt_step *s, float *p,
-				   float *m, float *v, const float *g, size_t i,
-				   size_t n)
+static inline void opt_update_elts(const struct kvc_opt_step *s,
+				   const struct kvc_opt_chunk *c, const float *g,
+				   size_t i, size_t n)
 {
+	const float *const *in = c->in;
+	float *const *out = c->out;
+	float p, m = 0.0f, v = 0.0f;
+
 	switch (s->kind) {
 	case KVF_OPT_ADAM:
 	case KVF_OPT_ADAMW:
-		for (; i < n; i++)
-			adam_elt(s, &p[i], &m[i], &v[i], g[i]);
+		for (; i < n; i++) {
+			p = in[KVC_CHUNK_P][i];
+			m = in[KVC_CHUNK_M][i];
+			v = in[KVC_CHUNK_V][i];
+			adam_elt(s, &p, &m, &v, g[i]);
+			out[KVC_CHUNK_P][i] = p;
+			out[KVC_CHUNK_M][i] = m;
+			out[KVC_CHUNK_V][i] = v;
+		}
 		break;
 	case KVF_OPT_SGD:
-		for (; i < n; i++)
-			sgd_elt(s, &p[i], m ? &m[i] : NULL, g[i]);
+		for (; i < n; i++) {
+			const float *mi = in[KVC_CHUNK_M] ? &in[KVC_CHUNK_M][i] : NULL;
+
+			p = in[KVC_CHUNK_P][i];
+			if (mi)
+				m = *mi;
+			sgd_elt(s, &p, mi ? &m : NULL, g[i]);
+			out[KVC_CHUNK_P][i] = p;
+			if (mi)
+				out[KVC_CHUNK_M][i] = m;
+		}
 		break;
 	case KVF_OPT_ADAGRAD:
-		for (; i < n; i++)
-			adagrad_elt(s, &p[i], &v[i], g[i]);
+		for (; i < n; i++) {
+			p = in[KVC_CHUNK_P][i];
+			v = in[KVC_CHUNK_V][i];
+			adagrad_elt(s, &p, &v, g[i]);
+			out[KVC_CHUNK_P][i] = p;
+			out[KVC_CHUNK_V][i] = v;
+		}
 		break;
 	}
 }

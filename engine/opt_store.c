@@ -43,7 +43,7 @@
 #define OPT_SPLIT 8u  /* tasks a batch is split into when the state is in
 		       * memory: workers join in as they come free */
 
-enum { ST_PARAM = 0, ST_M = 1, ST_V = 2 };
+enum { ST_PARAM = KVC_CHUNK_P, ST_M = KVC_CHUNK_M, ST_V = KVC_CHUNK_V };
 
 struct meta_opt {
 	uint64_t seq;       /* pseudo-sequence id */
@@ -715,8 +715,9 @@ static kvf_status fill_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 	return rc;
 }
 
-/* update - chunks [j0, j1) of the batch: each committed chunk copied to
- * its new place, updated there by the kernels, and hashed */
+/* update - chunks [j0, j1) of the batch: each committed chunk updated by
+ * the kernels straight into its new place (one pass over the data; a
+ * last, partial chunk's unused tail is copied as it was), and hashed */
 static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 {
 	kvf_opt *o = x->o;
@@ -727,36 +728,37 @@ static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 		uint64_t i0 = (x->c0 + j) * o->per_chunk;
 		size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
 					      ? o->n_params - i0 : o->per_chunk);
-		float *st3[3] = { NULL, NULL, NULL };
+		struct kvc_opt_chunk c = { { NULL, NULL, NULL },
+					   { NULL, NULL, NULL } };
 		void *po = x->params_out ? (char *)x->params_out +
 				i0 * dtype_size(o->cfg.out_dtype) : NULL;
 
 		for (uint32_t s = 0; s < 3; s++) {
 			if (!state_kept(o->states, s))
 				continue;
-			st3[s] = (float *)o->dst[s][j];
-			if ((const float *)st3[s] != o->src[x->cur][s][j])
-				memcpy(st3[s], o->src[x->cur][s][j], ps);
+			c.in[s] = o->src[x->cur][s][j];
+			c.out[s] = (float *)o->dst[s][j];
+			if (cnt < o->per_chunk && c.out[s] != c.in[s])
+				memcpy(c.out[s] + cnt, c.in[s] + cnt,
+				       (o->per_chunk - cnt) * sizeof(float));
 		}
 		if (g->indices == NULL) {
-			kvc_opt_dense(o->k, x->step, st3[ST_PARAM], st3[ST_M],
-				      st3[ST_V], cnt,
-				      (const char *)g->values + i0 * x->gsz,
-				      g->dtype, po);
+			kvc_opt_dense_from(o->k, x->step, &c, cnt,
+					   (const char *)g->values + i0 * x->gsz,
+					   g->dtype, po);
 		} else {
 			size_t first, count;
 
 			kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first, &count);
-			kvc_opt_sparse(o->k, x->step, st3[ST_PARAM], st3[ST_M],
-				       st3[ST_V], cnt, i0,
-				       count ? g->indices + first : NULL,
-				       count ? (const char *)g->values + first * x->gsz
-					     : NULL,
-				       count, g->dtype, po);
+			kvc_opt_sparse_from(o->k, x->step, &c, cnt, i0,
+					    count ? g->indices + first : NULL,
+					    count ? (const char *)g->values + first * x->gsz
+						  : NULL,
+					    count, g->dtype, po);
 		}
 		for (uint32_t s = 0; s < 3; s++)
-			if (st3[s])
-				o->hash[s][j] = page_hash(st3[s], ps);
+			if (c.out[s])
+				o->hash[s][j] = page_hash(c.out[s], ps);
 	}
 }
 

@@ -495,6 +495,82 @@ Test(optim, avx2_matches_scalar_bit_for_bit)
 	}
 }
 
+/*
+ * from_case - three steps of rule r over n elements on variant k: a reads
+ * its state in place (kvc_opt_dense / _sparse), b reads a copy of it and
+ * writes into its own arrays (the _from kernels), alternating which are
+ * in and which out, as the engine's generations do.  b's outputs equal
+ * a's bit for bit and b's inputs are left as they were.
+ */
+static void from_case(const struct kvc_optim *k, const struct rcfg *r,
+		      size_t n, kvf_dtype gdt, int sparse, uint64_t seed)
+{
+	uint64_t ra = seed, rb = seed, rc = ~seed;
+	struct rstate a, b, x; /* b and x: the two generations of b; x
+				* starts different, so reading an out
+				* array instead of its in array shows */
+	kvf_opt_config cfg;
+	struct kvc_opt_step s;
+	char ctx[160];
+
+	rstate_make(&a, &ra, n, gdt, KVF_DTYPE_F32, 60);
+	rstate_make(&b, &rb, n, gdt, KVF_DTYPE_F32, 60);
+	rstate_make(&x, &rc, n, gdt, KVF_DTYPE_F32, 60);
+	rcfg_config(r, KVF_DTYPE_F32, &cfg);
+	snprintf(ctx, sizeof(ctx), "%s %s n=%zu grad %s %s", kvc_optim_name(k),
+		 r->name, n, dtype_name(gdt), sparse ? "sparse" : "dense");
+	for (uint64_t t = 1; t <= 3; t++) {
+		struct rstate *in = t % 2 ? &b : &x, *out = t % 2 ? &x : &b;
+		struct kvc_opt_chunk c = { { in->p, in->m, in->v },
+					   { out->p, out->m, out->v } };
+		float *keep = xmalloc(3 * n * sizeof(float) + 1);
+
+		memcpy(keep, in->p, n * 4);
+		memcpy(keep + n, in->m, n * 4);
+		memcpy(keep + 2 * n, in->v, n * 4);
+		kvc_opt_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
+		if (sparse) {
+			kvc_opt_sparse(k, &s, a.p, a.m, a.v, n, 0, a.idx, a.val,
+				       a.nnz, gdt, a.out);
+			kvc_opt_sparse_from(k, &s, &c, n, 0, b.idx, b.val,
+					    b.nnz, gdt, out->out);
+		} else {
+			kvc_opt_dense(k, &s, a.p, a.m, a.v, n, a.g, gdt, a.out);
+			kvc_opt_dense_from(k, &s, &c, n, b.g, gdt, out->out);
+		}
+		/* the arrays the rule keeps; it writes no other */
+		same_bits(a.p, out->p, n * 4, "params", ctx);
+		same_bits(a.out, out->out, n * 4, "params_out", ctx);
+		if (kvc_opt_states(&cfg) & KVC_OPT_M)
+			same_bits(a.m, out->m, n * 4, "m", ctx);
+		if (kvc_opt_states(&cfg) & KVC_OPT_V)
+			same_bits(a.v, out->v, n * 4, "v", ctx);
+		same_bits(keep, in->p, n * 4, "params read", ctx);
+		same_bits(keep + n, in->m, n * 4, "m read", ctx);
+		same_bits(keep + 2 * n, in->v, n * 4, "v read", ctx);
+		free(keep);
+	}
+	rstate_free(&a);
+	rstate_free(&b);
+	rstate_free(&x);
+}
+
+Test(optim, from_kernels_equal_in_place_and_leave_their_input)
+{
+	uint64_t seed = rng_seed("optim from kernels");
+	const struct kvc_optim *v[2];
+	int nv = variants(v);
+
+	for (int vi = 0; vi < nv; vi++)
+		for (size_t c = 0; c < N_RCFGS; c++)
+			for (size_t li = 0; li < N_LENGTHS; li++)
+				for (int x = 0; x < 3 * 2; x++)
+					from_case(v[vi], &rcfgs[c], lengths[li],
+						  dtypes[x / 2], x % 2,
+						  seed + c * 1000003 + li * 1009 +
+							  (uint64_t)x);
+}
+
 /* The narrowing of params_out agrees with half.h on special values too:
  * NaN payloads, infinities, overflow to infinity, subnormals, ties. */
 Test(optim, params_out_conversions_match_half_h)
