@@ -11,6 +11,7 @@
  */
 #include "engine/append.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -308,28 +309,18 @@ out:
 	return rc;
 }
 
-#define APPEND_RETRIES 4 /* cleaning passes one append may wait for */
-
-/* again_after_cleaning - an append was refused for space (it changed
- * nothing): run the cleaner and say whether to try again; when not, *rc is
- * the final status (a fatal cleaner failure stays fatal) */
-static int again_after_cleaning(kvf_store *st, int attempt, const char *call,
-				uint64_t seq_id, kvf_status *rc)
+/* make_room - the append to seq_id was refused: whether to try again
+ * (cleaner_make_room) */
+static int make_room(kvf_store *st, int attempt, const char *call,
+		     uint64_t seq_id, kvf_status *rc)
 {
-	kvf_status crc = KVF_ENOSPC;
+	char what[64];
 
 	if (*rc != KVF_ENOSPC)
 		return 0;
-	if (attempt < APPEND_RETRIES && (crc = cleaner_run(st, 1)) == KVF_OK)
-		return 1;
-	if (crc != KVF_ENOSPC) {
-		*rc = crc;
-		return 0;
-	}
-	*rc = kvf_fail(KVF_ENOSPC,
-		       "%s: sequence %llu: the store is full of live data (%u segments); free sequences and retry",
-		       call, (unsigned long long)seq_id, st->n_segments);
-	return 0;
+	snprintf(what, sizeof(what), "%s: sequence %llu", call,
+		 (unsigned long long)seq_id);
+	return cleaner_make_room(st, attempt, 1, what, rc);
 }
 
 kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
@@ -339,7 +330,7 @@ kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 
 	for (int i = 0;; i++) {
 		rc = append_once(st, seq_id, layer, n_tokens, k, v);
-		if (!again_after_cleaning(st, i, "kvf_append", seq_id, &rc))
+		if (!make_room(st, i, "kvf_append", seq_id, &rc))
 			return rc;
 	}
 }
@@ -351,7 +342,7 @@ kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 
 	for (int i = 0;; i++) {
 		rc = append_x_once(st, seq_id, layer, n_tokens, x);
-		if (!again_after_cleaning(st, i, "kvf_append_x", seq_id, &rc))
+		if (!make_room(st, i, "kvf_append_x", seq_id, &rc))
 			return rc;
 	}
 }

@@ -490,6 +490,25 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	return rc;
 }
 
+int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
+		      const char *what, kvf_status *rc)
+{
+	kvf_status crc = KVF_ENOSPC;
+
+	if (*rc != KVF_ENOSPC)
+		return 0;
+	if (attempt < CLEANER_TRIES && (crc = cleaner_run(st, want)) == KVF_OK)
+		return 1;
+	if (crc != KVF_ENOSPC) {
+		*rc = crc;
+		return 0;
+	}
+	*rc = kvf_fail(KVF_ENOSPC,
+		       "%s: the store is full of live data (%u segments); free sequences or optimizers and retry",
+		       what, st->n_segments);
+	return 0;
+}
+
 /* ---- background thread -------------------------------------------------- */
 
 static uint32_t low_watermark(kvf_store *st)

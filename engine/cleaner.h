@@ -24,6 +24,20 @@
  */
 kvf_status cleaner_run(kvf_store *st, uint32_t want);
 
+/*
+ * cleaner_make_room - a call refused with KVF_ENOSPC that changed nothing
+ * may be tried again once the cleaner has run: run it for `want` free
+ * segments a stripe, unless this was try CLEANER_TRIES already.
+ * @attempt: tries so far, from 0.
+ * @what: names the call and what it was for ("kvf_append: sequence 7").
+ * Return: 1: try again; 0: do not, with *rc the final status (as it was
+ * unless KVF_ENOSPC: then KVF_ENOSPC "<what>: the store is full of live
+ * data", or the cleaner's fatal status).  The caller holds no store lock.
+ */
+#define CLEANER_TRIES 4
+int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
+		      const char *what, kvf_status *rc);
+
 /* cleaner_start / cleaner_stop - the background cleaner thread, which
  * keeps free segments above a low watermark */
 kvf_status cleaner_start(kvf_store *st);

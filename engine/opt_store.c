@@ -22,6 +22,7 @@
  * order kvf_sync and the cleaner use.  One step at a time per optimizer.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -29,6 +30,7 @@
 #include "api/status.h"
 #include "compute/half.h"
 #include "compute/optim.h"
+#include "engine/cleaner.h"
 #include "engine/opt_store.h"
 #include "engine/pool.h"
 #include "engine/readpath.h"
@@ -244,7 +246,7 @@ static kvf_status place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
  * long as no other sequence draws from the pool meanwhile.
  */
 static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
-			      const char *call)
+			      const char *call, uint32_t *want)
 {
 	kvf_store *st = o->st;
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
@@ -255,9 +257,13 @@ static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 		if (state_kept(o->states, s))
 			for (uint64_t c = 0; c < o->n_chunks; c++)
 				pages[stream_stripe(st, sid_of(s, gen), c)]++;
+	*want = 0;
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
-		segs += (pages[s] + st->data_per_seg - 1) / st->data_per_seg;
+		uint32_t n = (pages[s] + st->data_per_seg - 1) / st->data_per_seg;
+
+		segs += n;
 		open += pages[s] > 0;
+		*want = n > *want ? n : *want;
 	}
 	rc = segbuf_reserve(st, (uint32_t)(open + (segs < WRITER_MAX_INFLIGHT
 							  ? segs
@@ -265,6 +271,20 @@ static kvf_status reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	return openseg_reserve(st, seq, pages, call);
+}
+
+/* make_room - a create or step of optimizer name was refused: whether
+ * to try again once the cleaner made want free segments a stripe
+ * (cleaner_make_room) */
+static int make_room(kvf_store *st, int attempt, uint32_t want,
+		     const char *call, const char *name, kvf_status *rc)
+{
+	char what[OPT_NAME_MAX + 64];
+
+	if (*rc != KVF_ENOSPC)
+		return 0;
+	snprintf(what, sizeof(what), "%s: optimizer '%s'", call, name);
+	return cleaner_make_room(st, attempt, want, what, rc);
 }
 
 /* commit_gen - flush seq's segments, then durably name gen as current.
@@ -292,47 +312,20 @@ static kvf_status commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 	return rc;
 }
 
-kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
-			  const kvf_opt_config *cfg_in, const float *init,
-			  kvf_opt **out)
+/* create_once - kvf_opt_create after its checks: make the state and
+ * commit it, or change nothing; *want: the free segments a stripe the
+ * state needs, when that is what it lacked (KVF_ENOSPC) */
+static kvf_status create_once(kvf_store *st, const char *name,
+			      uint64_t n_params, const kvf_opt_config *cfg_in,
+			      const float *init, kvf_opt **out, uint32_t *want)
 {
 	const char *call = "kvf_opt_create";
-	kvf_opt_config cfg;
+	kvf_opt_config cfg = *cfg_in, old_cfg;
 	struct meta_opt m;
-	kvf_opt_config old_cfg;
-	char why[160];
 	struct seq *seq = NULL;
 	kvf_opt *o = NULL;
 	kvf_status rc;
 
-	if (out == NULL || st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
-				st ? "out" : "store");
-	*out = NULL;
-	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
-		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
-	if (n_params == 0 || n_params > UINT32_MAX)
-		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
-				call, (unsigned long long)n_params, UINT32_MAX);
-	if ((rc = kvf_struct_check(call, "cfg", cfg_in, sizeof(cfg))) != KVF_OK)
-		return rc;
-	kvf_opt_config_init(&cfg, cfg_in->kind);
-	memcpy(&cfg, cfg_in, cfg_in->struct_size < sizeof(cfg) ? cfg_in->struct_size
-							       : sizeof(cfg));
-	cfg.struct_size = sizeof(cfg);
-	if (!kvc_opt_config_check(&cfg, why, sizeof(why)))
-		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
-	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
-		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",
-				call, (int)cfg.out_dtype);
-	if (!(cfg.max_grad_norm >= 0) || !isfinite(cfg.max_grad_norm) ||
-	    !(cfg.grad_scale >= 0) || !isfinite(cfg.grad_scale))
-		return kvf_fail(KVF_EINVAL,
-				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
-				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
 	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = record_get(st, name, &m, &old_cfg);
@@ -356,7 +349,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 	if ((rc = seq_insert(st, seq)) != KVF_OK)
 		goto out_seq;
 	pthread_mutex_lock(&seq->lock);
-	rc = reserve_gen(o, seq, 0, call);
+	rc = reserve_gen(o, seq, 0, call, want);
 	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
 		uint32_t n = (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
 								    : OPT_BATCH);
@@ -406,6 +399,52 @@ out:
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
+}
+
+kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
+			  const kvf_opt_config *cfg_in, const float *init,
+			  kvf_opt **out)
+{
+	const char *call = "kvf_opt_create";
+	kvf_opt_config cfg;
+	char why[160];
+	kvf_status rc;
+
+	if (out == NULL || st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				st ? "out" : "store");
+	*out = NULL;
+	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	if (n_params == 0 || n_params > UINT32_MAX)
+		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
+				call, (unsigned long long)n_params, UINT32_MAX);
+	if ((rc = kvf_struct_check(call, "cfg", cfg_in, sizeof(cfg))) != KVF_OK)
+		return rc;
+	kvf_opt_config_init(&cfg, cfg_in->kind);
+	memcpy(&cfg, cfg_in, cfg_in->struct_size < sizeof(cfg) ? cfg_in->struct_size
+							       : sizeof(cfg));
+	cfg.struct_size = sizeof(cfg);
+	if (!kvc_opt_config_check(&cfg, why, sizeof(why)))
+		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
+	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",
+				call, (int)cfg.out_dtype);
+	if (!(cfg.max_grad_norm >= 0) || !isfinite(cfg.max_grad_norm) ||
+	    !(cfg.grad_scale >= 0) || !isfinite(cfg.grad_scale))
+		return kvf_fail(KVF_EINVAL,
+				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
+				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
+	for (int attempt = 0;; attempt++) {
+		uint32_t want = 1;
+
+		rc = create_once(st, name, n_params, &cfg, init, out, &want);
+		if (!make_room(st, attempt, want, call, name, &rc))
+			return rc;
+	}
 }
 
 kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
@@ -825,28 +864,21 @@ static kvf_status run_pipelined(struct step_ctx *x)
 	return rc;
 }
 
-kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
+/* step_once - kvf_opt_step after its checks: the step, or nothing
+ * changed; *want: the free segments a stripe a generation needs, when
+ * that is what it lacked (KVF_ENOSPC) */
+static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
+			    float scale, uint32_t *want)
 {
 	const char *call = "kvf_opt_step";
+	kvf_store *st = o->st;
 	struct kvc_opt_step step;
-	kvf_store *st;
 	struct seq *seq;
 	uint64_t steps;
 	uint32_t gen;
-	float scale = 1.0f;
 	struct step_ctx x;
 	kvf_status rc;
 
-	if (o == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: opt is NULL", call);
-	st = o->st;
-	if ((rc = store_check(st, call)) != KVF_OK)
-		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
-	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
-		return rc;
 	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
@@ -859,7 +891,8 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	gen = seq->opt_gen;
 	steps = seq->opt_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
-	rc = reserve_gen(o, seq, 1 - gen, call); /* its message names call */
+	/* its message names call */
+	rc = reserve_gen(o, seq, 1 - gen, call, want);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
 			       .step = &step, .gsz = dtype_size(g->dtype), .gen = gen,
 			       .split = st->hdr.media == KVF_MEDIA_MEMORY };
@@ -878,6 +911,30 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
 	return rc;
+}
+
+kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
+{
+	const char *call = "kvf_opt_step";
+	float scale = 1.0f;
+	kvf_status rc;
+
+	if (o == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: opt is NULL", call);
+	if ((rc = store_check(o->st, call)) != KVF_OK)
+		return rc;
+	if (o->st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, o->st->dir);
+	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
+		return rc;
+	for (int attempt = 0;; attempt++) {
+		uint32_t want = 1;
+
+		rc = step_once(o, g, params_out, scale, &want);
+		if (!make_room(o->st, attempt, want, call, o->name, &rc))
+			return rc;
+	}
 }
 
 kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -464,4 +465,67 @@ Test(cleaner, moves_optimizer_runs)
 	free(g);
 	free(out);
 	free(want);
+}
+
+/*
+ * A step needs free segments for a whole generation at once.  When they
+ * are not free yet, but would be after cleaning (here: the segments of a
+ * freed sequence, which become free at the next durable point), the step
+ * has the cleaner run and tries again instead of failing; so does a
+ * create.
+ */
+Test(cleaner, a_step_waits_for_the_cleaner)
+{
+	enum { NP = 30 * 1024 }; /* Adam: 90 pages, 3 segments a stripe */
+	kvf_store *st = open_tiny(40 * 64 * 1024);
+	static float init[NP], g[NP], back[NP];
+	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = NP };
+	kvf_segment_info si = { .struct_size = sizeof(si) };
+	uint64_t rng = rng_seed("cleaner step waits"), t = 0, steps;
+	uint32_t free0 = 0;
+	kvf_opt_config c;
+	kvf_opt *o;
+
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	for (int i = 0; i < NP; i++) {
+		init[i] = urand(&rng);
+		g[i] = urand(&rng);
+	}
+	cr_assert(eq(int, kvf_opt_create(st, "w", NP, &c, init, &o), KVF_OK),
+		  "%s", kvf_last_error());
+	/* KV fills what is left, then its sequence is freed */
+	cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
+	while (append(st, 1, 1, t, 32) == KVF_OK)
+		t += 32;
+	cr_assert(eq(int, kvf_seq_free(st, 1), KVF_OK));
+	for (uint32_t seg = 0; seg < 40; seg += 2) /* stripe 0 */
+		if (kvf_segment_info_get(st, seg, &si) == KVF_OK &&
+		    si.state == KVF_SEG_FREE)
+			free0++;
+	cr_assert(lt(u32, free0, 4), "%u segments of stripe 0 free already", free0);
+	cr_assert(eq(int, kvf_opt_step(o, &gr, NULL), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, kvf_opt_steps(o, &steps, NULL), KVF_OK));
+	cr_assert(eq(u64, steps, 1));
+	cr_assert(eq(int, kvf_opt_read(o, 0, NP, back), KVF_OK));
+	cr_assert(ne(int, memcmp(back, init, sizeof(back)), 0));
+	kvf_opt_close(o);
+	/* the same for a create, once the step's old generation is gone */
+	cr_assert(eq(int, kvf_opt_free(st, "w"), KVF_OK));
+	cr_assert(eq(int, kvf_seq_create(st, 2), KVF_OK));
+	for (t = 0; append(st, 2, 2, t, 32) == KVF_OK; t += 32)
+		;
+	cr_assert(eq(int, kvf_seq_free(st, 2), KVF_OK));
+	free0 = 0;
+	for (uint32_t seg = 0; seg < 40; seg += 2)
+		if (kvf_segment_info_get(st, seg, &si) == KVF_OK &&
+		    si.state == KVF_SEG_FREE)
+			free0++;
+	cr_assert(lt(u32, free0, 4), "%u segments of stripe 0 free already", free0);
+	cr_assert(eq(int, kvf_opt_create(st, "w2", NP, &c, init, &o), KVF_OK),
+		  "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_opt_read(o, 0, NP, back), KVF_OK));
+	cr_assert(eq(int, memcmp(back, init, sizeof(back)), 0));
+	kvf_opt_close(o);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }
