@@ -76,8 +76,11 @@ static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip)
 		const struct seg_info *si = &st->segs[i];
 		double u, age, score;
 
+		/* a partly filled segment gives space back even when all its
+		 * pages are live (every optimizer create and step leaves its
+		 * last ones so); only a full, all-live one cannot */
 		if (si->state != SEG_SEALED || skip[i] || si->n_data == 0 ||
-		    si->live >= si->n_data)
+		    si->live >= st->data_per_seg)
 			continue;
 		u = (double)si->live / st->data_per_seg;
 		age = now - (double)si->write_ns / 1e9;
@@ -455,7 +458,7 @@ out:
 kvf_status cleaner_run(kvf_store *st, uint32_t want)
 {
 	struct catalog_batch *b;
-	int progress = 0;
+	int progress = 0, enough = 1;
 	kvf_status rc = KVF_OK;
 
 	pthread_mutex_lock(&st->sync_lock);
@@ -480,11 +483,15 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 				progress = 1;
 		}
 	}
+	/* the segments may be free already (another cleaner run, or the
+	 * durable point above): then there is nothing to do */
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		enough = enough && st->free_count[s] >= want + CLEANER_RESERVE;
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->sync_lock);
 	if (rc == KVF_ENOSPC)
 		rc = KVF_OK; /* ran out of room to copy: report by progress */
-	if (rc == KVF_OK && !progress)
+	if (rc == KVF_OK && !progress && !enough)
 		return kvf_fail(KVF_ENOSPC,
 				"cleaner: no segment to free (live data fills the store)");
 	return rc;
