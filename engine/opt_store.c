@@ -39,8 +39,12 @@
 #include "engine/writer.h"
 
 #define OPT_NAME_MAX 200u
-#define OPT_BATCH 128u /* chunks per batch at most: 128 pages of each state
-			* read together (512 KiB runs with 4 KiB pages) */
+#define OPT_BATCH 512u /* chunks per batch at most: on files, 512 pages of
+			* each state read together (2 MiB with 4 KiB pages;
+			* 128 kept the disk idle more often) */
+
+/* gradients of fewer values are summed on one thread */
+#define OPT_SUMSQ_SPLIT_MIN (1u << 20)
 
 #define OPT_SPLIT 8u  /* tasks a batch is split into when the state is in
 		       * memory: workers join in as they come free */
@@ -64,7 +68,8 @@ struct kvf_opt {
 	uint32_t per_chunk;       /* parameters per page */
 	kvf_opt_config cfg;       /* hyper-parameters */
 	unsigned states;          /* kvc_opt_states: which moments exist */
-	float *work;              /* [2][3][OPT_BATCH][per_chunk], aligned:
+	uint32_t batch;           /* chunks per batch: OPT_BATCH, or all */
+	float *work;              /* [2][3][batch][per_chunk], aligned:
 				   * one half computed while the other loads */
 	const struct kvc_optim *k;
 	/* a step's batch b uses half b % 2 of these: */
@@ -186,7 +191,8 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	o->cfg = *cfg;
 	o->states = kvc_opt_states(cfg);
 	o->k = kvc_optim();
-	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * OPT_BATCH *
+	o->batch = (uint32_t)(o->n_chunks < OPT_BATCH ? o->n_chunks : OPT_BATCH);
+	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * o->batch *
 						     st->hdr.page_size);
 	o->commit = catalog_batch_new();
 	if (o->name == NULL || o->work == NULL || o->commit == NULL) {
@@ -197,9 +203,16 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	return KVF_OK;
 }
 
+/* batch_len - chunks of the batch starting at chunk c0 */
+static uint32_t batch_len(const kvf_opt *o, uint64_t c0)
+{
+	return (uint32_t)(o->n_chunks - c0 < o->batch ? o->n_chunks - c0
+						      : o->batch);
+}
+
 static float *work_page(kvf_opt *o, uint32_t half, uint32_t state, uint32_t j)
 {
-	return o->work + (((size_t)half * 3 + state) * OPT_BATCH + j) * o->per_chunk;
+	return o->work + (((size_t)half * 3 + state) * o->batch + j) * o->per_chunk;
 }
 
 /* place_batch - write chunks [c0, c0 + n) of every kept state (params
@@ -350,11 +363,10 @@ static kvf_status create_once(kvf_store *st, const char *name,
 		goto out_seq;
 	pthread_mutex_lock(&seq->lock);
 	rc = reserve_gen(o, seq, 0, call, want);
-	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
-		uint32_t n = (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
-								    : OPT_BATCH);
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += o->batch) {
+		uint32_t n = batch_len(o, c0);
 
-		memset(o->work, 0, (size_t)3 * OPT_BATCH * st->hdr.page_size);
+		memset(o->work, 0, (size_t)3 * o->batch * st->hdr.page_size);
 		for (uint32_t j = 0; j < n; j++) {
 			uint64_t i0 = (c0 + j) * o->per_chunk;
 			uint64_t cnt = n_params - i0 < o->per_chunk ? n_params - i0
@@ -583,7 +595,7 @@ static double grad_sumsq(kvf_opt *o, const kvf_grad *g)
 	struct sumsq_ctx c = { .k = o->k, .g = g };
 	double sum = 0;
 
-	if (g->n < OPT_SPLIT * (uint64_t)OPT_BATCH * o->per_chunk ||
+	if (g->n < OPT_SUMSQ_SPLIT_MIN ||
 	    pool_run(o->st->pool, OPT_SPLIT, sumsq_task, &c) != KVF_OK)
 		return kvc_opt_grad_sumsq(o->k, g->values, g->n, g->dtype);
 	for (uint32_t i = 0; i < OPT_SPLIT; i++)
@@ -634,13 +646,6 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 	if (o->cfg.max_grad_norm > 0)
 		*scale *= kvc_opt_clip_coef(sqrt(sumsq) * *scale, o->cfg.max_grad_norm);
 	return KVF_OK;
-}
-
-/* batch_len - chunks of the batch starting at chunk c0 */
-static uint32_t batch_len(const kvf_opt *o, uint64_t c0)
-{
-	return (uint32_t)(o->n_chunks - c0 < OPT_BATCH ? o->n_chunks - c0
-						       : OPT_BATCH);
 }
 
 /* What the tasks of one batch share. */
@@ -817,7 +822,7 @@ static kvf_status step_task(void *arg, uint32_t i)
 		update(x, 0, x->n);
 		return fill_batch(x->o, x->seq, x->c0, x->n, 1 - x->gen, x->cur);
 	}
-	return load_batch(x->o, x->seq, x->c0 + OPT_BATCH, x->next_n, x->gen,
+	return load_batch(x->o, x->seq, x->c0 + x->o->batch, x->next_n, x->gen,
 			  x->cur ^ 1);
 }
 
@@ -851,10 +856,10 @@ static kvf_status run_pipelined(struct step_ctx *x)
 	kvf_opt *o = x->o;
 	kvf_status rc = load_batch(o, x->seq, 0, batch_len(o, 0), x->gen, 0);
 
-	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += OPT_BATCH) {
+	for (uint64_t c0 = 0; rc == KVF_OK && c0 < o->n_chunks; c0 += o->batch) {
 		x->c0 = c0;
 		x->n = batch_len(o, c0);
-		x->next_n = c0 + OPT_BATCH < o->n_chunks ? batch_len(o, c0 + OPT_BATCH)
+		x->next_n = c0 + o->batch < o->n_chunks ? batch_len(o, c0 + o->batch)
 							 : 0;
 		rc = plan_batch(o, x->seq, c0, &x->n, 1 - x->gen, x->cur, 0);
 		if (rc == KVF_OK)
@@ -962,10 +967,10 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 	}
 	pthread_mutex_lock(&seq->lock);
 	for (uint64_t c0 = i0 / o->per_chunk; rc == KVF_OK && n > 0 &&
-	     c0 <= (i0 + n - 1) / o->per_chunk; c0 += OPT_BATCH) {
+	     c0 <= (i0 + n - 1) / o->per_chunk; c0 += o->batch) {
 		uint64_t last = (i0 + n - 1) / o->per_chunk;
-		uint32_t cnt = (uint32_t)(last - c0 + 1 < OPT_BATCH ? last - c0 + 1
-								   : OPT_BATCH);
+		uint32_t cnt = (uint32_t)(last - c0 + 1 < o->batch ? last - c0 + 1
+								  : o->batch);
 		uint64_t idx[OPT_BATCH];
 		struct load_ctx l = { o, 0, ST_PARAM };
 
