@@ -807,8 +807,10 @@ KVF_API kvf_status kvf_opt_open(kvf_store *st, const char *name,
  * @params_out: NULL, or [n_params] in cfg.out_dtype.
  * Return: KVF_OK; KVF_EINVAL (NULL, wrong length, unsorted or repeated
  * index, bad dtype); KVF_ERANGE (index past n_params, non-finite
- * gradient); KVF_ENOSPC; KVF_ECORRUPT, KVF_EIO (state unreadable: nothing
- * changed); KVF_EFATAL.
+ * gradient); KVF_ENOSPC (no room for a new generation of the state, even
+ * after cleaning: nothing changed); KVF_ECORRUPT, KVF_EIO (state
+ * unreadable: the state stays at the previous step, but params_out may
+ * hold part of this step's output); KVF_EFATAL.
  * Concurrency: one call at a time per optimizer; other sequences and
  * optimizers may run meanwhile.
  */

@@ -57,9 +57,9 @@
  * Chunks: a kernel updates the elements [i0, i0 + n) of one tensor, in
  * place, given pointers to that chunk of param (and m, v when the rule
  * keeps them) and the chunk's gradient; the _from kernels read the chunk
- * from one place and write it to another in the same pass.  Chunks are independent: updating
- * a tensor in any split of chunks, in any order, on any threads, gives the
- * same bits as one call over the whole tensor.
+ * from one place and write it to another in the same pass.  Chunks are
+ * independent: updating a tensor in any split of chunks, in any order, on
+ * any threads, gives the same bits as one call over the whole tensor.
  *
  * A step, for the engine (see tests/unit/compute/test_optim.c):
  *	k = kvc_optim();
@@ -234,8 +234,8 @@ enum { KVC_CHUNK_P = 0, KVC_CHUNK_M = 1, KVC_CHUNK_V = 2 };
  * not keep (kvc_opt_states) are NULL in both.
  */
 struct kvc_opt_chunk {
-	const float *in[3];
-	float *out[3];
+	const float *in[3]; /* read: the state before the step */
+	float *out[3];      /* written: the state after it */
 };
 
 /*

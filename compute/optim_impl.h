@@ -183,7 +183,9 @@ static inline void opt_update_elts(const struct kvc_opt_step *s,
 		break;
 	case KVF_OPT_SGD:
 		for (; i < n; i++) {
-			const float *mi = in[KVC_CHUNK_M] ? &in[KVC_CHUNK_M][i] : NULL;
+			/* the buffer exists only with momentum */
+			const float *mi = s->momentum != 0.0f ? &in[KVC_CHUNK_M][i]
+							       : NULL;
 
 			p = in[KVC_CHUNK_P][i];
 			if (mi)

@@ -511,8 +511,8 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
 		return 0;
 	}
 	*rc = kvf_fail(KVF_ENOSPC,
-		       "%s: the store is full of live data (%u segments); free sequences or optimizers and retry",
-		       what, st->n_segments);
+		       "%s: the store is full of live data (%u segments; this needs %u free on a stripe, and cleaning freed none); free sequences or optimizers and retry",
+		       what, st->n_segments, want);
 	return 0;
 }
 

@@ -22,10 +22,11 @@
  * groups of one stream at a fixed stride share one entry (a stream's groups
  * go round the stripes, so a stripe holds every n_stripes-th; an
  * optimizer's segment is a few runs, not one entry per page).  "R" holds
- * the index entries a forked sequence shares with its parent.  At open the index is rebuilt from "G"
- * and "R": per (sequence, stream, group) the entry with the highest seqno
- * wins, and entries older than their sequence's create_seqno (an earlier
- * sequence with the same id) or past its length are ignored.
+ * the index entries a forked sequence shares with its parent.  At open
+ * the index is rebuilt from "G" and "R": per (sequence, stream, group)
+ * the entry with the highest seqno wins, and entries older than their
+ * sequence's create_seqno (an earlier sequence with the same id) or past
+ * its length are ignored.
  */
 #ifndef KVF_ENGINE_META_H
 #define KVF_ENGINE_META_H
@@ -104,11 +105,13 @@ static inline void meta_run_add(struct meta_run *runs, uint32_t *n_runs,
 	    last->stream != r.stream || last->ns != r.ns ||
 	    last->n == META_RUN_MAX || last->page + last->n != r.page)
 		goto append;
-	step = r.group - last->group; /* huge when r.group is below */
+	/* in 64 bits: a run never wraps past group 2^32 - 1 */
+	step = r.group > last->group ? r.group - last->group : 0;
 	if (last->n == 1 && step >= 1 && step <= META_STRIDE_MAX)
 		last->stride = (uint8_t)step;
 	else if (last->n == 1 ||
-		 r.group != last->group + (uint32_t)last->n * last->stride)
+		 (uint64_t)r.group !=
+			 (uint64_t)last->group + (uint64_t)last->n * last->stride)
 		goto append;
 	last->n++;
 	return;

@@ -869,9 +869,11 @@ static kvf_status run_pipelined(struct step_ctx *x)
 	return rc;
 }
 
-/* step_once - kvf_opt_step after its checks: the step, or nothing
- * changed; *want: the free segments a stripe a generation needs, when
- * that is what it lacked (KVF_ENOSPC) */
+/* step_once - kvf_opt_step after its checks.  On failure the committed
+ * generation stays (what was placed of the new one is garbage, and
+ * params_out may be partly written, unless the failure came first: no
+ * room, KVF_ENOSPC, when *want is the free segments a stripe a
+ * generation needs) */
 static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 			    float scale, uint32_t *want)
 {

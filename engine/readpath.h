@@ -81,8 +81,8 @@ struct page_read {
  * io: room for n requests (the caller's, so that a read allocates
  * nothing).  The pages must all be written: none in an open segment or a
  * write in flight (the caller flushed them and placed none since).  This
- * looks at neither, so it may run on another thread while the caller,
- * holding seq->lock, places pages of other streams of seq.
+ * looks at neither, so it may run while pages of other streams of seq are
+ * placed (by the holder of seq->lock, or by a task it waits for).
  * Return: KVF_OK; KVF_ECORRUPT (no page in the index, or a page failed
  * its checksum), KVF_EIO.
  */

@@ -523,11 +523,13 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r,
 		struct rstate *in = t % 2 ? &b : &x, *out = t % 2 ? &x : &b;
 		struct kvc_opt_chunk c = { { in->p, in->m, in->v },
 					   { out->p, out->m, out->v } };
-		float *keep = xmalloc(3 * n * sizeof(float) + 1);
+		float *keep = xmalloc(5 * n * sizeof(float) + 1);
 
 		memcpy(keep, in->p, n * 4);
 		memcpy(keep + n, in->m, n * 4);
 		memcpy(keep + 2 * n, in->v, n * 4);
+		memcpy(keep + 3 * n, out->m, n * 4);
+		memcpy(keep + 4 * n, out->v, n * 4);
 		kvc_opt_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
 		if (sparse) {
 			kvc_opt_sparse(k, &s, a.p, a.m, a.v, n, 0, a.idx, a.val,
@@ -543,8 +545,12 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r,
 		same_bits(a.out, out->out, n * 4, "params_out", ctx);
 		if (kvc_opt_states(&cfg) & KVC_OPT_M)
 			same_bits(a.m, out->m, n * 4, "m", ctx);
+		else
+			same_bits(keep + 3 * n, out->m, n * 4, "m not kept", ctx);
 		if (kvc_opt_states(&cfg) & KVC_OPT_V)
 			same_bits(a.v, out->v, n * 4, "v", ctx);
+		else
+			same_bits(keep + 4 * n, out->v, n * 4, "v not kept", ctx);
 		same_bits(keep, in->p, n * 4, "params read", ctx);
 		same_bits(keep + n, in->m, n * 4, "m read", ctx);
 		same_bits(keep + 2 * n, in->v, n * 4, "v read", ctx);

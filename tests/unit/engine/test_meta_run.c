@@ -200,3 +200,26 @@ Test(meta_run, strides_up_to_meta_stride_max)
 	expect_run(runs, 0, slot(7, 3, 5, 0));
 	expect_run(runs, 1, slot(7, 3, 6 + META_STRIDE_MAX, 1));
 }
+
+/* A run never wraps past group 2^32 - 1 (open would refuse the record):
+ * a page whose group is below the run's last, modulo 2^32 the next one,
+ * starts a new run. */
+Test(meta_run, no_run_wraps_past_the_last_group)
+{
+	struct meta_run runs[4];
+	uint32_t n = 0;
+
+	meta_run_add(runs, &n, slot(7, 3, UINT32_MAX - 1, 0));
+	meta_run_add(runs, &n, slot(7, 3, 2, 1)); /* 4 on, modulo 2^32 */
+	cr_assert(eq(u32, n, 2));
+	expect_run(runs, 0, slot(7, 3, UINT32_MAX - 1, 0));
+	expect_run(runs, 1, slot(7, 3, 2, 1));
+	n = 0;
+	meta_run_add(runs, &n, slot(7, 3, UINT32_MAX - 1, 0));
+	meta_run_add(runs, &n, slot(7, 3, UINT32_MAX, 1));
+	meta_run_add(runs, &n, slot(7, 3, 0, 2)); /* would wrap */
+	cr_assert(eq(u32, n, 2));
+	expect_run(runs, 0, with_n(slot(7, 3, UINT32_MAX - 1, 0), 2));
+	expect_run(runs, 1, slot(7, 3, 0, 2));
+	cr_assert(meta_run_ok(&runs[0], 3));
+}
