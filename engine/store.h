@@ -60,7 +60,10 @@ enum seg_state {
 #define SEQ_NS_USER 0u
 #define SEQ_NS_OPT 1u
 #define OPT_STREAMS 6u /* param, m, v; two generations each */
-#define WRITER_THREADS 2 /* segment writes in flight at once */
+#define WRITER_THREADS 4 /* segment writes in flight at once (2 kept a
+			  * file-store optimizer step waiting on its
+			  * writes: 487 against 446 ms a step, means of
+			  * six alternating runs) */
 
 /* Where a group's page is, and the low 24 bits of its XXH3-64 so every
  * read from media is verified without reading the segment summary. */
