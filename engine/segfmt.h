@@ -52,6 +52,8 @@
 /* 2: "G" records list runs of slots (meta.h), not one slot per page */
 #define STORE_FORMAT_VERSION 2u
 #define STORE_HEADER_FILE "KVFLASH"
+/* present while a store is being created; see kvf_open */
+#define STORE_CREATING_FILE "CREATING"
 
 struct seg_summary_header {
 	char magic[8];

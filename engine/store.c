@@ -108,37 +108,21 @@ static void remove_tree(const char *path)
 
 /* ---- options and header ------------------------------------------------ */
 
-/* take_options - the caller's options over our defaults */
-static kvf_status take_options(const kvf_options *in, kvf_options *o)
-{
-	kvf_status rc;
-
-	kvf_options_init(o, NULL);
-	if (in == NULL)
-		return KVF_OK;
-	if ((rc = kvf_struct_check("kvf_open", "opts", in, sizeof(*o))) != KVF_OK)
-		return rc;
-	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
-	o->struct_size = sizeof(*o);
-	if (o->trim > 2)
-		return kvf_fail(KVF_EINVAL, "kvf_open: trim %u must be 0, 1 or 2", o->trim);
-	if (o->verify_reads > 1)
-		return kvf_fail(KVF_EINVAL, "kvf_open: verify_reads %u must be 0 or 1",
-				o->verify_reads);
-	return KVF_OK;
-}
-
 static int is_pow2(uint64_t x)
 {
 	return x && !(x & (x - 1));
 }
 
-/* build_header - validate o for a new store and describe it */
-static kvf_status build_header(const kvf_options *o, struct store_header *h)
+/* Ranges of the option fields that are not part of the model. */
+#define MAX_THREADS 1024u      /* pool workers: beyond this is a mistake */
+#define MAX_QUEUE_DEPTH 4096u  /* io_uring ring entries */
+#define MAX_FLASH_CHANNELS 256u
+
+/* check_model - the model a store is created for, or that a reopen names */
+static kvf_status check_model(const kvf_options *o)
 {
 	const kvf_model *m = &o->model;
-	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
-	uint32_t page_bits = 0, row;
+	uint32_t row;
 
 	if (m->n_layers == 0 || m->n_layers > KV_MAX_LAYERS)
 		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_layers %u out of range (1..%u)",
@@ -154,61 +138,142 @@ static kvf_status build_header(const kvf_options *o, struct store_header *h)
 	if ((unsigned)m->dtype > KVF_DTYPE_F32)
 		return kvf_fail(KVF_EINVAL, "kvf_open: model.dtype %d is not a kvf_dtype",
 				(int)m->dtype);
+	row = m->head_dim * dtype_bytes(m->dtype);
+	if (m->head_dim == 0 || m->head_dim > o->page_size / 2 ||
+	    o->page_size % row != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: model.head_dim %u: one token of a head (%u bytes) must divide the page size %u",
+				m->head_dim, row, o->page_size);
+	if (o->kt_pages && m->head_dim > 512)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
+				m->head_dim);
+	return KVF_OK;
+}
+
+/* check_options - every field of o in its range, before anything is made;
+ * the model only when one is given (a zero model reopens as stored) */
+static kvf_status check_options(const kvf_options *o)
+{
+	const kvf_model *m = &o->model;
+	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
+	uint32_t page_bits = 0;
+
+	if ((unsigned)o->media > KVF_MEDIA_FLASH)
+		return kvf_fail(KVF_EINVAL, "kvf_open: media %d is not a kvf_media_kind",
+				(int)o->media);
 	if (!is_pow2(o->page_size) || o->page_size < 4096 || o->page_size > 65536)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: page_size %u must be a power of two in 4096..65536",
 				o->page_size);
-	row = m->head_dim * dtype_bytes(m->dtype);
-	if (m->head_dim == 0 || row > o->page_size || o->page_size % row != 0)
-		return kvf_fail(KVF_EINVAL,
-				"kvf_open: model.head_dim %u: one token of a head (%u bytes) must divide the page size %u",
-				m->head_dim, row, o->page_size);
+	if (o->n_threads > MAX_THREADS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: n_threads %u out of range (0..%u; 0 = online CPUs)",
+				o->n_threads, MAX_THREADS);
+	if (o->kt_pages > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
+				o->kt_pages);
 	if (seg == 0 || seg % o->page_size != 0 || seg / o->page_size < 4 ||
 	    seg / o->page_size > 65536)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: segment_size %llu must be 4 to 65536 pages of %u bytes",
 				(unsigned long long)seg, o->page_size);
-	pps = seg / o->page_size;
-	while ((1ull << page_bits) < pps)
-		page_bits++;
-	if ((unsigned)o->media > KVF_MEDIA_FLASH)
-		return kvf_fail(KVF_EINVAL, "kvf_open: media %d is not a kvf_media_kind",
+	if (o->queue_depth > MAX_QUEUE_DEPTH)
+		return kvf_fail(KVF_EINVAL, "kvf_open: queue_depth %u out of range (0..%u; 0 = %u)",
+				o->queue_depth, MAX_QUEUE_DEPTH, KVF_MEDIA_DEFAULT_QD);
+	if (o->n_stripes > KVF_MEDIA_MAX_STRIPES ||
+	    o->n_device_paths > KVF_MEDIA_MAX_STRIPES)
+		return kvf_fail(KVF_EINVAL, "kvf_open: n_stripes %u / n_device_paths %u out of range (0..%u)",
+				o->n_stripes, o->n_device_paths,
+				KVF_MEDIA_MAX_STRIPES);
+	n_stripes = o->n_stripes ? o->n_stripes
+				 : (o->n_device_paths ? o->n_device_paths : 1);
+	if ((o->device_paths != NULL) != (o->n_device_paths != 0) ||
+	    (o->n_device_paths && o->n_device_paths != n_stripes))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: device_paths %s with n_device_paths %u for %llu stripes (give one path per stripe, or none)",
+				o->device_paths ? "set" : "NULL", o->n_device_paths,
+				(unsigned long long)n_stripes);
+	for (uint32_t i = 0; i < o->n_device_paths; i++)
+		if (o->device_paths[i] == NULL || o->device_paths[i][0] == '\0')
+			return kvf_fail(KVF_EINVAL, "kvf_open: device_paths[%u] is %s",
+					i, o->device_paths[i] ? "empty" : "NULL");
+	if (o->n_device_paths && o->media != KVF_MEDIA_FILE)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: device_paths are for media KVF_MEDIA_FILE, not media %d",
 				(int)o->media);
+	if (o->direct_io > 2)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: direct_io %u must be 0 (where allowed), 1 (on) or 2 (off)",
+				o->direct_io);
+	if (o->read_only > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: read_only %u must be 0 or 1",
+				o->read_only);
+	if (o->flash_channels > MAX_FLASH_CHANNELS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_channels %u out of range (0..%u; 0 = one per stripe)",
+				o->flash_channels, MAX_FLASH_CHANNELS);
 	if (o->flash_cell > 4)
 		return kvf_fail(KVF_EINVAL, "kvf_open: flash_cell %u out of range (0..4)",
 				o->flash_cell);
 	if (!(o->flash_spare >= 0 && o->flash_spare < 0.9f))
 		return kvf_fail(KVF_EINVAL, "kvf_open: flash_spare %g out of range [0, 0.9)",
 				(double)o->flash_spare);
-	if (o->kt_pages > 1)
-		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
-				o->kt_pages);
-	if (o->kt_pages && m->head_dim > 512)
-		return kvf_fail(KVF_EINVAL,
-				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
-				m->head_dim);
-	n_stripes = o->n_stripes ? o->n_stripes
-				 : (o->n_device_paths ? o->n_device_paths : 1);
-	if (n_stripes > KVF_MEDIA_MAX_STRIPES)
-		return kvf_fail(KVF_EINVAL, "kvf_open: n_stripes %llu out of range (1..%u)",
-				(unsigned long long)n_stripes, KVF_MEDIA_MAX_STRIPES);
-	if (o->n_device_paths && (o->device_paths == NULL ||
-				  o->n_device_paths != n_stripes))
-		return kvf_fail(KVF_EINVAL,
-				"kvf_open: %u device paths for %llu stripes (give one per stripe)",
-				o->n_device_paths, (unsigned long long)n_stripes);
+	if (o->trim > 2)
+		return kvf_fail(KVF_EINVAL, "kvf_open: trim %u must be 0, 1 or 2", o->trim);
+	if (o->verify_reads > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: verify_reads %u must be 0 or 1",
+				o->verify_reads);
+	pps = seg / o->page_size;
+	while ((1ull << page_bits) < pps)
+		page_bits++;
 	per_stripe = o->capacity_bytes / n_stripes / seg;
 	if (per_stripe < 2)
 		return kvf_fail(KVF_EINVAL,
-				"kvf_open: capacity_bytes %llu holds fewer than 2 segments of %llu bytes per stripe",
+				"kvf_open: capacity_bytes %llu holds fewer than 2 segments of %llu bytes per stripe (%llu stripes)",
 				(unsigned long long)o->capacity_bytes,
-				(unsigned long long)seg);
+				(unsigned long long)seg,
+				(unsigned long long)n_stripes);
 	if (per_stripe * n_stripes >= (1ull << (32 - page_bits)) - 1)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: capacity_bytes %llu is too many segments of %llu bytes (at most %llu)",
 				(unsigned long long)o->capacity_bytes,
 				(unsigned long long)seg,
 				(unsigned long long)(1ull << (32 - page_bits)) - 2);
+	if (m->n_layers || m->n_q_heads || m->n_kv_heads || m->head_dim)
+		return check_model(o);
+	return KVF_OK;
+}
+
+/* take_options - the caller's options over our defaults, each checked */
+static kvf_status take_options(const kvf_options *in, kvf_options *o)
+{
+	kvf_status rc;
+
+	kvf_options_init(o, NULL);
+	if (in == NULL)
+		return KVF_OK;
+	if ((rc = kvf_struct_check("kvf_open", "opts", in, sizeof(*o))) != KVF_OK)
+		return rc;
+	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
+	o->struct_size = sizeof(*o);
+	return check_options(o);
+}
+
+/* build_header - describe a new store made with o (check_options passed) */
+static kvf_status build_header(const kvf_options *o, struct store_header *h)
+{
+	const kvf_model *m = &o->model;
+	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
+	uint32_t page_bits = 0;
+	kvf_status rc;
+
+	if ((rc = check_model(o)) != KVF_OK)
+		return rc;
+	pps = seg / o->page_size;
+	while ((1ull << page_bits) < pps)
+		page_bits++;
+	n_stripes = o->n_stripes ? o->n_stripes
+				 : (o->n_device_paths ? o->n_device_paths : 1);
+	per_stripe = o->capacity_bytes / n_stripes / seg;
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, STORE_MAGIC, 8);
 	h->format_version = STORE_FORMAT_VERSION;
@@ -276,7 +341,9 @@ static kvf_status check_against(const kvf_options *o, const struct store_header 
 	return KVF_OK;
 }
 
-/* read_header - the store header at path; KVF_ENOENT if there is none */
+/* read_header - the store header at path; KVF_ENOENT if there is none.
+ * A file that is there but is not a whole, intact header of ours is
+ * damage (KVF_ECORRUPT): the name KVFLASH is the store's. */
 static kvf_status read_header(const char *path, struct store_header *h)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -287,15 +354,19 @@ static kvf_status read_header(const char *path, struct store_header *h)
 			return KVF_ENOENT;
 		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: open %s", path);
 	}
+	memset(h, 0, sizeof(*h));
 	n = read(fd, h, sizeof(*h));
 	close(fd);
 	if (n < 0)
 		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: read %s", path);
 	if (n < 12 || memcmp(h->magic, STORE_MAGIC, 8) != 0)
-		return kvf_fail(KVF_EINVAL,
-				"kvf_open: %s is not a kvflash store header (bad magic)",
-				path);
-	if (h->format_version > STORE_FORMAT_VERSION)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: %zd bytes without the KVFLASH magic (the store header is unreadable; its segments and catalog are not touched)",
+				path, n);
+	/* a newer format may lay its header out otherwise: only a header
+	 * of our size and checksum can be judged damaged with certainty */
+	if (h->format_version > STORE_FORMAT_VERSION &&
+	    (h->header_size != sizeof(*h) || header_checksum(h) == h->checksum))
 		return kvf_fail(KVF_EVERSION,
 				"kvf_open: %s has format version %u; this library reads up to %u",
 				path, h->format_version, STORE_FORMAT_VERSION);
@@ -347,7 +418,8 @@ static kvf_status write_header(const char *dir, const char *path,
 	return KVF_OK;
 }
 
-/* dir_is_empty - holds nothing but what kvf_open itself makes (LOCK) */
+/* dir_is_empty - holds nothing but what kvf_open itself makes first (LOCK,
+ * the creation marker) */
 static int dir_is_empty(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -358,10 +430,82 @@ static int dir_is_empty(const char *dir)
 		return 0;
 	while ((e = readdir(d)) != NULL)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    strcmp(e->d_name, "LOCK"))
+		    strcmp(e->d_name, "LOCK") &&
+		    strcmp(e->d_name, STORE_CREATING_FILE))
 			empty = 0;
 	closedir(d);
 	return empty;
+}
+
+/* sync_dir - make the directory's entries (creations, renames, unlinks)
+ * durable */
+static void sync_dir(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+}
+
+/* begin_create - mark dir as a store being created: until the marker is
+ * gone, whatever else the directory holds is the leftover of a creation
+ * that did not finish, which the next open removes and starts afresh.
+ * The marker is only ever written into a directory that holds nothing but
+ * our LOCK, or holds our own store. */
+static kvf_status begin_create(const char *dir, const char *cpath)
+{
+	int fd = open(cpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0 || fsync(fd) != 0) {
+		int err = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return kvf_fail_errno(KVF_EIO, err, "kvf_open: creating %s", cpath);
+	}
+	close(fd);
+	sync_dir(dir);
+	return KVF_OK;
+}
+
+/* clear_leftovers - remove all an unfinished creation left in dir: every
+ * entry but the LOCK and the marker, which go last */
+static void clear_leftovers(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[4096];
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    !strcmp(e->d_name, "LOCK") ||
+		    !strcmp(e->d_name, STORE_CREATING_FILE))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		remove_tree(p);
+	}
+	closedir(d);
+	sync_dir(dir);
+}
+
+/* finish_create - the store is whole: its header goes in (atomically), and
+ * only then the marker goes */
+static kvf_status finish_create(kvf_store *st, const char *hpath,
+				const char *cpath)
+{
+	kvf_status rc = write_header(st->dir, hpath, &st->hdr);
+
+	if (rc != KVF_OK)
+		return rc;
+	if (unlink(cpath) != 0)
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: removing %s",
+				      cpath);
+	sync_dir(st->dir);
+	return KVF_OK;
 }
 
 /* ---- open / close ------------------------------------------------------ */
@@ -511,6 +655,8 @@ static void store_release(kvf_store *st, int created, int made_dir,
 		remove_tree(p);
 		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_HEADER_FILE);
 		unlink(p);
+		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_CREATING_FILE);
+		unlink(p);
 	}
 	if ((created || made_dir || fresh) && st->dir && !st->read_only) {
 		/* a failed create leaves nothing: not its LOCK, not the
@@ -607,9 +753,9 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		      struct kvf_media *media, kvf_store **out)
 {
 	struct store_header stored;
-	int created = 0, made_dir = 0, fresh = 0;
+	int created = 0, made_dir = 0, fresh = 0, creating;
 	kvf_store *st;
-	char *hpath = NULL, *mpath = NULL;
+	char *hpath = NULL, *mpath = NULL, *cpath = NULL;
 	kvf_status rc;
 
 	if (out == NULL)
@@ -648,7 +794,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	st->dir = kvf_strdup(dir);
 	hpath = path_join(dir, STORE_HEADER_FILE);
 	mpath = path_join(dir, "meta");
-	if (!st->dir || !hpath || !mpath) {
+	cpath = path_join(dir, STORE_CREATING_FILE);
+	if (!st->dir || !hpath || !mpath || !cpath) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto fail;
 	}
@@ -670,13 +817,23 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	}
 	if ((rc = lock_dir(st)) != KVF_OK)
 		goto fail;
+	creating = access(cpath, F_OK) == 0;
 	rc = read_header(hpath, &stored);
 	st->media_borrowed = media != NULL;
+	if (rc == KVF_OK && creating && !st->read_only) {
+		/* killed between the header and the marker's removal: the
+		 * store is whole */
+		unlink(cpath);
+		sync_dir(dir);
+		creating = 0;
+	}
 	if (rc == KVF_OK && stored.media != KVF_MEDIA_FILE && !st->read_only &&
 	    media == NULL) {
-		/* a memory or flash store's data died with its last handle */
-		remove_tree(mpath);
-		unlink(hpath);
+		/* a memory or flash store's data died with its last handle:
+		 * its files go, under the marker, and a new one is made */
+		if ((rc = begin_create(dir, cpath)) != KVF_OK)
+			goto fail;
+		creating = 1;
 		rc = KVF_ENOENT;
 	}
 	if (rc == KVF_OK) {
@@ -686,14 +843,22 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	} else if (rc == KVF_ENOENT) {
 		fresh = 1; /* no store here: a failure removes our LOCK */
 		if (st->read_only) {
-			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (no %s)",
-				      dir, hpath);
+			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (%s)",
+				      dir, creating ? "its creation did not finish"
+						    : "no KVFLASH header");
 			goto fail;
 		}
+		if (creating)
+			clear_leftovers(dir);
 		if (!dir_is_empty(dir)) {
-			rc = kvf_fail(KVF_EINVAL,
-				      "kvf_open: %s is not a kvflash store (no KVFLASH header) and is not empty",
-				      dir);
+			if (access(mpath, F_OK) == 0)
+				rc = kvf_fail(KVF_ECORRUPT,
+					      "kvf_open: %s has a catalog (meta/) but its store header %s is missing: the store is damaged; nothing was changed",
+					      dir, hpath);
+			else
+				rc = kvf_fail(KVF_EINVAL,
+					      "kvf_open: %s is not a kvflash store (no KVFLASH header) and is not empty",
+					      dir);
 			goto fail;
 		}
 		if (opts == NULL) {
@@ -705,8 +870,10 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		if ((rc = build_header(&st->opts, &st->hdr)) != KVF_OK)
 			goto fail;
 		st->hdr.store_id = random_id();
+		/* the catalog's config record is this header, checksum too */
+		st->hdr.checksum = header_checksum(&st->hdr);
 		created = 1;
-		if ((rc = write_header(dir, hpath, &st->hdr)) != KVF_OK)
+		if (!creating && (rc = begin_create(dir, cpath)) != KVF_OK)
 			goto fail;
 	} else {
 		goto fail;
@@ -755,14 +922,18 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (!st->read_only && ((rc = writer_start(st)) != KVF_OK ||
 			       (rc = cleaner_start(st)) != KVF_OK))
 		goto fail;
+	if (created && (rc = finish_create(st, hpath, cpath)) != KVF_OK)
+		goto fail;
 	kvf_free(hpath);
 	kvf_free(mpath);
+	kvf_free(cpath);
 	*out = st;
 	return KVF_OK;
 
 fail:
 	kvf_free(hpath);
 	kvf_free(mpath);
+	kvf_free(cpath);
 	store_release(st, created, made_dir, fresh);
 	return rc;
 }
@@ -774,7 +945,8 @@ kvf_status kvf_close(kvf_store *st)
 	if (st == NULL)
 		return KVF_OK;
 	cleaner_stop(st);
-	if (!st->read_only && !atomic_load(&st->fatal))
+	/* a handle that went fatal may have lost its last writes: say so */
+	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only)
 		rc = kvf_sync(st);
 	store_release(st, 0, 0, 0);
 	return rc;

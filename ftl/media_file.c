@@ -38,7 +38,12 @@
 #define XFER_BATCH 256u /* transfers built on the stack per round */
 
 struct file_stripe {
-	int fd;        /* open file or device */
+	int fd;        /* open file or device, for I/O */
+	int lock_fd;   /* the same file opened apart, holding the flock: the
+			* kernel tears down a dead process's io_uring
+			* requests after the process is gone, and they hold
+			* fd's open file description (and a lock on it) a
+			* moment longer; lock_fd's is released at exit */
 	int is_blkdev; /* 1: block device (discard), 0: regular file */
 	int direct;    /* opened with O_DIRECT */
 	int created;   /* this open created the file */
@@ -278,10 +283,13 @@ static void close_stripes(struct media_file *mf, uint32_t n,
 
 		if (s->fd >= 0)
 			kvf_sysio->close(s->fd);
+		if (s->lock_fd >= 0)
+			kvf_sysio->close(s->lock_fd);
 		if (unlink_created && s->created)
 			kvf_sysio->unlink(s->path);
 		kvf_free(s->path);
 		s->fd = -1;
+		s->lock_fd = -1;
 		s->path = NULL;
 	}
 }
@@ -357,7 +365,11 @@ static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
 {
 	struct stat st;
 
-	if (kvf_sysio->flock(s->fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+	s->lock_fd = kvf_sysio->open(s->path, O_RDONLY | O_CLOEXEC, 0);
+	if (s->lock_fd < 0)
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_media_open: open %s",
+				      s->path);
+	if (kvf_sysio->flock(s->lock_fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
 		if (errno == EWOULDBLOCK)
 			return kvf_fail(KVF_EBUSY,
 					"kvf_media_open: %s is in use by another open media (locked)",
@@ -467,8 +479,10 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 	mf->queue_depth = cfg->queue_depth ? cfg->queue_depth
 					   : KVF_MEDIA_DEFAULT_QD;
 	mf->max_rings = cfg->max_rings ? cfg->max_rings : 4;
-	for (i = 0; i < KVF_MEDIA_MAX_STRIPES; i++)
+	for (i = 0; i < KVF_MEDIA_MAX_STRIPES; i++) {
 		mf->stripes[i].fd = -1;
+		mf->stripes[i].lock_fd = -1;
+	}
 	for (n_touched = 0; n_touched < g->n_stripes; n_touched++) {
 		struct file_stripe *s = &mf->stripes[n_touched];
 

@@ -17,7 +17,7 @@
  * of a segment older than the last sync makes its pages KVF_ECORRUPT; a
  * damaged summary of a segment newer than the last sync (a write a crash
  * cut short) is dropped silently; a damaged header is refused with the
- * file named (bad magic KVF_EINVAL, checksum KVF_ECORRUPT, newer or older
+ * file named (bad magic or checksum KVF_ECORRUPT, newer or older
  * format KVF_EVERSION); another store's catalog is KVF_ECORRUPT.  A
  * segment record ("G") whose length does not match its n_runs, or with a
  * run outside its segment, is refused at open with KVF_ECORRUPT naming the
@@ -549,7 +549,7 @@ Test(store_corrupt, summary_after_sync)
 	OK(kvf_seq_fork(st, 2, 3, 0));
 	catalog_fail_commits(st->cat, 1000);
 	cr_assert(eq(int, kvf_sync(st), KVF_EFATAL));
-	OK(kvf_close(st));
+	cr_assert(eq(int, kvf_close(st), KVF_EFATAL));
 	p = find_group(2, 1, 0, 0, 20, G);
 	summary_page(&p, &h);
 	committed_after_sync(p.segid);
@@ -622,7 +622,7 @@ Test(store_corrupt, header)
 	bad = good;
 	bad.magic[0] ^= 0x20;
 	header_rw(&bad, 1);
-	refused(KVF_EINVAL, "is not a kvflash store header (bad magic)");
+	refused(KVF_ECORRUPT, "without the KVFLASH magic");
 
 	bad = good;
 	bad.n_layers ^= 0x100; /* the checksum no longer matches */
@@ -634,8 +634,16 @@ Test(store_corrupt, header)
 	header_rw(&bad, 1);
 	refused(KVF_ECORRUPT, "is damaged: checksum");
 
+	/* a version field damaged in a header of our layout is damage */
 	bad = good;
 	bad.format_version = STORE_FORMAT_VERSION + 1;
+	header_rw(&bad, 1);
+	refused(KVF_ECORRUPT, "is damaged: checksum");
+
+	/* a newer format's header checks out by its own checksum */
+	bad = good;
+	bad.format_version = STORE_FORMAT_VERSION + 1;
+	bad.checksum = header_sum(&bad);
 	header_rw(&bad, 1);
 	{
 		char msg[80];

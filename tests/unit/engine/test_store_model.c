@@ -793,7 +793,7 @@ static void op_abandon(struct ctx *c)
 	CHECK(c, rc == KVF_EFATAL, "sync with failing commits gave %d", rc);
 	CHECK(c, kvf_seq_len(c->st, 0, 0, &n) == KVF_EFATAL,
 	      "a fatal handle answered a call");
-	CHECK(c, kvf_close(c->st) == KVF_OK, "kvf_close of a fatal handle: %s",
+	CHECK(c, kvf_close(c->st) == KVF_EFATAL, "kvf_close of a fatal handle: %s",
 	      kvf_last_error());
 	c->st = NULL;
 	model_copy(&c->cur, &c->synced);
