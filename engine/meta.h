@@ -47,6 +47,9 @@
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */
 	uint64_t n_syncs;       /* syncs since the store was created */
+	uint64_t n_points;      /* durable points since the store was
+				 * created (syncs, optimizer steps, cleaning
+				 * passes); engine/syncmark.h checks it */
 	/* byte counters since the store was created (store_counters) */
 	uint64_t user_bytes;
 	uint64_t data_bytes;
@@ -140,7 +143,7 @@ struct meta_ref_entry {
 	uint32_t reserved;
 };
 
-static_assert(sizeof(struct meta_sync) == 72, "meta_sync");
+static_assert(sizeof(struct meta_sync) == 80, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
 static_assert(sizeof(struct meta_run) == 32, "meta_run");

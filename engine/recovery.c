@@ -403,6 +403,7 @@ kvf_status recovery_load(kvf_store *st)
 		kvf_free(val);
 		st->synced_seqno = ms.seqno;
 		st->n_syncs = ms.n_syncs;
+		st->n_points = ms.n_points;
 		atomic_store(&st->c.user_bytes, ms.user_bytes);
 		atomic_store(&st->c.data_bytes, ms.data_bytes);
 		atomic_store(&st->c.padding_bytes, ms.padding_bytes);

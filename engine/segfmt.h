@@ -49,8 +49,9 @@
 
 #define SEG_MAGIC "KVFSEG01"
 #define STORE_MAGIC "KVFLASH"
-/* 2: "G" records list runs of slots (meta.h), not one slot per page */
-#define STORE_FORMAT_VERSION 2u
+/* 2: "G" records list runs of slots (meta.h), not one slot per page;
+ * 3: the durable-point mark DIR/SYNCED, and "N" counts durable points */
+#define STORE_FORMAT_VERSION 3u
 #define STORE_HEADER_FILE "KVFLASH"
 /* present while a store is being created; see kvf_open */
 #define STORE_CREATING_FILE "CREATING"

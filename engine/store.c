@@ -39,6 +39,7 @@
 #include "engine/recovery.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
+#include "engine/syncmark.h"
 #include "engine/writer.h"
 #include "ftl/nand.h"
 
@@ -655,6 +656,8 @@ static void store_release(kvf_store *st, int created, int made_dir,
 		remove_tree(p);
 		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_HEADER_FILE);
 		unlink(p);
+		snprintf(p, sizeof(p), "%s/%s", st->dir, SYNCMARK_FILE);
+		unlink(p);
 		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_CREATING_FILE);
 		unlink(p);
 	}
@@ -671,6 +674,9 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	}
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);
+	if (st->mark_fd >= 0)
+		close(st->mark_fd);
+	kvf_free(st->mark_path);
 	pthread_rwlock_destroy(&st->world);
 	pthread_rwlock_destroy(&st->seq_table_lock);
 	pthread_mutex_destroy(&st->seg_lock);
@@ -744,6 +750,37 @@ static kvf_status lock_dir(kvf_store *st)
 	return KVF_OK;
 }
 
+/* open_mark - the durable-point mark of a store whose catalog is synced */
+static kvf_status open_mark(kvf_store *st, int created)
+{
+	if ((st->mark_path = path_join(st->dir, SYNCMARK_FILE)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	return syncmark_open(st->dir, created, st->read_only, st->hdr.store_id,
+			     &st->mark_fd);
+}
+
+/* check_mark - a catalog with fewer durable points than the mark lost
+ * records that were synced: refuse it rather than roll the store back */
+static kvf_status check_mark(kvf_store *st)
+{
+	struct syncmark m;
+	kvf_status rc;
+
+	if (st->mark_fd < 0)
+		return KVF_OK;
+	if ((rc = syncmark_read(st->mark_fd, st->mark_path, st->hdr.store_id,
+				&m)) != KVF_OK)
+		return rc;
+	if (st->n_points >= m.n_points)
+		return KVF_OK;
+	return kvf_fail(KVF_ECORRUPT,
+			"kvf_open: the catalog %s/meta lost records: it holds %llu durable points, but %s says %llu completed (the last at seqno %llu, after %llu syncs); its write-ahead log (meta/*.log) is damaged, and what the lost points made durable (sequences, their lengths, forks, frees, segments, optimizer steps) is missing. Nothing was changed: see kvtool verify and kvtool repair",
+			st->dir, (unsigned long long)st->n_points,
+			st->mark_path, (unsigned long long)m.n_points,
+			(unsigned long long)m.seqno,
+			(unsigned long long)m.n_syncs);
+}
+
 kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 {
 	return store_open_media(dir, opts, NULL, out);
@@ -767,6 +804,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (st == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	st->lock_fd = -1;
+	st->mark_fd = -1;
 	{
 		/* writer-preferring, so a cleaning pass is not starved by a
 		 * stream of appends; nothing takes world twice */
@@ -913,9 +951,13 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		goto fail;
 	}
 	st->trim = trim_policy(st);
+	if (st->hdr.media == KVF_MEDIA_FILE && media == NULL &&
+	    (rc = open_mark(st, created)) != KVF_OK)
+		goto fail;
 	if (created)
 		seg_finish_load(st);
-	else if ((rc = recovery_load(st)) != KVF_OK)
+	else if ((rc = recovery_load(st)) != KVF_OK ||
+		 (rc = check_mark(st)) != KVF_OK)
 		goto fail;
 	if ((rc = pool_create(compute_threads(&st->opts), &st->pool)) != KVF_OK)
 		goto fail;
@@ -1011,6 +1053,7 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 		return store_set_fatal(st, rc, "media sync");
 	ms.seqno = atomic_load(&st->next_seqno) - 1;
 	ms.n_syncs = st->n_syncs + (is_sync ? 1 : 0);
+	ms.n_points = st->n_points + 1;
 	ms.user_bytes = atomic_load(&st->c.user_bytes);
 	ms.data_bytes = atomic_load(&st->c.data_bytes);
 	ms.padding_bytes = atomic_load(&st->c.padding_bytes);
@@ -1023,6 +1066,14 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 		return store_set_fatal(st, rc, "catalog commit");
 	st->synced_seqno = ms.seqno;
 	st->n_syncs = ms.n_syncs;
+	st->n_points = ms.n_points;
+	if (st->mark_fd >= 0) {
+		struct syncmark m = { ms.n_points, ms.seqno, ms.n_syncs };
+
+		if ((rc = syncmark_write(st->mark_fd, st->mark_path,
+					 st->hdr.store_id, &m)) != KVF_OK)
+			return store_set_fatal(st, rc, "durable-point mark");
+	}
 	reclaim = st->reclaim_batch;
 	catalog_batch_clear(reclaim);
 	/* the point itself is durable: a trim that fails only leaves its

@@ -271,6 +271,9 @@ struct kvf_store {
 	_Atomic uint64_t next_opt_id; /* next optimizer pseudo-sequence id */
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
+	uint64_t n_points;      /* durable points since create; sync_lock */
+	int mark_fd;            /* DIR/SYNCED (engine/syncmark.h); -1: none */
+	char *mark_path;        /* its path, for messages */
 	uint64_t sync_gen;      /* kvf_sync calls begun; sync_lock */
 	struct store_counters c;
 	pthread_mutex_t sync_lock; /* one sync or cleaning pass at a time */

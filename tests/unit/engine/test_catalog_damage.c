@@ -1,0 +1,280 @@
+/*
+ * test_catalog_damage.c - damage to the catalog's write-ahead log never
+ * rolls the store back silently.
+ *
+ * A store takes several syncs of appends, forks and frees, and is closed;
+ * its catalog log (meta/NNNNNN.log) then gets one byte flipped, at one
+ * position after another over the whole file.  Each reopen must either
+ * give back every synced token (each sequence at least as long as it was
+ * synced, every token the one appended) or refuse with KVF_ECORRUPT and
+ * a message naming the catalog.  Before the durable-point mark (SYNCED),
+ * a flip in an early record made RocksDB drop every later record, and the
+ * store opened shorter without a word.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvflash.h"
+#include "testutil.h"
+
+#define LAYERS 2
+#define QH 2
+#define KVH 2
+#define DIM 64
+#define ROW (DIM * 2)
+#define N_SEQ 6
+
+#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
+
+static unsigned char byte_of(uint64_t seq, uint32_t layer, int kind,
+			     uint64_t t, uint32_t h, uint32_t b)
+{
+	uint64_t x = seq * 0x9e3779b97f4a7c15ull ^ (uint64_t)layer << 48 ^
+		     (uint64_t)kind << 44 ^ t << 16 ^ (uint64_t)h << 12 ^ b;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	return (unsigned char)(x ^ (x >> 29));
+}
+
+static kvf_options opts(void)
+{
+	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o;
+
+	kvf_options_init(&o, &m);
+	o.segment_size = 64 * 1024;
+	o.capacity_bytes = 64ull * 64 * 1024;
+	o.n_threads = 1;
+	return o;
+}
+
+static void append(kvf_store *st, uint64_t seq, uint32_t layer, uint64_t t0,
+		   uint32_t n)
+{
+	size_t bytes = (size_t)n * KVH * ROW;
+	unsigned char *k = malloc(bytes), *v = malloc(bytes);
+
+	cr_assert(k && v);
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t h = 0; h < KVH; h++)
+			for (uint32_t b = 0; b < ROW; b++) {
+				size_t o = ((size_t)i * KVH + h) * ROW + b;
+
+				k[o] = byte_of(seq, layer, 0, t0 + i, h, b);
+				v[o] = byte_of(seq, layer, 1, t0 + i, h, b);
+			}
+	OK(kvf_append(st, seq, layer, n, k, v));
+	free(k);
+	free(v);
+}
+
+/* synced[s][l]: tokens of sequence s+1, layer l, as of the last sync;
+ * 0 for a freed or never made sequence (free[s] = 1 when freed) */
+static uint64_t synced[N_SEQ][LAYERS];
+static int freed[N_SEQ];
+
+/* build - several syncs, each after appends (whole and partial groups),
+ * a fork of whole groups, a free */
+static void build(const char *path)
+{
+	kvf_options o = opts();
+	kvf_store *st;
+	uint64_t len[N_SEQ][LAYERS] = { { 0 } };
+
+	OK(kvf_open(path, &o, &st));
+	for (int round = 0; round < 5; round++) {
+		for (uint64_t s = 0; s < N_SEQ; s++) {
+			if (freed[s] || s > (uint64_t)round + 1)
+				continue;
+			if (len[s][0] == 0 && len[s][1] == 0)
+				OK(kvf_seq_create(st, s + 1));
+			for (uint32_t l = 0; l < LAYERS; l++) {
+				uint32_t n = 13 + 7 * (uint32_t)((s + l + round) % 5);
+
+				append(st, s + 1, l, len[s][l], n);
+				len[s][l] += n;
+			}
+		}
+		if (round == 3) {
+			OK(kvf_seq_free(st, 2));
+			freed[1] = 1;
+			memset(len[1], 0, sizeof(len[1]));
+		}
+		OK(kvf_sync(st));
+		memcpy(synced, len, sizeof(synced));
+	}
+	OK(kvf_close(st));
+}
+
+/* log_path - the catalog's newest write-ahead log in dir/meta */
+static char *log_path(const char *dir)
+{
+	char meta[4096], *best = NULL;
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(meta, sizeof(meta), "%s/meta", dir);
+	d = opendir(meta);
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+
+		if (n > 4 && !strcmp(e->d_name + n - 4, ".log") &&
+		    (best == NULL || strcmp(strrchr(best, '/') + 1, e->d_name) < 0)) {
+			free(best);
+			best = malloc(strlen(meta) + n + 2);
+			sprintf(best, "%s/%s", meta, e->d_name);
+		}
+	}
+	closedir(d);
+	cr_assert_not_null(best, "no write-ahead log in %s", meta);
+	return best;
+}
+
+/* check - every synced token of every live sequence is there and right;
+ * returns the number of tokens checked */
+static uint64_t check(kvf_store *st, long off)
+{
+	unsigned char k[64 * ROW], v[64 * ROW];
+	uint64_t checked = 0;
+
+	for (uint64_t s = 0; s < N_SEQ; s++) {
+		for (uint32_t l = 0; l < LAYERS && !freed[s]; l++) {
+			uint64_t n = 0;
+
+			if (synced[s][l] == 0)
+				continue;
+			cr_assert(eq(int, kvf_seq_len(st, s + 1, l, &n), KVF_OK),
+				  "flip at %ld: sequence %llu is gone: %s", off,
+				  (unsigned long long)s + 1, kvf_last_error());
+			cr_assert(n >= synced[s][l],
+				  "flip at %ld: sequence %llu layer %u holds %llu tokens, %llu were synced",
+				  off, (unsigned long long)s + 1, l,
+				  (unsigned long long)n,
+				  (unsigned long long)synced[s][l]);
+			for (uint32_t h = 0; h < KVH; h++)
+				for (uint64_t t0 = 0; t0 < synced[s][l]; t0 += 64) {
+					uint64_t t1 = t0 + 64 < synced[s][l] ? t0 + 64 : synced[s][l];
+
+					OK(kvf_read(st, s + 1, l, h, t0, t1, k, v));
+					for (uint64_t t = t0; t < t1; t++)
+						for (uint32_t b = 0; b < ROW; b++)
+							cr_assert(k[(t - t0) * ROW + b] == byte_of(s + 1, l, 0, t, h, b) &&
+								  v[(t - t0) * ROW + b] == byte_of(s + 1, l, 1, t, h, b),
+								  "flip at %ld: wrong byte in sequence %llu", off,
+								  (unsigned long long)s + 1);
+					checked += (t1 - t0);
+				}
+		}
+	}
+	return checked;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[16384];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", to, from, to);
+	cr_assert(eq(int, system(cmd), 0));
+}
+
+TestSuite(catalog_damage, .timeout = 240);
+
+Test(catalog_damage, flipped_log_byte_never_rolls_back)
+{
+	char *dir = tmpdir_make("catdmg");
+	char gold[4096], work[4096];
+	uint64_t seed = rng_seed("catalog_damage"), rng = seed;
+	unsigned refused = 0, whole = 0;
+	uint64_t tokens = 0;
+	struct stat sb;
+	char *log;
+	long size, step;
+
+	snprintf(gold, sizeof(gold), "%s/gold", dir);
+	snprintf(work, sizeof(work), "%s/work", dir);
+	build(gold);
+	log = log_path(gold);
+	cr_assert(eq(int, stat(log, &sb), 0));
+	size = (long)sb.st_size;
+	cr_assert(size > 0, "the catalog log is empty");
+	/* about 120 positions spread over the log, each shifted at random */
+	step = size / 120 + 1;
+	for (long base = 0; base < size; base += step) {
+		long off = base + (long)rng_below(&rng, (uint64_t)step);
+		char *wlog;
+		unsigned char c;
+		kvf_store *st = NULL;
+		kvf_status rc;
+		int fd;
+
+		if (off >= size)
+			break;
+		copy_file(gold, work);
+		wlog = log_path(work);
+		fd = open(wlog, O_RDWR);
+		cr_assert(fd >= 0);
+		cr_assert(eq(int, (int)pread(fd, &c, 1, off), 1));
+		c ^= (unsigned char)(1u << rng_below(&rng, 8));
+		cr_assert(eq(int, (int)pwrite(fd, &c, 1, off), 1));
+		close(fd);
+		free(wlog);
+		rc = kvf_open(work, NULL, &st);
+		if (rc == KVF_OK) {
+			whole++;
+			tokens += check(st, off);
+			OK(kvf_close(st));
+		} else {
+			cr_assert(eq(int, rc, KVF_ECORRUPT),
+				  "seed %llu: flip at %ld: kvf_open gave %s: %s",
+				  (unsigned long long)seed, off, kvf_strerror(rc),
+				  kvf_last_error());
+			cr_assert(strstr(kvf_last_error(), "meta") != NULL,
+				  "flip at %ld: the message does not name the catalog: %s",
+				  off, kvf_last_error());
+			cr_assert_null(st);
+			refused++;
+		}
+	}
+	cr_log_info("catalog log of %ld bytes: %u flips refused with KVF_ECORRUPT, %u opened whole (%llu synced tokens checked), seed %llu",
+		    size, refused, whole, (unsigned long long)tokens,
+		    (unsigned long long)seed);
+	cr_assert(refused > 0, "no flip was refused: the test damaged nothing");
+	free(log);
+	tmpdir_remove(dir);
+}
+
+/* The mark itself: a store whose SYNCED is gone or garbage is refused. */
+Test(catalog_damage, missing_or_damaged_mark_is_refused)
+{
+	char *dir = tmpdir_make("catmark");
+	char path[4096], mark[4200];
+	kvf_store *st = NULL;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/s", dir);
+	snprintf(mark, sizeof(mark), "%s/SYNCED", path);
+	build(path);
+	fd = open(mark, O_RDWR);
+	cr_assert(fd >= 0);
+	cr_assert(eq(int, (int)pwrite(fd, "garbage!", 8, 0), 8));
+	cr_assert(eq(int, (int)pwrite(fd, "garbage!", 8, 4096), 8));
+	close(fd);
+	cr_assert(eq(int, kvf_open(path, NULL, &st), KVF_ECORRUPT));
+	cr_assert(strstr(kvf_last_error(), "SYNCED is damaged") != NULL, "%s",
+		  kvf_last_error());
+	cr_assert_null(st);
+	cr_assert(eq(int, unlink(mark), 0));
+	cr_assert(eq(int, kvf_open(path, NULL, &st), KVF_ECORRUPT));
+	cr_assert(strstr(kvf_last_error(), "SYNCED is missing") != NULL, "%s",
+		  kvf_last_error());
+	tmpdir_remove(dir);
+}
