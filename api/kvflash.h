@@ -255,20 +255,34 @@ typedef struct kvf_store kvf_store;
  *        that exists (a zero model means "as stored"; a zero model
  *        with read_only takes every field as stored).
  * @out: receives the handle; NULL on failure.
- * A store holds every token appended before its last successful kvf_sync:
- * after a crash, reopening gives back exactly those, with nothing half
- * written.  kvf_seq_create, kvf_seq_fork and kvf_seq_free take effect in
+ * Crash contract: after a crash (process killed, power lost), each
+ * sequence holds a prefix of the tokens appended to it that is at least as
+ * long as what its last successful kvf_sync covered (tokens appended after
+ * that sync may come back too), and every token it holds, K, V and X, is
+ * the one appended; nothing half written is ever returned.  An optimizer is
+ * at its last step that returned KVF_OK, or at a later step that was in
+ * progress.  kvf_seq_create, kvf_seq_fork and kvf_seq_free take effect in
  * the catalog when they return; after a crash each one is either in
  * effect or not (never in part), and certainly in effect after the next
- * kvf_sync.  One open handle per directory (several read-only ones may
- * share it).
+ * kvf_sync.  Damage is never rolled back silently: a catalog that lost
+ * records of a completed sync is refused (KVF_ECORRUPT; kvtool verify
+ * reports it, kvtool repair salvages what is left).
+ * Creation is atomic: a crash while kvf_open creates a store leaves no
+ * store (the same call then creates it afresh) or a complete one.
+ * One open handle per directory (several read-only ones may share it);
+ * the directory's lock dies with its owner, so a reopen right after the
+ * owner was killed succeeds.
  * A KVF_MEDIA_MEMORY or KVF_MEDIA_FLASH store starts empty at every open.
- * Return: KVF_OK; KVF_EINVAL (bad option, message names it; or dir is not a
- * store and not empty); KVF_EMISMATCH (option contradicts the stored
+ * Return: KVF_OK; KVF_EINVAL (an option out of its range, checked before
+ * anything is made: the message names the field; or dir is not a store
+ * and not empty); KVF_EMISMATCH (option contradicts the stored
  * configuration); KVF_EVERSION (newer format or options struct);
- * KVF_ECORRUPT (damaged header or catalog: message names the file);
- * KVF_EBUSY (open elsewhere); KVF_ENOENT (read_only and no store);
- * KVF_ENOTSUP; KVF_EIO; KVF_ENOMEM.  A failed create leaves no files.
+ * KVF_ECORRUPT (damaged header, catalog or durable-point mark, a catalog
+ * that lost synced records, or a store whose header is missing: the
+ * message names the file and what is at stake; nothing is changed);
+ * KVF_EBUSY (open by another live handle); KVF_ENOENT (read_only and no
+ * store); KVF_ENOTSUP; KVF_EIO; KVF_ENOMEM.  A failed create leaves no
+ * files.
  * Concurrency: any thread; different directories in parallel.
  */
 KVF_API kvf_status kvf_open(const char *dir, const kvf_options *opts,
@@ -276,9 +290,15 @@ KVF_API kvf_status kvf_open(const char *dir, const kvf_options *opts,
 
 /*
  * kvf_close - sync, then release the store.  NULL is a no-op.
- * The handle is gone afterwards even when the final sync fails.
- * Return: KVF_OK, or the status of the final kvf_sync.
- * Concurrency: no other call on st may run or follow.
+ * Everything is released in every case, even when the final sync fails;
+ * st is then invalid, as a freed pointer is: no call may use it again.
+ * Optimizer handles of st (kvf_opt) stay allocated until kvf_opt_close;
+ * every other call on them answers KVF_ECLOSED.
+ * Return: KVF_OK; the status of the final kvf_sync; KVF_EFATAL when the
+ * handle had stopped after a failure (writes since the last successful
+ * sync may not be durable).
+ * Concurrency: no other call on st, or on its optimizer handles, may run
+ * meanwhile.
  */
 KVF_API kvf_status kvf_close(kvf_store *st);
 
@@ -806,8 +826,8 @@ KVF_API kvf_status kvf_opt_open(kvf_store *st, const char *name,
  *        indices below n_params and n values; the rest are zero).
  * @params_out: NULL, or [n_params] in cfg.out_dtype.
  * Return: KVF_OK; KVF_EINVAL (NULL, wrong length, unsorted or repeated
- * index, bad dtype); KVF_ERANGE (index past n_params, non-finite
- * gradient); KVF_ENOSPC (no room for a new generation of the state, even
+ * index, bad dtype); KVF_ECLOSED (its store was closed); KVF_ERANGE
+ * (index past n_params, non-finite gradient); KVF_ENOSPC (no room for a new generation of the state, even
  * after cleaning: nothing changed); KVF_ECORRUPT, KVF_EIO (state
  * unreadable: the state stays at the previous step, but params_out may
  * hold part of this step's output); KVF_EFATAL.
@@ -819,17 +839,20 @@ KVF_API kvf_status kvf_opt_step(kvf_opt *opt, const kvf_grad *grad,
 
 /*
  * kvf_opt_read - the current parameters [i0, i0 + n) as fp32.
- * Return: KVF_OK; KVF_EINVAL; KVF_ERANGE; KVF_ECORRUPT; KVF_EIO.
+ * Return: KVF_OK; KVF_EINVAL; KVF_ECLOSED (its store was closed);
+ * KVF_ERANGE; KVF_ECORRUPT; KVF_EIO; KVF_EFATAL.
  */
 KVF_API kvf_status kvf_opt_read(kvf_opt *opt, uint64_t i0, uint64_t n,
 				float *out);
 
-/* kvf_opt_steps - steps completed (0 after create); n_params out. */
+/* kvf_opt_steps - steps completed (0 after create); n_params out.
+ * Return: KVF_OK; KVF_EINVAL; KVF_ECLOSED; KVF_ENOENT (freed); KVF_EFATAL. */
 KVF_API kvf_status kvf_opt_steps(kvf_opt *opt, uint64_t *steps,
 				 uint64_t *n_params);
 
 /* kvf_opt_close - release the handle (the state stays in the store).
- * NULL is a no-op.  Return: KVF_OK. */
+ * NULL is a no-op; a handle whose store was closed is released too.
+ * Return: KVF_OK. */
 KVF_API kvf_status kvf_opt_close(kvf_opt *opt);
 
 /*

@@ -60,7 +60,9 @@ struct meta_opt {
 };
 
 struct kvf_opt {
-	kvf_store *st;
+	kvf_store *st;            /* NULL once the store was closed: every
+				   * call but kvf_opt_close is KVF_ECLOSED */
+	kvf_opt *prev, *next;     /* the store's open handles; st->opt_lock */
 	char *name;
 	uint64_t seq_id;          /* pseudo-sequence */
 	uint64_t n_params;        /* parameters */
@@ -165,8 +167,64 @@ static kvf_status opt_streams_alloc(struct seq *seq, uint64_t n_chunks)
 	return KVF_OK;
 }
 
+/* handle_link, handle_unlink - keep the store's list of open handles, so
+ * that closing the store can detach them */
+static void handle_link(kvf_opt *o)
+{
+	kvf_store *st = o->st;
+
+	pthread_mutex_lock(&st->opt_lock);
+	o->next = st->opt_open;
+	if (o->next)
+		o->next->prev = o;
+	st->opt_open = o;
+	pthread_mutex_unlock(&st->opt_lock);
+}
+
+static void handle_unlink(kvf_opt *o)
+{
+	kvf_store *st = o->st;
+
+	pthread_mutex_lock(&st->opt_lock);
+	if (o->prev)
+		o->prev->next = o->next;
+	else if (st->opt_open == o)
+		st->opt_open = o->next;
+	if (o->next)
+		o->next->prev = o->prev;
+	o->prev = o->next = NULL;
+	pthread_mutex_unlock(&st->opt_lock);
+}
+
+void opt_detach_all(kvf_store *st)
+{
+	pthread_mutex_lock(&st->opt_lock);
+	while (st->opt_open) {
+		kvf_opt *o = st->opt_open;
+
+		st->opt_open = o->next;
+		o->prev = o->next = NULL;
+		o->st = NULL;
+	}
+	pthread_mutex_unlock(&st->opt_lock);
+}
+
+/* opt_enter - the checks every call on a handle starts with */
+static kvf_status opt_enter(kvf_opt *o, const char *call)
+{
+	if (o == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: opt is NULL", call);
+	if (o->st == NULL)
+		return kvf_fail(KVF_ECLOSED,
+				"%s: the store of optimizer '%s' was closed; only kvf_opt_close may follow",
+				call, o->name);
+	return store_check(o->st, call);
+}
+
 static void handle_free(kvf_opt *o)
 {
+	if (o->st)
+		handle_unlink(o);
 	kvf_free(o->name);
 	kvf_free(o->work);
 	catalog_batch_free(o->commit);
@@ -196,9 +254,11 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 						     st->hdr.page_size);
 	o->commit = catalog_batch_new();
 	if (o->name == NULL || o->work == NULL || o->commit == NULL) {
+		o->st = NULL; /* not linked yet */
 		handle_free(o);
 		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer buffers");
 	}
+	handle_link(o);
 	*out = o;
 	return KVF_OK;
 }
@@ -926,9 +986,7 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	float scale = 1.0f;
 	kvf_status rc;
 
-	if (o == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: opt is NULL", call);
-	if ((rc = store_check(o->st, call)) != KVF_OK)
+	if ((rc = opt_enter(o, call)) != KVF_OK)
 		return rc;
 	if (o->st->read_only)
 		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
@@ -951,11 +1009,11 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 	struct seq *seq;
 	kvf_status rc = KVF_OK;
 
-	if (o == NULL || (out == NULL && n > 0))
-		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call, o ? "out" : "opt");
-	st = o->st;
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = opt_enter(o, call)) != KVF_OK)
 		return rc;
+	if (out == NULL && n > 0)
+		return kvf_fail(KVF_EINVAL, "%s: out is NULL", call);
+	st = o->st;
 	if (i0 > o->n_params || n > o->n_params - i0)
 		return kvf_fail(KVF_ERANGE, "%s: [%llu, %llu) past the %llu parameters",
 				call, (unsigned long long)i0,
@@ -1001,9 +1059,10 @@ kvf_status kvf_opt_steps(kvf_opt *o, uint64_t *steps, uint64_t *n_params)
 	kvf_opt_config cfg;
 	kvf_status rc;
 
-	if (o == NULL || steps == NULL)
-		return kvf_fail(KVF_EINVAL, "kvf_opt_steps: %s is NULL",
-				o ? "steps" : "opt");
+	if ((rc = opt_enter(o, "kvf_opt_steps")) != KVF_OK)
+		return rc;
+	if (steps == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_opt_steps: steps is NULL");
 	pthread_rwlock_rdlock(&o->st->world);
 	rc = record_get(o->st, o->name, &m, &cfg);
 	pthread_rwlock_unlock(&o->st->world);
@@ -1024,6 +1083,10 @@ kvf_status kvf_opt_close(kvf_opt *o)
 
 	if (o == NULL)
 		return KVF_OK;
+	if (o->st == NULL) { /* its store was closed: only the handle is left */
+		handle_free(o);
+		return KVF_OK;
+	}
 	pthread_rwlock_rdlock(&o->st->world);
 	if ((seq = seq_get_ns(o->st, SEQ_NS_OPT, o->seq_id)) != NULL) {
 		pthread_mutex_lock(&seq->lock);

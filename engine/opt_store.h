@@ -11,4 +11,8 @@
  * pseudo-sequence its streams and committed generation */
 kvf_status opt_recovery_load(kvf_store *st);
 
+/* opt_detach_all - kvf_close: every open kvf_opt handle of st loses its
+ * store; later calls on it answer KVF_ECLOSED, kvf_opt_close frees it. */
+void opt_detach_all(kvf_store *st);
+
 #endif /* KVF_ENGINE_OPT_STORE_H */

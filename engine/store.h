@@ -272,6 +272,8 @@ struct kvf_store {
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
 	uint64_t n_points;      /* durable points since create; sync_lock */
+	pthread_mutex_t opt_lock; /* guards opt_open */
+	struct kvf_opt *opt_open; /* open optimizer handles (opt_store.c) */
 	int mark_fd;            /* DIR/SYNCED (engine/syncmark.h); -1: none */
 	char *mark_path;        /* its path, for messages */
 	uint64_t sync_gen;      /* kvf_sync calls begun; sync_lock */
