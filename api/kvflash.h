@@ -733,6 +733,58 @@ typedef struct {
 KVF_API kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
 			      kvf_verify_report *out);
 
+/* The outcome of kvf_repair. */
+typedef struct {
+	size_t struct_size;          /* sizeof(kvf_repair_report), set by the caller */
+	uint64_t catalog_points;     /* durable points the catalog held */
+	uint64_t marked_points;      /* durable points the store completed
+				      * (its mark DIR/SYNCED) */
+	uint32_t segments_scanned;   /* segments read from media */
+	uint32_t segments_restored;  /* segment records rebuilt from their
+				      * summaries */
+	uint32_t segments_damaged;   /* summaries of the lost points whose
+				      * pages fail their hash: not restored */
+	uint32_t segments_optimizer; /* optimizer segments of the lost points:
+				      * not restored (an optimizer stays at
+				      * the step its records hold) */
+	uint64_t sequences_restored; /* sequences the catalog lost, remade
+				      * (a fork's link to its parent is not
+				      * known again: it becomes a root) */
+	uint64_t sequences_extended; /* sequences given back tokens */
+	uint64_t tokens_restored;    /* K/V tokens given back, over layers */
+	uint32_t changed;            /* 1 = the catalog was rewritten */
+} kvf_repair_report;
+
+/*
+ * kvf_repair - salvage a store whose catalog lost records (kvf_open says
+ * KVF_ECORRUPT, "the catalog ... lost records"), like RocksDB's RepairDB.
+ * Never run implicitly.  First the catalog keeps every record its files
+ * still hold whole.  Then every segment on media is read: a summary that
+ * is whole, of this store, written after the catalog's last durable point
+ * and by the last one the store completed, with every page matching its
+ * hash, gives back its segment record, and the sequences it holds are
+ * given back the tokens it proves: whole token groups that run on from a
+ * sequence's length, K and V of every head (the tokens of a sequence's
+ * last, partial group are not known again and stay lost, as do X rows,
+ * K^T pages, fork links and optimizer steps of the lost points; a sequence
+ * freed among the lost points may come back; a store with kt_pages gets
+ * its segment records back but no tokens, since K^T pages would be
+ * missing).  Finally the catalog is
+ * marked as having every point, so the store opens.
+ * @dir: the store; it must not be open.  @opts: NULL, or options whose
+ * device_paths name the store's devices (other fields are ignored).
+ * @dry_run: 1 = count what would be done and change nothing.
+ * @out: receives the counts.
+ * Return: KVF_OK (out says what was done); KVF_EINVAL (NULL, struct_size
+ * too small); KVF_ENOENT (no store in dir); KVF_ENOTSUP (memory or flash
+ * media: nothing on media to salvage); KVF_EBUSY (open elsewhere);
+ * KVF_ECORRUPT (the store header or the mark is damaged: nothing to
+ * repair from); KVF_EIO; KVF_ENOMEM.
+ * Concurrency: any thread; dir must not be open anywhere.
+ */
+KVF_API kvf_status kvf_repair(const char *dir, const kvf_options *opts,
+			      int dry_run, kvf_repair_report *out);
+
 /* ---- optimizer configuration ------------------------------------------ */
 
 typedef enum {

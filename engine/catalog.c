@@ -216,6 +216,20 @@ unsigned long long catalog_bytes_written(const struct catalog *c)
 	return atomic_load(&((struct catalog *)c)->bytes_written);
 }
 
+kvf_status catalog_salvage(const char *dir)
+{
+	rocksdb_options_t *o = rocksdb_options_create();
+	char *err = NULL;
+
+	rocksdb_options_set_info_log_level(o, 3 /* error */);
+	rocksdb_options_set_compression(o, rocksdb_no_compression);
+	rocksdb_repair_db(o, dir, &err);
+	rocksdb_options_destroy(o);
+	if (err)
+		return db_status(err, "catalog: repair", dir);
+	return KVF_OK;
+}
+
 void catalog_fail_commits(struct catalog *c, unsigned n)
 {
 	atomic_store(&c->fail_commits, n);

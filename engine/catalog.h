@@ -72,6 +72,12 @@ kvf_status catalog_commit(struct catalog *c, struct catalog_batch *b,
 /* catalog_bytes_written - bytes handed to RocksDB in batches so far. */
 unsigned long long catalog_bytes_written(const struct catalog *c);
 
+/* catalog_salvage - RocksDB's RepairDB over the catalog at dir: every
+ * record its files still hold whole is kept (damaged ones are dropped,
+ * and the files they were in are moved to dir/lost).  The catalog must
+ * not be open. */
+kvf_status catalog_salvage(const char *dir);
+
 /* catalog_fail_commits - tests: the next n commits fail with KVF_EIO. */
 void catalog_fail_commits(struct catalog *c, unsigned n);
 

@@ -343,10 +343,10 @@ static kvf_status check_against(const kvf_options *o, const struct store_header 
 	return KVF_OK;
 }
 
-/* read_header - the store header at path; KVF_ENOENT if there is none.
+/* store_read_header - the store header at path; KVF_ENOENT if none.
  * A file that is there but is not a whole, intact header of ours is
  * damage (KVF_ECORRUPT): the name KVFLASH is the store's. */
-static kvf_status read_header(const char *path, struct store_header *h)
+kvf_status store_read_header(const char *path, struct store_header *h)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
@@ -859,7 +859,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if ((rc = lock_dir(st)) != KVF_OK)
 		goto fail;
 	creating = access(cpath, F_OK) == 0;
-	rc = read_header(hpath, &stored);
+	rc = store_read_header(hpath, &stored);
 	st->media_borrowed = media != NULL;
 	if (rc == KVF_OK && creating && !st->read_only) {
 		/* killed between the header and the marker's removal: the

@@ -328,6 +328,10 @@ static inline uint64_t seg_in_stripe(const struct kvf_store *st,
 kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 				int is_sync);
 
+/* store_read_header - the header DIR/KVFLASH at path, checked: KVF_ENOENT
+ * when there is none, KVF_ECORRUPT when it is damaged, KVF_EVERSION */
+kvf_status store_read_header(const char *path, struct store_header *h);
+
 /*
  * store_open - kvf_open, on the caller's media when media is not NULL: the
  * store then uses it as it is (no fresh start for memory or flash media),

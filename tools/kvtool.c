@@ -84,6 +84,19 @@ static const struct cmd cmds[] = {
 	  "one JSON object with an array of rows per kind.  The store is opened\n"
 	  "read-only and not changed.\n",
 	  cmd_dump },
+	{ "repair", "[--dry-run] [--json] DIR",
+	  "salvage a store whose catalog lost records",
+	  "For a store that kvf_open (and so every other command) refuses\n"
+	  "because its catalog lost records of completed syncs (a damaged\n"
+	  "write-ahead log in DIR/meta).  Keeps every catalog record that is\n"
+	  "still whole, then reads every segment and rebuilds, from their\n"
+	  "summaries, the records of segments written in the lost syncs, and\n"
+	  "gives sequences back the whole token groups those prove (the last,\n"
+	  "partial group of a sequence, X rows, fork links and optimizer steps\n"
+	  "of the lost syncs stay lost).  Prints what it did; --dry-run only\n"
+	  "counts.  Never run implicitly; the store must not be open.  Exit\n"
+	  "status 0 when done (or nothing to do), 1 when it could not run.\n",
+	  cmd_repair },
 };
 
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))

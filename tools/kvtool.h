@@ -49,6 +49,7 @@ int cmd_ls(const struct cmd *c, int argc, char **argv);
 int cmd_segments(const struct cmd *c, int argc, char **argv);
 int cmd_verify(const struct cmd *c, int argc, char **argv);
 int cmd_dump(const struct cmd *c, int argc, char **argv);
+int cmd_repair(const struct cmd *c, int argc, char **argv);
 
 /* ---- kvtool_common.c ---------------------------------------------------- */
 

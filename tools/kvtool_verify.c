@@ -95,8 +95,12 @@ int cmd_verify(const struct cmd *c, int argc, char **argv)
 
 	if ((rc = parse_store_args(c, argc, argv, opts, 1, &dir)) != EXIT_OK)
 		return rc;
-	if ((rc = store_open(c, dir, &st)) != EXIT_OK)
+	if ((rc = store_open(c, dir, &st)) != EXIT_OK) {
+		if (strstr(kvf_last_error(), "lost records"))
+			fprintf(stderr, "kvtool: verify: %s is damaged: its catalog lost records of completed syncs; `kvtool repair --dry-run %s` shows what can be salvaged\n",
+				dir, dir);
 		return rc;
+	}
 	o.si.struct_size = sizeof(o.si);
 	if (kvf_store_info_get(st, &o.si) != KVF_OK)
 		return store_close(c, st, call_failed(c));
