@@ -55,6 +55,7 @@
 #define STORE_HEADER_FILE "KVFLASH"
 /* present while a store is being created; see kvf_open */
 #define STORE_CREATING_FILE "CREATING"
+#define CREATING_TEXT "kvflash: a store is being created here\n"
 
 struct seg_summary_header {
 	char magic[8];

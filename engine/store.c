@@ -460,7 +460,10 @@ static kvf_status begin_create(const char *dir, const char *cpath)
 {
 	int fd = open(cpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
-	if (fd < 0 || fsync(fd) != 0) {
+	if (fd < 0 ||
+	    write(fd, CREATING_TEXT, sizeof(CREATING_TEXT) - 1) !=
+		    (ssize_t)sizeof(CREATING_TEXT) - 1 ||
+	    fsync(fd) != 0) {
 		int err = errno;
 
 		if (fd >= 0)
@@ -470,6 +473,38 @@ static kvf_status begin_create(const char *dir, const char *cpath)
 	close(fd);
 	sync_dir(dir);
 	return KVF_OK;
+}
+
+/* is_creating - cpath is our creation marker: a file of that name that
+ * somebody else put there is not, and nothing is removed on its word
+ * (begin_create may have been cut short between creating and writing it:
+ * an empty marker counts, in a directory that holds nothing a creation
+ * does not make) */
+static int is_creating(const char *dir, const char *cpath)
+{
+	char buf[sizeof(CREATING_TEXT)];
+	int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	DIR *d;
+	struct dirent *e;
+	int ours = 1;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n == (ssize_t)sizeof(CREATING_TEXT) - 1 &&
+	    memcmp(buf, CREATING_TEXT, (size_t)n) == 0)
+		return 1;
+	if (n != 0 || (d = opendir(dir)) == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, "LOCK") &&
+		    strcmp(e->d_name, STORE_CREATING_FILE))
+			ours = 0;
+	closedir(d);
+	return ours;
 }
 
 /* clear_leftovers - remove all an unfinished creation left in dir: every
@@ -858,7 +893,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	}
 	if ((rc = lock_dir(st)) != KVF_OK)
 		goto fail;
-	creating = access(cpath, F_OK) == 0;
+	creating = is_creating(dir, cpath);
 	rc = store_read_header(hpath, &stored);
 	st->media_borrowed = media != NULL;
 	if (rc == KVF_OK && creating && !st->read_only) {
@@ -883,23 +918,22 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		st->hdr = stored;
 	} else if (rc == KVF_ENOENT) {
 		fresh = 1; /* no store here: a failure removes our LOCK */
+		if (!creating && !dir_is_empty(dir) && access(mpath, F_OK) == 0) {
+			rc = kvf_fail(KVF_ECORRUPT,
+				      "kvf_open: %s has a catalog (meta/) but its store header %s is missing: the store is damaged; nothing was changed",
+				      dir, hpath);
+			goto fail;
+		}
 		if (st->read_only) {
 			rc = kvf_fail(KVF_ENOENT, "kvf_open: %s holds no store (%s)",
 				      dir, creating ? "its creation did not finish"
 						    : "no KVFLASH header");
 			goto fail;
 		}
-		if (creating)
-			clear_leftovers(dir);
-		if (!dir_is_empty(dir)) {
-			if (access(mpath, F_OK) == 0)
-				rc = kvf_fail(KVF_ECORRUPT,
-					      "kvf_open: %s has a catalog (meta/) but its store header %s is missing: the store is damaged; nothing was changed",
-					      dir, hpath);
-			else
-				rc = kvf_fail(KVF_EINVAL,
-					      "kvf_open: %s is not a kvflash store (no KVFLASH header) and is not empty",
-					      dir);
+		if (!creating && !dir_is_empty(dir)) {
+			rc = kvf_fail(KVF_EINVAL,
+				      "kvf_open: %s is not a kvflash store (no KVFLASH header) and is not empty",
+				      dir);
 			goto fail;
 		}
 		if (opts == NULL) {
@@ -908,8 +942,11 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 				      dir);
 			goto fail;
 		}
+		/* every check passed: only now may a cut-short creation go */
 		if ((rc = build_header(&st->opts, &st->hdr)) != KVF_OK)
 			goto fail;
+		if (creating)
+			clear_leftovers(dir);
 		st->hdr.store_id = random_id();
 		/* the catalog's config record is this header, checksum too */
 		st->hdr.checksum = header_checksum(&st->hdr);

@@ -667,28 +667,6 @@ static char *collect(int fd)
 	return text;
 }
 
-/*
- * open_retry - kvf_open, retried for a while on KVF_EBUSY: the stripe
- * files' locks of a killed writer are released only when the kernel has
- * torn down its io_uring instance, which it does after the process is
- * reaped (a reopen right after a crash may find them still held).
- */
-static kvf_status open_retry(const char *path, const kvf_options *o,
-			     kvf_store **st)
-{
-	kvf_status rc = KVF_EBUSY;
-
-	for (int i = 0; i < 200 && rc == KVF_EBUSY; i++) {
-		rc = kvf_open(path, o, st);
-		if (rc == KVF_EBUSY) {
-			struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-			nanosleep(&ts, NULL);
-		}
-	}
-	return rc;
-}
-
 /* check_store - fork a checker: does the store hold `a` (0), or `b` (1)?
  * A checker failure fails the test with its message. */
 static int check_store(const char *path, const struct model *a,
@@ -704,7 +682,7 @@ static int check_store(const char *path, const struct model *a,
 		char why_a[256] = "", why_b[256] = "", line[700];
 		int n;
 
-		must(open_retry(path, &o, &st), "reopen", 0);
+		must(kvf_open(path, &o, &st), "reopen", 0);
 		if (!state_differs(st, a, why_a, sizeof(why_a)))
 			n = snprintf(line, sizeof(line), "M 0\n");
 		else if (b && !state_differs(st, b, why_b, sizeof(why_b)))

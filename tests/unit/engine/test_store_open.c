@@ -60,6 +60,7 @@
 
 #include "api/status.h"
 #include "engine/catalog.h"
+#include "engine/segfmt.h"
 #include "engine/store.h"
 #include "kvflash.h"
 #include "testutil.h"
@@ -214,6 +215,17 @@ static void put_file(const char *path, int c, size_t len)
 	cr_assert(eq(int, (int)write(fd, b, len), (int)len));
 	close(fd);
 	free(b);
+}
+
+/* put_marker - the creation marker kvf_open writes (CREATING_TEXT) */
+static void put_marker(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert(eq(int, (int)write(fd, CREATING_TEXT, strlen(CREATING_TEXT)),
+		     (int)strlen(CREATING_TEXT)));
+	close(fd);
 }
 
 static int rm_one(const char *p, const struct stat *sb, int flag,
@@ -653,7 +665,7 @@ static void make_leftovers(const char *path)
 	char meta[4096];
 
 	cr_assert(eq(int, mkdir(path, 0755), 0));
-	put_file(tmp_path(path, MARKER), 0, 0);
+	put_marker(tmp_path(path, MARKER));
 	snprintf(meta, sizeof(meta), "%s/meta", path);
 	cr_assert(eq(int, mkdir(meta, 0755), 0));
 	put_file(tmp_path(meta, "000003.log"), 0x33, 1000);
@@ -703,7 +715,7 @@ Test(store_open, stale_marker_on_whole_store)
 
 	/* killed between writing the header and removing the marker */
 	make_store(path);
-	put_file(tmp_path(path, MARKER), 0, 0);
+	put_marker(tmp_path(path, MARKER));
 
 	/* a reader takes the store as it is and changes nothing */
 	memset(&o.model, 0, sizeof(o.model));
@@ -1538,6 +1550,47 @@ Test(store_open, busy_at_once)
 	cr_assert(ok, "the holder: %s", text);
 	free(text);
 	store_intact(path, "after the holder closed");
+	free(path);
+	tmpdir_remove(dir);
+}
+
+/* A file called CREATING that kvf_open did not write is not its marker:
+ * nothing beside it is removed on its word. */
+Test(store_open, foreign_marker_removes_nothing)
+{
+	char *dir = tmpdir_make("open-foreign");
+	char *path = strdup(tmp_path(dir, "s"));
+	kvf_options o = small_opts();
+
+	cr_assert(eq(int, mkdir(path, 0755), 0));
+	put_file(tmp_path(path, MARKER), 'x', 10);
+	put_file(tmp_path(path, "precious.txt"), 'p', 100);
+	refused(path, &o, KVF_EINVAL, "not a kvflash store", "not empty",
+		"create beside a foreign CREATING");
+	cr_assert(path_exists(tmp_path(path, "precious.txt")),
+		  "a foreign file was removed");
+	cr_assert(path_exists(tmp_path(path, MARKER)));
+	free(path);
+	tmpdir_remove(dir);
+}
+
+/* Leftovers of a creation stay when the open that finds them cannot
+ * create: no options, or bad ones. */
+Test(store_open, leftovers_stay_on_a_refused_create)
+{
+	char *dir = tmpdir_make("open-leftbad");
+	char *path = strdup(tmp_path(dir, "s"));
+	kvf_options o = small_opts();
+	kvf_store *st = NULL;
+
+	make_leftovers(path);
+	cr_assert(eq(int, kvf_open(path, NULL, &st), KVF_EINVAL));
+	cr_assert(path_exists(tmp_path(path, "stripe-000.kvf")),
+		  "an open without options removed the leftovers");
+	o.model.head_dim = 3;
+	cr_assert(eq(int, kvf_open(path, &o, &st), KVF_EINVAL));
+	cr_assert(path_exists(tmp_path(path, "stripe-000.kvf")),
+		  "an open with a bad model removed the leftovers");
 	free(path);
 	tmpdir_remove(dir);
 }
