@@ -22,8 +22,9 @@
  *     followed by a later group (so it is full; the last group's token
  *     count was in the lost records); a sequence the catalog lost entirely
  *     is made again, as a root;
- *  5. commits it all with an "N" record of the mark's point, so kvf_open
- *     accepts the store.
+ *  5. commits it all with an "N" record of the mark's point and the
+ *     configuration record ("C", the header's copy), so kvf_open accepts
+ *     the store.
  * It never runs implicitly, and it holds the directory's lock throughout.
  */
 #include <errno.h>
@@ -444,6 +445,11 @@ static kvf_status put_records(struct repair *rp)
 	ms.n_syncs = rp->mark.n_syncs > ms.n_syncs ? rp->mark.n_syncs : ms.n_syncs;
 	ms.n_points = rp->mark.n_points;
 	catalog_batch_put(rp->b, &tag, 1, &ms, sizeof(ms));
+	/* the configuration record is the header's copy: the header is
+	 * whole (open_store_files checked it), the record may have been
+	 * among the lost */
+	tag = META_TAG_CONFIG;
+	catalog_batch_put(rp->b, &tag, 1, &rp->h, sizeof(rp->h));
 	return KVF_OK;
 }
 
