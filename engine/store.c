@@ -420,8 +420,7 @@ static kvf_status write_header(const char *dir, const char *path,
 	return KVF_OK;
 }
 
-/* dir_is_empty - holds nothing but what kvf_open itself makes first (LOCK,
- * the creation marker) */
+/* dir_is_empty - holds nothing but what kvf_open itself makes (LOCK) */
 static int dir_is_empty(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -432,8 +431,7 @@ static int dir_is_empty(const char *dir)
 		return 0;
 	while ((e = readdir(d)) != NULL)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    strcmp(e->d_name, "LOCK") &&
-		    strcmp(e->d_name, STORE_CREATING_FILE))
+		    strcmp(e->d_name, "LOCK"))
 			empty = 0;
 	closedir(d);
 	return empty;
