@@ -332,7 +332,9 @@ KVF_API kvf_status kvf_seq_create(kvf_store *st, uint64_t seq);
  * every layer.  Full token groups are shared by reference; the partial
  * last group is copied.  Later appends to either do not affect the other.
  * Return: KVF_OK; KVF_ENOENT (parent); KVF_EEXIST (child); KVF_ERANGE
- * (n_tokens past the end of some layer of parent); KVF_EINVAL; KVF_EFATAL.
+ * (n_tokens past the end of some layer of parent); KVF_EINVAL; KVF_EIO,
+ * KVF_ECORRUPT (a partial group to copy could not be read back: the child
+ * was not made); KVF_EFATAL.
  * Concurrency: any thread; waits for calls on parent.
  */
 KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
@@ -361,7 +363,9 @@ KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
  * All or nothing: a refused append changes nothing.
  * Return: KVF_OK; KVF_ENOENT (seq); KVF_ERANGE (layer); KVF_EINVAL (NULL
  * buffer); KVF_ENOSPC (media full of live data: free sequences); KVF_ENOTSUP
- * (read-only); KVF_ENOMEM; KVF_EFATAL.
+ * (read-only); KVF_EIO, KVF_ECORRUPT (the partial token group it extends,
+ * written by an earlier sync, could not be read back: nothing changed);
+ * KVF_ENOMEM; KVF_EFATAL.
  * Concurrency: appends to different sequences run in parallel; calls on the
  * same sequence are serialized.
  */
