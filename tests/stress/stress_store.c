@@ -9,7 +9,17 @@
  *    sequence (and of the forks) while they grow;
  *  - a forker thread forks the writers' sequences at their current length,
  *    checks and extends the child, and frees old children;
- *  - a syncer thread calls kvf_sync and kvf_stats_get in a loop.
+ *  - a syncer thread calls kvf_sync and kvf_stats_get in a loop;
+ *  - attender threads call kvf_attend on writers' sequences and forks, and
+ *    kvf_attend_batch on all writers' sequences, while they grow: a mask
+ *    selects tokens below a length seen before the call (lengths only
+ *    grow), and the output is checked against a double-precision
+ *    reference computed from the known token values (tolerance as in
+ *    test_attend.c).
+ * The store is small (capacity about twice what the writers keep), so the
+ * segments that freed forks and superseded partial pages leave behind must
+ * be cleaned and reclaimed while all this runs: the run fails unless the
+ * stats show the cleaner at work, and prints its figures.
  * Every token's bytes are a function of (family, layer, kind, token, head),
  * where a family is a writer's sequence and its forks, so any thread can
  * check any read without coordinating.  Lengths only grow, so a range
@@ -22,6 +32,7 @@
  * KVF_SEED reproduces the random choices (thread timing still varies).
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compute/half.h"
 #include "kvflash.h"
 #include "testutil.h"
 
@@ -44,6 +56,11 @@
 #define APPENDS 1200  /* appends per writer (each to every layer) */
 #define MAX_N (3 * G) /* tokens per append, at most */
 #define FORK_SLOTS 4  /* live forks the forker keeps */
+#define ATTENDERS 2
+#define ATTN_SPAN 256   /* tokens an attention check covers, at most */
+#define ATTN_SLACK 8192 /* mask entries past the length seen */
+#define ATTN_TOL 2e-5   /* |got - want| <= tol + tol * |want| */
+#define ATTN_MIN 50     /* calls per attender, at least */
 
 /*
  * __tsan_default_suppressions - reports TSan must not make.  RocksDB is
@@ -98,7 +115,9 @@ static void fill_row(unsigned char *dst, uint64_t family, uint32_t layer,
 		     t * 0x9e3779b97f4a7c15ull;
 
 	for (uint32_t j = 0; j < ROW; j += 8) {
-		uint64_t w = mix(x + j);
+		/* four finite f16 values below 2 in magnitude (bit 14 clear:
+		 * exponent at most 15), so attention over them is finite */
+		uint64_t w = mix(x + j) & 0xbfffbfffbfffbfffull;
 
 		memcpy(dst + j, &w, 8);
 	}
@@ -361,6 +380,211 @@ static void *syncer(void *arg)
 	return NULL;
 }
 
+/* ---- attention near the data, against a reference ----------------------- */
+
+static atomic_uint attends, attend_batches;
+
+static double f16_at(const unsigned char *row, uint32_t d)
+{
+	uint16_t x;
+
+	memcpy(&x, row + 2 * d, 2);
+	return kvf_f16_to_f32(x);
+}
+
+/* attn_ref - dense attention of q ([QH][DIM]) over tokens [lo, hi) of
+ * family fam, layer: out [QH][DIM]; s has room for hi - lo scores */
+static void attn_ref(uint64_t fam, uint32_t layer, uint64_t lo, uint64_t hi,
+		     const float *q, double *out, double *s)
+{
+	const double scale = 1.0 / sqrt((double)DIM);
+	unsigned char row[ROW];
+
+	for (uint32_t qh = 0; qh < QH; qh++) {
+		uint32_t h = qh / (QH / KVH); /* the KV head it shares */
+		double m = -INFINITY, l = 0;
+		double *o = out + (size_t)qh * DIM;
+
+		for (uint64_t t = lo; t < hi; t++) {
+			double dot = 0;
+
+			fill_row(row, fam, layer, 0, t, h);
+			for (uint32_t d = 0; d < DIM; d++)
+				dot += (double)q[qh * DIM + d] * f16_at(row, d);
+			s[t - lo] = dot * scale;
+			if (s[t - lo] > m)
+				m = s[t - lo];
+		}
+		for (uint32_t d = 0; d < DIM; d++)
+			o[d] = 0;
+		for (uint64_t t = lo; t < hi; t++) {
+			double w = exp(s[t - lo] - m);
+
+			l += w;
+			fill_row(row, fam, layer, 1, t, h);
+			for (uint32_t d = 0; d < DIM; d++)
+				o[d] += w * f16_at(row, d);
+		}
+		for (uint32_t d = 0; d < DIM; d++)
+			o[d] = l > 0 ? o[d] / l : 0;
+	}
+}
+
+/* attn_close - got matches want within ATTN_TOL; else one failure */
+static int attn_close(const float *got, const double *want, uint64_t seq,
+		      uint32_t layer, uint64_t lo, uint64_t hi, const char *call)
+{
+	for (uint32_t i = 0; i < QH * DIM; i++)
+		if (!(fabs(got[i] - want[i]) <= ATTN_TOL + ATTN_TOL * fabs(want[i]))) {
+			fail("%s seq %" PRIu64 " layer %u tokens [%" PRIu64
+			     ", %" PRIu64 "): out[%u] %g, reference %g",
+			     call, seq, layer, lo, hi, i, (double)got[i],
+			     want[i]);
+			return 0;
+		}
+	return 1;
+}
+
+/* attn_mask - ones on [lo, hi), zeros up to len (a fresh calloc) */
+static uint8_t *attn_mask(uint64_t lo, uint64_t hi, uint64_t len)
+{
+	uint8_t *m = calloc(len, 1);
+
+	if (m)
+		memset(m + lo, 1, hi - lo);
+	return m;
+}
+
+/* attend_one - kvf_attend on a writer's sequence (any layer) or a fork
+ * (layer 1, which only the fork call fills: a fork id made again is at
+ * least as long, so its length never drops below one seen) */
+static void attend_one(struct thread *t, float *q, float *out, double *ref,
+		       double *s)
+{
+	kvf_store *st = t->c->st;
+	uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
+	uint32_t slot = (uint32_t)rng_below(&t->rng, 2 * FORK_SLOTS);
+	uint64_t seq = writer_seq(w), fam = seq, n0, lo;
+	uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
+	int is_fork = 0;
+	kvf_attn_opts o;
+	uint8_t *mask;
+	kvf_status rc;
+
+	if (slot < FORK_SLOTS) {
+		uint64_t f = atomic_load(&t->c->forks[slot]);
+
+		if (f) {
+			seq = f;
+			fam = f / 1000 * 1000;
+			layer = 1;
+			is_fork = 1;
+		}
+	}
+	rc = kvf_seq_len(st, seq, layer, &n0);
+	if (rc == KVF_ENOENT || (rc == KVF_OK && n0 == 0))
+		return;
+	if (rc != KVF_OK) {
+		fail("len %" PRIu64 ": %s", seq, kvf_last_error());
+		return;
+	}
+	lo = n0 - (1 + rng_below(&t->rng, n0 < ATTN_SPAN ? n0 : ATTN_SPAN));
+	if ((mask = attn_mask(lo, n0, n0 + ATTN_SLACK)) == NULL)
+		return;
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = n0 + ATTN_SLACK;
+	for (uint32_t i = 0; i < QH * DIM; i++)
+		q[i] = (float)((double)rng_below(&t->rng, 1u << 20) / (1u << 20) - 0.5);
+	rc = kvf_attend(st, seq, layer, q, out, &o);
+	free(mask);
+	if ((rc == KVF_ENOENT && is_fork) || rc == KVF_ERANGE)
+		return; /* a fork freed meanwhile; grown past the mask */
+	if (rc != KVF_OK) {
+		fail("attend seq %" PRIu64 " layer %u: %s", seq, layer,
+		     kvf_last_error());
+		return;
+	}
+	attn_ref(fam, layer, lo, n0, q, ref, s);
+	if (attn_close(out, ref, seq, layer, lo, n0, "attend")) {
+		atomic_fetch_add(&attends, 1);
+		atomic_fetch_add(&passed, 1);
+	}
+}
+
+/* attend_all - kvf_attend_batch over every writer's sequence: one mask
+ * for all, ones below the shortest length seen */
+static void attend_all(struct thread *t, float *q, float *out, double *ref,
+		       double *s)
+{
+	kvf_store *st = t->c->st;
+	uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
+	uint64_t seqs[WRITERS], lo, m = UINT64_MAX, longest = 0;
+	kvf_attn_opts o;
+	uint8_t *mask;
+	kvf_status rc;
+
+	for (uint32_t w = 0; w < WRITERS; w++) {
+		uint64_t n;
+
+		seqs[w] = writer_seq(w);
+		if (kvf_seq_len(st, seqs[w], layer, &n) != KVF_OK)
+			return; /* not created yet */
+		m = n < m ? n : m;
+		longest = n > longest ? n : longest;
+	}
+	if (m == 0)
+		return;
+	lo = m - (1 + rng_below(&t->rng, m < ATTN_SPAN ? m : ATTN_SPAN));
+	if ((mask = attn_mask(lo, m, longest + ATTN_SLACK)) == NULL)
+		return;
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = longest + ATTN_SLACK;
+	for (uint32_t i = 0; i < WRITERS * QH * DIM; i++)
+		q[i] = (float)((double)rng_below(&t->rng, 1u << 20) / (1u << 20) - 0.5);
+	rc = kvf_attend_batch(st, WRITERS, seqs, layer, q, out, &o);
+	free(mask);
+	if (rc == KVF_ERANGE)
+		return;
+	if (rc != KVF_OK) {
+		fail("attend_batch layer %u: %s", layer, kvf_last_error());
+		return;
+	}
+	for (uint32_t w = 0; w < WRITERS; w++) {
+		attn_ref(seqs[w], layer, lo, m, q + (size_t)w * QH * DIM, ref, s);
+		if (!attn_close(out + (size_t)w * QH * DIM, ref, seqs[w], layer,
+				lo, m, "attend_batch"))
+			return;
+	}
+	atomic_fetch_add(&attend_batches, 1);
+	atomic_fetch_add(&passed, 1);
+}
+
+static void *attender(void *arg)
+{
+	struct thread *t = arg;
+	float *q = malloc((size_t)WRITERS * QH * DIM * sizeof(float));
+	float *out = malloc((size_t)WRITERS * QH * DIM * sizeof(float));
+	double *ref = malloc((size_t)QH * DIM * sizeof(double));
+	double *s = malloc(ATTN_SPAN * sizeof(double));
+
+	/* while the writers run, and at least ATTN_MIN calls in all */
+	for (uint32_t i = 0; (atomic_load(&writers_left) > 0 || i < ATTN_MIN) &&
+			     q && out && ref && s;
+	     i++) {
+		if (i % 4 == 3)
+			attend_all(t, q, out, ref, s);
+		else
+			attend_one(t, q, out, ref, s);
+	}
+	free(q);
+	free(out);
+	free(ref);
+	free(s);
+	return NULL;
+}
+
 /* verify_all - every writer's sequence, whole, every layer and head */
 static void verify_all(kvf_store *st)
 {
@@ -389,8 +613,9 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
 	const char *path =
 		tmp_path(dir, media == KVF_MEDIA_FILE ? "file" : "mem");
-	struct thread th[WRITERS + READERS + 2];
-	pthread_t tid[WRITERS + READERS + 2];
+	struct thread th[WRITERS + READERS + 2 + ATTENDERS];
+	pthread_t tid[WRITERS + READERS + 2 + ATTENDERS];
+	kvf_stats stats = { .struct_size = sizeof(stats) };
 	struct ctx c = { .seed = seed };
 	uint32_t n = 0;
 	kvf_options o;
@@ -400,7 +625,7 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	kvf_options_init(&o, &m);
 	o.media = media;
 	o.segment_size = 64 * 1024;
-	o.capacity_bytes = 2ull * 512 * 64 * 1024;
+	o.capacity_bytes = 2ull * 300 * 64 * 1024; /* the writers keep ~540 */
 	o.n_stripes = 2;
 	o.n_threads = 2;
 	if (kvf_open(p, &o, &c.st) != KVF_OK) {
@@ -408,11 +633,12 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 		return 1;
 	}
 	atomic_store(&writers_left, WRITERS);
-	for (uint32_t i = 0; i < WRITERS + READERS + 2; i++) {
-		void *(*fn)(void *) = i < WRITERS            ? writer :
-				      i < WRITERS + READERS  ? reader :
-				      i == WRITERS + READERS ? forker :
-							       syncer;
+	for (uint32_t i = 0; i < WRITERS + READERS + 2 + ATTENDERS; i++) {
+		void *(*fn)(void *) = i < WRITERS                ? writer :
+				      i < WRITERS + READERS      ? reader :
+				      i == WRITERS + READERS     ? forker :
+				      i == WRITERS + READERS + 1 ? syncer :
+								   attender;
 
 		th[i] = (struct thread){ &c, i < WRITERS ? i : i - WRITERS,
 					 mix(seed + i) };
@@ -424,10 +650,29 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 		}
 		n++;
 	}
-	for (uint32_t i = 0; i < WRITERS + READERS + 2; i++)
+	for (uint32_t i = 0; i < WRITERS + READERS + 2 + ATTENDERS; i++)
 		if (i < n)
 			pthread_join(tid[i], NULL);
 	verify_all(c.st);
+	/* freed forks and superseded partial pages filled the small store:
+	 * the cleaner must have moved live pages and segments been reused */
+	if (kvf_stats_get(c.st, &stats) != KVF_OK)
+		fail("stats: %s", kvf_last_error());
+	printf("stress_store %s: %" PRIu64 " segments written, %" PRIu64
+	       " cleaned, %" PRIu64 " reclaimed, %" PRIu64
+	       " bytes copied by the cleaner, %u of %u segments free at the end; %u attends, %u attend batches checked\n",
+	       media == KVF_MEDIA_FILE ? "file" : "memory",
+	       stats.segments_written, stats.segments_cleaned,
+	       stats.segments_reclaimed, stats.cleaner_bytes,
+	       stats.segments_free, stats.segments_total,
+	       atomic_load(&attends), atomic_load(&attend_batches));
+	if (stats.segments_cleaned == 0 || stats.segments_reclaimed == 0)
+		fail("%s store: the cleaner did not run (%" PRIu64
+		     " segments cleaned, %" PRIu64 " reclaimed)",
+		     media == KVF_MEDIA_FILE ? "file" : "memory",
+		     stats.segments_cleaned, stats.segments_reclaimed);
+	atomic_store(&attends, 0);
+	atomic_store(&attend_batches, 0);
 	if (kvf_close(c.st) != KVF_OK)
 		fail("close: %s", kvf_last_error());
 	if (media == KVF_MEDIA_FILE) {
