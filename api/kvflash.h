@@ -139,8 +139,12 @@ typedef struct {
 	uint32_t n_device_paths;  /* entries in device_paths */
 	uint32_t direct_io;       /* 0 = where allowed, 1 = on, 2 = off */
 	uint32_t read_only;       /* 1 = open an existing store read-only */
-	/* KVF_MEDIA_FLASH: the emulated device (kept in memory, so a flash
-	 * store starts empty at each open, like a memory store) */
+	/* KVF_MEDIA_FLASH: the emulated device, kept in its image
+	 * DIR/flash.img (page bytes, per-page spare records, erase
+	 * counts), so a flash store persists like a file store: closed,
+	 * killed or cut off and reopened it recovers with its data, its
+	 * FTL mapping and its wear.  These three apply when the store is
+	 * created; a reopened store keeps the device it has */
 	uint32_t flash_channels;  /* channels; 0 = one per stripe */
 	uint32_t flash_cell;      /* 0 = TLC, 1 SLC, 2 MLC, 3 TLC, 4 QLC */
 	float flash_spare;        /* spare factor (physical - logical) /
@@ -272,7 +276,12 @@ typedef struct kvf_store kvf_store;
  * One open handle per directory (several read-only ones may share it);
  * the directory's lock dies with its owner, so a reopen right after the
  * owner was killed succeeds.
- * A KVF_MEDIA_MEMORY or KVF_MEDIA_FLASH store starts empty at every open.
+ * A KVF_MEDIA_MEMORY store starts empty at every open.  A KVF_MEDIA_FLASH
+ * store keeps the same contract as a file store: its emulated device
+ * lives in DIR/flash.img, synced by kvf_sync, and at reopen its FTL is
+ * rebuilt from the image's spare areas as an SSD's is after power loss (a
+ * page whose program a crash tore is taken as never written, so its
+ * older version is read, never its torn bytes).
  * Return: KVF_OK; KVF_EINVAL (an option out of its range, checked before
  * anything is made: the message names the field; or dir is not a store
  * and not empty); KVF_EMISMATCH (option contradicts the stored
@@ -781,9 +790,9 @@ typedef struct {
  * @out: receives the counts.
  * Return: KVF_OK (out says what was done); KVF_EINVAL (NULL, struct_size
  * too small); KVF_ENOENT (no store in dir); KVF_ENOTSUP (memory or flash
- * media: nothing on media to salvage); KVF_EBUSY (open elsewhere);
- * KVF_ECORRUPT (the store header or the mark is damaged: nothing to
- * repair from); KVF_EIO; KVF_ENOMEM.
+ * media: repair reads segments from stripe files only); KVF_EBUSY (open
+ * elsewhere); KVF_ECORRUPT (the store header or the mark is damaged:
+ * nothing to repair from); KVF_EIO; KVF_ENOMEM.
  * Concurrency: any thread; dir must not be open anywhere.
  */
 KVF_API kvf_status kvf_repair(const char *dir, const kvf_options *opts,

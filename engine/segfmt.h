@@ -55,6 +55,7 @@
 #define STORE_HEADER_FILE "KVFLASH"
 /* present while a store is being created; see kvf_open */
 #define STORE_CREATING_FILE "CREATING"
+#define FLASH_IMAGE_FILE "flash.img" /* a flash store's device (ftl/nand_image.h) */
 #define CREATING_TEXT "kvflash: a store is being created here\n"
 
 struct seg_summary_header {

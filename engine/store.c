@@ -577,7 +577,7 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 			     o->direct_io == 2 ? KVF_MEDIA_OFF : KVF_MEDIA_AUTO,
 	};
 	struct kvf_flash_config fc;
-	char **paths = NULL;
+	char **paths = NULL, *image = NULL;
 	kvf_status rc;
 
 	if (cfg.kind == KVF_MEDIA_FLASH) {
@@ -589,7 +589,11 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 		fc.spare_factor = o->flash_spare;
 		fc.pages_per_block = st->pages_per_seg;
 		fc.page_size = st->hdr.page_size;
-		fc.backing = KVF_FLASH_BACKING_MEMORY;
+		/* the device persists in its image, as an SSD would */
+		fc.backing = KVF_FLASH_BACKING_IMAGE;
+		if ((image = path_join(st->dir, FLASH_IMAGE_FILE)) == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		fc.path = image;
 		cfg.flash = &fc;
 	}
 	if (cfg.kind == KVF_MEDIA_FILE && o->device_paths == NULL) {
@@ -616,6 +620,7 @@ out:
 	for (uint32_t i = 0; paths && i < st->hdr.n_stripes; i++)
 		kvf_free(paths[i]);
 	kvf_free(paths);
+	kvf_free(image);
 	return rc;
 }
 
@@ -686,6 +691,8 @@ static void store_release(kvf_store *st, int created, int made_dir,
 			snprintf(p, sizeof(p), "%s/stripe-%03u.kvf", st->dir, i);
 			unlink(p);
 		}
+		snprintf(p, sizeof(p), "%s/%s", st->dir, FLASH_IMAGE_FILE);
+		unlink(p);
 		snprintf(p, sizeof(p), "%s/meta", st->dir);
 		remove_tree(p);
 		snprintf(p, sizeof(p), "%s/%s", st->dir, STORE_HEADER_FILE);
@@ -816,6 +823,16 @@ static kvf_status check_mark(kvf_store *st)
 			(unsigned long long)m.n_syncs);
 }
 
+/* persists - does the store's data outlive its handle?  File stores and
+ * flash stores on their own device image do (their catalog is synced and
+ * their durable points marked); memory stores and stores on a caller's
+ * media do not. */
+static int persists(const kvf_store *st, const struct kvf_media *media)
+{
+	return media == NULL && (st->hdr.media == KVF_MEDIA_FILE ||
+				 st->hdr.media == KVF_MEDIA_FLASH);
+}
+
 kvf_status kvf_open(const char *dir, const kvf_options *opts, kvf_store **out)
 {
 	return store_open_media(dir, opts, NULL, out);
@@ -901,9 +918,10 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		sync_dir(dir);
 		creating = 0;
 	}
-	if (rc == KVF_OK && stored.media != KVF_MEDIA_FILE && !st->read_only &&
+	if (rc == KVF_OK && stored.media == KVF_MEDIA_MEMORY && !st->read_only &&
 	    media == NULL) {
-		/* a memory or flash store's data died with its last handle:
+		/* a memory store's data died with its last handle (a flash
+		 * store's lives on in its device image):
 		 * its files go, under the marker, and a new one is made */
 		if ((rc = begin_create(dir, cpath)) != KVF_OK)
 			goto fail;
@@ -956,7 +974,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	}
 	derive(st);
 	if ((rc = catalog_open(mpath, created, st->read_only,
-				    st->hdr.media == KVF_MEDIA_FILE ? CATALOG_FSYNC
+				    persists(st, media) ? CATALOG_FSYNC
 				    : media || st->hdr.media == KVF_MEDIA_FLASH
 					    ? CATALOG_NO_FSYNC : CATALOG_VOLATILE,
 				    &st->cat)) != KVF_OK) {
@@ -989,8 +1007,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		goto fail;
 	}
 	st->trim = trim_policy(st);
-	if (st->hdr.media == KVF_MEDIA_FILE && media == NULL &&
-	    (rc = open_mark(st, created)) != KVF_OK)
+	if (persists(st, media) && (rc = open_mark(st, created)) != KVF_OK)
 		goto fail;
 	if (created)
 		seg_finish_load(st);

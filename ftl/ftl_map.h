@@ -163,6 +163,16 @@ kvf_status ftl_trim(struct ftl *f, uint64_t lpn, uint64_t n);
  * (the time used is subtracted).  Returns KVF_OK or the first error.
  */
 kvf_status ftl_collect(struct ftl *f, uint32_t target, uint64_t *budget_ns);
+/*
+ * ftl_recover - after ftl_init, on a device loaded from an image: rebuild
+ * the mapping from the spare-area records the scan found (per logical
+ * page the newest record wins, unless its last TRIM is newer), then the
+ * valid counts, block states (programmed blocks are sealed, partly
+ * programmed ones too, in the order they were written), the free pool
+ * and the erase histogram.  No frontier holds a block afterwards.
+ * Return: KVF_OK, KVF_ENOMEM.
+ */
+kvf_status ftl_recover(struct ftl *f);
 /* ftl_power_restored - finish what a power cut left undone. */
 kvf_status ftl_power_restored(struct ftl *f);
 /* ftl_locate - where lpn lives: device block and page, or FTL_NONE. */

@@ -35,6 +35,33 @@ void wear_hist_release(struct wear_hist *h)
 	memset(h, 0, sizeof(*h));
 }
 
+kvf_status wear_hist_load(struct wear_hist *h, const uint32_t *ec,
+			  const uint8_t *live, uint32_t n)
+{
+	uint32_t max = 0, min = UINT32_MAX;
+	kvf_status rc;
+
+	for (uint32_t b = 0; b < n; b++)
+		if (live[b] && ec[b] > max)
+			max = ec[b];
+	if ((rc = wear_hist_reserve(h, max + 1)) != KVF_OK)
+		return rc;
+	memset(h->count, 0, (size_t)h->cap * sizeof(uint64_t));
+	h->n = h->sum = h->sum_sq = 0;
+	for (uint32_t b = 0; b < n; b++) {
+		if (!live[b])
+			continue;
+		h->count[ec[b]]++;
+		h->n++;
+		h->sum += ec[b];
+		h->sum_sq += (uint64_t)ec[b] * ec[b];
+		min = ec[b] < min ? ec[b] : min;
+	}
+	h->min_ec = h->n ? min : 0;
+	h->max_ec = h->n ? max : 0;
+	return KVF_OK;
+}
+
 kvf_status wear_hist_reserve(struct wear_hist *h, uint32_t ec)
 {
 	uint32_t cap = h->cap;

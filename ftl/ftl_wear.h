@@ -35,6 +35,10 @@ struct wear_hist {
 /* wear_hist_init - n_blocks blocks, all never erased.  KVF_OK/KVF_ENOMEM. */
 kvf_status wear_hist_init(struct wear_hist *h, uint64_t n_blocks);
 void wear_hist_release(struct wear_hist *h);
+/* wear_hist_load - after init: the live blocks (live[b] != 0) among n
+ * have erase counts ec[b], the others retired.  KVF_OK/KVF_ENOMEM. */
+kvf_status wear_hist_load(struct wear_hist *h, const uint32_t *ec,
+			  const uint8_t *live, uint32_t n);
 /* wear_hist_reserve - make room for erase count ec, so that the erase
  * that reaches it cannot fail.  Return: KVF_OK, KVF_ENOMEM (unchanged). */
 kvf_status wear_hist_reserve(struct wear_hist *h, uint32_t ec);

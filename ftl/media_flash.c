@@ -4,10 +4,15 @@
  * flash-only calls and the statistics (see media_flash.h).
  *
  * A media holds one NAND device (nand.c, with its timing model) and one
- * FTL per stripe (ftl_map.c).  The device's state lives as long as the
- * media is open: like the memory backend it does not survive close, and
- * the file backing only holds the page bytes (for devices larger than
- * memory).
+ * FTL per stripe (ftl_map.c).  With memory, file or no backing the
+ * device's state lives as long as the media is open: like the memory
+ * backend it does not survive close, and the file backing only holds the
+ * page bytes (for devices larger than memory).  With the image backing
+ * (nand_image.c) the device persists: an existing image brings its
+ * geometry, cell and P/E limit (the caller's are ignored, as a drive's
+ * are fixed), its logical size must be the media's, and each FTL is
+ * rebuilt from the image's spare areas; sync is an fdatasync of the
+ * image.
  *
  * Timing: with issue "queued" every request may start as soon as its
  * dies and channels are free (a deep queue: throughput); with "sync"
@@ -26,6 +31,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "ftl/ftl_map.h"
+#include "ftl/nand_image.h"
 
 #define DEFAULT_SPARE_FACTOR 0.07 /* consumer-SSD class spare */
 #define DEFAULT_GC_D 10u          /* d-choices sample size */
@@ -103,7 +109,7 @@ static kvf_status check_enums(const struct kvf_flash_config *fc)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_media_open: flash: unknown GC policy %d",
 				(int)fc->gc);
-	if ((unsigned)fc->backing > KVF_FLASH_BACKING_NONE)
+	if ((unsigned)fc->backing > KVF_FLASH_BACKING_IMAGE)
 		return kvf_fail(KVF_EINVAL, "kvf_media_open: flash: unknown backing %d",
 				(int)fc->backing);
 	if ((unsigned)fc->issue > KVF_FLASH_ISSUE_SYNC)
@@ -114,10 +120,17 @@ static kvf_status check_enums(const struct kvf_flash_config *fc)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_media_open: flash: wl_dynamic %d is not AUTO, ON or OFF",
 				(int)fc->wl_dynamic);
-	if (fc->backing == KVF_FLASH_BACKING_FILE &&
+	if ((fc->backing == KVF_FLASH_BACKING_FILE ||
+	     fc->backing == KVF_FLASH_BACKING_IMAGE) &&
 	    (fc->path == NULL || fc->path[0] == '\0'))
 		return kvf_fail(KVF_EINVAL,
-				"kvf_media_open: flash: file backing needs a path");
+				"kvf_media_open: flash: %s backing needs a path",
+				fc->backing == KVF_FLASH_BACKING_FILE ? "file" :
+									"image");
+	if (fc->backing == KVF_FLASH_BACKING_IMAGE &&
+	    fc->mapping != KVF_FLASH_MAP_PAGE)
+		return kvf_fail(KVF_ENOTSUP,
+				"kvf_media_open: flash: an image keeps page-mapped devices only (mapping is block)");
 	return KVF_OK;
 }
 
@@ -459,11 +472,20 @@ static kvf_status flash_trim(struct kvf_media *m, uint32_t stripe,
 static kvf_status flash_sync(struct kvf_media *m)
 {
 	struct media_flash *mf = to_flash(m);
+	kvf_status rc = KVF_OK;
 
 	pthread_mutex_lock(&mf->lock);
-	mf->syncs++;
+	if (mf->nand.img != NULL) {
+		rc = mf->nand.powered_off ?
+			     kvf_fail(KVF_EIO,
+				      "flash: sync refused: the power is cut (block %u page %u was torn); power the device on first",
+				      mf->nand.cut_block, mf->nand.cut_page) :
+			     nand_image_sync(&mf->nand);
+	}
+	if (rc == KVF_OK)
+		mf->syncs++;
 	pthread_mutex_unlock(&mf->lock);
-	return KVF_OK;
+	return rc;
 }
 
 static uint64_t host_pages(const struct media_flash *mf)
@@ -519,20 +541,80 @@ int kvf_media_is_flash(const struct kvf_media *m)
 	return m != NULL && m->ops == &flash_ops;
 }
 
+/* adopt_image - an existing image brings its device: geometry, cell
+ * and P/E limit replace the caller's */
+static kvf_status adopt_image(struct kvf_flash_config *fc,
+			      struct nand_image_desc *d, int *exists)
+{
+	kvf_status rc;
+
+	*exists = 0;
+	if (fc->backing != KVF_FLASH_BACKING_IMAGE || fc->path == NULL ||
+	    fc->path[0] == '\0')
+		return KVF_OK; /* check_enums says what is wrong */
+	if ((rc = nand_image_peek(fc->path, d, exists)) != KVF_OK || !*exists)
+		return rc;
+	if (d->n_parts == 0 || d->channels * d->dies_per_channel %
+				       d->n_parts != 0)
+		return kvf_fail(KVF_ECORRUPT,
+				"flash image %s is damaged: %u x %u dies cannot hold %u stripes",
+				fc->path, d->channels, d->dies_per_channel,
+				d->n_parts);
+	fc->channels = d->channels;
+	fc->dies_per_channel = d->dies_per_channel;
+	fc->planes_per_die = d->planes_per_die;
+	fc->blocks_per_plane = d->blocks_per_plane;
+	fc->pages_per_block = d->pages_per_block;
+	fc->page_size = d->page_size;
+	fc->oob_bytes = d->oob_bytes;
+	fc->cell = (enum kvf_flash_cell)d->cell;
+	fc->pe_limit = d->pe_limit;
+	return KVF_OK;
+}
+
+/* describe - the device an image is created with */
+static void describe(const struct layout *lo, const struct kvf_flash_config *fc,
+		     struct nand_image_desc *d)
+{
+	d->channels = lo->geo.channels;
+	d->dies_per_channel = lo->geo.dies_per_channel;
+	d->planes_per_die = lo->geo.planes_per_die;
+	d->blocks_per_plane = lo->geo.blocks_per_plane;
+	d->pages_per_block = lo->geo.pages_per_block;
+	d->page_size = lo->geo.page_size;
+	d->oob_bytes = lo->geo.oob_bytes;
+	d->n_parts = lo->geo.n_parts;
+	d->cell = (uint32_t)fc->cell;
+	d->pe_limit = lo->pe_limit;
+	d->lpn_per_part = lo->lpn_per_part;
+}
+
 kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 				struct kvf_media **out)
 {
 	struct kvf_flash_config fc;
+	struct nand_image_desc img;
 	struct media_flash *mf = NULL;
 	struct layout lo;
+	int has_img = 0;
 	kvf_status rc;
 
 	if (cfg->flash)
 		fc = *cfg->flash;
 	else
 		kvf_flash_config_init(&fc);
+	if ((rc = adopt_image(&fc, &img, &has_img)) != KVF_OK)
+		return rc;
 	if ((rc = derive(cfg, &fc, &lo)) != KVF_OK)
 		return rc;
+	if (has_img && (img.n_parts != lo.geo.n_parts ||
+			img.lpn_per_part != lo.lpn_per_part))
+		return kvf_fail(KVF_EMISMATCH,
+				"kvf_media_open: flash: image %s holds %u stripes of %llu logical pages; the media has %u of %llu",
+				fc.path, img.n_parts,
+				(unsigned long long)img.lpn_per_part,
+				lo.geo.n_parts,
+				(unsigned long long)lo.lpn_per_part);
 	mf = kvf_calloc(1, sizeof(*mf));
 	if (mf == NULL)
 		return kvf_fail(KVF_ENOMEM,
@@ -544,6 +626,11 @@ kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 	if ((rc = nand_init(&mf->nand, &lo.geo, &lo.timing, lo.pe_limit,
 			    fc.backing, fc.path)) != KVF_OK)
 		goto out_free;
+	if (fc.backing == KVF_FLASH_BACKING_IMAGE) {
+		describe(&lo, &fc, &img);
+		if ((rc = nand_image_attach(&mf->nand, fc.path, &img)) != KVF_OK)
+			goto out_nand;
+	}
 	mf->parts = kvf_calloc(mf->n_parts, sizeof(*mf->parts));
 	if (mf->parts == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_media_open: flash: out of memory");
@@ -556,7 +643,11 @@ kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 			      &lo.prm);
 		if (rc != KVF_OK)
 			goto out_parts;
+		if (nand_image_loaded(&mf->nand) &&
+		    (rc = ftl_recover(&mf->parts[p])) != KVF_OK)
+			goto out_parts;
 	}
+	nand_image_scan_done(&mf->nand);
 	if (pthread_mutex_init(&mf->lock, NULL) != 0) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_media_open: flash: cannot create a lock");
 		goto out_parts;
@@ -956,6 +1047,19 @@ kvf_status kvf_flash_stats(struct kvf_media *m, struct kvf_flash_stats *out)
 	s.latency_max_ns = mf->lat_max_ns;
 	s.latency_p50_ns = lat_quantile(mf, 0.50);
 	s.latency_p99_ns = lat_quantile(mf, 0.99);
+	if (mf->nand.img != NULL) {
+		struct nand_image_stats is;
+
+		nand_image_stats(&mf->nand, &is);
+		s.image = 1;
+		s.image_created = (uint32_t)is.created;
+		s.image_fdatasyncs = is.fdatasyncs;
+		s.image_barriers = is.barriers;
+		s.image_scan_records = is.scan_pages;
+		s.image_scan_verified = is.scan_verified;
+		s.image_scan_dropped = is.scan_dropped;
+		s.image_open_ns = is.scan_ns;
+	}
 	pthread_mutex_unlock(&mf->lock);
 	kvf_flash_project(&s, (double)s.host_pages * s.page_size,
 			  (double)s.erases,

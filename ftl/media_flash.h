@@ -15,6 +15,9 @@
  * segment is exactly one erase block (pages_per_segment ==
  * pages_per_block).
  *
+ * With backing image (nand_image.h) the device persists across opens:
+ * data, mapping (rebuilt from the spare areas) and erase counts.
+ *
  * Spare factor: Sf = (physical - logical) / physical.  Over-provisioning
  * OP = (physical - logical) / logical is reported under that name.
  *
@@ -108,6 +111,17 @@ struct kvf_flash_stats {
 	uint64_t latency_p99_ns;    /* 99th percentile (same) */
 	/* endurance at the WA and wear seen since open */
 	struct kvf_flash_lifetime life; /* projection (bytes, requests) */
+	/* the persistent image (backing image; all 0 otherwise) */
+	uint32_t image;             /* 1: the device is an image */
+	uint32_t image_created;     /* 1: this open created it */
+	uint64_t image_fdatasyncs;  /* fdatasyncs of the image */
+	uint64_t image_barriers;    /* of those, forced by erases */
+	uint64_t image_scan_records; /* spare-area records found at open */
+	uint64_t image_scan_verified; /* pages read at open (newer than the
+				     * durable point) */
+	uint64_t image_scan_dropped; /* records not believed (other life,
+				     * torn program) */
+	uint64_t image_open_ns;     /* wall time to load the image (ns) */
 };
 
 /* kvf_media_is_flash - is m the flash backend? */

@@ -20,6 +20,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "ftl/nand_image.h"
 #include "ftl/sysio.h"
 
 #define ERASED_BYTE 0xff /* what an erased NAND cell reads as */
@@ -96,6 +97,7 @@ kvf_status nand_init(struct nand *n, const struct nand_geometry *g,
 
 	memset(n, 0, sizeof(*n));
 	n->fd = -1;
+	n->spare_lpn = UINT32_MAX;
 	geo.n_dies = geo.channels * geo.dies_per_channel;
 	if (geo.n_parts == 0 || geo.n_dies % geo.n_parts != 0)
 		return kvf_fail(KVF_EINVAL,
@@ -133,6 +135,14 @@ kvf_status nand_init(struct nand *n, const struct nand_geometry *g,
 	} else if (backing == KVF_FLASH_BACKING_FILE) {
 		if ((rc = open_file(n, path)) != KVF_OK)
 			goto out_release;
+	} else if (backing == KVF_FLASH_BACKING_IMAGE) {
+		/* the image itself comes with nand_image_attach */
+		n->bounce = kvf_aligned_alloc(KVF_MEDIA_ALIGN, geo.page_size);
+		if (n->bounce == NULL) {
+			rc = kvf_fail(KVF_ENOMEM,
+				      "kvf_media_open: flash: out of memory for the image backing");
+			goto out_release;
+		}
 	}
 	if ((rc = ftl_time_init(&n->time, geo.n_dies, geo.channels, t,
 				geo.page_size + geo.oob_bytes)) != KVF_OK)
@@ -146,6 +156,7 @@ out_release:
 
 void nand_release(struct nand *n)
 {
+	nand_image_detach(n);
 	if (n->mem) {
 		for (uint32_t b = 0; b < n->geo.n_blocks; b++)
 			kvf_free(n->mem[b]);
@@ -164,6 +175,7 @@ void nand_release(struct nand *n)
 	ftl_time_release(&n->time);
 	memset(n, 0, sizeof(*n));
 	n->fd = -1;
+	n->spare_lpn = UINT32_MAX;
 }
 
 static kvf_status dark(const struct nand *n, const char *op, uint32_t block,
@@ -300,6 +312,8 @@ static kvf_status store(struct nand *n, uint32_t block, uint32_t page,
 			data = n->bounce;
 		}
 		return file_write(n, block, page, data, len);
+	case KVF_FLASH_BACKING_IMAGE:
+		return nand_image_program(n, block, page, data, len, NULL);
 	}
 	return KVF_OK;
 }
@@ -335,9 +349,11 @@ kvf_status nand_program(struct nand *n, uint32_t block, uint32_t page,
 	ftl_time_program(&n->time, n->block_die[block],
 			 nand_channel_of(n, block));
 	if (n->cut_countdown != 0 && --n->cut_countdown == 0)
-		return tear(n, block, page, data);
-	if (n->backing != KVF_FLASH_BACKING_NONE &&
-	    (rc = store(n, block, page, data, n->geo.page_size)) != KVF_OK)
+		rc = tear(n, block, page, data);
+	else if (n->backing != KVF_FLASH_BACKING_NONE)
+		rc = store(n, block, page, data, n->geo.page_size);
+	n->spare_lpn = UINT32_MAX;
+	if (rc != KVF_OK)
 		return rc;
 	n->wp[block] = page + 1;
 	n->programs++;
@@ -395,6 +411,8 @@ kvf_status nand_read(struct nand *n, uint32_t block, uint32_t page,
 		return KVF_OK;
 	case KVF_FLASH_BACKING_FILE:
 		return file_read(n, block, page, buf);
+	case KVF_FLASH_BACKING_IMAGE:
+		return nand_image_read(n, block, page, buf, 1);
 	}
 	return KVF_OK;
 }
@@ -424,11 +442,26 @@ kvf_status nand_copy(struct nand *n, uint32_t src_block, uint32_t src_page,
 		if ((rc = file_read(n, src_block, src_page, n->bounce)) != KVF_OK)
 			return rc;
 		data = n->bounce;
+	} else if (n->backing == KVF_FLASH_BACKING_IMAGE) {
+		/* raw: a page failing its checksum is copied with the
+		 * checksum it fails, so it stays detectably bad */
+		if ((rc = nand_image_read(n, src_block, src_page, n->bounce,
+					  0)) != KVF_OK)
+			return rc;
+		data = n->bounce;
 	}
-	if (n->cut_countdown != 0 && --n->cut_countdown == 0)
-		return tear(n, dst_block, dst_page, data);
-	if (n->backing != KVF_FLASH_BACKING_NONE &&
-	    (rc = store(n, dst_block, dst_page, data, n->geo.page_size)) != KVF_OK)
+	if (n->cut_countdown != 0 && --n->cut_countdown == 0) {
+		rc = tear(n, dst_block, dst_page, data);
+	} else if (n->backing == KVF_FLASH_BACKING_IMAGE) {
+		uint64_t h = nand_image_hash(n, src_block, src_page);
+
+		rc = nand_image_program(n, dst_block, dst_page, data,
+					n->geo.page_size, &h);
+	} else if (n->backing != KVF_FLASH_BACKING_NONE) {
+		rc = store(n, dst_block, dst_page, data, n->geo.page_size);
+	}
+	n->spare_lpn = UINT32_MAX;
+	if (rc != KVF_OK)
 		return rc;
 	if (nand_page_torn(n, src_ppn)) {
 		uint64_t d = ppn_of(n, dst_block, dst_page);
@@ -465,6 +498,13 @@ kvf_status nand_erase(struct nand *n, uint32_t block)
 				"flash: erase of block %u refused: the block is retired (%u erases, P/E limit %u)",
 				block, n->erase_count[block], n->pe_limit);
 	ftl_time_erase(&n->time, n->block_die[block]);
+	if (n->img != NULL) {
+		kvf_status rc = nand_image_erase(n, block,
+						 n->erase_count[block] + 1);
+
+		if (rc != KVF_OK)
+			return rc;
+	}
 	if (n->flags[block] & NAND_HAS_TORN) {
 		for (uint32_t p = 0; p < n->geo.pages_per_block; p++) {
 			uint64_t ppn = ppn_of(n, block, p);

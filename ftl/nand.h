@@ -27,8 +27,14 @@
  *
  * Bytes are kept in memory (one buffer per block, allocated at its first
  * program), in a sparse file (page p of block b at byte offset
- * ppn * page_size; erased blocks are punched out), or not at all (backing
- * "none": metadata only, for speed runs; reads then return no data).
+ * ppn * page_size; erased blocks are punched out), not at all (backing
+ * "none": metadata only, for speed runs; reads then return no data), or
+ * in a persistent image (backing "image", nand_image.h): page bytes, a
+ * spare-area record per page (logical page, program sequence number,
+ * checksums) and the erase counts, so the device survives close, a kill
+ * and a power cut, and its FTL is rebuilt from the spare areas at open.
+ * The FTL says what a program carries in its spare area with nand_spare
+ * before the program; only the image keeps it.
  *
  * Not thread-safe: the flash media serializes every call.
  */
@@ -44,7 +50,9 @@
 enum kvf_flash_backing {
 	KVF_FLASH_BACKING_MEMORY = 0, /* one buffer per block, in memory */
 	KVF_FLASH_BACKING_FILE = 1,   /* a sparse file at `path` */
-	KVF_FLASH_BACKING_NONE = 2    /* metadata only: no bytes kept */
+	KVF_FLASH_BACKING_NONE = 2,   /* metadata only: no bytes kept */
+	KVF_FLASH_BACKING_IMAGE = 3   /* a persistent image at `path`: the
+				       * device outlives the media handle */
 };
 
 enum kvf_flash_mapping {
@@ -88,7 +96,11 @@ struct kvf_flash_config {
 				    * 0 = the cell's rating */
 	enum kvf_flash_issue issue; /* how requests meet the timing model */
 	enum kvf_flash_backing backing; /* where page bytes live */
-	const char *path;          /* file backing: the sparse file */
+	const char *path;          /* file backing: the sparse file; image
+				    * backing: the image (created if absent or
+				    * empty; an existing one brings its
+				    * geometry, cell and P/E limit, and
+				    * the caller's are ignored) */
 	enum kvf_flash_mapping mapping; /* page- or block-level */
 	enum kvf_flash_gc_policy gc; /* victim choice */
 	uint32_t gc_d;             /* d-choices: blocks sampled; 0 = 10 */
@@ -133,6 +145,8 @@ enum nand_block_flag {
 	NAND_HAS_TORN = 1u << 1 /* some page of the block is torn */
 };
 
+struct nand_image; /* ftl/nand_image.h */
+
 struct nand {
 	struct nand_geometry geo;   /* layout */
 	uint32_t pe_limit;          /* erases that retire a block */
@@ -157,6 +171,10 @@ struct nand {
 	uint64_t erases;            /* block erases */
 	uint64_t torn_pages;        /* programs torn by power cuts */
 	uint64_t retired;           /* blocks retired */
+	struct nand_image *img;     /* image backing: the image, else NULL */
+	uint32_t spare_lpn;         /* spare area of the next program: its
+				     * logical page (UINT32_MAX: none) */
+	uint32_t spare_stream;      /* ... and the stream it was written for */
 };
 
 /*
@@ -208,6 +226,17 @@ kvf_status nand_erase(struct nand *n, uint32_t block);
  */
 kvf_status nand_erase_pages(struct nand *n, uint32_t block, uint32_t page,
 			    uint32_t n_pages);
+
+/*
+ * nand_spare - what the next program (or copy) carries in its spare
+ * area: logical page lpn (UINT32_MAX: none, as padding) of stream.  The
+ * program consumes it.  Only the image backing stores it.
+ */
+static inline void nand_spare(struct nand *n, uint32_t lpn, uint32_t stream)
+{
+	n->spare_lpn = lpn;
+	n->spare_stream = stream;
+}
 
 /* nand_power_cut_arm - tear the after-th program from now (>= 1). */
 void nand_power_cut_arm(struct nand *n, uint64_t after);

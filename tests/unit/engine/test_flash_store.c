@@ -1,15 +1,21 @@
 /*
  * test_flash_store.c - the store on the emulated NAND device: it runs
- * unchanged (append, read, sync, free, device WA in the stats), and a
- * power cut in the middle of writing leaves, after power-on and reopen,
+ * unchanged (append, read, sync, free, device WA in the stats); a power
+ * cut in the middle of writing leaves, after power-on and reopen,
  * exactly the state of the last sync, with the torn page's segment
- * dropped rather than read as data.
+ * dropped rather than read as data; and the device persists in its image
+ * (DIR/flash.img): a flash store closed, or killed, and reopened returns
+ * every synced token, with the device's FTL checked after each reopen.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/store.h"
 #include "ftl/media_flash.h"
@@ -171,5 +177,109 @@ Test(flash_store, power_cut_keeps_the_synced_state)
 		check(st, 1, 400);
 		kvf_close(st);
 		kvf_media_free(m);
+	}
+}
+
+static kvf_store *reopen(const char *path, const kvf_options *o)
+{
+	kvf_store *st = NULL;
+
+	cr_assert(eq(int, kvf_open(path, o, &st), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_flash_check(st->media), KVF_OK), "%s",
+		  kvf_last_error());
+	return st;
+}
+
+Test(flash_store, close_and_reopen_keeps_the_tokens)
+{
+	kvf_options o = flash_opts();
+	const char *path = tmp_path(dir, "s");
+	char img[4096];
+	struct stat sb;
+	kvf_store *st = reopen(path, &o);
+
+	snprintf(img, sizeof(img), "%s/flash.img", path);
+	cr_assert(eq(int, stat(img, &sb), 0), "the device image %s", img);
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		cr_assert(eq(int, kvf_seq_create(st, seq), KVF_OK));
+		cr_assert(eq(int, append(st, seq, 0, 300), KVF_OK), "%s", kvf_last_error());
+	}
+	cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
+
+	st = reopen(path, &o);
+	for (uint64_t seq = 1; seq <= 3; seq++)
+		check(st, seq, 300);
+	/* more work on the reopened device: appends, a free, the cleaner's
+	 * and the device's GC; closed without an explicit sync */
+	cr_assert(eq(int, kvf_seq_free(st, 2), KVF_OK));
+	for (uint64_t t = 300; t < 1500; t += 100) {
+		cr_assert(eq(int, append(st, 1, t, 100), KVF_OK), "%s", kvf_last_error());
+		cr_assert(eq(int, append(st, 3, t, 100), KVF_OK), "%s", kvf_last_error());
+	}
+	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
+
+	/* options may be left out: the store and its device say it all */
+	st = reopen(path, NULL);
+	check(st, 1, 1500);
+	check(st, 3, 1500);
+	cr_assert(eq(int, kvf_seq_len(st, 2, 0, &(uint64_t){ 0 }), KVF_ENOENT));
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+}
+
+/* A writer killed after a sync: the reopened store has every synced token. */
+Test(flash_store, kill_then_reopen_keeps_the_synced_tokens)
+{
+	kvf_options o = flash_opts();
+	const char *path = tmp_path(dir, "k");
+	int fds[2], status, killed;
+	uint64_t synced = 0, got, n;
+	pid_t pid;
+
+	cr_assert(eq(int, pipe(fds), 0));
+	pid = fork();
+	cr_assert(ge(int, pid, 0));
+	if (pid == 0) {
+		kvf_store *st = NULL;
+
+		close(fds[0]);
+		if (kvf_open(path, &o, &st) != KVF_OK || kvf_seq_create(st, 1) != KVF_OK)
+			_exit(2);
+		for (uint64_t t = 0;; t += 64) {
+			if (append(st, 1, t, 64) != KVF_OK)
+				_exit(3);
+			if (t % 256 == 0) {
+				uint64_t len = t + 64;
+
+				if (kvf_sync(st) != KVF_OK)
+					_exit(4);
+				if (write(fds[1], &len, sizeof(len)) != sizeof(len))
+					_exit(5);
+			}
+			if (t == 2048 + 128)
+				raise(SIGKILL);
+		}
+	}
+	close(fds[1]);
+	while (read(fds[0], &got, sizeof(got)) == sizeof(got))
+		synced = got;
+	close(fds[0]);
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	killed = WIFSIGNALED(status);
+	cr_assert(killed, "the writer exited with %d", status >> 8);
+	cr_assert(eq(u64, synced, 2048 + 64));
+	{
+		kvf_store *st = reopen(path, &o);
+
+		cr_assert(eq(int, kvf_seq_len(st, 1, 0, &n), KVF_OK));
+		cr_assert(ge(u64, n, synced), "synced %llu tokens, %llu came back",
+			  (unsigned long long)synced, (unsigned long long)n);
+		check(st, 1, n);
+		/* and it goes on */
+		cr_assert(eq(int, append(st, 1, n, 100), KVF_OK), "%s", kvf_last_error());
+		cr_assert(eq(int, kvf_close(st), KVF_OK));
+		st = reopen(path, &o);
+		check(st, 1, n + 100);
+		cr_assert(eq(int, kvf_close(st), KVF_OK));
 	}
 }
