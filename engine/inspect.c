@@ -65,7 +65,10 @@ static kvf_status common(kvf_store *st, const char *call, const void *out,
 	return store_check(st, call);
 }
 
-static const char *const kind_names[] = { "K", "V", "X", "KT" };
+static const char *const kind_names[] = { "K", "V", "X", "KT", "OPT" };
+
+_Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == KIND_COUNT,
+	      "a name for every kind");
 
 static const char *kind_name(enum kv_kind k)
 {

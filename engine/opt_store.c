@@ -1195,9 +1195,17 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 		return kvf_fail(KVF_ECORRUPT, "kvf_open: an optimizer record is malformed (%zu bytes)",
 				vlen);
 	memcpy(&m, val, sizeof(m));
+	per = st->hdr.page_size / sizeof(float);
+	/* kvf_opt_create's limits, and a state that fits on the media */
+	if (m.cfg_size != sizeof(kvf_opt_config) || m.n_params == 0 ||
+	    m.n_params > UINT32_MAX ||
+	    (m.n_params + per - 1) / per >
+		    (uint64_t)st->n_segments * st->data_per_seg)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: an optimizer record is malformed: %llu parameters, %u bytes of configuration",
+				(unsigned long long)m.n_params, m.cfg_size);
 	if ((seq = seq_get_ns(st, SEQ_NS_OPT, m.seq)) == NULL)
 		return 0; /* its sequence went: the record is left over */
-	per = st->hdr.page_size / sizeof(float);
 	rc = opt_streams_alloc(seq, (m.n_params + per - 1) / per);
 	seq->opt_gen = m.gen & 1;
 	seq->opt_steps = m.steps;

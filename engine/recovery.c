@@ -99,7 +99,10 @@ static int list_ref(void *arg, const void *key, size_t klen, const void *val,
 	if (klen != 9 || vlen < sizeof(m))
 		return bad_record("fork reference", id, vlen);
 	memcpy(&m, val, sizeof(m));
-	if (vlen != sizeof(m) + m.n * sizeof(struct meta_ref_entry))
+	/* n first: n * 16 wraps for n >= 2^60, and a wrapped length would
+	 * let apply_ref read n entries from a short value */
+	if (m.n > (vlen - sizeof(m)) / sizeof(struct meta_ref_entry) ||
+	    vlen != sizeof(m) + m.n * sizeof(struct meta_ref_entry))
 		return bad_record("fork reference", id, vlen);
 	return push_item(l, (struct rec_item){ m.seqno, id, META_TAG_REF });
 }
@@ -118,6 +121,17 @@ static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
 	memcpy(&m, val, sizeof(m));
 	if (m.n_layers != nl)
 		return bad_record("sequence", id, vlen);
+	/* no layer holds more tokens than pages of the media could */
+	for (uint32_t l = 0; l < 2 * nl; l++) {
+		uint64_t n;
+
+		memcpy(&n, (const char *)val + sizeof(m) + l * sizeof(n), sizeof(n));
+		if (n > (uint64_t)st->n_segments * st->data_per_seg * st->group_tokens)
+			return kvf_fail(KVF_ECORRUPT,
+					"kvf_open: catalog record sequence %llu is malformed: %llu tokens on layer %u, more than the media holds",
+					(unsigned long long)id, (unsigned long long)n,
+					l % nl);
+	}
 	seq = seq_alloc(st, id);
 	if (seq == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");

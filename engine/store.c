@@ -348,6 +348,7 @@ static kvf_status check_against(const kvf_options *o, const struct store_header 
  * damage (KVF_ECORRUPT): the name KVFLASH is the store's. */
 kvf_status store_read_header(const char *path, struct store_header *h)
 {
+	unsigned char buf[sizeof(*h)];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
@@ -356,14 +357,71 @@ kvf_status store_read_header(const char *path, struct store_header *h)
 			return KVF_ENOENT;
 		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: open %s", path);
 	}
-	memset(h, 0, sizeof(*h));
-	n = read(fd, h, sizeof(*h));
+	n = read(fd, buf, sizeof(buf));
 	close(fd);
 	if (n < 0)
 		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: read %s", path);
+	return store_header_decode(buf, (size_t)n, path, h);
+}
+
+/* check_fields - a header whose checksum holds must still describe a store
+ * that could have been made (build_header): open divides by its sizes and
+ * sizes its tables from it.  Anything else is damage. */
+static kvf_status check_fields(const struct store_header *h, const char *path)
+{
+	char why[KVF_ERRMSG_CAP];
+	uint32_t page_bits = 0;
+	kvf_options o;
+	kvf_status rc;
+
+	kvf_options_init(&o, NULL);
+	o.model = (kvf_model){ h->n_layers, h->n_q_heads, h->n_kv_heads,
+			       h->head_dim, (kvf_dtype)h->dtype };
+	o.page_size = h->page_size;
+	o.segment_size = h->segment_size;
+	o.media = (kvf_media_kind)h->media;
+	o.kt_pages = h->kt_pages;
+	if (h->n_stripes == 0 || h->n_stripes > KVF_MEDIA_MAX_STRIPES ||
+	    h->segs_per_stripe == 0 || h->segs_per_stripe > UINT32_MAX ||
+	    h->segment_size > UINT32_MAX) {
+		snprintf(why, sizeof(why),
+			 "%u stripes of %llu segments of %llu bytes",
+			 h->n_stripes, (unsigned long long)h->segs_per_stripe,
+			 (unsigned long long)h->segment_size);
+		goto bad;
+	}
+	o.n_stripes = h->n_stripes;
+	o.capacity_bytes = h->segs_per_stripe * h->n_stripes * h->segment_size;
+	if ((rc = check_options(&o)) != KVF_OK || (rc = check_model(&o)) != KVF_OK) {
+		snprintf(why, sizeof(why), "%s", kvf_last_error());
+		goto bad;
+	}
+	while ((1ull << page_bits) < h->segment_size / h->page_size)
+		page_bits++;
+	if (h->page_bits != page_bits ||
+	    h->kt_dims != (h->kt_pages ? kt_choose_dims(h->head_dim) : 0)) {
+		snprintf(why, sizeof(why), "page_bits %u, kt_dims %u", h->page_bits,
+			 h->kt_dims);
+		goto bad;
+	}
+	return KVF_OK;
+bad:
+	return kvf_fail(KVF_ECORRUPT,
+			"kvf_open: %s is damaged: its checksum holds but its fields describe no store (%s)",
+			path, why);
+}
+
+kvf_status store_header_decode(const void *buf, size_t n, const char *path,
+			       struct store_header *out)
+{
+	struct store_header hh, *h = &hh;
+	kvf_status rc;
+
+	memset(h, 0, sizeof(*h));
+	memcpy(h, buf, n < sizeof(*h) ? n : sizeof(*h));
 	if (n < 12 || memcmp(h->magic, STORE_MAGIC, 8) != 0)
 		return kvf_fail(KVF_ECORRUPT,
-				"kvf_open: %s is damaged: %zd bytes without the KVFLASH magic (the store header is unreadable; its segments and catalog are not touched)",
+				"kvf_open: %s is damaged: %zu bytes without the KVFLASH magic (the store header is unreadable; its segments and catalog are not touched)",
 				path, n);
 	/* a newer format may lay its header out otherwise: only a header
 	 * of our size and checksum can be judged damaged with certainty */
@@ -374,7 +432,7 @@ kvf_status store_read_header(const char *path, struct store_header *h)
 				path, h->format_version, STORE_FORMAT_VERSION);
 	if (n != sizeof(*h) || h->header_size != sizeof(*h))
 		return kvf_fail(KVF_ECORRUPT,
-				"kvf_open: %s is damaged: %zd bytes, header_size %u (expected %zu)",
+				"kvf_open: %s is damaged: %zu bytes, header_size %u (expected %zu)",
 				path, n, h->header_size, sizeof(*h));
 	if (header_checksum(h) != h->checksum)
 		return kvf_fail(KVF_ECORRUPT,
@@ -386,6 +444,9 @@ kvf_status store_read_header(const char *path, struct store_header *h)
 		return kvf_fail(KVF_EVERSION,
 				"kvf_open: %s has format version %u, which this library no longer reads (it reads %u); make the store afresh",
 				path, h->format_version, STORE_FORMAT_VERSION);
+	if ((rc = check_fields(h, path)) != KVF_OK)
+		return rc;
+	*out = *h;
 	return KVF_OK;
 }
 

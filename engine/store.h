@@ -332,6 +332,13 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
  * when there is none, KVF_ECORRUPT when it is damaged, KVF_EVERSION */
 kvf_status store_read_header(const char *path, struct store_header *h);
 
+/* store_header_decode - the header in buf (n bytes read from the file
+ * path, named in messages), checked as store_read_header does; *h is
+ * written only on KVF_OK.  No I/O: the fuzz target calls it directly.
+ * Return: KVF_OK; KVF_ECORRUPT; KVF_EVERSION. */
+kvf_status store_header_decode(const void *buf, size_t n, const char *path,
+			       struct store_header *h);
+
 /*
  * store_open - kvf_open, on the caller's media when media is not NULL: the
  * store then uses it as it is (no fresh start for memory or flash media),
