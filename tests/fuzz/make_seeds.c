@@ -1,0 +1,259 @@
+/*
+ * make_seeds.c - write the seed corpora of the fuzz targets from the
+ * template store (fuzz_common.h): `fuzz_make_seeds OUT` fills
+ * OUT/<target>/ with small valid and near-valid inputs, each named for what
+ * it is.  tests/fuzz/make-seeds.sh runs it into tests/fuzz/corpus/.
+ *
+ * The template's store id is random, so seeds that hold it (a header, a
+ * configuration record) differ from run to run; the flags the targets
+ * take put the right id back where it matters.
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/catalog.h"
+#include "engine/meta.h"
+#include "engine/segfmt.h"
+#include "engine/syncmark.h"
+#include "fuzz_common.h"
+
+static const char *out_root;
+
+static void put(const char *target, const char *name, const void *a,
+		size_t an, const void *b, size_t bn)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", out_root, target);
+	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+		perror(path);
+		exit(1);
+	}
+	snprintf(path, sizeof(path), "%s/%s/%s", out_root, target, name);
+	f = fopen(path, "wb");
+	if (f == NULL || fwrite(a, 1, an, f) != an ||
+	    (bn && fwrite(b, 1, bn, f) != bn) || fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+}
+
+static void header_seeds(const char *dir)
+{
+	static const unsigned flags[] = { 0x00, 0x01, 0x03, 0x07, 0x0b, 0x0f };
+	unsigned char h[sizeof(struct store_header)], x[sizeof(h)];
+	char name[64];
+	unsigned char f;
+
+	if (fz_read(dir, STORE_HEADER_FILE, h, sizeof(h), 0) != sizeof(h))
+		exit(1);
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		f = (unsigned char)flags[i];
+		snprintf(name, sizeof(name), "valid-flags%02x", f);
+		put("store_header", name, &f, 1, h, sizeof(h));
+	}
+	f = 0x03;
+	put("store_header", "short-64", &f, 1, h, 64);
+	put("store_header", "short-12", &f, 1, h, 12);
+	memcpy(x, h, sizeof(x));
+	x[8] = 4; /* format version 4 */
+	put("store_header", "format4", &f, 1, x, sizeof(x));
+	memcpy(x, h, sizeof(x));
+	x[8] = 2;
+	put("store_header", "format2", &f, 1, x, sizeof(x));
+	memcpy(x, h, sizeof(x));
+	x[12] = 120; /* header_size */
+	put("store_header", "size120", &f, 1, x, sizeof(x));
+	memcpy(x, h, sizeof(x));
+	x[45] ^= 0x20; /* page_size 4096 -> 12288 */
+	f = 0x0b;
+	put("store_header", "pagesize-odd-config", &f, 1, x, sizeof(x));
+	memcpy(x, h, sizeof(x));
+	x[68] = 1; /* media: memory */
+	put("store_header", "media-memory-config", &f, 1, x, sizeof(x));
+	f = 0x00;
+	memcpy(x, h, sizeof(x));
+	x[100] ^= 1; /* reserved byte, checksum left stale */
+	put("store_header", "stale-checksum", &f, 1, x, sizeof(x));
+}
+
+static void syncmark_seeds(const char *dir)
+{
+	static unsigned char m[4096 + 64];
+	size_t n = fz_read(dir, SYNCMARK_FILE, m, sizeof(m), 0);
+	unsigned char f;
+
+	f = 0x00;
+	put("syncmark", "valid", &f, 1, m, n);
+	f = 0x04;
+	put("syncmark", "valid-open", &f, 1, m, n);
+	f = 0x0c;
+	put("syncmark", "valid-open-rw", &f, 1, m, n);
+	f = 0x07;
+	put("syncmark", "fixed-open", &f, 1, m, n);
+	f = 0x03;
+	put("syncmark", "slot0-only", &f, 1, m, 64);
+	m[16] ^= 1; /* slot 0's point count, checksum stale */
+	f = 0x00;
+	put("syncmark", "slot0-stale", &f, 1, m, n);
+	f = 0x06;
+	put("syncmark", "slot0-stale-open", &f, 1, m, n);
+}
+
+static void summary_seeds(const struct fz_template *t, const char *dir)
+{
+	static unsigned char buf[FZ_SEG];
+	static const unsigned flags[] = { 0x00, 0x20, 0x0f, 0x1d, 0x3f };
+
+	for (uint32_t k = 0; k < t->n_sealed && k < 3; k++) {
+		uint32_t segid = t->sealed[k], n = t->data_pages[k];
+		size_t len = sizeof(struct seg_summary_header) + (size_t)n * 24;
+		char stripe[32], name[64];
+		unsigned char pre[2];
+
+		snprintf(stripe, sizeof(stripe), "stripe-%03u.kvf", segid % FZ_STRIPES);
+		fz_read(dir, stripe, buf, len,
+			(uint64_t)(segid / FZ_STRIPES) * FZ_SEG +
+				(uint64_t)n * FZ_PAGE);
+		for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+			pre[0] = (unsigned char)flags[i];
+			pre[1] = (unsigned char)k;
+			snprintf(name, sizeof(name), "seg%u-flags%02x", k, pre[0]);
+			put("summary", name, pre, 2, buf, len);
+		}
+		pre[0] = 0x00;
+		snprintf(name, sizeof(name), "seg%u-header-only", k);
+		put("summary", name, pre, 2, buf, sizeof(struct seg_summary_header));
+	}
+}
+
+/* catalog seeds: one input per record of the template (put as it is),
+ * its deletion, and one with every record */
+struct cat_ctx {
+	unsigned char *all;
+	size_t n_all, cap_all;
+	unsigned count;
+};
+
+static void record(struct cat_ctx *c, const void *key, size_t klen,
+		   const void *val, size_t vlen, unsigned op)
+{
+	size_t need = c->n_all + 4 + klen + vlen;
+
+	if (need > c->cap_all) {
+		c->cap_all = need * 2;
+		if ((c->all = realloc(c->all, c->cap_all)) == NULL)
+			exit(1);
+	}
+	c->all[c->n_all++] = (unsigned char)op;
+	c->all[c->n_all++] = (unsigned char)klen;
+	memcpy(c->all + c->n_all, key, klen);
+	c->n_all += klen;
+	if (op & 1)
+		return;
+	c->all[c->n_all++] = (unsigned char)vlen;
+	c->all[c->n_all++] = (unsigned char)(vlen >> 8);
+	memcpy(c->all + c->n_all, val, vlen);
+	c->n_all += vlen;
+}
+
+static int visit(void *arg, const void *key, size_t klen, const void *val,
+		 size_t vlen)
+{
+	struct cat_ctx *all = arg, one = { 0 };
+	unsigned char f;
+	char name[64];
+
+	if (klen > 255 || vlen > 65535)
+		return 0;
+	record(all, key, klen, val, vlen, 0);
+	record(&one, key, klen, val, vlen, 0);
+	f = 0x01;
+	snprintf(name, sizeof(name), "put-%c-%u", *(const char *)key, all->count);
+	put("catalog", name, &f, 1, one.all, one.n_all);
+	one.n_all = 0;
+	record(&one, key, klen, NULL, 0, 1);
+	f = 0x00;
+	snprintf(name, sizeof(name), "delete-%c-%u", *(const char *)key, all->count);
+	put("catalog", name, &f, 1, one.all, one.n_all);
+	free(one.all);
+	all->count++;
+	return 0;
+}
+
+static void catalog_seeds(const char *dir)
+{
+	static const char tags[] = "CNWSGROPV";
+	struct cat_ctx all = { 0 };
+	struct catalog *c;
+	char path[4096];
+	unsigned char f = 0x00, key[9];
+	static unsigned char vbar[FZ_LAYERS * FZ_KVH * (8 + FZ_DIM * 4)];
+	struct cat_ctx one = { 0 };
+
+	snprintf(path, sizeof(path), "%s/meta", dir);
+	if (catalog_open(path, 0, 1, CATALOG_NO_FSYNC, &c) != KVF_OK)
+		exit(1);
+	for (const char *t = tags; *t; t++)
+		catalog_scan(c, t, 1, visit, &all);
+	catalog_close(c);
+	put("catalog", "nothing", &f, 1, NULL, 0);
+	put("catalog", "all-records", &f, 1, all.all, all.n_all);
+	/* a means-of-V record for sequence 1 (the template has none) */
+	meta_key_u64(key, META_TAG_VBAR, 1);
+	for (size_t i = 0; i < sizeof(vbar); i++)
+		vbar[i] = (unsigned char)(i % 7);
+	record(&one, key, sizeof(key), vbar, sizeof(vbar), 0);
+	put("catalog", "put-V-seq1", &f, 1, one.all, one.n_all);
+	free(one.all);
+	free(all.all);
+}
+
+static void kvtool_seeds(void)
+{
+	static const struct {
+		const char *name, *args;
+		size_t len;
+	} s[] = {
+#define ARGS(n, a) { n, a, sizeof(a) - 1 }
+		ARGS("info", "info\0@"),
+		ARGS("info-json", "info\0--json\0@"),
+		ARGS("ls", "ls\0@"),
+		ARGS("ls-json", "ls\0@\0--json"),
+		ARGS("segments", "segments\0@"),
+		ARGS("verify", "verify\0@"),
+		ARGS("dump", "dump\0@\0--seq\0" "1\0--layer\0" "0\0--head\0" "0\0--tokens\0" "0:40"),
+		ARGS("dump-x", "dump\0--json\0--seq=3\0--layer=1\0--head=1\0--tokens=:\0--kind\0x\0@"),
+		ARGS("repair-dry", "repair\0--dry-run\0@"),
+		ARGS("help", "help\0dump"),
+		ARGS("version", "--version"),
+		ARGS("bad-option", "ls\0--bogus\0@"),
+#undef ARGS
+	};
+
+	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
+		put("kvtool", s[i].name, s[i].args, s[i].len, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+	const struct fz_template *t;
+
+	if (argc != 2) {
+		fputs("usage: fuzz_make_seeds OUT\n", stderr);
+		return 2;
+	}
+	out_root = argv[1];
+	t = fz_template();
+	header_seeds(t->dir);
+	syncmark_seeds(t->dir);
+	summary_seeds(t, t->dir);
+	catalog_seeds(t->dir);
+	kvtool_seeds();
+	return 0;
+}
