@@ -15,8 +15,12 @@
 #include "api/alloc.h"
 #include "api/status.h"
 
+void (*catalog_durable_hook)(const char *dir);
+
 struct catalog {
 	rocksdb_t *db;
+	char *dir;                           /* for catalog_durable_hook */
+	int fsync;                           /* CATALOG_FSYNC */
 	rocksdb_options_t *opts;
 	rocksdb_writeoptions_t *wopts_async; /* no fsync of the WAL */
 	rocksdb_writeoptions_t *wopts_sync;  /* fsync of the WAL */
@@ -84,6 +88,13 @@ kvf_status catalog_open(const char *dir, int create, int read_only,
 		rocksdb_writeoptions_disable_WAL(c->wopts_async, 1);
 	}
 	c->ropts = rocksdb_readoptions_create();
+	c->fsync = durability == CATALOG_FSYNC;
+	c->dir = kvf_malloc(strlen(dir) + 1);
+	if (c->dir == NULL) {
+		catalog_close(c);
+		return kvf_fail(KVF_ENOMEM, "catalog_open: out of memory");
+	}
+	strcpy(c->dir, dir);
 	*out = c;
 	return KVF_OK;
 }
@@ -97,6 +108,7 @@ void catalog_close(struct catalog *c)
 	rocksdb_writeoptions_destroy(c->wopts_sync);
 	rocksdb_writeoptions_destroy(c->wopts_async);
 	rocksdb_options_destroy(c->opts);
+	kvf_free(c->dir);
 	kvf_free(c);
 }
 
@@ -208,6 +220,8 @@ kvf_status catalog_commit(struct catalog *c, struct catalog_batch *b, int sync)
 	if (err)
 		return db_status(err, "catalog: commit", "");
 	atomic_fetch_add(&c->bytes_written, b->bytes);
+	if (sync && c->fsync && catalog_durable_hook)
+		catalog_durable_hook(c->dir);
 	return KVF_OK;
 }
 

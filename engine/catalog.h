@@ -81,4 +81,12 @@ kvf_status catalog_salvage(const char *dir);
 /* catalog_fail_commits - tests: the next n commits fail with KVF_EIO. */
 void catalog_fail_commits(struct catalog *c, unsigned n);
 
+/*
+ * catalog_durable_hook - tests: when set, called with the catalog's
+ * directory after every commit whose write-ahead log reached stable
+ * storage (sync with CATALOG_FSYNC), from the committing thread.  The
+ * power-cut tests note there how much of the log a cut must keep.
+ */
+extern void (*catalog_durable_hook)(const char *dir);
+
 #endif /* KVF_ENGINE_CATALOG_H */

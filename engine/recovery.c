@@ -7,8 +7,9 @@
  *    first, so per (sequence, stream, group) the newest entry wins.  Before
  *    a segment's entries are applied its summary is read from media and
  *    checked (magic, store, segment, seqno, checksum); the page hashes it
- *    holds become the index's checks.  A bad summary newer than the last
- *    sync is a write the crash cut short: the segment is dropped.  An
+ *    holds become the index's checks.  A segment newer than the last
+ *    sync has its pages checked too.  A bad summary or page there is a
+ *    write the crash cut short: the segment is dropped.  An
  *    older one is damage: its pages stay indexed with a check that cannot
  *    match, so reading them gives KVF_ECORRUPT.
  * 4. References are counted from the final index; segments without a live
@@ -266,8 +267,65 @@ out:
 	return rc;
 }
 
-/* apply_seg - apply a segment record after checking its summary */
-static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
+/*
+ * check_pages - does every data page of segment segid match its hash in the
+ * summary?  For segments written after the last durable point: one write
+ * of a segment is atomic against a killed process but not against a power
+ * cut, which can keep the summary and lose a page before it.  KVF_ECORRUPT
+ * names the first page that does not match.
+ */
+static kvf_status check_pages(kvf_store *st, uint32_t segid,
+			      const struct meta_seg *m, const uint64_t *hashes)
+{
+	uint32_t ps = st->hdr.page_size, n = m->n_data_pages;
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)n * ps);
+	kvf_status rc;
+
+	if (n == 0) {
+		kvf_free(buf);
+		return KVF_OK;
+	}
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
+				  seg_in_stripe(st, segid), 0, n, buf);
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+		if (page_hash(buf + (size_t)i * ps, ps) != hashes[i])
+			rc = kvf_fail(KVF_ECORRUPT,
+				      "segment %u (stripe %u, segment %llu): page %u does not match its summary (seqno %llu)",
+				      segid, seg_stripe(st, segid),
+				      (unsigned long long)seg_in_stripe(st, segid),
+				      i, (unsigned long long)m->seqno);
+	kvf_free(buf);
+	return rc;
+}
+
+/* Segments whose write a crash cut short: their records go at open, or a
+ * later durable point would make them look older than it, and damaged. */
+struct dropped {
+	uint32_t *ids;
+	size_t n, cap;
+};
+
+static kvf_status drop_seg(struct dropped *d, uint32_t segid)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 16;
+		uint32_t *p = kvf_realloc(d->ids, cap * sizeof(*p));
+
+		if (p == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		d->ids = p;
+		d->cap = cap;
+	}
+	d->ids[d->n++] = segid;
+	return KVF_OK;
+}
+
+/* apply_seg - apply a segment record after checking its summary (and, if
+ * it is newer than the last durable point, its pages) */
+static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
+			    struct dropped *dropped)
 {
 	unsigned char key[5];
 	struct meta_seg m;
@@ -284,9 +342,12 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks)
 	memcpy(&m, val, sizeof(m));
 	runs = (struct meta_run *)((char *)val + sizeof(m));
 	rc = read_summary(st, segid, &m, &hashes);
+	if (rc == KVF_OK && m.seqno > st->synced_seqno)
+		rc = check_pages(st, segid, &m, hashes);
 	if (rc == KVF_ECORRUPT && m.seqno > st->synced_seqno) {
-		kvf_free(val); /* cut short by the crash: not there */
-		return KVF_OK;
+		/* cut short by the crash: not there */
+		rc = drop_seg(dropped, segid);
+		goto out;
 	}
 	if (rc == KVF_ECORRUPT)
 		corrupt = 1;
@@ -398,6 +459,7 @@ kvf_status recovery_load(kvf_store *st)
 {
 	struct rec_list l = { .st = st };
 	struct count_ctx cc = { 0 };
+	struct dropped dropped = { 0 };
 	unsigned char tag;
 	struct catalog_batch *b;
 	void *val;
@@ -468,7 +530,8 @@ kvf_status recovery_load(kvf_store *st)
 		if (l.items[i].seqno >= atomic_load(&st->next_seqno))
 			atomic_store(&st->next_seqno, l.items[i].seqno + 1);
 		if (l.items[i].tag == META_TAG_SEG)
-			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks);
+			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks,
+				       &dropped);
 		else
 			rc = apply_ref(st, l.items[i].id);
 	}
@@ -483,11 +546,18 @@ kvf_status recovery_load(kvf_store *st)
 	seg_finish_load(st);
 	if (st->read_only)
 		goto out;
-	/* segments that no live page needs: trim now, drop their records */
+	/* segments that no live page needs: trim now, drop their records;
+	 * and the records of segments cut short */
 	b = catalog_batch_new();
 	if (b == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto out;
+	}
+	for (size_t i = 0; i < dropped.n; i++) {
+		unsigned char key[5];
+
+		meta_key_u32(key, META_TAG_SEG, dropped.ids[i]);
+		catalog_batch_delete(b, key, sizeof(key));
 	}
 	rc = seg_reclaim(st, UINT64_MAX, b);
 	if (rc == KVF_OK && catalog_batch_count(b) > 0)
@@ -498,6 +568,7 @@ out:
 		for (uint32_t i = 0; i < st->n_segments; i++)
 			kvf_free(cc.checks[i]);
 	kvf_free(cc.checks);
+	kvf_free(dropped.ids);
 	kvf_free(l.items);
 	return rc;
 }
