@@ -56,6 +56,9 @@ for t in "${targets[@]}"; do
   crashers=$here/crashers/$t
   mkdir -p "$corpus" "$crashers"
   log=$build/fuzz_$t.log
+  # the template stores go here (libFuzzer exits without atexit handlers)
+  export KVF_TEST_DIR=$build/tmp
+  rm -rf "$KVF_TEST_DIR" && mkdir -p "$KVF_TEST_DIR"
   echo "==> fuzz_$t: $secs s (log $log)"
   # libFuzzer's leak check runs per input; a finding stops the run
   set +e
@@ -76,5 +79,6 @@ for t in "${targets[@]}"; do
     grep -E '^(==[0-9]+==ERROR|SUMMARY|fuzz:|.*runtime error)' "$log" |
       head -5 | sed 's/^/      /' || true
   fi
+  rm -rf "$KVF_TEST_DIR"
 done
 exit $status
