@@ -3,10 +3,12 @@
  * points, and a store whose catalog commit fails.
  *
  * Kill tests.  Each round forks a writer child that opens the store and
- * runs a seeded script (append, append_x, sync, read-back checks, and
- * create/fork/free) against a copy of the reference it inherited.  Around
- * every kvf_sync it tells the parent through a pipe: "sync N begins",
- * "sync N done".  The child is SIGKILLed at a seeded moment: by the
+ * runs a seeded script (append, append_x, sync, read-back checks,
+ * create/fork/free, and steps of an optimizer kept in the store) against a
+ * copy of the reference it inherited, in a store small enough that the
+ * cleaner runs.  Around every kvf_sync it tells the parent through a pipe:
+ * "sync N begins", "sync N done" (and "step N begins", "step N done"
+ * around optimizer steps, each durable on return).  The child is SIGKILLed at a seeded moment: by the
  * parent after a seeded delay, or by itself before a seeded operation.
  * The parent then replays the same script on its own reference (the
  * script depends only on the seed and the reference) to get the state of
@@ -149,6 +151,7 @@ struct mseq {
 struct model {
 	struct mseq seqs[ID_POOL];
 	uint64_t next_tag;
+	uint64_t opt_steps; /* optimizer steps taken */
 };
 
 static uint64_t seq_id(uint32_t i)
@@ -212,12 +215,38 @@ static void model_copy(struct model *dst, const struct model *src)
 		}
 	}
 	dst->next_tag = src->next_tag;
+	dst->opt_steps = src->opt_steps;
 }
 
 static void model_free(struct model *m)
 {
 	for (uint32_t i = 0; i < ID_POOL; i++)
 		mseq_clear(&m->seqs[i]);
+}
+
+/*
+ * The optimizer: SGD with lr 1 and momentum 1 over small integer
+ * gradients, so that every value is an integer a float holds exactly and
+ * the reference needs no tolerance: buf_k = g_1 + ... + g_k and
+ * p_k = p_0 - (buf_1 + ... + buf_k).
+ */
+#define OPT_NAME "crash-opt"
+#define OPT_PARAMS 3000 /* three pages of fp32 per state tensor */
+
+static float opt_grad(uint64_t step, uint32_t i)
+{
+	return (float)((int)(mix(step * 0x9e3779b97f4a7c15ull + i) % 7) - 3);
+}
+
+static float opt_param(uint64_t steps, uint32_t i)
+{
+	double buf = 0, p = (double)(i % 101);
+
+	for (uint64_t s = 1; s <= steps; s++) {
+		buf += opt_grad(s, i);
+		p -= buf;
+	}
+	return (float)p;
 }
 
 /* ---- the store's side ---------------------------------------------------- */
@@ -229,7 +258,7 @@ static kvf_options crash_opts(void)
 
 	kvf_options_init(&o, &m);
 	o.segment_size = 64 * 1024;
-	o.capacity_bytes = 2ull * 256 * 64 * 1024;
+	o.capacity_bytes = 2ull * 64 * 64 * 1024;
 	o.n_stripes = 2;
 	o.n_threads = 1;
 	return o;
@@ -359,7 +388,8 @@ enum op_kind {
 	OP_APPEND_X,
 	OP_SYNC,
 	OP_META,
-	OP_READ
+	OP_READ,
+	OP_OPT_STEP
 };
 
 struct script {
@@ -458,6 +488,8 @@ static struct op decide(struct script *sc, struct model *m)
 			op.n = 0;
 	} else if (r < 75) {
 		op.kind = OP_SYNC;
+	} else if (r < 90) {
+		op.kind = OP_OPT_STEP;
 	} else {
 		op.kind = OP_READ;
 	}
@@ -478,6 +510,9 @@ static void apply(struct script *sc, struct model *m, const struct op *op)
 		break;
 	case OP_APPEND_X:
 		track_push(&s->x[op->layer], op->n, op->tag);
+		break;
+	case OP_OPT_STEP:
+		m->opt_steps++;
 		break;
 	case OP_META: {
 		struct mseq *c = &m->seqs[op->child];
@@ -525,9 +560,30 @@ static void must(kvf_status rc, const char *what, unsigned op_no)
 
 static void do_sync(kvf_store *st, unsigned op_no)
 {
+	kvf_stats stats = { .struct_size = sizeof(stats) };
+
 	announce('B', op_no);
 	must(kvf_sync(st), "kvf_sync", op_no);
 	announce('D', op_no);
+	/* "C n": the cleaner has emptied n segments since open */
+	must(kvf_stats_get(st, &stats), "kvf_stats_get", op_no);
+	announce('C', (unsigned)stats.segments_cleaned);
+}
+
+static kvf_opt *writer_opt; /* the writer's handle to OPT_NAME */
+
+/* opt_step - step writer_opt to step n; "P n" before, "Q n" once durable */
+static void opt_step(uint64_t n, unsigned op_no)
+{
+	static float g[OPT_PARAMS];
+	kvf_grad grad = { .dtype = KVF_DTYPE_F32, .values = g,
+			  .n = OPT_PARAMS };
+
+	for (uint32_t i = 0; i < OPT_PARAMS; i++)
+		g[i] = opt_grad(n, i);
+	announce('P', (unsigned)n);
+	must(kvf_opt_step(writer_opt, &grad, NULL), "kvf_opt_step", op_no);
+	announce('Q', (unsigned)n);
 }
 
 /* run_op - perform op on the store (the reference m is before op) */
@@ -568,6 +624,9 @@ static void run_op(kvf_store *st, const struct model *m, const struct op *op,
 	}
 	case OP_SYNC:
 		do_sync(st, op_no);
+		break;
+	case OP_OPT_STEP:
+		opt_step(m->opt_steps + 1, op_no);
 		break;
 	case OP_META: {
 		uint64_t child = seq_id(op->child);
@@ -620,6 +679,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 	if (journal && powercut_arm(journal, path) != 0)
 		fail("powercut_arm %s: %s", journal, strerror(errno));
 	must(kvf_open(path, &o, &st), "kvf_open", 0);
+	must(kvf_opt_open(st, OPT_NAME, &writer_opt), "kvf_opt_open", 0);
 	for (unsigned i = 1; i <= OPS_PER_ROUND; i++) {
 		struct op op = decide(&sc, m);
 
@@ -629,6 +689,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 		apply(&sc, m, &op);
 	}
 	announce('B', OPS_PER_ROUND + 1);
+	must(kvf_opt_close(writer_opt), "kvf_opt_close", OPS_PER_ROUND + 1);
 	must(kvf_close(st), "kvf_close", OPS_PER_ROUND + 1);
 	announce('D', OPS_PER_ROUND + 1);
 	_exit(0);
@@ -680,10 +741,49 @@ static char *collect(int fd)
 	return text;
 }
 
-/* check_store - fork a checker: does the store hold `a` (0), or `b` (1)?
- * A checker failure fails the test with its message. */
+/* opt_differs - is the optimizer at step lo or hi, every parameter right?
+ * 0 and *steps if so, else 1 with why */
+static int opt_differs(kvf_store *st, uint64_t lo, uint64_t hi,
+		       uint64_t *steps, char *why, size_t why_cap)
+{
+	static float p[OPT_PARAMS];
+	kvf_opt *opt = NULL;
+	uint64_t n_params;
+
+	if (kvf_opt_open(st, OPT_NAME, &opt) != KVF_OK ||
+	    kvf_opt_steps(opt, steps, &n_params) != KVF_OK ||
+	    kvf_opt_read(opt, 0, OPT_PARAMS, p) != KVF_OK) {
+		snprintf(why, why_cap, "optimizer: %s", kvf_last_error());
+		kvf_opt_close(opt);
+		return 1;
+	}
+	kvf_opt_close(opt);
+	if (*steps != lo && *steps != hi) {
+		snprintf(why, why_cap,
+			 "optimizer at step %" PRIu64 ", expected %" PRIu64
+			 " or %" PRIu64,
+			 *steps, lo, hi);
+		return 1;
+	}
+	for (uint32_t i = 0; i < OPT_PARAMS; i++)
+		if (p[i] != opt_param(*steps, i)) {
+			snprintf(why, why_cap,
+				 "optimizer step %" PRIu64 ": parameter %u is %g, expected %g",
+				 *steps, i, (double)p[i],
+				 (double)opt_param(*steps, i));
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * check_store - fork a checker: does the store hold `a` (0), or `b` (1),
+ * and its optimizer step opt_lo or opt_hi (*opt_steps)?  A checker
+ * failure fails the test with its message.
+ */
 static int check_store(const char *path, const struct model *a,
-		       const struct model *b, const char *what)
+		       const struct model *b, uint64_t opt_lo, uint64_t opt_hi,
+		       uint64_t *opt_steps, const char *what)
 {
 	int fd, status, which = -1, ok;
 	pid_t pid = spawn(&fd);
@@ -695,11 +795,18 @@ static int check_store(const char *path, const struct model *a,
 		char why_a[256] = "", why_b[256] = "", line[700];
 		int n;
 
+		uint64_t steps;
+
 		must(kvf_open(path, &o, &st), "reopen", 0);
+		if (opt_differs(st, opt_lo, opt_hi, &steps, why_a,
+				sizeof(why_a)))
+			fail("%s: %s", what, why_a);
 		if (!state_differs(st, a, why_a, sizeof(why_a)))
-			n = snprintf(line, sizeof(line), "M 0\n");
+			n = snprintf(line, sizeof(line), "M 0 %" PRIu64 "\n",
+				     steps);
 		else if (b && !state_differs(st, b, why_b, sizeof(why_b)))
-			n = snprintf(line, sizeof(line), "M 1\n");
+			n = snprintf(line, sizeof(line), "M 1 %" PRIu64 "\n",
+				     steps);
 		else
 			fail("%s: the reopened store is neither the last sync's state (%s) nor the one in flight (%s)",
 			     what, why_a, b ? why_b : "none");
@@ -713,7 +820,7 @@ static int check_store(const char *path, const struct model *a,
 	if (strncmp(text, "E ", 2) == 0)
 		fail("checker: %s", text + 2);
 	ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-	     sscanf(text, "M %d", &which) == 1;
+	     sscanf(text, "M %d %" SCNu64, &which, opt_steps) == 2;
 	cr_assert(ok, "checker died (status %d): %s", status, text);
 	free(text);
 	return which;
@@ -731,6 +838,7 @@ static void sleep_us(uint64_t us)
 /* Totals over a test's rounds, for its closing line. */
 struct tally {
 	unsigned rounds, in_flight;
+	uint64_t steps, steps_in_flight, cleaned;
 	struct powercut_stats cut;
 };
 
@@ -747,7 +855,10 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 	uint64_t delay_us = self_kill_at ? 0 : 1000 + (k >> 8) % 60000;
 	struct script sc = { .rng = round_seed, .after_sync = 1 };
 	struct model done, begun, scratch = { 0 };
+	uint64_t steps;
 	unsigned last_done = 0, last_begun = 0, op_no, n_meta = 0;
+	uint64_t step_done = m->opt_steps, step_begun = m->opt_steps;
+	uint64_t cleaned = 0;
 	int fd, status, which, ok;
 	pid_t pid;
 	char *text, *line;
@@ -794,8 +905,14 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 			break;
 		if (what == 'D')
 			last_done = n;
-		else
+		else if (what == 'B')
 			last_begun = n;
+		else if (what == 'Q')
+			step_done = n;
+		else if (what == 'P')
+			step_begun = n;
+		else if (what == 'C')
+			cleaned = n;
 	}
 	free(text);
 	/* replay the script: the states after ops last_done and last_begun */
@@ -828,11 +945,18 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 			self_kill_at ? self_kill_at : (unsigned)delay_us,
 			last_done, last_begun > last_done ? " (one in flight)" : "",
 			n_meta);
+	if (step_begun < step_done)
+		step_begun = step_done;
 	which = check_store(path, &done, last_begun > last_done ? &begun : NULL,
+			    step_done, step_begun, &steps,
 			    journal ? "after the power cut" : "after the kill");
 	tl->rounds++;
 	tl->in_flight += last_begun > last_done;
 	model_copy(m, which ? &begun : &done);
+	tl->steps += steps - m->opt_steps;
+	tl->steps_in_flight += step_begun > step_done;
+	tl->cleaned += cleaned;
+	m->opt_steps = steps;
 	model_free(&done);
 	model_free(&begun);
 	model_free(&scratch);
@@ -859,6 +983,21 @@ static void create_store(const char *path)
 		must(kvf_seq_create(st, BALLAST), "kvf_seq_create", 0);
 		must(kvf_append(st, BALLAST, 0, G, buf_a, buf_a), "kvf_append",
 		     0);
+		{
+			static float init[OPT_PARAMS];
+			kvf_opt_config c;
+			kvf_opt *opt;
+
+			kvf_opt_config_init(&c, KVF_OPT_SGD);
+			c.lr = 1;
+			c.momentum = 1;
+			for (uint32_t i = 0; i < OPT_PARAMS; i++)
+				init[i] = opt_param(0, i);
+			must(kvf_opt_create(st, OPT_NAME, OPT_PARAMS, &c, init,
+					    &opt),
+			     "kvf_opt_create", 0);
+			must(kvf_opt_close(opt), "kvf_opt_close", 0);
+		}
 		must(kvf_close(st), "kvf_close", 0);
 		_exit(0);
 	}
@@ -905,8 +1044,11 @@ static void crash_rounds(const char *test, unsigned n, int power)
 		tmpdir_remove(dir);
 	}
 	fprintf(stderr,
-		"%s: %u trials (%u with a sync in flight), every synced token back\n",
-		test, tl.rounds, tl.in_flight);
+		"%s: %u trials (%u with a sync in flight, %" PRIu64
+		" with an optimizer step in flight), every synced token back; %" PRIu64
+		" optimizer steps checked, %" PRIu64 " segments cleaned\n",
+		test, tl.rounds, tl.in_flight, tl.steps_in_flight, tl.steps,
+		tl.cleaned);
 	if (power)
 		fprintf(stderr,
 			"%s: power cuts: %" PRIu64 " unsynced pages (%" PRIu64
