@@ -26,6 +26,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -589,10 +590,30 @@ static void describe(const struct layout *lo, const struct kvf_flash_config *fc,
 	d->lpn_per_part = lo->lpn_per_part;
 }
 
+/* image_misfit - derive refused the device an image brought (rc, with
+ * its message): KVF_EINVAL if the caller's own config is at fault, else
+ * KVF_EMISMATCH naming the image (a header whose checksum holds is a
+ * device this media cannot run, not a bad argument) */
+static kvf_status image_misfit(const struct kvf_media_config *cfg,
+			       const struct kvf_flash_config *own,
+			       const char *path)
+{
+	char why[256];
+	struct layout lo;
+	kvf_status rc;
+
+	snprintf(why, sizeof(why), "%s", kvf_last_error());
+	if ((rc = derive(cfg, own, &lo)) != KVF_OK)
+		return rc;
+	return kvf_fail(KVF_EMISMATCH,
+			"kvf_media_open: flash: image %s holds a device this media cannot run (%s)",
+			path, why);
+}
+
 kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 				struct kvf_media **out)
 {
-	struct kvf_flash_config fc;
+	struct kvf_flash_config fc, own;
 	struct nand_image_desc img;
 	struct media_flash *mf = NULL;
 	struct layout lo;
@@ -603,10 +624,12 @@ kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 		fc = *cfg->flash;
 	else
 		kvf_flash_config_init(&fc);
+	own = fc;
 	if ((rc = adopt_image(&fc, &img, &has_img)) != KVF_OK)
 		return rc;
 	if ((rc = derive(cfg, &fc, &lo)) != KVF_OK)
-		return rc;
+		return has_img && rc == KVF_EINVAL ?
+			       image_misfit(cfg, &own, fc.path) : rc;
 	if (has_img && (img.n_parts != lo.geo.n_parts ||
 			img.lpn_per_part != lo.lpn_per_part))
 		return kvf_fail(KVF_EMISMATCH,

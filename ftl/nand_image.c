@@ -249,6 +249,42 @@ static kvf_status img_fdatasync(struct nand_image *im)
 
 /* ---- header ---- */
 
+/* sat_mul, sat_add - a * b and a + b, UINT64_MAX when they overflow */
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+	return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_align(uint64_t x, uint64_t a)
+{
+	return x > UINT64_MAX / 2 ? UINT64_MAX : align_up(x, a);
+}
+
+/* header_bytes - the bytes of the file the header's device needs (the
+ * layout at the top; layout() for a device), UINT64_MAX when that does
+ * not fit in 64 bits; for a header decode_header accepted */
+static uint64_t header_bytes(const struct img_header *h)
+{
+	uint64_t blocks = sat_mul(sat_mul(h->channels, h->dies_per_channel),
+				  sat_mul(h->planes_per_die, h->blocks_per_plane));
+	uint64_t ppn = blocks, off;
+
+	for (uint64_t span = 1; span < h->pages_per_block; span <<= 1)
+		ppn = sat_mul(ppn, 2);
+	off = sat_align(sat_add(OFF_BLOCKS, sat_mul(blocks, 2 * SLOT_BYTES)),
+			4096);
+	off = sat_align(sat_add(off, sat_mul(ppn, REC_BYTES)), 4096);
+	off = sat_add(off, sat_mul(sat_mul(h->lpn_per_part, h->n_parts),
+				   TRIM_BYTES));
+	off = sat_align(off, h->page_size);
+	return sat_add(off, sat_mul(ppn, h->page_size));
+}
+
 static kvf_status decode_header(const struct img_header *h, size_t n,
 				const char *path, struct nand_image_desc *d)
 {
@@ -276,6 +312,12 @@ static kvf_status decode_header(const struct img_header *h, size_t n,
 		return kvf_fail(KVF_ECORRUPT,
 				"flash image %s is damaged: its header holds a zero geometry field",
 				path);
+	/* values no image was created with */
+	if (h->cell > KVF_FLASH_QLC || h->page_size > (1u << 16) ||
+	    (h->page_size & (h->page_size - 1)) != 0)
+		return kvf_fail(KVF_ECORRUPT,
+				"flash image %s is damaged: its header holds cell %u, page size %u",
+				path, h->cell, h->page_size);
 	d->channels = h->channels;
 	d->dies_per_channel = h->dies_per_channel;
 	d->planes_per_die = h->planes_per_die;
@@ -323,8 +365,17 @@ kvf_status nand_image_peek(const char *path, struct nand_image_desc *d,
 				    "kvf_media_open: flash: reading image %s", path);
 		goto out;
 	}
-	if ((rc = decode_header(&h, (size_t)n, path, d)) == KVF_OK)
-		*exists = 1;
+	if ((rc = decode_header(&h, (size_t)n, path, d)) != KVF_OK)
+		goto out;
+	/* nothing is sized from the header before this */
+	if (header_bytes(&h) > (uint64_t)sb.st_size) {
+		rc = kvf_fail(KVF_ECORRUPT,
+			      "flash image %s is damaged: %llu bytes, the device its header describes needs %llu",
+			      path, (unsigned long long)sb.st_size,
+			      (unsigned long long)header_bytes(&h));
+		goto out;
+	}
+	*exists = 1;
 out:
 	kvf_sysio->close(fd);
 	return rc;

@@ -5,12 +5,13 @@
 #   bash tests/fuzz/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 60; KVF_FUZZ_SECONDS too); TARGET names
-# (store_header syncmark summary catalog kvtool; default all).  The build
-# goes to build-fuzz/ (KVF_FUZZ_BUILD); each run starts from the seed
-# corpus tests/fuzz/corpus/TARGET/ and the crashers kept, grows its own
-# corpus in build-fuzz/corpus/TARGET/ (the seeds are never changed), and
-# writes a crashing input to tests/fuzz/crashers/TARGET/ so that it is
-# kept in the repository and replayed by ctest (fuzz_TARGET) from then on.
+# (store_header syncmark summary catalog kvtool flash_image; default
+# all).  The build goes to build-fuzz/ (KVF_FUZZ_BUILD); each run starts
+# from the seed corpus tests/fuzz/corpus/TARGET/ and the crashers kept,
+# grows its own corpus in build-fuzz/corpus/TARGET/ (the seeds are never
+# changed), and writes a crashing input to tests/fuzz/crashers/TARGET/ so
+# that it is kept in the repository and replayed by ctest (fuzz_TARGET)
+# from then on.
 # Runs under nice, one target at a time.  Prints executions and findings.
 # Needs clang and its libFuzzer runtime: Debian's clang-14 and
 # libclang-rt-14-dev, installed here when missing.
@@ -22,7 +23,7 @@ build=${KVF_FUZZ_BUILD:-$root/build-fuzz}
 secs=${1:-${KVF_FUZZ_SECONDS:-60}}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(store_header syncmark summary catalog kvtool)
+[ ${#targets[@]} -gt 0 ] || targets=(store_header syncmark summary catalog kvtool flash_image)
 packages=(gcc make cmake pkg-config binutils clang-14 libclang-rt-14-dev
           librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev)
 

@@ -6,7 +6,8 @@
  *
  * The template's store id is random, so seeds that hold it (a header, a
  * configuration record) differ from run to run; the flags the targets
- * take put the right id back where it matters.
+ * take put the right id back where it matters.  The flash_image seeds
+ * are edits of that target's own template image, described without it.
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -240,6 +241,87 @@ static void kvtool_seeds(void)
 		put("kvtool", s[i].name, s[i].args, s[i].len, NULL, 0);
 }
 
+/* flash_image seeds: flags, region, a 4-byte offset in the region, the
+ * bytes written there (fuzz_flash_image.c); they hold no byte of the
+ * template image, so they need none of it */
+static void image_seed(const char *name, unsigned flags, unsigned region,
+		       uint32_t off, const void *bytes, size_t n)
+{
+	unsigned char pre[6] = { (unsigned char)flags, (unsigned char)region,
+				 (unsigned char)off, (unsigned char)(off >> 8),
+				 (unsigned char)(off >> 16),
+				 (unsigned char)(off >> 24) };
+
+	put("flash_image", name, pre, sizeof(pre), bytes, n);
+}
+
+static void image_u32(const char *name, unsigned flags, unsigned region,
+		      uint32_t off, uint32_t v)
+{
+	image_seed(name, flags, region, off, &v, sizeof(v));
+}
+
+static void image_u64(const char *name, unsigned flags, unsigned region,
+		      uint32_t off, uint64_t v)
+{
+	image_seed(name, flags, region, off, &v, sizeof(v));
+}
+
+static void flash_image_seeds(void)
+{
+	enum { HDR, SYNC, BLOCKS, RECS, TRIMS, DATA, ALL };
+	static const unsigned char flip = 0x5a;
+	/* block 3's slot 1 (erase count 1), record 21 (block 2 page 5) */
+	const uint32_t slot = (3 * 2 + 1) * 32, rec = 21 * 32;
+
+	image_seed("as-is", 0x00, HDR, 0, NULL, 0);
+	image_seed("as-is-reopen", 0x20, HDR, 0, NULL, 0);
+	image_seed("as-is-write", 0x80, HDR, 0, NULL, 0);
+	image_seed("as-is-reopen-write", 0xa0, HDR, 0, NULL, 0);
+	image_seed("empty-file", 0x40, ALL, 0, NULL, 0);
+	image_seed("cut-in-records", 0x60, ALL, 20000, NULL, 0);
+	image_seed("cut-in-data", 0x40, ALL, 200000, NULL, 0);
+	image_seed("header-stale", 0x00, HDR, 84, &flip, 1);
+	image_seed("magic", 0x01, HDR, 3, &flip, 1);
+	image_u32("header-version2", 0x01, HDR, 8, 2);
+	image_u32("header-size", 0x01, HDR, 12, 128);
+	image_u32("header-channels3", 0x01, HDR, 16, 3);
+	image_u32("header-dies-huge", 0x01, HDR, 20, 1u << 20);
+	image_u32("header-blocks-huge", 0x01, HDR, 28, 0x7fffffffu);
+	image_u32("header-blocks-more", 0x21, HDR, 28, 40);
+	image_u32("header-ppb16", 0x01, HDR, 32, 16);
+	image_u32("header-ppb3", 0x01, HDR, 32, 3);
+	image_u32("header-page8k", 0x01, HDR, 36, 8192);
+	image_u32("header-page12k", 0x01, HDR, 36, 12288);
+	image_u32("header-oob-huge", 0x01, HDR, 40, 4096);
+	image_u32("header-parts1", 0x01, HDR, 44, 1);
+	image_u32("header-cell9", 0x01, HDR, 48, 9);
+	image_u32("header-pe1", 0x81, HDR, 52, 1);
+	image_u64("header-lpn64", 0x01, HDR, 64, 64);
+	image_u64("header-id", 0x0f, HDR, 72, 0x1234);
+	image_u64("sync-zero", 0x22, SYNC, 0, 0);
+	image_u64("sync-huge", 0x22, SYNC, 32, ~0ull);
+	image_u64("sync-stale", 0x00, SYNC, 8, 7);
+	image_u64("slot-ec-pe", 0x82, BLOCKS, slot + 8, 3ull << 32 | 100000);
+	image_u64("slot-other-block", 0x02, BLOCKS, slot + 8, 4ull << 32 | 1);
+	image_u64("slot-epoch-new", 0x22, BLOCKS, slot, 1ull << 40);
+	image_u64("slot-epoch-zero", 0x02, BLOCKS, slot, 0);
+	image_u64("slot-stale", 0x00, BLOCKS, slot, 99);
+	image_u32("rec-lpn-dup", 0x24, RECS, rec + 24, 0);
+	image_u32("rec-lpn-huge", 0x04, RECS, rec + 24, 1000000);
+	image_u32("rec-lpn-none", 0xa4, RECS, rec + 24, 0xffffffffu);
+	image_u64("rec-seq-max", 0x24, RECS, rec, (1ull << 56) - 1);
+	image_u64("rec-stream-255", 0xa4, RECS, rec, 255ull << 56 | 5);
+	image_u64("rec-epoch", 0x04, RECS, rec + 8, 12345);
+	image_u64("rec-hash", 0x04, RECS, rec + 16, 42);
+	image_u64("rec-stale", 0x00, RECS, rec + 16, 42);
+	image_u64("trim-seq", 0x28, TRIMS, 5 * 16, 1ull << 50);
+	image_u64("trim-seq-low", 0x28, TRIMS, 130 * 16, 1);
+	image_u64("trim-torn", 0x20, TRIMS, 7 * 16, 3);
+	image_seed("data-flip", 0x20, DATA, 5 * 4096 + 17, &flip, 1);
+	image_seed("data-flip-rehash", 0x34, DATA, 21 * 4096 + 9, &flip, 1);
+}
+
 int main(int argc, char **argv)
 {
 	const struct fz_template *t;
@@ -255,5 +337,6 @@ int main(int argc, char **argv)
 	summary_seeds(t, t->dir);
 	catalog_seeds(t->dir);
 	kvtool_seeds();
+	flash_image_seeds();
 	return 0;
 }
