@@ -305,7 +305,8 @@ static int cut_pages(struct cut *c, uint64_t *rng, struct powercut_stats *st,
 	int fd = -1, rc = 0;
 	uint32_t open_file = UINT32_MAX;
 
-	qsort(c->pend, c->n_pend, sizeof(*c->pend), cmp_pending);
+	if (c->n_pend > 1)
+		qsort(c->pend, c->n_pend, sizeof(*c->pend), cmp_pending);
 	for (size_t i = 0; i < c->n_pend && rc == 0;) {
 		size_t j = i;
 
