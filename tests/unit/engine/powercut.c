@@ -3,8 +3,11 @@
  *
  * The journal is a sequence of records, each appended with one write():
  *   head: magic, kind, off, len, name_len, body_len; then name, then body.
- *   'W'  name = file, [off, off + len) is about to be written or punched;
- *        body = the bytes it held before (its pre-image)
+ *   'W'  name = file, [off, off + len) is about to be written or punched
+ *        through a descriptor opened with O_DIRECT (whole pages); body =
+ *        the bytes it held before (its pre-image)
+ *   'w'  the same through a buffered descriptor (any bytes: the flash
+ *        emulator's image)
  *   'S'  name = file, an fdatasync of it returned 0
  *   'L'  name = the catalog's directory, body = entries {name_len, size,
  *        name} of its *.log files at a durable commit
@@ -88,9 +91,11 @@ static void note_preimage(int fd, uint64_t off, uint64_t len)
 	char path[4096];
 	void *buf;
 	ssize_t got;
+	int direct;
 
 	if (len == 0 || !fd_path(fd, path, sizeof(path)))
 		return;
+	direct = (fcntl(fd, F_GETFL) & O_DIRECT) != 0;
 	if (len > UINT32_MAX || posix_memalign(&buf, PC_PAGE, len) != 0)
 		abort();
 	/* the fd may be O_DIRECT: off and len are whole pages */
@@ -98,7 +103,7 @@ static void note_preimage(int fd, uint64_t off, uint64_t len)
 	if (got < 0)
 		got = 0;
 	memset((char *)buf + got, 0, len - (size_t)got);
-	put_record('W', off, len, path, buf, (uint32_t)len);
+	put_record(direct ? 'W' : 'w', off, len, path, buf, (uint32_t)len);
 	free(buf);
 }
 
@@ -193,11 +198,20 @@ struct pending {
 	const unsigned char *before; /* the page's bytes before that write */
 };
 
+/* One buffered write since its file's last sync. */
+struct pending_bytes {
+	uint32_t file;
+	uint64_t off, len;
+	const unsigned char *before;
+};
+
 struct cut {
 	char **files;
 	uint32_t n_files;
 	struct pending *pend;
 	size_t n_pend, cap_pend;
+	struct pending_bytes *bytes; /* in journal order */
+	size_t n_bytes, cap_bytes;
 	const unsigned char *logs; /* body of the last 'L' */
 	uint32_t logs_len;
 	char logs_dir[4096];
@@ -236,6 +250,58 @@ static void drop_file(struct cut *c, uint32_t f)
 		if (c->pend[i].file != f)
 			c->pend[k++] = c->pend[i];
 	c->n_pend = k;
+	k = 0;
+	for (size_t i = 0; i < c->n_bytes; i++)
+		if (c->bytes[i].file != f)
+			c->bytes[k++] = c->bytes[i];
+	c->n_bytes = k;
+}
+
+/*
+ * cut_bytes - buffered writes, newest first: each keeps its bytes, or
+ * loses them all, or loses a sector-aligned part of them (torn), by
+ * putting back what it overwrote.  Every byte ends up holding one of the
+ * versions written to it.
+ */
+static int cut_bytes(struct cut *c, uint64_t *rng, struct powercut_stats *st,
+		     char *why, size_t cap)
+{
+	for (size_t i = c->n_bytes; i-- > 0;) {
+		const struct pending_bytes *b = &c->bytes[i];
+		uint64_t r = rng_below(rng, 100), from = 0, to = b->len;
+		int fd;
+
+		st->pages++;
+		if (r < 40) {
+			st->kept++;
+			continue;
+		}
+		if (r >= 80 && b->len > PC_SECTOR) {
+			/* torn: a run of whole sectors of the file lost */
+			uint64_t s0 = b->off / PC_SECTOR;
+			uint64_t s1 = (b->off + b->len - 1) / PC_SECTOR;
+			uint64_t a = s0 + rng_below(rng, s1 - s0 + 1);
+			uint64_t z = a + rng_below(rng, s1 - a + 1);
+
+			from = a * PC_SECTOR > b->off ? a * PC_SECTOR - b->off : 0;
+			to = (z + 1) * PC_SECTOR - b->off < b->len ?
+				     (z + 1) * PC_SECTOR - b->off : b->len;
+			st->torn++;
+		} else {
+			st->reverted++;
+		}
+		fd = open(c->files[b->file], O_WRONLY);
+		if (fd < 0 || pwrite(fd, b->before + from, to - from,
+				     (off_t)(b->off + from)) != (ssize_t)(to - from)) {
+			if (fd >= 0)
+				close(fd);
+			return failf(why, cap, "powercut: put back %s at %llu: %s",
+				     c->files[b->file],
+				     (unsigned long long)b->off, strerror(errno));
+		}
+		close(fd);
+	}
+	return 0;
 }
 
 static int cmp_pending(const void *a, const void *b)
@@ -464,6 +530,16 @@ int powercut_apply(const char *journal, uint64_t seed,
 					f, h.off + o, order++, body + o
 				};
 			}
+		} else if (h.kind == 'w') {
+			if (c.n_bytes == c.cap_bytes) {
+				c.cap_bytes = c.cap_bytes ? 2 * c.cap_bytes : 256;
+				c.bytes = realloc(c.bytes, c.cap_bytes *
+								   sizeof(*c.bytes));
+			}
+			c.bytes[c.n_bytes++] = (struct pending_bytes){
+				file_index(&c, name, h.name_len), h.off, h.len,
+				body
+			};
 		} else if (h.kind == 'S') {
 			drop_file(&c, file_index(&c, name, h.name_len));
 		} else if (h.kind == 'L') {
@@ -475,11 +551,14 @@ int powercut_apply(const char *journal, uint64_t seed,
 	}
 	rc = cut_pages(&c, &rng, &st, why, why_cap);
 	if (rc == 0)
+		rc = cut_bytes(&c, &rng, &st, why, why_cap);
+	if (rc == 0)
 		rc = cut_logs(&c, &rng, &st, why, why_cap);
 	for (uint32_t i = 0; i < c.n_files; i++)
 		free(c.files[i]);
 	free(c.files);
 	free(c.pend);
+	free(c.bytes);
 	free(j);
 	if (out)
 		*out = st;

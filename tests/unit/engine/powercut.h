@@ -16,8 +16,11 @@
  *    disk cache that lost power: every page written since its file's last
  *    fdatasync ends up holding, at random, its durable bytes, its newest
  *    bytes, the bytes of any write in between, or a mix of two of them
- *    sector by sector (a torn page); every log is cut at a random length no
- *    shorter than its last durable one, sometimes followed by garbage.
+ *    sector by sector (a torn page); a buffered write (the flash
+ *    emulator's image, written in pieces smaller than a page) keeps its
+ *    bytes, loses them, or loses a run of its sectors; every log is cut at
+ *    a random length no shorter than its last durable one, sometimes
+ *    followed by garbage.
  *
  * The SYNCED mark and the header are left as the writer left them: the mark
  * may lag the catalog after any cut, and the header is written once, synced.
@@ -30,7 +33,8 @@
 
 /* What one cut did. */
 struct powercut_stats {
-	uint64_t pages;     /* pages written since their file's last sync */
+	uint64_t pages;     /* pages (and buffered writes) written since
+			     * their file's last sync */
 	uint64_t kept;      /* ... left with their newest bytes */
 	uint64_t reverted;  /* ... put back to older bytes */
 	uint64_t torn;      /* ... left as a sector mix of two versions */

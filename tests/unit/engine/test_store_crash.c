@@ -251,12 +251,15 @@ static float opt_param(uint64_t steps, uint32_t i)
 
 /* ---- the store's side ---------------------------------------------------- */
 
+static kvf_media_kind crash_media = KVF_MEDIA_FILE; /* set per test */
+
 static kvf_options crash_opts(void)
 {
 	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
 	kvf_options o;
 
 	kvf_options_init(&o, &m);
+	o.media = crash_media;
 	o.segment_size = 64 * 1024;
 	o.capacity_bytes = 2ull * 64 * 64 * 1024;
 	o.n_stripes = 2;
@@ -1021,11 +1024,13 @@ static unsigned trials(const char *name, unsigned def)
  * ending with a kill (and, with `power`, a power cut), each followed by a
  * check of the reopened store against the model
  */
-static void crash_rounds(const char *test, unsigned n, int power)
+static void crash_rounds(const char *test, unsigned n, int power,
+			 kvf_media_kind media)
 {
 	uint64_t base = rng_seed(test);
 	struct tally tl = { 0 };
 
+	crash_media = media;
 	bufs_alloc();
 	for (uint64_t i = 0; tl.rounds < n; i++) {
 		uint64_t seed = mix(base + i);
@@ -1063,7 +1068,8 @@ TestSuite(store_crash, .timeout = 300);
 Test(store_crash, killed_writer)
 {
 	crash_rounds("store_crash/killed_writer",
-		     trials("KVF_CRASH_TRIALS", SEEDS * ROUNDS), 0);
+		     trials("KVF_CRASH_TRIALS", SEEDS * ROUNDS), 0,
+		     KVF_MEDIA_FILE);
 }
 
 /* Power cuts: 1000 per run over the suite, in 4 tests so that they run
@@ -1072,22 +1078,26 @@ TestSuite(store_power, .timeout = 600);
 
 Test(store_power, cuts_a)
 {
-	crash_rounds("store_power/cuts_a", trials("KVF_POWER_TRIALS", 250), 1);
+	crash_rounds("store_power/cuts_a", trials("KVF_POWER_TRIALS", 250), 1,
+		     KVF_MEDIA_FILE);
 }
 
 Test(store_power, cuts_b)
 {
-	crash_rounds("store_power/cuts_b", trials("KVF_POWER_TRIALS", 250), 1);
+	crash_rounds("store_power/cuts_b", trials("KVF_POWER_TRIALS", 250), 1,
+		     KVF_MEDIA_FILE);
 }
 
 Test(store_power, cuts_c)
 {
-	crash_rounds("store_power/cuts_c", trials("KVF_POWER_TRIALS", 250), 1);
+	crash_rounds("store_power/cuts_c", trials("KVF_POWER_TRIALS", 250), 1,
+		     KVF_MEDIA_FILE);
 }
 
 Test(store_power, cuts_d)
 {
-	crash_rounds("store_power/cuts_d", trials("KVF_POWER_TRIALS", 250), 1);
+	crash_rounds("store_power/cuts_d", trials("KVF_POWER_TRIALS", 250), 1,
+		     KVF_MEDIA_FILE);
 }
 
 /* ---- a failed catalog commit -------------------------------------------- */
@@ -1268,4 +1278,17 @@ Test(store_crash, commit_fails_in_sync)
 Test(store_crash, commit_fails_in_append)
 {
 	fatal_case(AT_APPEND);
+}
+
+/* A flash store: the emulated device's image is cut like a disk's. */
+Test(store_power, flash_cuts)
+{
+	crash_rounds("store_power/flash_cuts", trials("KVF_POWER_TRIALS", 150),
+		     1, KVF_MEDIA_FLASH);
+}
+
+Test(store_crash, flash_killed_writer)
+{
+	crash_rounds("store_crash/flash_killed_writer",
+		     trials("KVF_CRASH_TRIALS", 60), 0, KVF_MEDIA_FLASH);
 }
