@@ -565,7 +565,7 @@ static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
 	job->n_pages = os->n_pages;
 	job->n_superseded = os->n_superseded;
 	job->n_runs = os->n_runs;
-	job->seqno = atomic_fetch_add(&st->next_seqno, 1);
+	writer_seqno(st, job);
 	job->owner = seq->id;
 	os->sb = NULL;
 	os->segid = SEG_NONE;

@@ -1166,9 +1166,12 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	pthread_mutex_lock(&st->seg_lock);
 	e0 = st->epoch++;
 	pthread_mutex_unlock(&st->seg_lock);
+	/* not next_seqno - 1: a segment sealed by another sequence while
+	 * this point ran may have its seqno and be written only after the
+	 * media sync; recovery would take it for one on media */
+	ms.seqno = writer_written_bound(st);
 	if ((rc = kvf_media_sync(st->media)) != KVF_OK)
 		return store_set_fatal(st, rc, "media sync");
-	ms.seqno = atomic_load(&st->next_seqno) - 1;
 	ms.n_syncs = st->n_syncs + (is_sync ? 1 : 0);
 	ms.n_points = st->n_points + 1;
 	ms.user_bytes = atomic_load(&st->c.user_bytes);

@@ -288,6 +288,10 @@ struct kvf_store {
 	pthread_cond_t writer_idle;   /* a job finished */
 	struct flush_job *wq_head, *wq_tail; /* queued, oldest first */
 	uint32_t inflight;            /* jobs queued or being written */
+	uint64_t write_epoch;         /* bumped by writer_written_bound */
+	uint64_t unwritten[2];        /* jobs given a seqno and not yet
+				       * written, by write_epoch's parity
+				       * when given */
 	int writer_stop;              /* close asks it to end */
 	int writer_running;           /* threads started */
 	pthread_mutex_t pool_lock;    /* guards the spares below */

@@ -209,10 +209,36 @@ static void *writer_main(void *arg)
 		pthread_mutex_lock(&st->writer_lock);
 		atomic_store(&job->done, 1);
 		st->inflight--;
+		st->unwritten[job->epoch]--;
 		pthread_cond_broadcast(&st->writer_idle);
 	}
 	pthread_mutex_unlock(&st->writer_lock);
 	return NULL;
+}
+
+void writer_seqno(kvf_store *st, struct flush_job *job)
+{
+	pthread_mutex_lock(&st->writer_lock);
+	job->seqno = atomic_fetch_add(&st->next_seqno, 1);
+	job->epoch = (uint32_t)(st->write_epoch & 1);
+	st->unwritten[job->epoch]++;
+	pthread_mutex_unlock(&st->writer_lock);
+}
+
+uint64_t writer_written_bound(kvf_store *st)
+{
+	uint32_t old;
+	uint64_t bound;
+
+	pthread_mutex_lock(&st->writer_lock);
+	/* seqnos given from here on count in the other parity; those of
+	 * this one were all given before `bound` was read */
+	old = (uint32_t)(st->write_epoch++ & 1);
+	bound = atomic_load(&st->next_seqno) - 1;
+	while (st->unwritten[old] > 0)
+		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
+	pthread_mutex_unlock(&st->writer_lock);
+	return bound;
 }
 
 kvf_status writer_start(kvf_store *st)

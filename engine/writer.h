@@ -29,7 +29,8 @@ struct flush_job {
 	uint32_t n_pages;        /* data pages */
 	uint32_t n_superseded;   /* entries in sb->superseded */
 	uint32_t n_runs;         /* entries in sb->runs */
-	uint64_t seqno;          /* commit sequence number */
+	uint64_t seqno;          /* commit sequence number (writer_seqno) */
+	uint32_t epoch;          /* write_epoch parity it was given in */
 	uint64_t owner;          /* sequence it was filled for */
 	unsigned char *given;    /* the buffer the media gave back for sb's,
 				  * which it now keeps; swapped in at reap */
@@ -65,6 +66,23 @@ void segbuf_put(kvf_store *st, struct segbuf *sb);
 kvf_status segbuf_reserve(kvf_store *st, uint32_t n);
 /* segbuf_pool_free - free the pool (at close) */
 void segbuf_pool_free(kvf_store *st);
+
+/*
+ * writer_seqno - give job its seqno, counted as unwritten until the writer
+ * is done with it.  Every seqno of a segment written by the writer comes
+ * from here.
+ */
+void writer_seqno(kvf_store *st, struct flush_job *job);
+
+/*
+ * writer_written_bound - the highest seqno below which every segment the
+ * writer was given is written (or failed): a durable point takes it
+ * before its media sync, so that a segment whose seqno it records is on
+ * media, even one sealed by another sequence while the point was under
+ * way.  Waits for the writes of seqnos given before the call.  Callers
+ * hold sync_lock.
+ */
+uint64_t writer_written_bound(kvf_store *st);
 
 /*
  * writer_submit - queue job for writing and put it on seq's list.  Waits
