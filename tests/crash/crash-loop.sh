@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # crash-loop.sh - the SIGKILL and power-cut trials of
-# tests/unit/engine/test_store_crash.c, as many as a long run wants.
+# tests/unit/engine/test_store_crash.c and test_store_power.c, as many as
+# a long run wants.
 #
 #   tests/crash/crash-loop.sh BUILD_DIR [KILL_TRIALS] [POWER_TRIALS]
 #

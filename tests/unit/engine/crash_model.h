@@ -1,0 +1,107 @@
+/*
+ * crash_model.h - what the crash and power-cut tests share
+ * (test_store_crash.c, test_store_power.c): the model of what a store must
+ * hold (sequences as runs of tagged tokens, an optimizer with an exact
+ * reference), the check of a reopened store against it, the children that
+ * write and check and how they report, and the rounds of kills and power
+ * cuts (crash_rounds.c).  See test_store_crash.c for how a round works.
+ */
+#ifndef KVF_TEST_CRASH_MODEL_H
+#define KVF_TEST_CRASH_MODEL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvflash.h"
+
+#define LAYERS 2
+#define QH 4
+#define KVH 2
+#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 */
+#define ROW (DIM * 2)
+#define G 32
+#define ID_POOL 6
+#define BALLAST (1ull << 50) /* a sequence outside the pool; see below */
+#define MAX_TOKENS (24 * G)  /* no appends to a layer past this */
+
+#define SEEDS 20          /* stores per run of killed_writer */
+#define ROUNDS 6          /* kills per seed, on the same store */
+#define OPS_PER_ROUND 300 /* script length of one writer */
+
+/*
+ * The optimizer: SGD with lr 1 and momentum 1 over small integer
+ * gradients (opt_grad), so that every value is an integer a float holds
+ * exactly and the reference (opt_param) needs no tolerance.
+ */
+#define OPT_NAME "crash-opt"
+#define OPT_PARAMS 3000 /* three pages of fp32 per state tensor */
+
+struct run {
+	uint64_t end; /* tokens below end carry tag */
+	uint64_t tag;
+};
+
+struct track {
+	uint64_t len; /* tokens */
+	uint32_t n;   /* runs */
+	struct run *runs;
+};
+
+struct mseq {
+	int live;
+	struct track kv[LAYERS];
+	struct track x[LAYERS];
+};
+
+struct model {
+	struct mseq seqs[ID_POOL];
+	uint64_t next_tag;
+	uint64_t opt_steps; /* optimizer steps taken */
+};
+
+extern int in_child;  /* set in forked children: report through the pipe */
+extern int report_fd; /* the pipe to the parent, in a child */
+extern kvf_media_kind crash_media; /* the media crash_opts asks for */
+extern unsigned char *buf_a, *buf_b, *buf_c; /* bufs_alloc */
+
+/* fail - stop the test: in a child, send the message up the pipe and exit 3 */
+void fail(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+uint64_t mix(uint64_t z);
+void fill_row(unsigned char *dst, uint64_t tag, uint32_t layer, int kind,
+		     uint64_t t, uint32_t h);
+uint64_t seq_id(uint32_t i);
+void track_push(struct track *t, uint64_t n, uint64_t tag);
+void track_prefix(struct track *dst, const struct track *src, uint64_t n);
+uint64_t track_tag(const struct track *t, uint64_t tok);
+void mseq_clear(struct mseq *s);
+void model_copy(struct model *dst, const struct model *src);
+void model_free(struct model *m);
+float opt_grad(uint64_t step, uint32_t i);
+float opt_param(uint64_t steps, uint32_t i);
+kvf_options crash_opts(void);
+void bufs_alloc(void);
+int check_rows(const struct track *t, uint32_t layer, int kind,
+		      uint32_t h, uint64_t t0, uint64_t n,
+		      const unsigned char *got, size_t stride, char *why,
+		      size_t why_cap);
+int state_differs(kvf_store *st, const struct model *m, char *why,
+			 size_t why_cap);
+void announce(char what, unsigned op_no);
+void must(kvf_status rc, const char *what, unsigned op_no);
+pid_t spawn(int *fd);
+char *collect(int fd);
+void sleep_us(uint64_t us);
+void run_child(void (*fn)(const char *path, uint64_t arg),
+		     const char *path, uint64_t arg);
+unsigned trials(const char *name, unsigned def);
+
+/*
+ * crash_rounds - `n` rounds over stores of ROUNDS rounds each, every one
+ * ending with a kill (and, with `power`, a power cut), each followed by a
+ * check of the reopened store against the model; media is the store's
+ */
+void crash_rounds(const char *test, unsigned n, int power,
+			 kvf_media_kind media);
+
+#endif /* KVF_TEST_CRASH_MODEL_H */
