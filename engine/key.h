@@ -26,7 +26,7 @@ enum kv_kind {
 	KIND_V = 1,  /* values, token-indexed */
 	KIND_X = 2,  /* pre-projection activations, token-indexed */
 	KIND_KT = 3, /* keys transposed: dims x tokens */
-	KIND_OPT = 4, /* optimizer state chunks: head = state * 2 + gen */
+	KIND_OPTIM = 4, /* optimizer state chunks: head = state * 2 + gen */
 	KIND_COUNT
 };
 

@@ -11,9 +11,9 @@
  *   "S" seq(8)        struct meta_seq + u64 len[n_layers] + u64 x_len[n_layers]
  *   "G" segid(4)      struct meta_seg + struct meta_run[n_runs]
  *   "R" seq(8)        struct meta_ref + struct meta_ref_entry[n]
- *   "O" name          optimizer state: engine/opt_store.c's struct meta_opt +
+ *   "O" name          optimizer state: engine/optim_int.h's struct meta_optim +
  *                     its kvf_opt_config
- *   "P" seq(8)        as "S", for an optimizer's sequence (SEQ_NS_OPT)
+ *   "P" seq(8)        as "S", for an optimizer's sequence (SEQ_NS_OPTIM)
  *   "V" seq(8)        SparF's running means of V: u64 count then
  *                     f32 mean[head_dim], per (layer, kv head)
  *
@@ -40,8 +40,8 @@
 #define META_TAG_SEQ 'S'
 #define META_TAG_SEG 'G'
 #define META_TAG_REF 'R'
-#define META_TAG_OPT 'O'
-#define META_TAG_OPT_SEQ 'P'
+#define META_TAG_OPTIM 'O'
+#define META_TAG_OPTIM_SEQ 'P'
 #define META_TAG_VBAR 'V'
 
 struct meta_sync {
@@ -57,7 +57,7 @@ struct meta_sync {
 	uint64_t kt_bytes;
 	uint64_t cleaner_bytes;
 	uint64_t summary_bytes;
-	uint64_t opt_bytes;
+	uint64_t optim_bytes;
 };
 
 struct meta_seq {
@@ -86,7 +86,7 @@ struct meta_run {
 	uint32_t stream; /* stream_id() */
 	uint32_t group;  /* group in the stream of the first page */
 	uint32_t page;   /* first data page inside the segment */
-	uint8_t ns;      /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPT */
+	uint8_t ns;      /* namespace of seq: SEQ_NS_USER or SEQ_NS_OPTIM */
 	uint8_t stride;  /* groups between consecutive pages, at least 1 */
 	uint16_t n;      /* pages in the run, at least 1 */
 };

@@ -8,14 +8,14 @@
  * old step or the new one.
  *
  * Locking: optim_commit_gen's caller holds sync_lock, world shared and the
- * sequence lock; opt_recovery_load runs at open, alone.
+ * sequence lock; optim_recovery_load runs at open, alone.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "api/status.h"
 #include "engine/cleaner.h"
-#include "engine/opt_store.h"
+#include "engine/optim_store.h"
 #include "engine/optim_int.h"
 #include "engine/writer.h"
 
@@ -61,7 +61,7 @@ kvf_status optim_reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 int optim_make_room(kvf_store *st, int attempt, uint32_t want,
 		    const char *call, const char *name, kvf_status *rc)
 {
-	char what[OPT_NAME_MAX + 64];
+	char what[OPTIM_NAME_MAX + 64];
 
 	if (*rc != KVF_ENOSPC)
 		return 0;
@@ -75,7 +75,7 @@ kvf_status optim_commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 			    uint32_t gen, int with_seq_record)
 {
 	kvf_store *st = o->st;
-	struct meta_opt m = { .seq = seq->id, .n_params = o->n_params,
+	struct meta_optim m = { .seq = seq->id, .n_params = o->n_params,
 			      .steps = steps, .gen = gen };
 	struct catalog_batch *b = o->commit;
 	kvf_status rc;
@@ -88,8 +88,8 @@ kvf_status optim_commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 	if (rc == KVF_OK)
 		rc = store_durable_point(st, b, 0);
 	if (rc == KVF_OK) {
-		seq->opt_gen = gen;
-		seq->opt_steps = steps;
+		seq->optim_gen = gen;
+		seq->optim_steps = steps;
 	}
 	return rc;
 }
@@ -100,7 +100,7 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 		       size_t vlen)
 {
 	kvf_store *st = arg;
-	struct meta_opt m;
+	struct meta_optim m;
 	struct seq *seq;
 	kvf_status rc;
 	uint64_t per;
@@ -119,21 +119,21 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 		return kvf_fail(KVF_ECORRUPT,
 				"kvf_open: an optimizer record is malformed: %llu parameters, %u bytes of configuration",
 				(unsigned long long)m.n_params, m.cfg_size);
-	if ((seq = seq_get_ns(st, SEQ_NS_OPT, m.seq)) == NULL)
+	if ((seq = seq_get_ns(st, SEQ_NS_OPTIM, m.seq)) == NULL)
 		return 0; /* its sequence went: the record is left over */
 	rc = optim_streams_alloc(seq, (m.n_params + per - 1) / per);
-	seq->opt_gen = m.gen & 1;
-	seq->opt_steps = m.steps;
-	if (m.seq >= atomic_load(&st->next_opt_id))
-		atomic_store(&st->next_opt_id, m.seq + 1);
+	seq->optim_gen = m.gen & 1;
+	seq->optim_steps = m.steps;
+	if (m.seq >= atomic_load(&st->next_optim_id))
+		atomic_store(&st->next_optim_id, m.seq + 1);
 	(void)key;
 	seq_put(st, seq);
 	return rc;
 }
 
-kvf_status opt_recovery_load(kvf_store *st)
+kvf_status optim_recovery_load(kvf_store *st)
 {
-	unsigned char tag = META_TAG_OPT;
+	unsigned char tag = META_TAG_OPTIM;
 
 	return catalog_scan(st->cat, &tag, 1, load_record, st);
 }

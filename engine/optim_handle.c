@@ -7,7 +7,7 @@
  * step's batching beyond engine/optim_int.h.
  *
  * Locking: as engine/optim_int.h says; the list of open handles is under
- * st->opt_lock.
+ * st->optim_lock.
  */
 #include <math.h>
 #include <string.h>
@@ -15,7 +15,7 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/opt_store.h"
+#include "engine/optim_store.h"
 #include "engine/optim_int.h"
 
 static kvf_status check_name(const char *call, const char *name)
@@ -23,9 +23,9 @@ static kvf_status check_name(const char *call, const char *name)
 	if (name == NULL || name[0] == '\0')
 		return kvf_fail(KVF_EINVAL, "%s: name is %s", call,
 				name ? "empty" : "NULL");
-	if (strlen(name) > OPT_NAME_MAX)
+	if (strlen(name) > OPTIM_NAME_MAX)
 		return kvf_fail(KVF_EINVAL, "%s: name is %zu bytes, more than %u",
-				call, strlen(name), OPT_NAME_MAX);
+				call, strlen(name), OPTIM_NAME_MAX);
 	return KVF_OK;
 }
 
@@ -35,40 +35,40 @@ static void handle_link(kvf_opt *o)
 {
 	kvf_store *st = o->st;
 
-	pthread_mutex_lock(&st->opt_lock);
-	o->next = st->opt_open;
+	pthread_mutex_lock(&st->optim_lock);
+	o->next = st->optim_open;
 	if (o->next)
 		o->next->prev = o;
-	st->opt_open = o;
-	pthread_mutex_unlock(&st->opt_lock);
+	st->optim_open = o;
+	pthread_mutex_unlock(&st->optim_lock);
 }
 
 static void handle_unlink(kvf_opt *o)
 {
 	kvf_store *st = o->st;
 
-	pthread_mutex_lock(&st->opt_lock);
+	pthread_mutex_lock(&st->optim_lock);
 	if (o->prev)
 		o->prev->next = o->next;
-	else if (st->opt_open == o)
-		st->opt_open = o->next;
+	else if (st->optim_open == o)
+		st->optim_open = o->next;
 	if (o->next)
 		o->next->prev = o->prev;
 	o->prev = o->next = NULL;
-	pthread_mutex_unlock(&st->opt_lock);
+	pthread_mutex_unlock(&st->optim_lock);
 }
 
-void opt_detach_all(kvf_store *st)
+void optim_detach_all(kvf_store *st)
 {
-	pthread_mutex_lock(&st->opt_lock);
-	while (st->opt_open) {
-		kvf_opt *o = st->opt_open;
+	pthread_mutex_lock(&st->optim_lock);
+	while (st->optim_open) {
+		kvf_opt *o = st->optim_open;
 
-		st->opt_open = o->next;
+		st->optim_open = o->next;
 		o->prev = o->next = NULL;
 		o->st = NULL;
 	}
-	pthread_mutex_unlock(&st->opt_lock);
+	pthread_mutex_unlock(&st->optim_lock);
 }
 
 /* optim_enter - the checks every call on a handle starts with */
@@ -111,7 +111,7 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	o->cfg = *cfg;
 	o->states = kvc_opt_states(cfg);
 	o->k = kvc_optim();
-	o->batch = (uint32_t)(o->n_chunks < OPT_BATCH ? o->n_chunks : OPT_BATCH);
+	o->batch = (uint32_t)(o->n_chunks < OPTIM_BATCH ? o->n_chunks : OPTIM_BATCH);
 	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * o->batch *
 						     st->hdr.page_size);
 	o->commit = catalog_batch_new();
@@ -134,7 +134,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 {
 	const char *call = "kvf_opt_create";
 	kvf_opt_config cfg = *cfg_in, old_cfg;
-	struct meta_opt m;
+	struct meta_optim m;
 	struct seq *seq = NULL;
 	kvf_opt *o = NULL;
 	kvf_status rc;
@@ -149,12 +149,12 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	}
 	if (rc != KVF_ENOENT)
 		goto out;
-	seq = seq_alloc(st, atomic_fetch_add(&st->next_opt_id, 1));
+	seq = seq_alloc(st, atomic_fetch_add(&st->next_optim_id, 1));
 	if (seq == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
-	seq->ns = SEQ_NS_OPT;
+	seq->ns = SEQ_NS_OPTIM;
 	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
 	if ((rc = handle_new(st, name, seq->id, n_params, &cfg, &o)) != KVF_OK ||
 	    (rc = optim_streams_alloc(seq, o->n_chunks)) != KVF_OK)
@@ -194,7 +194,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 		seq = NULL;
 		goto out_handle;
 	}
-	seq->opt_handles++;
+	seq->optim_handles++;
 	pthread_mutex_unlock(&seq->lock);
 	*out = o;
 	pthread_rwlock_unlock(&st->world);
@@ -263,7 +263,7 @@ kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
 {
 	const char *call = "kvf_opt_open";
 	kvf_opt_config cfg;
-	struct meta_opt m;
+	struct meta_optim m;
 	struct seq *seq;
 	kvf_opt *o;
 	kvf_status rc;
@@ -280,7 +280,7 @@ kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
 		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
 	if (rc != KVF_OK)
 		goto out;
-	seq = seq_get_ns(st, SEQ_NS_OPT, m.seq);
+	seq = seq_get_ns(st, SEQ_NS_OPTIM, m.seq);
 	if (seq == NULL) {
 		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names sequence %llu, which is missing",
 			      call, name, (unsigned long long)m.seq);
@@ -289,7 +289,7 @@ kvf_status kvf_opt_open(kvf_store *st, const char *name, kvf_opt **out)
 	rc = handle_new(st, name, m.seq, m.n_params, &cfg, &o);
 	if (rc == KVF_OK) {
 		pthread_mutex_lock(&seq->lock);
-		seq->opt_handles++;
+		seq->optim_handles++;
 		pthread_mutex_unlock(&seq->lock);
 		*out = o;
 	}
@@ -317,7 +317,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 				(unsigned long long)(i0 + n),
 				(unsigned long long)o->n_params);
 	pthread_rwlock_rdlock(&st->world);
-	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
+	seq = seq_get_ns(st, SEQ_NS_OPTIM, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
@@ -328,12 +328,12 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 		uint64_t last = (i0 + n - 1) / o->per_chunk;
 		uint32_t cnt = (uint32_t)(last - c0 + 1 < o->batch ? last - c0 + 1
 								  : o->batch);
-		uint64_t idx[OPT_BATCH];
+		uint64_t idx[OPTIM_BATCH];
 		struct load_ctx l = { o, 0, ST_PARAM };
 
 		for (uint32_t j = 0; j < cnt; j++)
 			idx[j] = c0 + j;
-		rc = stream_read_entries(st, seq, &seq->opt[ST_PARAM * 2 + seq->opt_gen],
+		rc = stream_read_entries(st, seq, &seq->optim[ST_PARAM * 2 + seq->optim_gen],
 					 idx, cnt, optim_load_page, &l);
 		for (uint32_t j = 0; rc == KVF_OK && j < cnt; j++) {
 			uint64_t a = (c0 + j) * o->per_chunk, z = a + o->per_chunk;
@@ -352,7 +352,7 @@ kvf_status kvf_opt_read(kvf_opt *o, uint64_t i0, uint64_t n, float *out)
 
 kvf_status kvf_opt_steps(kvf_opt *o, uint64_t *steps, uint64_t *n_params)
 {
-	struct meta_opt m;
+	struct meta_optim m;
 	kvf_opt_config cfg;
 	kvf_status rc;
 
@@ -385,9 +385,9 @@ kvf_status kvf_opt_close(kvf_opt *o)
 		return KVF_OK;
 	}
 	pthread_rwlock_rdlock(&o->st->world);
-	if ((seq = seq_get_ns(o->st, SEQ_NS_OPT, o->seq_id)) != NULL) {
+	if ((seq = seq_get_ns(o->st, SEQ_NS_OPTIM, o->seq_id)) != NULL) {
 		pthread_mutex_lock(&seq->lock);
-		seq->opt_handles--;
+		seq->optim_handles--;
 		seq_unlock_put(o->st, seq);
 	}
 	pthread_rwlock_unlock(&o->st->world);
@@ -401,7 +401,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	struct catalog_batch *b;
 	unsigned char key[9];
 	kvf_opt_config cfg;
-	struct meta_opt m;
+	struct meta_optim m;
 	struct seq *seq;
 	kvf_status rc;
 
@@ -419,15 +419,15 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 		rc = kvf_fail(KVF_ENOENT, "%s: no optimizer called '%s'", call, name);
 	if (rc != KVF_OK)
 		goto out;
-	if ((seq = seq_get_ns(st, SEQ_NS_OPT, m.seq)) == NULL) {
+	if ((seq = seq_get_ns(st, SEQ_NS_OPTIM, m.seq)) == NULL) {
 		rc = kvf_fail(KVF_ECORRUPT, "%s: optimizer '%s' names a missing sequence",
 			      call, name);
 		goto out;
 	}
 	pthread_mutex_lock(&seq->lock);
-	if (seq->opt_handles > 0) {
+	if (seq->optim_handles > 0) {
 		rc = kvf_fail(KVF_EBUSY, "%s: optimizer '%s' has %d open handle(s)",
-			      call, name, seq->opt_handles);
+			      call, name, seq->optim_handles);
 		seq_unlock_put(st, seq);
 		goto out;
 	}
@@ -451,12 +451,12 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 			goto out;
 		}
-		okey[0] = META_TAG_OPT;
+		okey[0] = META_TAG_OPTIM;
 		memcpy(okey + 1, name, nl);
 		catalog_batch_delete(b, okey, nl + 1);
 		kvf_free(okey);
 	}
-	meta_key_u64(key, META_TAG_OPT_SEQ, seq->id);
+	meta_key_u64(key, META_TAG_OPTIM_SEQ, seq->id);
 	catalog_batch_delete(b, key, sizeof(key));
 	rc = catalog_commit(st->cat, b, 0);
 	catalog_batch_free(b);

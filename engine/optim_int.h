@@ -2,10 +2,10 @@
  * optim_int.h - what the optimizer files of engine/ share: the handle, the
  * catalog record, the constants and the small helpers the step and the
  * other calls both use (SQLite's btreeInt.h in spirit).  The engine's own
- * entry points are in engine/opt_store.h; the public calls are kvf_opt_*
+ * entry points are in engine/optim_store.h; the public calls are kvf_opt_*
  * in kvflash.h.
  *
- * An optimizer is a sequence of the SEQ_NS_OPT namespace with six
+ * An optimizer is a sequence of the SEQ_NS_OPTIM namespace with six
  * streams: params, m and v, each in two generations.  Chunk c of a state
  * is one page of page_size / 4 fp32 values (the last one zero-padded).
  * The catalog record "O" + name holds the sequence id, the size, the
@@ -38,13 +38,13 @@
 #include "engine/seq.h"
 #include "engine/store.h"
 
-#define OPT_NAME_MAX 200u
-#define OPT_BATCH 512u /* chunks per batch at most: on files, 512 pages of
+#define OPTIM_NAME_MAX 200u
+#define OPTIM_BATCH 512u /* chunks per batch at most: on files, 512 pages of
 			* each state read together (2 MiB with 4 KiB pages;
 			* 128 kept the disk idle more often) */
 
 enum { ST_PARAM = KVC_CHUNK_P, ST_M = KVC_CHUNK_M, ST_V = KVC_CHUNK_V };
-struct meta_opt {
+struct meta_optim {
 	uint64_t seq;       /* pseudo-sequence id */
 	uint64_t n_params;  /* parameters */
 	uint64_t steps;     /* steps done */
@@ -55,7 +55,7 @@ struct meta_opt {
 struct kvf_opt {
 	kvf_store *st;            /* NULL once the store was closed: every
 				   * call but kvf_opt_close is KVF_ECLOSED */
-	kvf_opt *prev, *next;     /* the store's open handles; st->opt_lock */
+	kvf_opt *prev, *next;     /* the store's open handles; st->optim_lock */
 	char *name;
 	uint64_t seq_id;          /* pseudo-sequence */
 	uint64_t n_params;        /* parameters */
@@ -63,20 +63,20 @@ struct kvf_opt {
 	uint32_t per_chunk;       /* parameters per page */
 	kvf_opt_config cfg;       /* hyper-parameters */
 	unsigned states;          /* kvc_opt_states: which moments exist */
-	uint32_t batch;           /* chunks per batch: OPT_BATCH, or all */
+	uint32_t batch;           /* chunks per batch: OPTIM_BATCH, or all */
 	float *work;              /* [2][3][batch][per_chunk], aligned:
 				   * one half computed while the other loads */
 	const struct kvc_optim *k;
 	/* a step's batch b uses half b % 2 of these: */
-	const float *src[2][3][OPT_BATCH]; /* committed chunks: the memory
+	const float *src[2][3][OPTIM_BATCH]; /* committed chunks: the memory
 					    * media's own pages, or work */
-	unsigned char *dst[3][OPT_BATCH];  /* the new chunks: open-segment
+	unsigned char *dst[3][OPTIM_BATCH];  /* the new chunks: open-segment
 					    * slots, or work pages placed
 					    * after the update */
-	uint64_t hash[3][OPT_BATCH];       /* page_hash of each new chunk */
+	uint64_t hash[3][OPTIM_BATCH];       /* page_hash of each new chunk */
 	/* the reads of one batch, media other than memory: */
-	struct page_read want[3 * OPT_BATCH];
-	struct kvf_media_io io[3 * OPT_BATCH];
+	struct page_read want[3 * OPTIM_BATCH];
+	struct kvf_media_io io[3 * OPTIM_BATCH];
 	struct catalog_batch *commit;      /* a step's record, at its end */
 };
 
@@ -91,7 +91,7 @@ struct load_ctx {
 /* optim_sid - the stream id of state (ST_*) in generation gen */
 static inline uint32_t optim_sid(uint32_t state, uint32_t gen)
 {
-	return stream_id(0, KIND_OPT, state * 2 + gen);
+	return stream_id(0, KIND_OPTIM, state * 2 + gen);
 }
 
 /* optim_state_kept - whether the optimizer's states include s */
@@ -119,11 +119,11 @@ static inline float *optim_work_page(kvf_opt *o, uint32_t half,
 
 /* optim_record_put - add the "O" record of name to batch b */
 void optim_record_put(struct catalog_batch *b, const char *name,
-		      const struct meta_opt *m, const kvf_opt_config *cfg);
+		      const struct meta_optim *m, const kvf_opt_config *cfg);
 
 /* optim_record_get - read the "O" record of name; KVF_ENOENT if none */
 kvf_status optim_record_get(kvf_store *st, const char *name,
-			    struct meta_opt *m, kvf_opt_config *cfg);
+			    struct meta_optim *m, kvf_opt_config *cfg);
 
 /* optim_streams_alloc - the six streams of a pseudo-sequence */
 kvf_status optim_streams_alloc(struct seq *seq, uint64_t n_chunks);

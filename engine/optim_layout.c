@@ -13,13 +13,13 @@
 
 /* record - the "O" record of name (key in *key, value in *val) */
 void optim_record_put(struct catalog_batch *b, const char *name,
-		      const struct meta_opt *m, const kvf_opt_config *cfg)
+		      const struct meta_optim *m, const kvf_opt_config *cfg)
 {
 	size_t nl = strlen(name);
-	unsigned char key[1 + OPT_NAME_MAX], val[sizeof(*m) + sizeof(*cfg)];
-	struct meta_opt mm = *m;
+	unsigned char key[1 + OPTIM_NAME_MAX], val[sizeof(*m) + sizeof(*cfg)];
+	struct meta_optim mm = *m;
 
-	key[0] = META_TAG_OPT;
+	key[0] = META_TAG_OPTIM;
 	memcpy(key + 1, name, nl);
 	mm.cfg_size = sizeof(*cfg);
 	memcpy(val, &mm, sizeof(mm));
@@ -28,14 +28,14 @@ void optim_record_put(struct catalog_batch *b, const char *name,
 }
 
 kvf_status optim_record_get(kvf_store *st, const char *name,
-			    struct meta_opt *m, kvf_opt_config *cfg)
+			    struct meta_optim *m, kvf_opt_config *cfg)
 {
 	size_t nl = strlen(name), vlen;
-	unsigned char key[1 + OPT_NAME_MAX];
+	unsigned char key[1 + OPTIM_NAME_MAX];
 	void *val;
 	kvf_status rc;
 
-	key[0] = META_TAG_OPT;
+	key[0] = META_TAG_OPTIM;
 	memcpy(key + 1, name, nl);
 	rc = catalog_get(st->cat, key, nl + 1, &val, &vlen);
 	if (rc != KVF_OK)
@@ -55,17 +55,17 @@ kvf_status optim_record_get(kvf_store *st, const char *name,
 /* optim_streams_alloc - the six streams of a pseudo-sequence */
 kvf_status optim_streams_alloc(struct seq *seq, uint64_t n_chunks)
 {
-	if (seq->opt == NULL)
-		seq->opt = kvf_calloc(OPT_STREAMS, sizeof(struct stream));
-	if (seq->opt == NULL)
+	if (seq->optim == NULL)
+		seq->optim = kvf_calloc(OPTIM_STREAMS, sizeof(struct stream));
+	if (seq->optim == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer streams");
-	for (uint32_t i = 0; i < OPT_STREAMS; i++) {
-		kvf_status rc = stream_reserve(&seq->opt[i], n_chunks);
+	for (uint32_t i = 0; i < OPTIM_STREAMS; i++) {
+		kvf_status rc = stream_reserve(&seq->optim[i], n_chunks);
 
 		if (rc != KVF_OK)
 			return rc;
 	}
-	seq->opt_chunks = n_chunks;
+	seq->optim_chunks = n_chunks;
 	return KVF_OK;
 }
 
@@ -78,7 +78,7 @@ kvf_status optim_place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 
 	for (uint32_t s = 0; s < 3; s++) {
 		uint32_t sid = optim_sid(s, gen);
-		struct stream *str = &seq->opt[s * 2 + gen];
+		struct stream *str = &seq->optim[s * 2 + gen];
 
 		if (!optim_state_kept(o->states, s))
 			continue;
@@ -98,7 +98,7 @@ kvf_status optim_place_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			stream_set_page(str, c, ref);
 			if (c >= str->n_groups)
 				str->n_groups = (uint32_t)c + 1;
-			atomic_fetch_add(&st->c.opt_bytes, st->hdr.page_size);
+			atomic_fetch_add(&st->c.optim_bytes, st->hdr.page_size);
 		}
 	}
 	return KVF_OK;

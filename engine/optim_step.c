@@ -19,9 +19,9 @@
 #include "engine/pool.h"
 
 /* gradients of fewer values are summed on one thread */
-#define OPT_SUMSQ_SPLIT_MIN (1u << 20)
+#define OPTIM_SUMSQ_SPLIT_MIN (1u << 20)
 
-#define OPT_SPLIT 8u  /* tasks a batch is split into when the state is in
+#define OPTIM_SPLIT 8u  /* tasks a batch is split into when the state is in
 		       * memory: workers join in as they come free */
 
 /* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
@@ -32,7 +32,7 @@
 static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 			     uint32_t n, uint32_t gen, uint32_t half)
 {
-	uint64_t idx[OPT_BATCH];
+	uint64_t idx[OPTIM_BATCH];
 	uint32_t k = 0;
 
 	if (o->st->hdr.media != KVF_MEDIA_MEMORY) {
@@ -43,7 +43,7 @@ static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 				float *w = optim_work_page(o, half, s, j);
 
 				o->want[k++] = (struct page_read){
-					&seq->opt[s * 2 + gen], c0 + j,
+					&seq->optim[s * 2 + gen], c0 + j,
 					(unsigned char *)w };
 				o->src[half][s][j] = w;
 			}
@@ -59,7 +59,7 @@ static kvf_status load_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 		if (!optim_state_kept(o->states, s))
 			continue;
 		/* stream_read_entries hands pages out as (position, page) */
-		rc = stream_read_entries(o->st, seq, &seq->opt[s * 2 + gen], idx, n,
+		rc = stream_read_entries(o->st, seq, &seq->optim[s * 2 + gen], idx, n,
 					 optim_load_page, &l);
 		if (rc != KVF_OK)
 			return rc;
@@ -75,13 +75,13 @@ static size_t dtype_size(kvf_dtype d)
 struct sumsq_ctx {
 	const struct kvc_optim *k;
 	const kvf_grad *g;
-	double part[OPT_SPLIT];
+	double part[OPTIM_SPLIT];
 };
 
 static kvf_status sumsq_task(void *arg, uint32_t i)
 {
 	struct sumsq_ctx *c = arg;
-	uint64_t a = c->g->n * i / OPT_SPLIT, z = c->g->n * (i + 1) / OPT_SPLIT;
+	uint64_t a = c->g->n * i / OPTIM_SPLIT, z = c->g->n * (i + 1) / OPTIM_SPLIT;
 
 	c->part[i] = kvc_opt_grad_sumsq(c->k, (const char *)c->g->values +
 						      a * dtype_size(c->g->dtype),
@@ -97,10 +97,10 @@ static double grad_sumsq(kvf_opt *o, const kvf_grad *g)
 	struct sumsq_ctx c = { .k = o->k, .g = g };
 	double sum = 0;
 
-	if (g->n < OPT_SUMSQ_SPLIT_MIN ||
-	    pool_run(o->st->pool, OPT_SPLIT, sumsq_task, &c) != KVF_OK)
+	if (g->n < OPTIM_SUMSQ_SPLIT_MIN ||
+	    pool_run(o->st->pool, OPTIM_SPLIT, sumsq_task, &c) != KVF_OK)
 		return kvc_opt_grad_sumsq(o->k, g->values, g->n, g->dtype);
-	for (uint32_t i = 0; i < OPT_SPLIT; i++)
+	for (uint32_t i = 0; i < OPTIM_SPLIT; i++)
 		sum += c.part[i];
 	return sum;
 }
@@ -227,7 +227,7 @@ static kvf_status fill_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 
 	for (uint32_t s = 0; s < 3 && rc == KVF_OK; s++) {
 		uint32_t sid = optim_sid(s, gen);
-		struct stream *str = &seq->opt[s * 2 + gen];
+		struct stream *str = &seq->optim[s * 2 + gen];
 
 		if (!optim_state_kept(o->states, s))
 			continue;
@@ -257,7 +257,7 @@ static kvf_status fill_batch(kvf_opt *o, struct seq *seq, uint64_t c0,
 		}
 	}
 	/* one shared counter update per batch, not per page */
-	atomic_fetch_add(&st->c.opt_bytes, placed * st->hdr.page_size);
+	atomic_fetch_add(&st->c.optim_bytes, placed * st->hdr.page_size);
 	return rc;
 }
 
@@ -317,7 +317,7 @@ static kvf_status step_task(void *arg, uint32_t i)
 	struct step_ctx *x = arg;
 
 	if (x->split) {
-		update(x, x->n * i / OPT_SPLIT, x->n * (i + 1) / OPT_SPLIT);
+		update(x, x->n * i / OPTIM_SPLIT, x->n * (i + 1) / OPTIM_SPLIT);
 		return KVF_OK;
 	}
 	if (i == 0) {
@@ -343,7 +343,7 @@ static kvf_status run_split(struct step_ctx *x)
 		if (rc == KVF_OK)
 			rc = load_batch(o, x->seq, c0, x->n, x->gen, 0);
 		if (rc == KVF_OK)
-			rc = pool_run(o->st->pool, OPT_SPLIT, step_task, x);
+			rc = pool_run(o->st->pool, OPTIM_SPLIT, step_task, x);
 		if (rc == KVF_OK)
 			rc = fill_batch(o, x->seq, c0, x->n, 1 - x->gen, 0);
 	}
@@ -390,15 +390,15 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 
 	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
-	seq = seq_get_ns(st, SEQ_NS_OPT, o->seq_id);
+	seq = seq_get_ns(st, SEQ_NS_OPTIM, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
 		pthread_mutex_unlock(&st->sync_lock);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
 	}
 	pthread_mutex_lock(&seq->lock);
-	gen = seq->opt_gen;
-	steps = seq->opt_steps;
+	gen = seq->optim_gen;
+	steps = seq->optim_steps;
 	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
 	/* its message names call */
 	rc = optim_reserve_gen(o, seq, 1 - gen, call, want);

@@ -24,7 +24,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/opt_store.h"
+#include "engine/optim_store.h"
 #include "engine/segment.h"
 #include "engine/seq.h"
 
@@ -81,7 +81,7 @@ static int list_seg(void *arg, const void *key, size_t klen, const void *val,
 
 		memcpy(&r, (const char *)val + sizeof(m) + (size_t)i * sizeof(r),
 		       sizeof(r));
-		if (!meta_run_ok(&r, m.n_data_pages) || r.ns > SEQ_NS_OPT)
+		if (!meta_run_ok(&r, m.n_data_pages) || r.ns > SEQ_NS_OPTIM)
 			return kvf_fail(KVF_ECORRUPT,
 					"kvf_open: catalog record segment %llu is malformed: run %u names pages %u + %u of %u, groups from %u by %u, namespace %u",
 					(unsigned long long)id, i, r.page, r.n,
@@ -164,10 +164,10 @@ static int load_seq(void *arg, const void *key, size_t klen, const void *val,
 	return load_seq_ns(arg, SEQ_NS_USER, key, klen, val, vlen);
 }
 
-static int load_opt_seq(void *arg, const void *key, size_t klen,
+static int load_optim_seq(void *arg, const void *key, size_t klen,
 			const void *val, size_t vlen)
 {
-	return load_seq_ns(arg, SEQ_NS_OPT, key, klen, val, vlen);
+	return load_seq_ns(arg, SEQ_NS_OPTIM, key, klen, val, vlen);
 }
 
 static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
@@ -486,7 +486,7 @@ kvf_status recovery_load(kvf_store *st)
 		atomic_store(&st->c.kt_bytes, ms.kt_bytes);
 		atomic_store(&st->c.cleaner_bytes, ms.cleaner_bytes);
 		atomic_store(&st->c.summary_bytes, ms.summary_bytes);
-		atomic_store(&st->c.opt_bytes, ms.opt_bytes);
+		atomic_store(&st->c.optim_bytes, ms.optim_bytes);
 		if (ms.seqno >= atomic_load(&st->next_seqno))
 			atomic_store(&st->next_seqno, ms.seqno + 1);
 	} else if (rc != KVF_ENOENT) {
@@ -509,9 +509,9 @@ kvf_status recovery_load(kvf_store *st)
 	tag = META_TAG_VBAR;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_vbar, st)) != KVF_OK)
 		return rc;
-	tag = META_TAG_OPT_SEQ;
-	if ((rc = catalog_scan(st->cat, &tag, 1, load_opt_seq, st)) != KVF_OK ||
-	    (rc = opt_recovery_load(st)) != KVF_OK)
+	tag = META_TAG_OPTIM_SEQ;
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_optim_seq, st)) != KVF_OK ||
+	    (rc = optim_recovery_load(st)) != KVF_OK)
 		return rc;
 	tag = META_TAG_SEG;
 	if ((rc = catalog_scan(st->cat, &tag, 1, list_seg, &l)) != KVF_OK)

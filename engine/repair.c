@@ -206,7 +206,7 @@ static kvf_status take_segment(struct repair *rp, uint32_t segid,
 		struct seg_summary_entry x;
 
 		memcpy(&x, &e[i], sizeof(x));
-		if (stream_kind((uint32_t)(x.key_lo >> 32)) == KIND_OPT) {
+		if (stream_kind((uint32_t)(x.key_lo >> 32)) == KIND_OPTIM) {
 			rp->r.segments_optimizer++;
 			return KVF_OK;
 		}

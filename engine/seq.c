@@ -163,7 +163,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	streams_free(seq->kv, seq_n_kv_streams(st));
 	streams_free(seq->x, seq_n_x_streams(st));
 	streams_free(seq->kt, seq_n_kt_streams(st));
-	streams_free(seq->opt, OPT_STREAMS);
+	streams_free(seq->optim, OPTIM_STREAMS);
 	if (seq->h2o)
 		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
 			kvf_free(seq->h2o[i].score);

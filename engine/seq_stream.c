@@ -64,7 +64,7 @@ uint32_t seq_n_kt_streams(kvf_store *st)
 uint32_t seq_n_streams(kvf_store *st)
 {
 	return seq_n_kv_streams(st) + seq_n_x_streams(st) + seq_n_kt_streams(st) +
-	       OPT_STREAMS;
+	       OPTIM_STREAMS;
 }
 
 struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
@@ -90,8 +90,8 @@ struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 		return seq->kt ? &seq->kt[i] : NULL;
 	}
 	i -= seq_n_kt_streams(st);
-	*sid = stream_id(0, KIND_OPT, i);
-	return seq->opt ? &seq->opt[i] : NULL;
+	*sid = stream_id(0, KIND_OPTIM, i);
+	return seq->optim ? &seq->optim[i] : NULL;
 }
 
 struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
@@ -113,9 +113,9 @@ struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
 		return seq->kt && head < st->hdr.n_kv_heads
 			       ? &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head]
 			       : NULL;
-	case KIND_OPT:
-		return seq->opt && layer == 0 && head < OPT_STREAMS
-			       ? &seq->opt[head] : NULL;
+	case KIND_OPTIM:
+		return seq->optim && layer == 0 && head < OPTIM_STREAMS
+			       ? &seq->optim[head] : NULL;
 	default:
 		return NULL;
 	}
@@ -128,8 +128,8 @@ uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
 
 	if (kind == KIND_KT)
 		return tokens / st->kt_tokens * st->kt_groups;
-	if (kind == KIND_OPT) /* only the committed generation counts */
-		return stream_head(sid) % 2 == seq->opt_gen ? seq->opt_chunks : 0;
+	if (kind == KIND_OPTIM) /* only the committed generation counts */
+		return stream_head(sid) % 2 == seq->optim_gen ? seq->optim_chunks : 0;
 	return (tokens + st->group_tokens - 1) / st->group_tokens;
 }
 
@@ -227,7 +227,7 @@ kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
 	memcpy(val + sizeof(m), seq->len, nl * sizeof(uint64_t));
 	memcpy(val + sizeof(m) + nl * sizeof(uint64_t), seq->x_len,
 	       nl * sizeof(uint64_t));
-	meta_key_u64(key, seq->ns == SEQ_NS_OPT ? META_TAG_OPT_SEQ : META_TAG_SEQ,
+	meta_key_u64(key, seq->ns == SEQ_NS_OPTIM ? META_TAG_OPTIM_SEQ : META_TAG_SEQ,
 		     seq->id);
 	catalog_batch_put(b, key, sizeof(key), val, len);
 	kvf_free(val);

@@ -28,7 +28,7 @@
 #include "engine/append.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
-#include "engine/opt_store.h"
+#include "engine/optim_store.h"
 #include "engine/pool.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"
@@ -249,7 +249,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	segbuf_pool_free(st);
 	read_batches_free(st);
 	pthread_mutex_destroy(&st->pool_lock);
-	pthread_mutex_destroy(&st->opt_lock);
+	pthread_mutex_destroy(&st->optim_lock);
 	pthread_cond_destroy(&st->writer_idle);
 	pthread_cond_destroy(&st->writer_work);
 	pthread_mutex_destroy(&st->writer_lock);
@@ -399,9 +399,9 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	pthread_cond_init(&st->writer_work, NULL);
 	pthread_cond_init(&st->writer_idle, NULL);
 	pthread_mutex_init(&st->pool_lock, NULL);
-	pthread_mutex_init(&st->opt_lock, NULL);
+	pthread_mutex_init(&st->optim_lock, NULL);
 	atomic_init(&st->next_seqno, 1);
-	atomic_init(&st->next_opt_id, 1);
+	atomic_init(&st->next_optim_id, 1);
 	st->epoch = 1;
 	if ((rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
@@ -569,7 +569,7 @@ kvf_status kvf_close(kvf_store *st)
 	/* a handle that went fatal may have lost its last writes: say so */
 	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only)
 		rc = kvf_sync(st);
-	opt_detach_all(st);
+	optim_detach_all(st);
 	store_release(st, 0, 0, 0);
 	return rc;
 }

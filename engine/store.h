@@ -55,11 +55,11 @@ enum seg_state {
 
 #define SEG_NONE UINT32_MAX
 /* Sequences live in two namespaces with ids of their own: the caller's
- * (SEQ_NS_USER) and optimizer state (SEQ_NS_OPT, engine/opt_store.c), which
- * the sequence calls never see. */
+ * (SEQ_NS_USER) and optimizer state (SEQ_NS_OPTIM, engine/optim_*.c),
+ * which the sequence calls never see. */
 #define SEQ_NS_USER 0u
-#define SEQ_NS_OPT 1u
-#define OPT_STREAMS 6u /* param, m, v; two generations each */
+#define SEQ_NS_OPTIM 1u
+#define OPTIM_STREAMS 6u /* param, m, v; two generations each */
 #define WRITER_THREADS 4 /* segment writes in flight at once (2 kept a
 			  * file-store optimizer step waiting on its
 			  * writes: 487 against 446 ms a step, means of
@@ -137,7 +137,7 @@ struct h2o {
 
 struct seq {
 	uint64_t id;
-	uint32_t ns;           /* SEQ_NS_USER or SEQ_NS_OPT */
+	uint32_t ns;           /* SEQ_NS_USER or SEQ_NS_OPTIM */
 	uint64_t family;       /* root of its fork tree */
 	uint64_t parent;       /* UINT64_MAX if not forked */
 	uint64_t create_seqno; /* seqno of its creation */
@@ -160,11 +160,11 @@ struct seq {
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
-	struct stream *opt;    /* SEQ_NS_OPT only: [state * 2 + gen] */
-	uint64_t opt_chunks;   /* their chunks (pages) per state */
-	uint32_t opt_gen;      /* the committed generation, 0 or 1 */
-	uint64_t opt_steps;    /* steps done, as committed */
-	int opt_handles;       /* kvf_opt handles open on it */
+	struct stream *optim;  /* SEQ_NS_OPTIM only: [state * 2 + gen] */
+	uint64_t optim_chunks; /* their chunks (pages) per state */
+	uint32_t optim_gen;    /* the committed generation, 0 or 1 */
+	uint64_t optim_steps;  /* steps done, as committed */
+	int optim_handles;     /* kvf_opt handles open on it */
 	float *vbar;           /* [layer][kv_head][head_dim] mean of V, for
 				* SparF; NULL before first use */
 	uint64_t *vbar_n;      /* [layer][kv_head] tokens in that mean */
@@ -200,7 +200,7 @@ struct store_counters {
 	_Atomic uint64_t data_bytes;      /* full data pages written */
 	_Atomic uint64_t padding_bytes;   /* partial pages written by sync */
 	_Atomic uint64_t kt_bytes;        /* K^T pages written */
-	_Atomic uint64_t opt_bytes;       /* optimizer state pages written */
+	_Atomic uint64_t optim_bytes;     /* optimizer state pages written */
 	_Atomic uint64_t cleaner_bytes;   /* pages copied by the cleaner */
 	_Atomic uint64_t summary_bytes;   /* summary pages written */
 	_Atomic uint64_t bytes_read;      /* bytes read from media */
@@ -268,12 +268,12 @@ struct kvf_store {
 	int wear_dirty;         /* erase counts changed since last sync */
 
 	_Atomic uint64_t next_seqno; /* commit sequence numbers */
-	_Atomic uint64_t next_opt_id; /* next optimizer pseudo-sequence id */
+	_Atomic uint64_t next_optim_id; /* next optimizer pseudo-sequence id */
 	uint64_t synced_seqno;  /* from "N": durable as of the last sync */
 	uint64_t n_syncs;       /* syncs since create */
 	uint64_t n_points;      /* durable points since create; sync_lock */
-	pthread_mutex_t opt_lock; /* guards opt_open */
-	struct kvf_opt *opt_open; /* open optimizer handles (opt_store.c) */
+	pthread_mutex_t optim_lock; /* guards optim_open */
+	struct kvf_opt *optim_open; /* open optimizer handles (optim_handle.c) */
 	int mark_fd;            /* DIR/SYNCED (engine/syncmark.h); -1: none */
 	char *mark_path;        /* its path, for messages */
 	uint64_t sync_gen;      /* kvf_sync calls begun; sync_lock */

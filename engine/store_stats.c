@@ -49,7 +49,7 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
 	s.summary_bytes = atomic_load(&st->c.summary_bytes);
 	s.kt_bytes = atomic_load(&st->c.kt_bytes);
-	s.opt_bytes = atomic_load(&st->c.opt_bytes);
+	s.opt_bytes = atomic_load(&st->c.optim_bytes);
 	s.host_bytes_written = s.data_bytes + s.padding_bytes + s.opt_bytes +
 			       s.cleaner_bytes + s.kt_bytes + s.summary_bytes;
 	s.metadata_bytes = catalog_bytes_written(st->cat);

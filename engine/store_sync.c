@@ -92,7 +92,7 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	ms.kt_bytes = atomic_load(&st->c.kt_bytes);
 	ms.cleaner_bytes = atomic_load(&st->c.cleaner_bytes);
 	ms.summary_bytes = atomic_load(&st->c.summary_bytes);
-	ms.opt_bytes = atomic_load(&st->c.opt_bytes);
+	ms.optim_bytes = atomic_load(&st->c.optim_bytes);
 	catalog_batch_put(b, &tag, 1, &ms, sizeof(ms));
 	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK)
 		return store_set_fatal(st, rc, "catalog commit");

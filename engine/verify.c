@@ -569,7 +569,7 @@ kvf_status kvf_verify(kvf_store *st, kvf_verify_fn fn, void *arg,
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory for read buffers", call);
 		goto out;
 	}
-	for (uint32_t ns = SEQ_NS_USER; ns <= SEQ_NS_OPT && !c.rep.stopped &&
+	for (uint32_t ns = SEQ_NS_USER; ns <= SEQ_NS_OPTIM && !c.rep.stopped &&
 	     !c.oom; ns++) {
 		kvf_free(ids);
 		ids = NULL;

@@ -1,6 +1,6 @@
 /*
  * fuzz_catalog.c - the catalog's records (engine/meta.h and the "O"
- * record of engine/opt_store.c) as open, the reads, kvf_verify and
+ * record of engine/optim_int.h) as open, the reads, kvf_verify and
  * kvf_repair decode them.
  *
  * RocksDB checks its own files; what it hands back is trusted by nobody

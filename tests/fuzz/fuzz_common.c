@@ -199,11 +199,11 @@ static void append(kvf_store *st, uint64_t seq, uint32_t layer, uint32_t n)
 
 static void build(kvf_store *st)
 {
-	static float grad[FZ_OPT_PARAMS];
+	static float grad[FZ_OPTIM_PARAMS];
 	static unsigned char x[40 * FZ_QH * FZ_DIM * 2];
-	kvf_grad g = { KVF_DTYPE_F32, grad, NULL, FZ_OPT_PARAMS };
+	kvf_grad g = { KVF_DTYPE_F32, grad, NULL, FZ_OPTIM_PARAMS };
 	kvf_opt_config cfg;
-	kvf_opt *opt;
+	kvf_opt *optim;
 
 	must("kvf_seq_create", kvf_seq_create(st, 1));
 	for (uint32_t l = 0; l < FZ_LAYERS; l++)
@@ -222,12 +222,12 @@ static void build(kvf_store *st)
 	must("kvf_seq_free", kvf_seq_free(st, 4));
 	kvf_opt_config_init(&cfg, KVF_OPT_ADAM);
 	must("kvf_opt_create",
-	     kvf_opt_create(st, FZ_OPT_NAME, FZ_OPT_PARAMS, &cfg, NULL, &opt));
-	for (uint32_t i = 0; i < FZ_OPT_PARAMS; i++)
+	     kvf_opt_create(st, FZ_OPTIM_NAME, FZ_OPTIM_PARAMS, &cfg, NULL, &optim));
+	for (uint32_t i = 0; i < FZ_OPTIM_PARAMS; i++)
 		grad[i] = (float)(i % 17) / 16.0f - 0.5f;
-	must("kvf_opt_step", kvf_opt_step(opt, &g, NULL));
-	must("kvf_opt_step", kvf_opt_step(opt, &g, NULL));
-	must("kvf_opt_close", kvf_opt_close(opt));
+	must("kvf_opt_step", kvf_opt_step(optim, &g, NULL));
+	must("kvf_opt_step", kvf_opt_step(optim, &g, NULL));
+	must("kvf_opt_close", kvf_opt_close(optim));
 	must("kvf_sync", kvf_sync(st));
 }
 
@@ -363,12 +363,12 @@ static void read_seq(kvf_store *st, const kvf_store_info *info, uint64_t id)
 	}
 }
 
-static void read_opt(kvf_store *st)
+static void read_optim(kvf_store *st)
 {
 	static float p[64];
 	uint64_t steps, n;
 	kvf_opt *o;
-	kvf_status rc = kvf_opt_open(st, FZ_OPT_NAME, &o);
+	kvf_status rc = kvf_opt_open(st, FZ_OPTIM_NAME, &o);
 
 	fz_check("kvf_opt_open", rc, READ_OK);
 	if (rc != KVF_OK)
@@ -399,7 +399,7 @@ static void read_all(kvf_store *st)
 
 		fz_check("kvf_segment_info_get", kvf_segment_info_get(st, s, &si), 0);
 	}
-	read_opt(st);
+	read_optim(st);
 	fz_check("kvf_verify", kvf_verify(st, on_damage, &damages, &rep), 0);
 }
 

@@ -38,8 +38,8 @@
 #define FZ_SEG (64u * 1024)
 #define FZ_STRIPES 2u
 #define FZ_CAPACITY (1u << 20)
-#define FZ_OPT_NAME "opt"
-#define FZ_OPT_PARAMS 3000u
+#define FZ_OPTIM_NAME "opt"
+#define FZ_OPTIM_PARAMS 3000u
 #define FZ_MAX_SEGS 64u
 
 /* What the template holds, for targets that aim at one of its parts. */

@@ -21,8 +21,8 @@
 #include "kvflash.h"
 #include "testutil.h"
 
-#define N_PARAMS (600u * 1024 + 17) /* two batches of chunks (opt_store.c's
-				     * OPT_BATCH), the last one partial */
+#define N_PARAMS (600u * 1024 + 17) /* two batches of chunks (optim_int.h's
+				     * OPTIM_BATCH), the last one partial */
 #define STEPS 12
 #define DIM 32
 #define KVH 2

@@ -214,9 +214,9 @@ Test(cleaner, enospc_when_live_data_fills_the_store)
  * cleaner takes such segments, and must copy the run whole.  One stripe,
  * so that the pages of a segment hold consecutive chunks.
  */
-#define OPT_CHUNKS 302u
-#define OPT_N (OPT_CHUNKS * 1024u)     /* fp32 params: 1024 a 4 KiB page */
-#define OPT_SEGS 140u                  /* 61 a generation, twice, and the
+#define OPTIM_CHUNKS 302u
+#define OPTIM_N (OPTIM_CHUNKS * 1024u)     /* fp32 params: 1024 a 4 KiB page */
+#define OPTIM_SEGS 140u                  /* 61 a generation, twice, and the
 					* cleaner's 1: 123; KV fills the
 					* rest until the cleaner copies */
 
@@ -228,7 +228,7 @@ static kvf_store *open_one_stripe(void)
 
 	kvf_options_init(&o, &m);
 	o.segment_size = 64 * 1024; /* 15 data pages + 1 summary */
-	o.capacity_bytes = (uint64_t)OPT_SEGS * 64 * 1024;
+	o.capacity_bytes = (uint64_t)OPTIM_SEGS * 64 * 1024;
 	o.n_stripes = 1;
 	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
@@ -241,44 +241,44 @@ static float urand(uint64_t *rng)
 	return (float)((double)(rng_next(rng) >> 11) / 9007199254740992.0 - 0.5);
 }
 
-struct opt_twin {
+struct optim_twin {
 	float *p, *m, *v; /* the reference state */
 	uint64_t t;       /* its steps */
 };
 
-static void twin_step(struct opt_twin *w, const kvf_opt_config *c,
+static void twin_step(struct optim_twin *w, const kvf_opt_config *c,
 		      const float *g, float *out)
 {
 	struct kvc_opt_step s;
 
 	kvc_opt_step_prepare(&s, c, ++w->t, 1.0f);
-	kvc_opt_dense(kvc_optim(), &s, w->p, w->m, w->v, OPT_N, g,
+	kvc_opt_dense(kvc_optim(), &s, w->p, w->m, w->v, OPTIM_N, g,
 		      KVF_DTYPE_F32, out);
 }
 
 /* both_step - one step on o and its twin: params_out must match */
-static void both_step(kvf_opt *o, struct opt_twin *w, const kvf_opt_config *c,
+static void both_step(kvf_opt *o, struct optim_twin *w, const kvf_opt_config *c,
 		      uint64_t *rng, float *g, float *out, float *want)
 {
-	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = OPT_N };
+	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = OPTIM_N };
 
-	for (uint32_t i = 0; i < OPT_N; i++)
+	for (uint32_t i = 0; i < OPTIM_N; i++)
 		g[i] = urand(rng);
 	twin_step(w, c, g, want);
 	cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s",
 		  kvf_last_error());
-	cr_assert(eq(int, memcmp(out, want, OPT_N * sizeof(float)), 0),
+	cr_assert(eq(int, memcmp(out, want, OPTIM_N * sizeof(float)), 0),
 		  "params_out differs from the twin's");
 }
 
-struct opt_run_find {
+struct optim_run_find {
 	uint32_t n_max; /* longest optimizer run in a cleaner-written record */
 };
 
-static int find_cleaned_opt_run(void *arg, const void *key, size_t klen,
+static int find_cleaned_optim_run(void *arg, const void *key, size_t klen,
 				const void *val, size_t vlen)
 {
-	struct opt_run_find *f = arg;
+	struct optim_run_find *f = arg;
 	struct meta_seg rec;
 
 	(void)key;
@@ -293,7 +293,7 @@ static int find_cleaned_opt_run(void *arg, const void *key, size_t klen,
 
 		memcpy(&r, (const char *)val + sizeof(rec) + i * sizeof(r),
 		       sizeof(r));
-		if (r.ns == SEQ_NS_OPT && r.n > f->n_max)
+		if (r.ns == SEQ_NS_OPTIM && r.n > f->n_max)
 			f->n_max = r.n;
 	}
 	return 0;
@@ -309,12 +309,12 @@ static int find_cleaned_opt_run(void *arg, const void *key, size_t klen,
 Test(cleaner, moves_optimizer_runs)
 {
 	uint64_t rng = rng_seed("cleaner moves_optimizer_runs");
-	struct opt_twin w = { malloc(OPT_N * 4), malloc(OPT_N * 4),
-			      malloc(OPT_N * 4), 0 };
-	float *g = malloc(OPT_N * 4), *out = malloc(OPT_N * 4),
-	      *want = malloc(OPT_N * 4);
+	struct optim_twin w = { malloc(OPTIM_N * 4), malloc(OPTIM_N * 4),
+			      malloc(OPTIM_N * 4), 0 };
+	float *g = malloc(OPTIM_N * 4), *out = malloc(OPTIM_N * 4),
+	      *want = malloc(OPTIM_N * 4);
 	kvf_stats s = { .struct_size = sizeof(s) };
-	struct opt_run_find f = { 0 };
+	struct optim_run_find f = { 0 };
 	struct catalog *cat = NULL;
 	unsigned char tag = META_TAG_SEG;
 	kvf_opt_config c;
@@ -326,10 +326,10 @@ Test(cleaner, moves_optimizer_runs)
 	cr_assert(w.p && w.m && w.v && g && out && want);
 	st = open_one_stripe();
 	kvf_opt_config_init(&c, KVF_OPT_ADAM);
-	for (uint32_t i = 0; i < OPT_N; i++)
+	for (uint32_t i = 0; i < OPTIM_N; i++)
 		w.p[i] = urand(&rng);
-	kvc_opt_state_init(&c, w.m, w.v, OPT_N);
-	cr_assert(eq(int, kvf_opt_create(st, "w", OPT_N, &c, w.p, &o), KVF_OK),
+	kvc_opt_state_init(&c, w.m, w.v, OPTIM_N);
+	cr_assert(eq(int, kvf_opt_create(st, "w", OPTIM_N, &c, w.p, &o), KVF_OK),
 		  "%s", kvf_last_error());
 
 	both_step(o, &w, &c, &rng, g, out, want);
@@ -362,7 +362,7 @@ Test(cleaner, moves_optimizer_runs)
 					       CATALOG_FSYNC, &cat), KVF_OK));
 		free(store);
 	}
-	cr_assert(eq(int, catalog_scan(cat, &tag, 1, find_cleaned_opt_run, &f),
+	cr_assert(eq(int, catalog_scan(cat, &tag, 1, find_cleaned_optim_run, &f),
 		     KVF_OK));
 	catalog_close(cat);
 	cr_assert(eq(u32, f.n_max, 6),
@@ -374,8 +374,8 @@ Test(cleaner, moves_optimizer_runs)
 	cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s",
 		  kvf_last_error());
 	both_step(o, &w, &c, &rng, g, out, want);
-	cr_assert(eq(int, kvf_opt_read(o, 0, OPT_N, out), KVF_OK));
-	cr_assert(eq(int, memcmp(out, w.p, OPT_N * sizeof(float)), 0));
+	cr_assert(eq(int, kvf_opt_read(o, 0, OPTIM_N, out), KVF_OK));
+	cr_assert(eq(int, memcmp(out, w.p, OPTIM_N * sizeof(float)), 0));
 	check(st, 1, 1, t);
 	cr_assert(eq(int, kvf_opt_close(o), KVF_OK));
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
@@ -459,11 +459,11 @@ Test(cleaner, a_step_waits_for_the_cleaner)
  */
 Test(cleaner, compacts_partly_filled_live_segments)
 {
-	enum { NOPT = 30, NP = 1024 }; /* one chunk: 3 pages of state */
+	enum { NOPTIM = 30, NP = 1024 }; /* one chunk: 3 pages of state */
 	kvf_store *st = open_tiny(40 * 64 * 1024);
-	static float init[NOPT][NP], g[NP], back[NP], want[NP];
+	static float init[NOPTIM][NP], g[NP], back[NP], want[NP];
 	kvf_grad gr = { .dtype = KVF_DTYPE_F32, .values = g, .n = NP };
-	kvf_opt *o[NOPT];
+	kvf_opt *o[NOPTIM];
 	kvf_opt_config c;
 	kvf_stats s = { .struct_size = sizeof(s) };
 	uint64_t rng = rng_seed("cleaner partly filled live");
@@ -471,7 +471,7 @@ Test(cleaner, compacts_partly_filled_live_segments)
 	kvf_opt_config_init(&c, KVF_OPT_ADAM);
 	for (int i = 0; i < NP; i++)
 		g[i] = urand(&rng);
-	for (int k = 0; k < NOPT; k++) {
+	for (int k = 0; k < NOPTIM; k++) {
 		char name[8];
 
 		for (int i = 0; i < NP; i++)
@@ -481,14 +481,14 @@ Test(cleaner, compacts_partly_filled_live_segments)
 			     KVF_OK), "create %d: %s", k, kvf_last_error());
 	}
 	for (int round = 0; round < 2; round++)
-		for (int k = 0; k < NOPT; k++)
+		for (int k = 0; k < NOPTIM; k++)
 			cr_assert(eq(int, kvf_opt_step(o[k], &gr, NULL), KVF_OK),
 				  "round %d optimizer %d: %s", round, k,
 				  kvf_last_error());
 	cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
 	cr_assert(gt(u64, s.segments_cleaned, 0));
-	for (int k = 0; k < NOPT; k++) {
-		struct opt_twin w = { init[k], calloc(NP, 4), calloc(NP, 4), 0 };
+	for (int k = 0; k < NOPTIM; k++) {
+		struct optim_twin w = { init[k], calloc(NP, 4), calloc(NP, 4), 0 };
 
 		cr_assert(w.m && w.v);
 		for (int round = 0; round < 2; round++) { /* in place: init[k] */

@@ -395,7 +395,7 @@ static int count_runs(void *arg, const void *key, size_t klen,
 		struct meta_run r;
 
 		memcpy(&r, (const char *)val + sizeof(rec) + i * sizeof(r), sizeof(r));
-		if (r.ns != SEQ_NS_OPT)
+		if (r.ns != SEQ_NS_OPTIM)
 			continue;
 		c->runs++;
 		c->pages += r.n;
@@ -453,7 +453,7 @@ Test(optim_store, step_without_room)
 	kvf_opt_config cfg;
 	kvf_options o;
 	kvf_store *st = NULL;
-	kvf_opt *opt = NULL;
+	kvf_opt *optim = NULL;
 
 	kvf_options_init(&o, &m);
 	o.segment_size = 128 * 1024;
@@ -466,17 +466,17 @@ Test(optim_store, step_without_room)
 		g[i] = frand(&rng);
 	}
 	kvf_opt_config_init(&cfg, KVF_OPT_ADAM);
-	cr_assert(eq(int, kvf_opt_create(st, "w", NP, &cfg, init, &opt), KVF_OK),
+	cr_assert(eq(int, kvf_opt_create(st, "w", NP, &cfg, init, &optim), KVF_OK),
 		  "%s", kvf_last_error());
-	cr_assert(eq(int, kvf_opt_step(opt, &gr, NULL), KVF_ENOSPC), "%s",
+	cr_assert(eq(int, kvf_opt_step(optim, &gr, NULL), KVF_ENOSPC), "%s",
 		  kvf_last_error());
 	cr_assert(eq(str, (char *)kvf_last_error(),
 		     "kvf_opt_step: optimizer 'w': the store is full of live data (16 segments; this needs 5 free on a stripe, and cleaning freed none); free sequences or optimizers and retry"));
-	cr_assert(eq(int, kvf_opt_steps(opt, &steps, NULL), KVF_OK));
+	cr_assert(eq(int, kvf_opt_steps(optim, &steps, NULL), KVF_OK));
 	cr_assert(eq(u64, steps, 0));
-	cr_assert(eq(int, kvf_opt_read(opt, 0, NP, back), KVF_OK));
+	cr_assert(eq(int, kvf_opt_read(optim, 0, NP, back), KVF_OK));
 	cr_assert(eq(int, memcmp(back, init, sizeof(back)), 0));
-	kvf_opt_close(opt);
+	kvf_opt_close(optim);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }
 
