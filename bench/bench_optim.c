@@ -254,7 +254,7 @@ static void ref_init(struct optim_ctx *c, uint64_t n)
 	for (uint32_t i = 0; i < N_RANGES; i++)
 		memcpy(r->p + (size_t)i * len, c->init + r->start[i],
 		       len * sizeof(float));
-	kvc_opt_state_init(&c->cfg, r->m, r->v, (size_t)N_RANGES * len);
+	kvc_optim_state_init(&c->cfg, r->m, r->v, (size_t)N_RANGES * len);
 	r->t = 0;
 }
 
@@ -282,15 +282,15 @@ static int ref_step(struct optim_ctx *c, int sparse, const char *where)
 {
 	struct ref *r = &c->ref;
 	size_t n = (size_t)N_RANGES * r->len;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	for (uint32_t i = 0; i < N_RANGES; i++)
 		for (uint32_t j = 0; j < r->len; j++)
 			r->g[(size_t)i * r->len + j] =
 				ref_grad(c, r->start[i] + j, sparse);
-	kvc_opt_step_prepare(&s, &c->cfg, ++r->t, 1.0f);
-	kvc_opt_dense(c->k, &s, r->p, r->m, r->v, n, r->g, KVF_DTYPE_F32,
-		      r->out);
+	kvc_optim_step_prepare(&s, &c->cfg, ++r->t, 1.0f);
+	kvc_optim_dense(c->k, &s, r->p, r->m, r->v, n, r->g, KVF_DTYPE_F32,
+			r->out);
 	for (uint32_t i = 0; i < N_RANGES; i++) {
 		const float *want = r->out + (size_t)i * r->len;
 		const float *got = c->out + r->start[i];
@@ -371,10 +371,10 @@ static kvf_status store_open(struct optim_ctx *c, kvf_media_kind media,
 	return rc;
 }
 
-/* opt_step - one timed kvf_opt_step (dense or Top-K) into c->out, then
+/* optim_step - one timed kvf_opt_step (dense or Top-K) into c->out, then
  * the reference check; ns, or 0 on error */
-static uint64_t opt_step(struct optim_ctx *c, kvf_opt *o, int sparse,
-			 const char *where)
+static uint64_t optim_step(struct optim_ctx *c, kvf_opt *o, int sparse,
+			   const char *where)
 {
 	kvf_grad g = { .dtype = KVF_DTYPE_F32 };
 	uint64_t t0, ns;
@@ -495,7 +495,7 @@ static int small_check(struct optim_ctx *c)
 		goto out;
 	}
 	memcpy(p, c->init, bytes);
-	kvc_opt_state_init(&c->cfg, m, v, n);
+	kvc_optim_state_init(&c->cfg, m, v, n);
 	if ((rc = store_open(c, KVF_MEDIA_MEMORY, &st)) != KVF_OK) {
 		bench_fail("optim", "kvf_open (memory, small check)", rc);
 		goto out;
@@ -507,7 +507,7 @@ static int small_check(struct optim_ctx *c)
 	for (uint64_t t = 1; t <= 3; t++) {
 		int sparse = t == 3;
 		kvf_grad gr = { KVF_DTYPE_F32, c->grad, NULL, n };
-		struct kvc_opt_step s;
+		struct kvc_optim_step s;
 
 		memcpy(g, c->grad, bytes);
 		if (sparse) { /* 64 entries, the rest zero */
@@ -518,8 +518,8 @@ static int small_check(struct optim_ctx *c)
 			}
 			gr = (kvf_grad){ KVF_DTYPE_F32, vals, idx, 64 };
 		}
-		kvc_opt_step_prepare(&s, &c->cfg, t, 1.0f);
-		kvc_opt_dense(c->k, &s, p, m, v, n, g, KVF_DTYPE_F32, want);
+		kvc_optim_step_prepare(&s, &c->cfg, t, 1.0f);
+		kvc_optim_dense(c->k, &s, p, m, v, n, g, KVF_DTYPE_F32, want);
 		if ((rc = kvf_opt_step(o, &gr, out)) != KVF_OK) {
 			bench_fail("optim", "kvf_opt_step (small check)", rc);
 			goto out;
@@ -585,7 +585,7 @@ static uint64_t dense_step(struct optim_ctx *c, kvf_store *st, kvf_opt *o,
 	uint64_t ns;
 
 	kvf_media_stats(st->media, &io0);
-	ns = opt_step(c, o, 0, where);
+	ns = optim_step(c, o, 0, where);
 	kvf_media_stats(st->media, &io1);
 	io_delta(&io0, &io1, io);
 	return ns;
@@ -634,7 +634,7 @@ static int measure_kind(struct optim_ctx *c, kvf_media_kind media,
 	ref_init(c, a->n_params);
 	/* one untimed step: the first also fills the media's third
 	 * generation of segments, which no later step does afresh */
-	if (opt_step(c, o, 0, where) == 0)
+	if (optim_step(c, o, 0, where) == 0)
 		goto out;
 	for (uint32_t pass = 0; pass < a->repeat; pass++) {
 		for (uint32_t s = 0; s < a->steps; s++, n++) {
@@ -652,7 +652,7 @@ static int measure_kind(struct optim_ctx *c, kvf_media_kind media,
 			}
 		}
 		for (uint32_t s = 0; s < a->steps; s++) {
-			topk[pass * a->steps + s] = opt_step(c, o, 1, where);
+			topk[pass * a->steps + s] = optim_step(c, o, 1, where);
 			if (topk[pass * a->steps + s] == 0)
 				goto out;
 		}

@@ -31,20 +31,21 @@ static void widen_scalar(float *dst, const void *src, size_t n, kvf_dtype dtype,
 			 float scale)
 {
 	for (size_t i = 0; i < n; i++)
-		dst[i] = opt_load(src, i, dtype) * scale;
+		dst[i] = optim_elt_load(src, i, dtype) * scale;
 }
 
-static void update_scalar(const struct kvc_opt_step *s,
-			  const struct kvc_opt_chunk *c, const float *g, size_t n)
+static void update_scalar(const struct kvc_optim_step *s,
+			  const struct kvc_optim_chunk *c, const float *g,
+			  size_t n)
 {
-	opt_update_elts(s, c, g, 0, n);
+	optim_update_elts(s, c, g, 0, n);
 }
 
 static void narrow_scalar(void *dst, const float *src, size_t n,
 			  kvf_dtype dtype)
 {
 	for (size_t i = 0; i < n; i++)
-		opt_store(dst, i, dtype, src[i]);
+		optim_elt_store(dst, i, dtype, src[i]);
 }
 
 static double sumsq_scalar(const void *g, size_t n, kvf_dtype dtype)
@@ -52,7 +53,7 @@ static double sumsq_scalar(const void *g, size_t n, kvf_dtype dtype)
 	double sum = 0.0;
 
 	for (size_t i = 0; i < n; i++) {
-		double x = opt_load(g, i, dtype);
+		double x = optim_elt_load(g, i, dtype);
 
 		sum += x * x;
 	}
@@ -235,7 +236,8 @@ static bool check_adagrad(const kvf_opt_config *c, char *why, size_t cap)
 	       check_min(why, cap, "eps", c->eps);
 }
 
-bool kvc_opt_config_check(const kvf_opt_config *cfg, char *why, size_t why_cap)
+bool kvc_optim_config_check(const kvf_opt_config *cfg, char *why,
+			    size_t why_cap)
 {
 	if (cfg->out_dtype != KVF_DTYPE_F16 &&
 	    cfg->out_dtype != KVF_DTYPE_BF16 && cfg->out_dtype != KVF_DTYPE_F32)
@@ -256,31 +258,32 @@ bool kvc_opt_config_check(const kvf_opt_config *cfg, char *why, size_t why_cap)
 		   "is not an optimizer");
 }
 
-unsigned kvc_opt_states(const kvf_opt_config *cfg)
+unsigned kvc_optim_states(const kvf_opt_config *cfg)
 {
 	switch (cfg->kind) {
 	case KVF_OPT_ADAM:
 	case KVF_OPT_ADAMW:
-		return KVC_OPT_M | KVC_OPT_V;
+		return KVC_OPTIM_M | KVC_OPTIM_V;
 	case KVF_OPT_SGD:
-		return cfg->momentum != 0.0f ? KVC_OPT_M : 0;
+		return cfg->momentum != 0.0f ? KVC_OPTIM_M : 0;
 	case KVF_OPT_ADAGRAD:
-		return KVC_OPT_V;
+		return KVC_OPTIM_V;
 	}
 	return 0;
 }
 
-void kvc_opt_state_init(const kvf_opt_config *cfg, float *m, float *v, size_t n)
+void kvc_optim_state_init(const kvf_opt_config *cfg, float *m, float *v,
+			  size_t n)
 {
-	unsigned states = kvc_opt_states(cfg);
+	unsigned states = kvc_optim_states(cfg);
 	float v0 = cfg->kind == KVF_OPT_ADAGRAD ?
 			   cfg->initial_accumulator_value :
 			   0.0f;
 
 	for (size_t i = 0; i < n; i++) {
-		if (states & KVC_OPT_M)
+		if (states & KVC_OPTIM_M)
 			m[i] = 0.0f;
-		if (states & KVC_OPT_V)
+		if (states & KVC_OPTIM_V)
 			v[i] = v0;
 	}
 }
@@ -302,7 +305,7 @@ static double hp(float f)
 }
 
 /* prepare_adam - bias corrections and moment weights of step t. */
-static void prepare_adam(struct kvc_opt_step *s, const kvf_opt_config *cfg,
+static void prepare_adam(struct kvc_optim_step *s, const kvf_opt_config *cfg,
 			 double lr, double wd)
 {
 	double b1 = hp(cfg->beta1), b2 = hp(cfg->beta2);
@@ -323,8 +326,8 @@ static void prepare_adam(struct kvc_opt_step *s, const kvf_opt_config *cfg,
 	s->eps = (float)hp(cfg->eps);
 }
 
-void kvc_opt_step_prepare(struct kvc_opt_step *s, const kvf_opt_config *cfg,
-			  uint64_t t, float grad_scale)
+void kvc_optim_step_prepare(struct kvc_optim_step *s, const kvf_opt_config *cfg,
+			    uint64_t t, float grad_scale)
 {
 	double lr = hp(cfg->lr), wd = hp(cfg->weight_decay);
 
@@ -359,9 +362,9 @@ void kvc_opt_step_prepare(struct kvc_opt_step *s, const kvf_opt_config *cfg,
 }
 
 /* block - elements [b, ...) of chunk c (arrays it lacks stay NULL) */
-static struct kvc_opt_chunk block(const struct kvc_opt_chunk *c, size_t b)
+static struct kvc_optim_chunk block(const struct kvc_optim_chunk *c, size_t b)
 {
-	struct kvc_opt_chunk r;
+	struct kvc_optim_chunk r;
 
 	for (int a = 0; a < 3; a++) {
 		r.in[a] = c->in[a] ? c->in[a] + b : NULL;
@@ -371,14 +374,14 @@ static struct kvc_opt_chunk block(const struct kvc_opt_chunk *c, size_t b)
 }
 
 /* in_place - chunk c for the arrays p, m, v updated where they are */
-static struct kvc_opt_chunk in_place(float *p, float *m, float *v)
+static struct kvc_optim_chunk in_place(float *p, float *m, float *v)
 {
-	return (struct kvc_opt_chunk){ { p, m, v }, { p, m, v } };
+	return (struct kvc_optim_chunk){ { p, m, v }, { p, m, v } };
 }
 
 /* check_state - the arrays the rule keeps are there, in and out. */
-static inline bool check_state(const struct kvc_opt_step *s,
-			       const struct kvc_opt_chunk *c)
+static inline bool check_state(const struct kvc_optim_step *s,
+			       const struct kvc_optim_chunk *c)
 {
 	bool m = c->in[KVC_CHUNK_M] && c->out[KVC_CHUNK_M];
 	bool v = c->in[KVC_CHUNK_V] && c->out[KVC_CHUNK_V];
@@ -397,21 +400,23 @@ static inline bool check_state(const struct kvc_opt_step *s,
 	return false;
 }
 
-void kvc_opt_dense_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
-			const struct kvc_opt_chunk *c, size_t n,
-			const void *grad, kvf_dtype grad_dtype,
-			void *params_out)
+void kvc_optim_dense_from(const struct kvc_optim *k,
+			  const struct kvc_optim_step *s,
+			  const struct kvc_optim_chunk *c, size_t n,
+			  const void *grad, kvf_dtype grad_dtype,
+			  void *params_out)
 {
-	float g[KVC_OPT_BLOCK];
+	float g[KVC_OPTIM_BLOCK];
 	const unsigned char *gb = (const unsigned char *)grad;
 	unsigned char *ob = (unsigned char *)params_out;
-	size_t ge = opt_elt_bytes(grad_dtype), oe = opt_elt_bytes(s->out_dtype);
+	size_t ge = optim_elt_bytes(grad_dtype),
+	       oe = optim_elt_bytes(s->out_dtype);
 
 	assert(n == 0 || (grad && check_state(s, c)));
 	for (size_t b = 0, len; b < n; b += len) {
-		struct kvc_opt_chunk blk = block(c, b);
+		struct kvc_optim_chunk blk = block(c, b);
 
-		len = n - b < KVC_OPT_BLOCK ? n - b : KVC_OPT_BLOCK;
+		len = n - b < KVC_OPTIM_BLOCK ? n - b : KVC_OPTIM_BLOCK;
 		k->widen(g, gb + b * ge, len, grad_dtype, s->grad_scale);
 		k->update(s, &blk, g, len);
 		if (ob)
@@ -420,13 +425,13 @@ void kvc_opt_dense_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
 	}
 }
 
-void kvc_opt_dense(const struct kvc_optim *k, const struct kvc_opt_step *s,
-		   float *param, float *m, float *v, size_t n, const void *grad,
-		   kvf_dtype grad_dtype, void *params_out)
+void kvc_optim_dense(const struct kvc_optim *k, const struct kvc_optim_step *s,
+		     float *param, float *m, float *v, size_t n,
+		     const void *grad, kvf_dtype grad_dtype, void *params_out)
 {
-	struct kvc_opt_chunk c = in_place(param, m, v);
+	struct kvc_optim_chunk c = in_place(param, m, v);
 
-	kvc_opt_dense_from(k, s, &c, n, grad, grad_dtype, params_out);
+	kvc_optim_dense_from(k, s, &c, n, grad, grad_dtype, params_out);
 }
 
 /*
@@ -435,7 +440,7 @@ void kvc_opt_dense(const struct kvc_optim *k, const struct kvc_opt_step *s,
  * no entry, val[j] * grad_scale at idx[j] - i0.  Consumes the entries from
  * *j on that fall in the block; stops at the first that does not.
  */
-static void scatter_block(float *g, const struct kvc_opt_step *s, size_t b,
+static void scatter_block(float *g, const struct kvc_optim_step *s, size_t b,
 			  size_t len, uint64_t i0, const uint32_t *idx,
 			  const void *val, size_t nnz, kvf_dtype dtype,
 			  size_t *j)
@@ -450,25 +455,26 @@ static void scatter_block(float *g, const struct kvc_opt_step *s, size_t b,
 		if (r < b || r - b >= len)
 			break;
 		assert(*j == 0 || idx[*j] > idx[*j - 1]);
-		g[r - b] = opt_load(val, *j, dtype) * s->grad_scale;
+		g[r - b] = optim_elt_load(val, *j, dtype) * s->grad_scale;
 	}
 }
 
-void kvc_opt_sparse_from(const struct kvc_optim *k, const struct kvc_opt_step *s,
-			 const struct kvc_opt_chunk *c, size_t n, uint64_t i0,
-			 const uint32_t *idx, const void *val, size_t nnz,
-			 kvf_dtype grad_dtype, void *params_out)
+void kvc_optim_sparse_from(const struct kvc_optim *k,
+			   const struct kvc_optim_step *s,
+			   const struct kvc_optim_chunk *c, size_t n,
+			   uint64_t i0, const uint32_t *idx, const void *val,
+			   size_t nnz, kvf_dtype grad_dtype, void *params_out)
 {
-	float g[KVC_OPT_BLOCK];
+	float g[KVC_OPTIM_BLOCK];
 	unsigned char *ob = (unsigned char *)params_out;
-	size_t oe = opt_elt_bytes(s->out_dtype), j = 0;
+	size_t oe = optim_elt_bytes(s->out_dtype), j = 0;
 
 	assert(n == 0 || check_state(s, c));
 	assert(nnz == 0 || (idx && val));
 	for (size_t b = 0, len; b < n; b += len) {
-		struct kvc_opt_chunk blk = block(c, b);
+		struct kvc_optim_chunk blk = block(c, b);
 
-		len = n - b < KVC_OPT_BLOCK ? n - b : KVC_OPT_BLOCK;
+		len = n - b < KVC_OPTIM_BLOCK ? n - b : KVC_OPTIM_BLOCK;
 		scatter_block(g, s, b, len, i0, idx, val, nnz, grad_dtype, &j);
 		k->update(s, &blk, g, len);
 		if (ob)
@@ -478,20 +484,20 @@ void kvc_opt_sparse_from(const struct kvc_optim *k, const struct kvc_opt_step *s
 	assert(j == nnz); /* every entry was in the chunk, ascending */
 }
 
-void kvc_opt_sparse(const struct kvc_optim *k, const struct kvc_opt_step *s,
-		    float *param, float *m, float *v, size_t n, uint64_t i0,
-		    const uint32_t *idx, const void *val, size_t nnz,
-		    kvf_dtype grad_dtype, void *params_out)
+void kvc_optim_sparse(const struct kvc_optim *k, const struct kvc_optim_step *s,
+		      float *param, float *m, float *v, size_t n, uint64_t i0,
+		      const uint32_t *idx, const void *val, size_t nnz,
+		      kvf_dtype grad_dtype, void *params_out)
 {
-	struct kvc_opt_chunk c = in_place(param, m, v);
+	struct kvc_optim_chunk c = in_place(param, m, v);
 
-	kvc_opt_sparse_from(k, s, &c, n, i0, idx, val, nnz, grad_dtype,
-			    params_out);
+	kvc_optim_sparse_from(k, s, &c, n, i0, idx, val, nnz, grad_dtype,
+			      params_out);
 }
 
 /* ---- gradient checks ----------------------------------------------------- */
 
-size_t kvc_opt_grad_check(const uint32_t *idx, size_t nnz, uint64_t n_params)
+size_t kvc_optim_grad_check(const uint32_t *idx, size_t nnz, uint64_t n_params)
 {
 	for (size_t j = 0; j < nnz; j++) {
 		if (idx[j] >= n_params || (j > 0 && idx[j] <= idx[j - 1]))
@@ -516,8 +522,8 @@ static size_t lower_bound(const uint32_t *idx, size_t nnz, uint64_t key)
 	return lo;
 }
 
-void kvc_opt_grad_span(const uint32_t *idx, size_t nnz, uint64_t i0, uint64_t n,
-		       size_t *first, size_t *count)
+void kvc_optim_grad_span(const uint32_t *idx, size_t nnz, uint64_t i0,
+			 uint64_t n, size_t *first, size_t *count)
 {
 	size_t lo = lower_bound(idx, nnz, i0);
 	size_t hi = lower_bound(idx, nnz,
@@ -527,19 +533,19 @@ void kvc_opt_grad_span(const uint32_t *idx, size_t nnz, uint64_t i0, uint64_t n,
 	*count = hi - lo;
 }
 
-double kvc_opt_grad_sumsq(const struct kvc_optim *k, const void *g, size_t n,
-			  kvf_dtype dtype)
+double kvc_optim_grad_sumsq(const struct kvc_optim *k, const void *g, size_t n,
+			    kvf_dtype dtype)
 {
 	return n ? k->sumsq(g, n, dtype) : 0.0;
 }
 
-bool kvc_opt_grad_nonfinite(const struct kvc_optim *k, const void *g, size_t n,
-			    kvf_dtype dtype)
+bool kvc_optim_grad_nonfinite(const struct kvc_optim *k, const void *g,
+			      size_t n, kvf_dtype dtype)
 {
 	return n ? k->nonfinite(g, n, dtype) : false;
 }
 
-float kvc_opt_clip_coef(double total_norm, double max_norm)
+float kvc_optim_clip_coef(double total_norm, double max_norm)
 {
 	float coef = (float)max_norm / ((float)total_norm + 1e-6f);
 

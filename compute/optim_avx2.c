@@ -22,10 +22,10 @@
 #include "compute/optim.h"
 #include "compute/optim_impl.h"
 
-#define OPT_INLINE static inline __attribute__((always_inline))
+#define OPTIM_INLINE static inline __attribute__((always_inline))
 
 /* load8 - elements i..i+7 of the dtype array p, widened exactly to f32. */
-OPT_INLINE __m256 load8(const void *p, size_t i, kvf_dtype dtype)
+OPTIM_INLINE __m256 load8(const void *p, size_t i, kvf_dtype dtype)
 {
 	const unsigned char *b = (const unsigned char *)p;
 
@@ -48,7 +48,7 @@ OPT_INLINE __m256 load8(const void *p, size_t i, kvf_dtype dtype)
  * quiet (upper half | 0x40), else + 0x7fff + the lowest kept bit, upper
  * half.
  */
-OPT_INLINE __m128i to_bf16_8(__m256 x)
+OPTIM_INLINE __m128i to_bf16_8(__m256 x)
 {
 	__m256i u = _mm256_castps_si256(x);
 	__m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
@@ -68,7 +68,7 @@ OPT_INLINE __m128i to_bf16_8(__m256 x)
 }
 
 /* store8 - x rounded to dtype into elements i..i+7 of the array p. */
-OPT_INLINE void store8(void *p, size_t i, kvf_dtype dtype, __m256 x)
+OPTIM_INLINE void store8(void *p, size_t i, kvf_dtype dtype, __m256 x)
 {
 	unsigned char *b = (unsigned char *)p;
 
@@ -96,7 +96,7 @@ static void widen_avx2(float *dst, const void *src, size_t n, kvf_dtype dtype,
 		_mm256_storeu_ps(dst + i,
 				 _mm256_mul_ps(load8(src, i, dtype), sc));
 	for (; i < n; i++)
-		dst[i] = opt_load(src, i, dtype) * scale;
+		dst[i] = optim_elt_load(src, i, dtype) * scale;
 }
 
 static void narrow_avx2(void *dst, const float *src, size_t n, kvf_dtype dtype)
@@ -106,13 +106,13 @@ static void narrow_avx2(void *dst, const float *src, size_t n, kvf_dtype dtype)
 	for (; i + 8 <= n; i += 8)
 		store8(dst, i, dtype, _mm256_loadu_ps(src + i));
 	for (; i < n; i++)
-		opt_store(dst, i, dtype, src[i]);
+		optim_elt_store(dst, i, dtype, src[i]);
 }
 
 /* ---- updates: adam_elt, sgd_elt, adagrad_elt of optim_impl.h, 8 wide ----- */
 
-static void adam_avx2(const struct kvc_opt_step *s,
-		      const struct kvc_opt_chunk *c, const float *g, size_t n)
+static void adam_avx2(const struct kvc_optim_step *s,
+		      const struct kvc_optim_chunk *c, const float *g, size_t n)
 {
 	const float *pin = c->in[KVC_CHUNK_P], *min = c->in[KVC_CHUNK_M];
 	const float *vin = c->in[KVC_CHUNK_V];
@@ -159,12 +159,12 @@ static void adam_avx2(const struct kvc_opt_step *s,
 		_mm256_storeu_ps(m + i, mi);
 		_mm256_storeu_ps(v + i, vi);
 	}
-	opt_update_elts(s, c, g, i, n);
+	optim_update_elts(s, c, g, i, n);
 }
 
 /* sgd_momentum_avx2 - SGD with momentum != 0 (the buffer m is kept). */
-static void sgd_momentum_avx2(const struct kvc_opt_step *s,
-			      const struct kvc_opt_chunk *c, const float *g,
+static void sgd_momentum_avx2(const struct kvc_optim_step *s,
+			      const struct kvc_optim_chunk *c, const float *g,
 			      size_t n)
 {
 	const float *pin = c->in[KVC_CHUNK_P], *min = c->in[KVC_CHUNK_M];
@@ -194,12 +194,12 @@ static void sgd_momentum_avx2(const struct kvc_opt_step *s,
 		_mm256_storeu_ps(p + i,
 				 _mm256_sub_ps(pi, _mm256_mul_ps(lr, gi)));
 	}
-	opt_update_elts(s, c, g, i, n);
+	optim_update_elts(s, c, g, i, n);
 }
 
 /* sgd_plain_avx2 - SGD without momentum (no buffer). */
-static void sgd_plain_avx2(const struct kvc_opt_step *s,
-			   const struct kvc_opt_chunk *c, const float *g,
+static void sgd_plain_avx2(const struct kvc_optim_step *s,
+			   const struct kvc_optim_chunk *c, const float *g,
 			   size_t n)
 {
 	const float *pin = c->in[KVC_CHUNK_P];
@@ -217,11 +217,12 @@ static void sgd_plain_avx2(const struct kvc_opt_step *s,
 		_mm256_storeu_ps(p + i,
 				 _mm256_sub_ps(pi, _mm256_mul_ps(lr, gi)));
 	}
-	opt_update_elts(s, c, g, i, n);
+	optim_update_elts(s, c, g, i, n);
 }
 
-static void adagrad_avx2(const struct kvc_opt_step *s,
-			 const struct kvc_opt_chunk *c, const float *g, size_t n)
+static void adagrad_avx2(const struct kvc_optim_step *s,
+			 const struct kvc_optim_chunk *c, const float *g,
+			 size_t n)
 {
 	const float *pin = c->in[KVC_CHUNK_P], *vin = c->in[KVC_CHUNK_V];
 	float *p = c->out[KVC_CHUNK_P], *v = c->out[KVC_CHUNK_V];
@@ -247,11 +248,12 @@ static void adagrad_avx2(const struct kvc_opt_step *s,
 							     _mm256_div_ps(gi,
 									   std))));
 	}
-	opt_update_elts(s, c, g, i, n);
+	optim_update_elts(s, c, g, i, n);
 }
 
-static void update_avx2(const struct kvc_opt_step *s,
-			const struct kvc_opt_chunk *c, const float *g, size_t n)
+static void update_avx2(const struct kvc_optim_step *s,
+			const struct kvc_optim_chunk *c, const float *g,
+			size_t n)
 {
 	switch (s->kind) {
 	case KVF_OPT_ADAM:
@@ -274,7 +276,7 @@ static void update_avx2(const struct kvc_opt_step *s,
 
 /* add_sq - acc += x^2 for the 8 lanes of x, in two 4-lane double sums
  * (each square of an fp32 value is exact in double, so fmadd = mul + add). */
-OPT_INLINE void add_sq(__m256d *lo, __m256d *hi, __m256 x)
+OPTIM_INLINE void add_sq(__m256d *lo, __m256d *hi, __m256 x)
 {
 	__m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
 	__m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
@@ -302,7 +304,7 @@ static double sumsq_avx2(const void *g, size_t n, kvf_dtype dtype)
 		       _mm256_extractf128_pd(s0, 1));
 	sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 	for (; i < n; i++) {
-		double x = opt_load(g, i, dtype);
+		double x = optim_elt_load(g, i, dtype);
 
 		sum += x * x;
 	}

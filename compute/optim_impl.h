@@ -6,7 +6,7 @@
  * drift apart.
  *
  * A variant provides the array pieces of a step; optim.c runs them block
- * by block (KVC_OPT_BLOCK elements: widen the gradient into an fp32 block,
+ * by block (KVC_OPTIM_BLOCK elements: widen the gradient into an fp32 block,
  * update, narrow the params out), and hands out the tables.
  *
  * Only optim.c and optim_avx2.c include this file; everyone else uses
@@ -28,23 +28,24 @@
 #include "compute/optim.h"
 
 /* Elements per block of a step: the fp32 gradient block is 1 KiB. */
-#define KVC_OPT_BLOCK 256
+#define KVC_OPTIM_BLOCK 256
 
 /* The pieces of one variant (ISA) of the optimizer kernels. */
 struct kvc_optim {
 	const char *name; /* "scalar" or "avx2" */
-	/* dst[i] = f32(src[i]) * scale, i < n (n <= KVC_OPT_BLOCK) */
+	/* dst[i] = f32(src[i]) * scale, i < n (n <= KVC_OPTIM_BLOCK) */
 	void (*widen)(float *dst, const void *src, size_t n, kvf_dtype dtype,
 		      float scale);
 	/* one step of s->kind over n elements of c, g already widened and
 	 * scaled */
-	void (*update)(const struct kvc_opt_step *s,
-		       const struct kvc_opt_chunk *c, const float *g, size_t n);
+	void (*update)(const struct kvc_optim_step *s,
+		       const struct kvc_optim_chunk *c, const float *g,
+		       size_t n);
 	/* dst[i] = src[i] rounded to dtype (nearest even), i < n */
 	void (*narrow)(void *dst, const float *src, size_t n, kvf_dtype dtype);
-	/* sum of squares in double (kvc_opt_grad_sumsq) */
+	/* sum of squares in double (kvc_optim_grad_sumsq) */
 	double (*sumsq)(const void *g, size_t n, kvf_dtype dtype);
-	/* any NaN or Inf (kvc_opt_grad_nonfinite) */
+	/* any NaN or Inf (kvc_optim_grad_nonfinite) */
 	bool (*nonfinite)(const void *g, size_t n, kvf_dtype dtype);
 };
 
@@ -52,14 +53,14 @@ struct kvc_optim {
  * referenced by optim.c, when KVC_OPTIM_HAVE_AVX2 is 1. */
 extern const struct kvc_optim kvc_optim_avx2_table;
 
-/* opt_elt_bytes - bytes per element of dtype. */
-static inline size_t opt_elt_bytes(kvf_dtype dtype)
+/* optim_elt_bytes - bytes per element of dtype. */
+static inline size_t optim_elt_bytes(kvf_dtype dtype)
 {
 	return dtype == KVF_DTYPE_F32 ? 4 : 2;
 }
 
-/* opt_load - element i of the dtype array p, widened exactly to fp32. */
-static inline float opt_load(const void *p, size_t i, kvf_dtype dtype)
+/* optim_elt_load - element i of the dtype array p, widened exactly to fp32. */
+static inline float optim_elt_load(const void *p, size_t i, kvf_dtype dtype)
 {
 	const unsigned char *b = (const unsigned char *)p;
 	uint16_t h;
@@ -73,8 +74,8 @@ static inline float opt_load(const void *p, size_t i, kvf_dtype dtype)
 	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
 }
 
-/* opt_store - element i of the dtype array p = f, rounded to nearest even. */
-static inline void opt_store(void *p, size_t i, kvf_dtype dtype, float f)
+/* optim_elt_store - element i of the dtype array p = f, rounded to nearest even. */
+static inline void optim_elt_store(void *p, size_t i, kvf_dtype dtype, float f)
 {
 	unsigned char *b = (unsigned char *)p;
 	uint16_t h;
@@ -93,7 +94,7 @@ static inline void opt_store(void *p, size_t i, kvf_dtype dtype, float f)
  * mul_ + addcmul_, then addcdiv_ in its vectorized order p + (-step_size)
  * * (m / denom).
  */
-static inline void adam_elt(const struct kvc_opt_step *s, float *p, float *m,
+static inline void adam_elt(const struct kvc_optim_step *s, float *p, float *m,
 			    float *v, float g)
 {
 	float pi = *p, mi = *m, vi = *v, den;
@@ -119,7 +120,7 @@ static inline void adam_elt(const struct kvc_opt_step *s, float *p, float *m,
  * sgd_elt - SGD on one element (torch/optim/sgd.py, _single_tensor_sgd);
  * m is the momentum buffer, untouched (may be NULL) when momentum == 0.
  */
-static inline void sgd_elt(const struct kvc_opt_step *s, float *p, float *m,
+static inline void sgd_elt(const struct kvc_optim_step *s, float *p, float *m,
 			   float g)
 {
 	float pi = *p, buf;
@@ -141,8 +142,8 @@ static inline void sgd_elt(const struct kvc_opt_step *s, float *p, float *m,
 
 /* adagrad_elt - AdaGrad on one element (torch/optim/adagrad.py,
  * _single_tensor_adagrad); v is the sum of squares. */
-static inline void adagrad_elt(const struct kvc_opt_step *s, float *p, float *v,
-			       float g)
+static inline void adagrad_elt(const struct kvc_optim_step *s, float *p,
+			       float *v, float g)
 {
 	float pi = *p, sum, std;
 
@@ -155,14 +156,14 @@ static inline void adagrad_elt(const struct kvc_opt_step *s, float *p, float *v,
 }
 
 /*
- * opt_update_elts - elements [i, n) of one step of c, one at a time: the
+ * optim_update_elts - elements [i, n) of one step of c, one at a time: the
  * scalar variant's whole update and the AVX2 variant's tail.  Each
  * element is read from c->in before it is written to c->out, so in and
  * out may be the same arrays.
  */
-static inline void opt_update_elts(const struct kvc_opt_step *s,
-				   const struct kvc_opt_chunk *c, const float *g,
-				   size_t i, size_t n)
+static inline void optim_update_elts(const struct kvc_optim_step *s,
+				     const struct kvc_optim_chunk *c,
+				     const float *g, size_t i, size_t n)
 {
 	const float *const *in = c->in;
 	float *const *out = c->out;

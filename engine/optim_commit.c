@@ -76,7 +76,7 @@ kvf_status optim_commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 {
 	kvf_store *st = o->st;
 	struct meta_optim m = { .seq = seq->id, .n_params = o->n_params,
-			      .steps = steps, .gen = gen };
+				.steps = steps, .gen = gen };
 	struct catalog_batch *b = o->commit;
 	kvf_status rc;
 

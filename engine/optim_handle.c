@@ -109,7 +109,7 @@ static kvf_status handle_new(kvf_store *st, const char *name, uint64_t seq_id,
 	o->per_chunk = st->hdr.page_size / sizeof(float);
 	o->n_chunks = (n_params + o->per_chunk - 1) / o->per_chunk;
 	o->cfg = *cfg;
-	o->states = kvc_opt_states(cfg);
+	o->states = kvc_optim_states(cfg);
 	o->k = kvc_optim();
 	o->batch = (uint32_t)(o->n_chunks < OPTIM_BATCH ? o->n_chunks : OPTIM_BATCH);
 	o->work = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)2 * 3 * o->batch *
@@ -175,10 +175,10 @@ static kvf_status create_once(kvf_store *st, const char *name,
 			if (init)
 				memcpy(optim_work_page(o, 0, ST_PARAM, j), init + i0,
 				       cnt * sizeof(float));
-			kvc_opt_state_init(&cfg,
-					   (o->states & KVC_OPT_M) ? optim_work_page(o, 0, ST_M, j) : NULL,
-					   (o->states & KVC_OPT_V) ? optim_work_page(o, 0, ST_V, j) : NULL,
-					   cnt);
+			kvc_optim_state_init(&cfg,
+					     (o->states & KVC_OPTIM_M) ? optim_work_page(o, 0, ST_M, j) : NULL,
+					     (o->states & KVC_OPTIM_V) ? optim_work_page(o, 0, ST_V, j) : NULL,
+					     cnt);
 		}
 		rc = optim_place_batch(o, seq, c0, n, 0, 0);
 	}
@@ -240,7 +240,7 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 	memcpy(&cfg, cfg_in, cfg_in->struct_size < sizeof(cfg) ? cfg_in->struct_size
 							       : sizeof(cfg));
 	cfg.struct_size = sizeof(cfg);
-	if (!kvc_opt_config_check(&cfg, why, sizeof(why)))
+	if (!kvc_optim_config_check(&cfg, why, sizeof(why)))
 		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
 	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
 		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",

@@ -40,8 +40,8 @@
 
 #define OPTIM_NAME_MAX 200u
 #define OPTIM_BATCH 512u /* chunks per batch at most: on files, 512 pages of
-			* each state read together (2 MiB with 4 KiB pages;
-			* 128 kept the disk idle more often) */
+			  * each state read together (2 MiB with 4 KiB pages;
+			  * 128 kept the disk idle more often) */
 
 enum { ST_PARAM = KVC_CHUNK_P, ST_M = KVC_CHUNK_M, ST_V = KVC_CHUNK_V };
 struct meta_optim {
@@ -62,17 +62,17 @@ struct kvf_opt {
 	uint64_t n_chunks;        /* pages per state */
 	uint32_t per_chunk;       /* parameters per page */
 	kvf_opt_config cfg;       /* hyper-parameters */
-	unsigned states;          /* kvc_opt_states: which moments exist */
+	unsigned states;          /* kvc_optim_states: which moments exist */
 	uint32_t batch;           /* chunks per batch: OPTIM_BATCH, or all */
 	float *work;              /* [2][3][batch][per_chunk], aligned:
 				   * one half computed while the other loads */
 	const struct kvc_optim *k;
 	/* a step's batch b uses half b % 2 of these: */
 	const float *src[2][3][OPTIM_BATCH]; /* committed chunks: the memory
-					    * media's own pages, or work */
+					      * media's own pages, or work */
 	unsigned char *dst[3][OPTIM_BATCH];  /* the new chunks: open-segment
-					    * slots, or work pages placed
-					    * after the update */
+					      * slots, or work pages placed
+					      * after the update */
 	uint64_t hash[3][OPTIM_BATCH];       /* page_hash of each new chunk */
 	/* the reads of one batch, media other than memory: */
 	struct page_read want[3 * OPTIM_BATCH];
@@ -97,8 +97,8 @@ static inline uint32_t optim_sid(uint32_t state, uint32_t gen)
 /* optim_state_kept - whether the optimizer's states include s */
 static inline int optim_state_kept(unsigned states, uint32_t s)
 {
-	return s == ST_PARAM || (s == ST_M && (states & KVC_OPT_M)) ||
-	       (s == ST_V && (states & KVC_OPT_V));
+	return s == ST_PARAM || (s == ST_M && (states & KVC_OPTIM_M)) ||
+	       (s == ST_V && (states & KVC_OPTIM_V));
 }
 
 /* optim_batch_len - chunks of the batch starting at chunk c0 */

@@ -21,8 +21,8 @@
 /* gradients of fewer values are summed on one thread */
 #define OPTIM_SUMSQ_SPLIT_MIN (1u << 20)
 
-#define OPTIM_SPLIT 8u  /* tasks a batch is split into when the state is in
-		       * memory: workers join in as they come free */
+#define OPTIM_SPLIT 8u /* tasks a batch is split into when the state is in
+			* memory: workers join in as they come free */
 
 /* load_batch - chunks [c0, c0 + n) of every kept state, generation gen,
  * into src[half]: where the memory media keeps them, else read into the
@@ -83,9 +83,10 @@ static kvf_status sumsq_task(void *arg, uint32_t i)
 	struct sumsq_ctx *c = arg;
 	uint64_t a = c->g->n * i / OPTIM_SPLIT, z = c->g->n * (i + 1) / OPTIM_SPLIT;
 
-	c->part[i] = kvc_opt_grad_sumsq(c->k, (const char *)c->g->values +
-						      a * dtype_size(c->g->dtype),
-					(size_t)(z - a), c->g->dtype);
+	c->part[i] = kvc_optim_grad_sumsq(c->k,
+					  (const char *)c->g->values +
+						  a * dtype_size(c->g->dtype),
+					  (size_t)(z - a), c->g->dtype);
 	return KVF_OK;
 }
 
@@ -99,7 +100,7 @@ static double grad_sumsq(kvf_opt *o, const kvf_grad *g)
 
 	if (g->n < OPTIM_SUMSQ_SPLIT_MIN ||
 	    pool_run(o->st->pool, OPTIM_SPLIT, sumsq_task, &c) != KVF_OK)
-		return kvc_opt_grad_sumsq(o->k, g->values, g->n, g->dtype);
+		return kvc_optim_grad_sumsq(o->k, g->values, g->n, g->dtype);
 	for (uint32_t i = 0; i < OPTIM_SPLIT; i++)
 		sum += c.part[i];
 	return sum;
@@ -129,7 +130,8 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 	if (g->values == NULL && g->n > 0)
 		return kvf_fail(KVF_EINVAL, "%s: grad values are NULL", call);
 	if (g->indices) {
-		size_t bad = kvc_opt_grad_check(g->indices, g->n, o->n_params);
+		size_t bad =
+			kvc_optim_grad_check(g->indices, g->n, o->n_params);
 
 		if (bad < g->n)
 			return kvf_fail(g->indices[bad] >= o->n_params ? KVF_ERANGE : KVF_EINVAL,
@@ -146,7 +148,8 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 				call);
 	*scale = o->cfg.grad_scale > 0 ? o->cfg.grad_scale : 1.0f;
 	if (o->cfg.max_grad_norm > 0)
-		*scale *= kvc_opt_clip_coef(sqrt(sumsq) * *scale, o->cfg.max_grad_norm);
+		*scale *= kvc_optim_clip_coef(sqrt(sumsq) * *scale,
+					      o->cfg.max_grad_norm);
 	return KVF_OK;
 }
 
@@ -156,7 +159,7 @@ struct step_ctx {
 	struct seq *seq;
 	const kvf_grad *g;
 	void *params_out;
-	const struct kvc_opt_step *step;
+	const struct kvc_optim_step *step;
 	size_t gsz;      /* bytes per gradient value */
 	uint32_t gen;    /* committed generation, read */
 	uint32_t cur;    /* half of the batch being updated */
@@ -274,8 +277,8 @@ static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 		uint64_t i0 = (x->c0 + j) * o->per_chunk;
 		size_t cnt = (size_t)(o->n_params - i0 < o->per_chunk
 					      ? o->n_params - i0 : o->per_chunk);
-		struct kvc_opt_chunk c = { { NULL, NULL, NULL },
-					   { NULL, NULL, NULL } };
+		struct kvc_optim_chunk c = { { NULL, NULL, NULL },
+					     { NULL, NULL, NULL } };
 		void *po = x->params_out ? (char *)x->params_out +
 				i0 * dtype_size(o->cfg.out_dtype) : NULL;
 
@@ -289,18 +292,21 @@ static void update(const struct step_ctx *x, uint32_t j0, uint32_t j1)
 				       (o->per_chunk - cnt) * sizeof(float));
 		}
 		if (g->indices == NULL) {
-			kvc_opt_dense_from(o->k, x->step, &c, cnt,
-					   (const char *)g->values + i0 * x->gsz,
-					   g->dtype, po);
+			kvc_optim_dense_from(o->k, x->step, &c, cnt,
+					     (const char *)g->values +
+						     i0 * x->gsz,
+					     g->dtype, po);
 		} else {
 			size_t first, count;
 
-			kvc_opt_grad_span(g->indices, g->n, i0, cnt, &first, &count);
-			kvc_opt_sparse_from(o->k, x->step, &c, cnt, i0,
-					    count ? g->indices + first : NULL,
-					    count ? (const char *)g->values + first * x->gsz
-						  : NULL,
-					    count, g->dtype, po);
+			kvc_optim_grad_span(g->indices, g->n, i0, cnt, &first,
+					    &count);
+			kvc_optim_sparse_from(o->k, x->step, &c, cnt, i0,
+					      count ? g->indices + first : NULL,
+					      count ? (const char *)g->values +
+							      first * x->gsz
+						    : NULL,
+					      count, g->dtype, po);
 		}
 		for (uint32_t s = 0; s < 3; s++)
 			if (c.out[s])
@@ -381,7 +387,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 {
 	const char *call = "kvf_opt_step";
 	kvf_store *st = o->st;
-	struct kvc_opt_step step;
+	struct kvc_optim_step step;
 	struct seq *seq;
 	uint64_t steps;
 	uint32_t gen;
@@ -399,7 +405,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	pthread_mutex_lock(&seq->lock);
 	gen = seq->optim_gen;
 	steps = seq->optim_steps;
-	kvc_opt_step_prepare(&step, &o->cfg, steps + 1, scale);
+	kvc_optim_step_prepare(&step, &o->cfg, steps + 1, scale);
 	/* its message names call */
 	rc = optim_reserve_gen(o, seq, 1 - gen, call, want);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,

@@ -314,7 +314,7 @@ struct optim_golden {
 	float momentum, dampening;                         /* SGD */
 	uint32_t nesterov;                                 /* SGD */
 	float lr_decay, initial_accumulator_value;         /* AdaGrad */
-	float grad_scale;       /* kvc_opt_step_prepare's factor */
+	float grad_scale;       /* kvc_optim_step_prepare's factor */
 	uint64_t t0;            /* step number of the first step */
 	float p0[OPTIM_GOLDEN_N], m0[OPTIM_GOLDEN_N], v0[OPTIM_GOLDEN_N];
 	float g[OPTIM_GOLDEN_STEPS][OPTIM_GOLDEN_N]; /* raw gradients */

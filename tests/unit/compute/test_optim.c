@@ -153,9 +153,9 @@ static const char *const mode_names[N_MODES] = { "dense", "dense in chunks",
 /*
  * run_chunk - one step over elements [a, b) of a golden tensor held at
  * tensor index GBASE: dense from g, or sparse from the (idx, val) list of
- * the whole tensor, of which kvc_opt_grad_span finds the chunk's part.
+ * the whole tensor, of which kvc_optim_grad_span finds the chunk's part.
  */
-static void run_chunk(const struct kvc_optim *k, const struct kvc_opt_step *s,
+static void run_chunk(const struct kvc_optim *k, const struct kvc_optim_step *s,
 		      float *p, float *m, float *v, size_t a, size_t b,
 		      int sparse, const void *g, const uint32_t *idx,
 		      const void *val, size_t nnz, kvf_dtype gdt, void *out)
@@ -164,16 +164,16 @@ static void run_chunk(const struct kvc_optim *k, const struct kvc_opt_step *s,
 	size_t first, count;
 
 	if (!sparse) {
-		kvc_opt_dense(k, s, p + a, m + a, v + a, b - a,
-			      (const char *)g + a * ge, gdt,
-			      (char *)out + a * oe);
+		kvc_optim_dense(k, s, p + a, m + a, v + a, b - a,
+				(const char *)g + a * ge, gdt,
+				(char *)out + a * oe);
 		return;
 	}
-	kvc_opt_grad_span(idx, nnz, GBASE + a, b - a, &first, &count);
-	kvc_opt_sparse(k, s, p + a, m + a, v + a, b - a, GBASE + a,
-		       count ? idx + first : NULL,
-		       count ? (const char *)val + first * ge : NULL, count,
-		       gdt, (char *)out + a * oe);
+	kvc_optim_grad_span(idx, nnz, GBASE + a, b - a, &first, &count);
+	kvc_optim_sparse(k, s, p + a, m + a, v + a, b - a, GBASE + a,
+			 count ? idx + first : NULL,
+			 count ? (const char *)val + first * ge : NULL, count,
+			 gdt, (char *)out + a * oe);
 }
 
 /*
@@ -188,13 +188,13 @@ static uint64_t golden_run(const struct optim_golden *c,
 	unsigned char g[GN * 4], val[GN * 4], out[GN * 4];
 	uint32_t idx[GN];
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 	uint64_t worst = 0;
 	int sparse = md == SPARSE || md == SPARSE_CHUNKS;
 	size_t split = md == DENSE_CHUNKS || md == SPARSE_CHUNKS ? 5 : GN;
 
 	golden_config(c, odt, &cfg);
-	cr_assert(kvc_opt_config_check(&cfg, NULL, 0), "%s", c->name);
+	cr_assert(kvc_optim_config_check(&cfg, NULL, 0), "%s", c->name);
 	memcpy(p, c->p0, sizeof(p));
 	memcpy(m, c->m0, sizeof(m));
 	memcpy(v, c->v0, sizeof(v));
@@ -209,8 +209,8 @@ static uint64_t golden_run(const struct optim_golden *c,
 				put(val, nnz++, gdt, c->g[st][i]);
 			}
 		}
-		kvc_opt_step_prepare(&s, &cfg, c->t0 + (uint64_t)st,
-				     c->grad_scale);
+		kvc_optim_step_prepare(&s, &cfg, c->t0 + (uint64_t)st,
+				       c->grad_scale);
 		run_chunk(k, &s, p, m, v, 0, split, sparse, g, idx, val, nnz,
 			  gdt, out);
 		if (split < GN)
@@ -357,7 +357,7 @@ static void rcfg_config(const struct rcfg *r, kvf_dtype out,
 	cfg->lr_decay = r->lr_decay;
 	cfg->initial_accumulator_value = r->iav;
 	cfg->out_dtype = out;
-	cr_assert(kvc_opt_config_check(cfg, NULL, 0), "%s", r->name);
+	cr_assert(kvc_optim_config_check(cfg, NULL, 0), "%s", r->name);
 }
 
 static float uniform(uint64_t *rng, float lo, float hi)
@@ -450,7 +450,7 @@ static void avx2_case(const struct rcfg *r, size_t n, kvf_dtype gdt,
 	uint64_t ra = seed, rb = seed; /* b starts as a copy of a */
 	struct rstate a, b;
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 	char ctx[160];
 
 	rstate_make(&a, &ra, n, gdt, odt, 60);
@@ -459,17 +459,17 @@ static void avx2_case(const struct rcfg *r, size_t n, kvf_dtype gdt,
 	snprintf(ctx, sizeof(ctx), "%s n=%zu grad %s out %s %s", r->name, n,
 		 dtype_name(gdt), dtype_name(odt), sparse ? "sparse" : "dense");
 	for (uint64_t t = 1; t <= 3; t++) {
-		kvc_opt_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
+		kvc_optim_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
 		if (sparse) {
-			kvc_opt_sparse(sc, &s, a.p, a.m, a.v, n, 0, a.idx,
-				       a.val, a.nnz, gdt, a.out);
-			kvc_opt_sparse(av, &s, b.p, b.m, b.v, n, 0, b.idx,
-				       b.val, b.nnz, gdt, b.out);
+			kvc_optim_sparse(sc, &s, a.p, a.m, a.v, n, 0, a.idx,
+					 a.val, a.nnz, gdt, a.out);
+			kvc_optim_sparse(av, &s, b.p, b.m, b.v, n, 0, b.idx,
+					 b.val, b.nnz, gdt, b.out);
 		} else {
-			kvc_opt_dense(sc, &s, a.p, a.m, a.v, n, a.g, gdt,
-				      a.out);
-			kvc_opt_dense(av, &s, b.p, b.m, b.v, n, b.g, gdt,
-				      b.out);
+			kvc_optim_dense(sc, &s, a.p, a.m, a.v, n, a.g, gdt,
+					a.out);
+			kvc_optim_dense(av, &s, b.p, b.m, b.v, n, b.g, gdt,
+					b.out);
 		}
 		compare_states(&a, &b, odt, ctx);
 	}
@@ -497,7 +497,7 @@ Test(optim, avx2_matches_scalar_bit_for_bit)
 
 /*
  * from_case - three steps of rule r over n elements on variant k: a reads
- * its state in place (kvc_opt_dense / _sparse), b reads a copy of it and
+ * its state in place (kvc_optim_dense / _sparse), b reads a copy of it and
  * writes into its own arrays (the _from kernels), alternating which are
  * in and which out, as the engine's generations do.  b's outputs equal
  * a's bit for bit and b's inputs are left as they were.
@@ -510,7 +510,7 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r,
 				* starts different, so reading an out
 				* array instead of its in array shows */
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 	char ctx[160];
 
 	rstate_make(&a, &ra, n, gdt, KVF_DTYPE_F32, 60);
@@ -521,8 +521,8 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r,
 		 r->name, n, dtype_name(gdt), sparse ? "sparse" : "dense");
 	for (uint64_t t = 1; t <= 3; t++) {
 		struct rstate *in = t % 2 ? &b : &x, *out = t % 2 ? &x : &b;
-		struct kvc_opt_chunk c = { { in->p, in->m, in->v },
-					   { out->p, out->m, out->v } };
+		struct kvc_optim_chunk c = { { in->p, in->m, in->v },
+					     { out->p, out->m, out->v } };
 		float *keep = xmalloc(5 * n * sizeof(float) + 1);
 
 		memcpy(keep, in->p, n * 4);
@@ -530,24 +530,25 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r,
 		memcpy(keep + 2 * n, in->v, n * 4);
 		memcpy(keep + 3 * n, out->m, n * 4);
 		memcpy(keep + 4 * n, out->v, n * 4);
-		kvc_opt_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
+		kvc_optim_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
 		if (sparse) {
-			kvc_opt_sparse(k, &s, a.p, a.m, a.v, n, 0, a.idx, a.val,
-				       a.nnz, gdt, a.out);
-			kvc_opt_sparse_from(k, &s, &c, n, 0, b.idx, b.val,
-					    b.nnz, gdt, out->out);
+			kvc_optim_sparse(k, &s, a.p, a.m, a.v, n, 0, a.idx,
+					 a.val, a.nnz, gdt, a.out);
+			kvc_optim_sparse_from(k, &s, &c, n, 0, b.idx, b.val,
+					      b.nnz, gdt, out->out);
 		} else {
-			kvc_opt_dense(k, &s, a.p, a.m, a.v, n, a.g, gdt, a.out);
-			kvc_opt_dense_from(k, &s, &c, n, b.g, gdt, out->out);
+			kvc_optim_dense(k, &s, a.p, a.m, a.v, n, a.g, gdt,
+					a.out);
+			kvc_optim_dense_from(k, &s, &c, n, b.g, gdt, out->out);
 		}
 		/* the arrays the rule keeps; it writes no other */
 		same_bits(a.p, out->p, n * 4, "params", ctx);
 		same_bits(a.out, out->out, n * 4, "params_out", ctx);
-		if (kvc_opt_states(&cfg) & KVC_OPT_M)
+		if (kvc_optim_states(&cfg) & KVC_OPTIM_M)
 			same_bits(a.m, out->m, n * 4, "m", ctx);
 		else
 			same_bits(keep + 3 * n, out->m, n * 4, "m not kept", ctx);
-		if (kvc_opt_states(&cfg) & KVC_OPT_V)
+		if (kvc_optim_states(&cfg) & KVC_OPTIM_V)
 			same_bits(a.v, out->v, n * 4, "v", ctx);
 		else
 			same_bits(keep + 4 * n, out->v, n * 4, "v not kept", ctx);
@@ -593,7 +594,7 @@ Test(optim, params_out_conversions_match_half_h)
 	const struct kvc_optim *vs[2];
 	int nv = variants(vs);
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	/* SGD with lr 0 leaves p as it is: params_out = p rounded */
 	rcfg_config(&rcfgs[4], KVF_DTYPE_F32, &cfg);
@@ -606,9 +607,9 @@ Test(optim, params_out_conversions_match_half_h)
 			cfg.out_dtype = dtypes[od];
 			for (size_t i = 0; i < NB; i++)
 				p[i] = kvf_bits_f32(bits[i]);
-			kvc_opt_step_prepare(&s, &cfg, 1, 1.0f);
-			kvc_opt_dense(vs[vi], &s, p, NULL, NULL, NB, g,
-				      KVF_DTYPE_F32, out);
+			kvc_optim_step_prepare(&s, &cfg, 1, 1.0f);
+			kvc_optim_dense(vs[vi], &s, p, NULL, NULL, NB, g,
+					KVF_DTYPE_F32, out);
 			for (size_t i = 0; i < NB; i++) {
 				uint16_t want = dtypes[od] == KVF_DTYPE_F16 ?
 							kvf_f32_to_f16(p[i]) :
@@ -626,11 +627,11 @@ Test(optim, params_out_conversions_match_half_h)
 
 /*
  * sparse_chunks - run one step of a Top-K gradient over r in random chunks,
- * each given its part of the index list by kvc_opt_grad_span, with the
+ * each given its part of the index list by kvc_optim_grad_span, with the
  * tensor at index base.
  */
 static void sparse_chunks(const struct kvc_optim *k,
-			  const struct kvc_opt_step *s, struct rstate *r,
+			  const struct kvc_optim_step *s, struct rstate *r,
 			  uint32_t base, kvf_dtype gdt, uint64_t *rng)
 {
 	size_t ge = elt_bytes(gdt), oe = elt_bytes(s->out_dtype);
@@ -643,11 +644,11 @@ static void sparse_chunks(const struct kvc_optim *k,
 
 		len = 1 + rng_below(rng, 300);
 		len = len < r->n - a ? len : r->n - a;
-		kvc_opt_grad_span(idx, r->nnz, base + a, len, &first, &count);
-		kvc_opt_sparse(k, s, r->p + a, r->m + a, r->v + a, len,
-			       base + a, idx + first,
-			       (char *)r->val + first * ge, count, gdt,
-			       (char *)r->out + a * oe);
+		kvc_optim_grad_span(idx, r->nnz, base + a, len, &first, &count);
+		kvc_optim_sparse(k, s, r->p + a, r->m + a, r->v + a, len,
+				 base + a, idx + first,
+				 (char *)r->val + first * ge, count, gdt,
+				 (char *)r->out + a * oe);
 	}
 	free(idx);
 }
@@ -663,7 +664,7 @@ static void sparse_case(const struct kvc_optim *k, const struct rcfg *r,
 	uint64_t r1 = seed, r2 = seed, chunks = seed ^ 0x5eed;
 	struct rstate dense, sparse;
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 	size_t n = 1003;
 	char ctx[160];
 
@@ -673,9 +674,9 @@ static void sparse_case(const struct kvc_optim *k, const struct rcfg *r,
 	snprintf(ctx, sizeof(ctx), "%s %s grad %s density %u%%",
 		 kvc_optim_name(k), r->name, dtype_name(gdt), density_pct);
 	for (uint64_t t = 1; t <= 3; t++) {
-		kvc_opt_step_prepare(&s, &cfg, t, 0.5f);
-		kvc_opt_dense(k, &s, dense.p, dense.m, dense.v, n, dense.g, gdt,
-			      dense.out);
+		kvc_optim_step_prepare(&s, &cfg, t, 0.5f);
+		kvc_optim_dense(k, &s, dense.p, dense.m, dense.v, n, dense.g,
+				gdt, dense.out);
 		sparse_chunks(k, &s, &sparse, 12345u, gdt, &chunks);
 		compare_states(&dense, &sparse, KVF_DTYPE_BF16, ctx);
 	}
@@ -719,7 +720,7 @@ static void unlisted_case(const struct kvc_optim *k, const struct urule *u)
 	uint32_t idx[2] = { 0, 9 };
 	float val[2] = { 0.5f, -0.25f };
 	kvf_opt_config cfg;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.kind = u->kind;
@@ -737,9 +738,10 @@ static void unlisted_case(const struct kvc_optim *k, const struct urule *u)
 		m[i] = md[i] = 0.5f;
 		v[i] = vd[i] = 0.25f;
 	}
-	kvc_opt_step_prepare(&s, &cfg, 2, 1.0f); /* not the first step */
-	kvc_opt_sparse(k, &s, p, m, v, 10, 0, idx, val, 2, KVF_DTYPE_F32, NULL);
-	kvc_opt_dense(k, &s, pd, md, vd, 10, g, KVF_DTYPE_F32, NULL);
+	kvc_optim_step_prepare(&s, &cfg, 2, 1.0f); /* not the first step */
+	kvc_optim_sparse(k, &s, p, m, v, 10, 0, idx, val, 2, KVF_DTYPE_F32,
+			 NULL);
+	kvc_optim_dense(k, &s, pd, md, vd, 10, g, KVF_DTYPE_F32, NULL);
 	cr_assert(memcmp(p, pd, sizeof(p)) == 0 &&
 			  memcmp(m, md, sizeof(m)) == 0 &&
 			  memcmp(v, vd, sizeof(v)) == 0,
@@ -810,21 +812,21 @@ Test(optim, sparse_helpers)
 	size_t first, count;
 
 	for (size_t i = 0; i < sizeof(spans) / sizeof(spans[0]); i++) {
-		kvc_opt_grad_span(idx, NNZ, spans[i].i0, spans[i].n, &first,
-				  &count);
+		kvc_optim_grad_span(idx, NNZ, spans[i].i0, spans[i].n, &first,
+				    &count);
 		cr_assert(eq(sz, first, spans[i].first), "span %zu", i);
 		cr_assert(eq(sz, count, spans[i].count), "span %zu", i);
 	}
-	kvc_opt_grad_span(NULL, 0, 0, 10, &first, &count);
+	kvc_optim_grad_span(NULL, 0, 0, 10, &first, &count);
 	cr_assert(eq(sz, first, 0));
 	cr_assert(eq(sz, count, 0));
 
-	cr_assert(eq(sz, kvc_opt_grad_check(idx, NNZ, 1001), NNZ));
-	cr_assert(eq(sz, kvc_opt_grad_check(idx, NNZ, 1000), NNZ - 1));
-	cr_assert(eq(sz, kvc_opt_grad_check(bad_order, 4, 10), 2));
-	cr_assert(eq(sz, kvc_opt_grad_check(bad_desc, 2, 10), 1));
-	cr_assert(eq(sz, kvc_opt_grad_check(NULL, 0, 0), 0));
-	cr_assert(eq(sz, kvc_opt_grad_check(idx, 1, 3), 0));
+	cr_assert(eq(sz, kvc_optim_grad_check(idx, NNZ, 1001), NNZ));
+	cr_assert(eq(sz, kvc_optim_grad_check(idx, NNZ, 1000), NNZ - 1));
+	cr_assert(eq(sz, kvc_optim_grad_check(bad_order, 4, 10), 2));
+	cr_assert(eq(sz, kvc_optim_grad_check(bad_desc, 2, 10), 1));
+	cr_assert(eq(sz, kvc_optim_grad_check(NULL, 0, 0), 0));
+	cr_assert(eq(sz, kvc_optim_grad_check(idx, 1, 3), 0));
 }
 
 /* ---- gradient norm and NaN/Inf ------------------------------------------- */
@@ -855,8 +857,8 @@ static void sumsq_case(const struct kvc_optim *const *vs, int nv, size_t n,
 	rstate_make(&r, rng, n, dt, KVF_DTYPE_F32, 30);
 	want = ref_sumsq(r.g, n, dt);
 	for (int vi = 0; vi < nv; vi++) {
-		double dense = kvc_opt_grad_sumsq(vs[vi], r.g, n, dt);
-		double sparse = kvc_opt_grad_sumsq(vs[vi], r.val, r.nnz, dt);
+		double dense = kvc_optim_grad_sumsq(vs[vi], r.g, n, dt);
+		double sparse = kvc_optim_grad_sumsq(vs[vi], r.val, r.nnz, dt);
 
 		cr_assert(fabsl(dense - want) <= 1e-12L * want,
 			  "%s %s n=%zu: %.17g want %.17Lg",
@@ -891,19 +893,19 @@ Test(optim, sumsq_cannot_overflow_and_flags_nonfinite)
 	for (int i = 0; i < 100; i++)
 		g[i] = i % 2 ? FLT_MAX : -FLT_MAX;
 	for (int vi = 0; vi < nv; vi++) {
-		double s = kvc_opt_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32);
+		double s = kvc_optim_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32);
 
 		cr_assert(isfinite(s) && s > 1e78, "%s: %g",
 			  kvc_optim_name(vs[vi]), s);
 		g[37] = INFINITY;
 		cr_assert(isinf(
-			kvc_opt_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32)));
+			kvc_optim_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32)));
 		g[37] = NAN;
 		cr_assert(isnan(
-			kvc_opt_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32)));
+			kvc_optim_grad_sumsq(vs[vi], g, 100, KVF_DTYPE_F32)));
 		g[37] = 1.0f;
 		cr_assert(eq(dbl,
-			     kvc_opt_grad_sumsq(vs[vi], g, 0, KVF_DTYPE_F32),
+			     kvc_optim_grad_sumsq(vs[vi], g, 0, KVF_DTYPE_F32),
 			     0.0));
 	}
 }
@@ -927,7 +929,7 @@ static void nonfinite_case(const struct kvc_optim *k, void *g, size_t n,
 
 	for (size_t i = 0; i < n; i++)
 		put(g, i, dt, i % 3 == 0 ? -big : i % 3 == 1 ? tiny : 0.0f);
-	cr_assert(false == kvc_opt_grad_nonfinite(k, g, n, dt),
+	cr_assert(false == kvc_optim_grad_nonfinite(k, g, n, dt),
 		  "%s %s n=%zu: finite values flagged", name, dtype_name(dt),
 		  n);
 	for (size_t pos = 0; pos < n; pos += step) {
@@ -935,14 +937,14 @@ static void nonfinite_case(const struct kvc_optim *k, void *g, size_t n,
 
 		for (int b = 0; b < 3; b++) {
 			put(g, pos, dt, bad[b]);
-			cr_assert(kvc_opt_grad_nonfinite(k, g, n, dt),
+			cr_assert(kvc_optim_grad_nonfinite(k, g, n, dt),
 				  "%s %s n=%zu: %g at %zu missed", name,
 				  dtype_name(dt), n, (double)bad[b], pos);
 		}
 		put(g, pos, dt, keep);
 	}
 	put(g, n - 1, dt, NAN); /* the very last element */
-	cr_assert(kvc_opt_grad_nonfinite(k, g, n, dt));
+	cr_assert(kvc_optim_grad_nonfinite(k, g, n, dt));
 }
 
 Test(optim, nonfinite_at_every_position_of_every_dtype)
@@ -961,8 +963,8 @@ Test(optim, nonfinite_at_every_position_of_every_dtype)
 			nonfinite_case(vs[vi], buf + elt_bytes(dt), n, dt,
 				       n > 100 ? 13 : 1);
 		}
-		cr_assert(false == kvc_opt_grad_nonfinite(vs[vi], NULL, 0,
-							  KVF_DTYPE_F32));
+		cr_assert(false == kvc_optim_grad_nonfinite(vs[vi], NULL, 0,
+							    KVF_DTYPE_F32));
 	}
 	free(buf);
 }
@@ -970,13 +972,15 @@ Test(optim, nonfinite_at_every_position_of_every_dtype)
 Test(optim, clip_coef_is_torch_clip_grad_norm)
 {
 	/* clip_coef = max_norm / (total_norm + 1e-6), clamped to <= 1, fp32 */
-	cr_assert(eq(flt, kvc_opt_clip_coef(0.5, 1.0), 1.0f));
-	cr_assert(eq(flt, kvc_opt_clip_coef(0.0, 1.0), 1.0f));
-	cr_assert(eq(flt, kvc_opt_clip_coef(4.0, 1.0), 1.0f / (4.0f + 1e-6f)));
-	cr_assert(eq(flt, kvc_opt_clip_coef(2.5, 0.5), 0.5f / (2.5f + 1e-6f)));
+	cr_assert(eq(flt, kvc_optim_clip_coef(0.5, 1.0), 1.0f));
+	cr_assert(eq(flt, kvc_optim_clip_coef(0.0, 1.0), 1.0f));
+	cr_assert(
+		eq(flt, kvc_optim_clip_coef(4.0, 1.0), 1.0f / (4.0f + 1e-6f)));
+	cr_assert(
+		eq(flt, kvc_optim_clip_coef(2.5, 0.5), 0.5f / (2.5f + 1e-6f)));
 	/* at max_norm it already scales a hair, as PyTorch does */
-	cr_assert(kvc_opt_clip_coef(1.0, 1.0) < 1.0f);
-	cr_assert(kvc_opt_clip_coef(1.0, 1.0) > 0.999998f);
+	cr_assert(kvc_optim_clip_coef(1.0, 1.0) < 1.0f);
+	cr_assert(kvc_optim_clip_coef(1.0, 1.0) > 0.999998f);
 }
 
 /* ---- configuration, state, constants, dispatch --------------------------- */
@@ -1002,7 +1006,7 @@ static void expect_bad(const kvf_opt_config *c, const char *substr)
 {
 	char why[128] = "";
 
-	cr_assert(false == kvc_opt_config_check(c, why, sizeof(why)),
+	cr_assert(false == kvc_optim_config_check(c, why, sizeof(why)),
 		  "accepted; wanted \"%s\"", substr);
 	cr_assert(strstr(why, substr) != NULL, "message \"%s\" lacks \"%s\"",
 		  why, substr);
@@ -1014,7 +1018,7 @@ Test(optim, config_check_follows_torch)
 
 	for (int k = KVF_OPT_ADAM; k <= KVF_OPT_ADAGRAD; k++) {
 		c = base_config((kvf_opt_kind)k);
-		cr_assert(kvc_opt_config_check(&c, NULL, 0), "kind %d", k);
+		cr_assert(kvc_optim_config_check(&c, NULL, 0), "kind %d", k);
 		c.lr = -1.0f;
 		expect_bad(&c, "lr -1 must be finite and >= 0");
 		c.lr = NAN;
@@ -1033,7 +1037,7 @@ Test(optim, config_check_follows_torch)
 	c.beta2 = -0.1f;
 	expect_bad(&c, "beta2 -0.1");
 	c.beta2 = 0.0f; /* allowed, as in PyTorch */
-	cr_assert(kvc_opt_config_check(&c, NULL, 0));
+	cr_assert(kvc_optim_config_check(&c, NULL, 0));
 	c.eps = INFINITY;
 	expect_bad(&c, "eps inf");
 
@@ -1041,11 +1045,11 @@ Test(optim, config_check_follows_torch)
 	c.beta1 = 5.0f; /* not SGD's: ignored */
 	c.momentum = 0.9f;
 	c.dampening = 0.1f;
-	cr_assert(kvc_opt_config_check(&c, NULL, 0));
+	cr_assert(kvc_optim_config_check(&c, NULL, 0));
 	c.nesterov = 1;
 	expect_bad(&c, "dampening 0.1 must be 0 for Nesterov");
 	c.dampening = 0.0f;
-	cr_assert(kvc_opt_config_check(&c, NULL, 0));
+	cr_assert(kvc_optim_config_check(&c, NULL, 0));
 	c.momentum = 0.0f;
 	expect_bad(&c, "momentum 0 must be > 0 for Nesterov");
 	c.nesterov = 2;
@@ -1071,42 +1075,42 @@ Test(optim, states_and_state_init)
 	kvf_opt_config c = base_config(KVF_OPT_ADAM);
 	float m[5], v[5];
 
-	cr_assert(eq(u32, kvc_opt_states(&c), KVC_OPT_M | KVC_OPT_V));
+	cr_assert(eq(u32, kvc_optim_states(&c), KVC_OPTIM_M | KVC_OPTIM_V));
 	c.kind = KVF_OPT_ADAMW;
-	cr_assert(eq(u32, kvc_opt_states(&c), KVC_OPT_M | KVC_OPT_V));
+	cr_assert(eq(u32, kvc_optim_states(&c), KVC_OPTIM_M | KVC_OPTIM_V));
 	c = base_config(KVF_OPT_SGD);
-	cr_assert(eq(u32, kvc_opt_states(&c), 0));
+	cr_assert(eq(u32, kvc_optim_states(&c), 0));
 	c.momentum = 0.5f;
-	cr_assert(eq(u32, kvc_opt_states(&c), KVC_OPT_M));
+	cr_assert(eq(u32, kvc_optim_states(&c), KVC_OPTIM_M));
 	c = base_config(KVF_OPT_ADAGRAD);
-	cr_assert(eq(u32, kvc_opt_states(&c), KVC_OPT_V));
+	cr_assert(eq(u32, kvc_optim_states(&c), KVC_OPTIM_V));
 
 	c.initial_accumulator_value = 0.1f;
 	for (int i = 0; i < 5; i++)
 		m[i] = v[i] = 7.0f;
-	kvc_opt_state_init(&c, m, v, 5);
+	kvc_optim_state_init(&c, m, v, 5);
 	for (int i = 0; i < 5; i++) {
 		cr_assert(eq(flt, v[i], 0.1f));
 		cr_assert(eq(flt, m[i], 7.0f)); /* AdaGrad keeps no m */
 	}
-	kvc_opt_state_init(&c, NULL, v, 5);
+	kvc_optim_state_init(&c, NULL, v, 5);
 	c = base_config(KVF_OPT_ADAM);
-	kvc_opt_state_init(&c, m, v, 5);
+	kvc_optim_state_init(&c, m, v, 5);
 	for (int i = 0; i < 5; i++) {
 		cr_assert(eq(flt, m[i], 0.0f));
 		cr_assert(eq(flt, v[i], 0.0f));
 	}
 	c = base_config(KVF_OPT_SGD);
-	kvc_opt_state_init(&c, NULL, NULL, 5); /* keeps nothing */
+	kvc_optim_state_init(&c, NULL, NULL, 5); /* keeps nothing */
 }
 
 Test(optim, step_constants_use_the_decimal_hyper_parameters)
 {
 	kvf_opt_config c = base_config(KVF_OPT_ADAM);
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	/* beta2 0.999f is read as the double 0.999, as PyTorch holds it */
-	kvc_opt_step_prepare(&s, &c, 1, 1.0f);
+	kvc_optim_step_prepare(&s, &c, 1, 1.0f);
 	cr_assert(eq(flt, s.bc2_sqrt, (float)sqrt(1.0 - 0.999)));
 	cr_assert(s.bc2_sqrt != (float)sqrt(1.0 - (double)0.999f));
 	cr_assert(eq(flt, s.step_size, (float)(1e-3 / (1.0 - 0.9))));
@@ -1115,27 +1119,27 @@ Test(optim, step_constants_use_the_decimal_hyper_parameters)
 	cr_assert(eq(u32, s.lerp_small, 1));
 	cr_assert(eq(flt, s.decay, 1.0f));
 	cr_assert(eq(flt, s.l2, 0.0f));
-	kvc_opt_step_prepare(&s, &c, 1000000, 1.0f);
+	kvc_optim_step_prepare(&s, &c, 1000000, 1.0f);
 	cr_assert(eq(flt, s.step_size, 1e-3f));
 	cr_assert(eq(flt, s.bc2_sqrt, 1.0f));
 
 	c = base_config(KVF_OPT_ADAMW); /* wd 0.01: decoupled, no L2 */
-	kvc_opt_step_prepare(&s, &c, 3, 1.0f);
+	kvc_optim_step_prepare(&s, &c, 3, 1.0f);
 	cr_assert(eq(flt, s.decay, (float)(1.0 - 1e-3 * 1e-2)));
 	cr_assert(eq(flt, s.l2, 0.0f));
 
 	c = base_config(KVF_OPT_SGD);
 	c.momentum = 0.9f;
 	c.dampening = 0.1f;
-	kvc_opt_step_prepare(&s, &c, 1, 1.0f);
+	kvc_optim_step_prepare(&s, &c, 1, 1.0f);
 	cr_assert(eq(u32, s.first, 1));
 	cr_assert(eq(flt, s.one_minus_damp, (float)(1.0 - 0.1)));
-	kvc_opt_step_prepare(&s, &c, 2, 1.0f);
+	kvc_optim_step_prepare(&s, &c, 2, 1.0f);
 	cr_assert(eq(u32, s.first, 0));
 
 	c = base_config(KVF_OPT_ADAGRAD);
 	c.lr_decay = 0.01f;
-	kvc_opt_step_prepare(&s, &c, 11, 0.25f);
+	kvc_optim_step_prepare(&s, &c, 11, 0.25f);
 	cr_assert(eq(flt, s.clr, (float)(1e-2 / (1.0 + 10 * 0.01))));
 	cr_assert(eq(flt, s.grad_scale, 0.25f));
 }
@@ -1147,7 +1151,7 @@ Test(optim, sgd_first_step_rule)
 	const struct kvc_optim *vs[2];
 	int nv = variants(vs);
 	kvf_opt_config c = base_config(KVF_OPT_SGD);
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	c.lr = 0.5f;
 	c.momentum = 0.9f;
@@ -1160,16 +1164,16 @@ Test(optim, sgd_first_step_rule)
 			m[i] = 123.0f; /* whatever was there is ignored */
 			g[i] = 2.0f;
 		}
-		kvc_opt_step_prepare(&s, &c, 1, 1.0f);
-		kvc_opt_dense(vs[vi], &s, p, m, NULL, 9, g, KVF_DTYPE_F32,
-			      NULL);
+		kvc_optim_step_prepare(&s, &c, 1, 1.0f);
+		kvc_optim_dense(vs[vi], &s, p, m, NULL, 9, g, KVF_DTYPE_F32,
+				NULL);
 		for (int i = 0; i < 9; i++) {
 			cr_assert(eq(flt, m[i], 2.0f));
 			cr_assert(eq(flt, p[i], 0.0f));
 		}
-		kvc_opt_step_prepare(&s, &c, 2, 1.0f);
-		kvc_opt_dense(vs[vi], &s, p, m, NULL, 9, g, KVF_DTYPE_F32,
-			      NULL);
+		kvc_optim_step_prepare(&s, &c, 2, 1.0f);
+		kvc_optim_dense(vs[vi], &s, p, m, NULL, 9, g, KVF_DTYPE_F32,
+				NULL);
 		for (int i = 0; i < 9; i++) /* 0.9 * 2 + 0.5 * 2 */
 			cr_assert(eq(flt, m[i], 0.9f * 2.0f + 0.5f * 2.0f));
 	}
@@ -1181,7 +1185,7 @@ Test(optim, optional_arrays_may_be_null)
 {
 	const struct kvc_optim *vs[2];
 	int nv = variants(vs);
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
 	for (int vi = 0; vi < nv; vi++) {
 		static const kvf_opt_kind kinds[] = { KVF_OPT_SGD,
@@ -1198,19 +1202,19 @@ Test(optim, optional_arrays_may_be_null)
 				m[i] = 0.0f;
 				g[i] = (float)(i % 5) - 2.0f;
 			}
-			kvc_opt_step_prepare(&s, &c, 1, 1.0f);
-			kvc_opt_dense(vs[vi], &s, p, NULL,
-				      kinds[ki] == KVF_OPT_SGD ? NULL : v, 20,
-				      g, KVF_DTYPE_F32, NULL);
-			kvc_opt_dense(vs[vi], &s, q, m, v2, 20, g,
-				      KVF_DTYPE_F32, out);
+			kvc_optim_step_prepare(&s, &c, 1, 1.0f);
+			kvc_optim_dense(vs[vi], &s, p, NULL,
+					kinds[ki] == KVF_OPT_SGD ? NULL : v, 20,
+					g, KVF_DTYPE_F32, NULL);
+			kvc_optim_dense(vs[vi], &s, q, m, v2, 20, g,
+					KVF_DTYPE_F32, out);
 			cr_assert(memcmp(p, q, sizeof(p)) == 0);
 			cr_assert(memcmp(p, out, sizeof(p)) == 0);
-			kvc_opt_sparse(vs[vi], &s, p, NULL, v, 20, 0, NULL,
-				       NULL, 0, KVF_DTYPE_F16, NULL);
+			kvc_optim_sparse(vs[vi], &s, p, NULL, v, 20, 0, NULL,
+					 NULL, 0, KVF_DTYPE_F16, NULL);
 		}
-		kvc_opt_dense(vs[vi], &s, NULL, NULL, NULL, 0, NULL,
-			      KVF_DTYPE_F32, NULL);
+		kvc_optim_dense(vs[vi], &s, NULL, NULL, NULL, 0, NULL,
+				KVF_DTYPE_F32, NULL);
 	}
 }
 

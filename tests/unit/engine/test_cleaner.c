@@ -215,8 +215,8 @@ Test(cleaner, enospc_when_live_data_fills_the_store)
  * so that the pages of a segment hold consecutive chunks.
  */
 #define OPTIM_CHUNKS 302u
-#define OPTIM_N (OPTIM_CHUNKS * 1024u)     /* fp32 params: 1024 a 4 KiB page */
-#define OPTIM_SEGS 140u                  /* 61 a generation, twice, and the
+#define OPTIM_N (OPTIM_CHUNKS * 1024u) /* fp32 params: 1024 a 4 KiB page */
+#define OPTIM_SEGS 140u                /* 61 a generation, twice, and the
 					* cleaner's 1: 123; KV fills the
 					* rest until the cleaner copies */
 
@@ -249,11 +249,11 @@ struct optim_twin {
 static void twin_step(struct optim_twin *w, const kvf_opt_config *c,
 		      const float *g, float *out)
 {
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 
-	kvc_opt_step_prepare(&s, c, ++w->t, 1.0f);
-	kvc_opt_dense(kvc_optim(), &s, w->p, w->m, w->v, OPTIM_N, g,
-		      KVF_DTYPE_F32, out);
+	kvc_optim_step_prepare(&s, c, ++w->t, 1.0f);
+	kvc_optim_dense(kvc_optim(), &s, w->p, w->m, w->v, OPTIM_N, g,
+			KVF_DTYPE_F32, out);
 }
 
 /* both_step - one step on o and its twin: params_out must match */
@@ -328,7 +328,7 @@ Test(cleaner, moves_optimizer_runs)
 	kvf_opt_config_init(&c, KVF_OPT_ADAM);
 	for (uint32_t i = 0; i < OPTIM_N; i++)
 		w.p[i] = urand(&rng);
-	kvc_opt_state_init(&c, w.m, w.v, OPTIM_N);
+	kvc_optim_state_init(&c, w.m, w.v, OPTIM_N);
 	cr_assert(eq(int, kvf_opt_create(st, "w", OPTIM_N, &c, w.p, &o), KVF_OK),
 		  "%s", kvf_last_error());
 
@@ -492,11 +492,11 @@ Test(cleaner, compacts_partly_filled_live_segments)
 
 		cr_assert(w.m && w.v);
 		for (int round = 0; round < 2; round++) { /* in place: init[k] */
-			struct kvc_opt_step s2;
+			struct kvc_optim_step s2;
 
-			kvc_opt_step_prepare(&s2, &c, ++w.t, 1.0f);
-			kvc_opt_dense(kvc_optim(), &s2, w.p, w.m, w.v, NP, g,
-				      KVF_DTYPE_F32, want);
+			kvc_optim_step_prepare(&s2, &c, ++w.t, 1.0f);
+			kvc_optim_dense(kvc_optim(), &s2, w.p, w.m, w.v, NP, g,
+					KVF_DTYPE_F32, want);
 		}
 		cr_assert(eq(int, kvf_opt_read(o[k], 0, NP, back), KVF_OK));
 		cr_assert(eq(int, memcmp(back, want, sizeof(back)), 0),

@@ -69,19 +69,20 @@ struct ref {
 static void ref_init(struct ref *r, const kvf_opt_config *c, const float *init)
 {
 	memcpy(r->p, init, sizeof(r->p));
-	kvc_opt_state_init(c, r->m, r->v, N);
+	kvc_optim_state_init(c, r->m, r->v, N);
 	r->t = 0;
 }
 
 static void ref_step(struct ref *r, const kvf_opt_config *c, const float *g,
 		     float *out)
 {
-	struct kvc_opt_step s;
-	unsigned st = kvc_opt_states(c);
+	struct kvc_optim_step s;
+	unsigned st = kvc_optim_states(c);
 
-	kvc_opt_step_prepare(&s, c, ++r->t, 1.0f);
-	kvc_opt_dense(kvc_optim(), &s, r->p, st & KVC_OPT_M ? r->m : NULL,
-		      st & KVC_OPT_V ? r->v : NULL, N, g, KVF_DTYPE_F32, out);
+	kvc_optim_step_prepare(&s, c, ++r->t, 1.0f);
+	kvc_optim_dense(kvc_optim(), &s, r->p, st & KVC_OPTIM_M ? r->m : NULL,
+			st & KVC_OPTIM_V ? r->v : NULL, N, g, KVF_DTYPE_F32,
+			out);
 }
 
 static void run_rule(kvf_opt_kind kind, int sparse)
@@ -166,7 +167,7 @@ Test(optim_store, out_dtype_and_clipping)
 	static uint16_t out[N], ref_out[N];
 	kvf_opt_config c;
 	kvf_opt *o = NULL;
-	struct kvc_opt_step s;
+	struct kvc_optim_step s;
 	kvf_grad gr = { KVF_DTYPE_F32, g, NULL, N };
 	double sumsq = 0;
 	uint64_t rng = 5;
@@ -181,9 +182,12 @@ Test(optim_store, out_dtype_and_clipping)
 		sumsq += (double)g[i] * g[i];
 	}
 	memcpy(ref_p, init, sizeof(init));
-	kvc_opt_state_init(&c, m, v, N);
-	kvc_opt_step_prepare(&s, &c, 1, 0.5f * kvc_opt_clip_coef(sqrt(sumsq) * 0.5, 1.0));
-	kvc_opt_dense(kvc_optim(), &s, ref_p, m, v, N, g, KVF_DTYPE_F32, ref_out);
+	kvc_optim_state_init(&c, m, v, N);
+	kvc_optim_step_prepare(&s, &c, 1,
+			       0.5f * kvc_optim_clip_coef(sqrt(sumsq) * 0.5,
+							  1.0));
+	kvc_optim_dense(kvc_optim(), &s, ref_p, m, v, N, g, KVF_DTYPE_F32,
+			ref_out);
 	cr_assert(eq(int, kvf_opt_create(st, "h", N, &c, init, &o), KVF_OK));
 	cr_assert(eq(int, kvf_opt_step(o, &gr, out), KVF_OK), "%s", kvf_last_error());
 	cr_assert(eq(int, memcmp(out, ref_out, sizeof(out)), 0));
