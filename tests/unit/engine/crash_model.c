@@ -128,7 +128,7 @@ void model_copy(struct model *dst, const struct model *src)
 		}
 	}
 	dst->next_tag = src->next_tag;
-	dst->opt_steps = src->opt_steps;
+	dst->optim_steps = src->optim_steps;
 }
 
 void model_free(struct model *m)
@@ -144,17 +144,17 @@ void model_free(struct model *m)
  * p_k = p_0 - (buf_1 + ... + buf_k).
  */
 
-float opt_grad(uint64_t step, uint32_t i)
+float optim_grad(uint64_t step, uint32_t i)
 {
 	return (float)((int)(mix(step * 0x9e3779b97f4a7c15ull + i) % 7) - 3);
 }
 
-float opt_param(uint64_t steps, uint32_t i)
+float optim_param(uint64_t steps, uint32_t i)
 {
 	double buf = 0, p = (double)(i % 101);
 
 	for (uint64_t s = 1; s <= steps; s++) {
-		buf += opt_grad(s, i);
+		buf += optim_grad(s, i);
 		p -= buf;
 	}
 	return (float)p;

@@ -30,11 +30,11 @@
 
 /*
  * The optimizer: SGD with lr 1 and momentum 1 over small integer
- * gradients (opt_grad), so that every value is an integer a float holds
- * exactly and the reference (opt_param) needs no tolerance.
+ * gradients (optim_grad), so that every value is an integer a float holds
+ * exactly and the reference (optim_param) needs no tolerance.
  */
-#define OPT_NAME "crash-opt"
-#define OPT_PARAMS 3000 /* three pages of fp32 per state tensor */
+#define OPTIM_NAME "crash-optim"
+#define OPTIM_PARAMS 3000 /* three pages of fp32 per state tensor */
 
 struct run {
 	uint64_t end; /* tokens below end carry tag */
@@ -56,7 +56,7 @@ struct mseq {
 struct model {
 	struct mseq seqs[ID_POOL];
 	uint64_t next_tag;
-	uint64_t opt_steps; /* optimizer steps taken */
+	uint64_t optim_steps; /* optimizer steps taken */
 };
 
 extern int in_child;  /* set in forked children: report through the pipe */
@@ -77,8 +77,8 @@ uint64_t track_tag(const struct track *t, uint64_t tok);
 void mseq_clear(struct mseq *s);
 void model_copy(struct model *dst, const struct model *src);
 void model_free(struct model *m);
-float opt_grad(uint64_t step, uint32_t i);
-float opt_param(uint64_t steps, uint32_t i);
+float optim_grad(uint64_t step, uint32_t i);
+float optim_param(uint64_t steps, uint32_t i);
 kvf_options crash_opts(void);
 void bufs_alloc(void);
 int check_rows(const struct track *t, uint32_t layer, int kind,

@@ -151,7 +151,7 @@ static void apply(struct script *sc, struct model *m, const struct op *op)
 		track_push(&s->x[op->layer], op->n, op->tag);
 		break;
 	case OP_OPT_STEP:
-		m->opt_steps++;
+		m->optim_steps++;
 		break;
 	case OP_META: {
 		struct mseq *c = &m->seqs[op->child];
@@ -194,19 +194,19 @@ static void do_sync(kvf_store *st, unsigned op_no)
 	announce('C', (unsigned)stats.segments_cleaned);
 }
 
-static kvf_opt *writer_opt; /* the writer's handle to OPT_NAME */
+static kvf_opt *writer_optim; /* the writer's handle to OPTIM_NAME */
 
-/* opt_step - step writer_opt to step n; "P n" before, "Q n" once durable */
-static void opt_step(uint64_t n, unsigned op_no)
+/* optim_step - step writer_optim to step n; "P n" before, "Q n" once durable */
+static void optim_step(uint64_t n, unsigned op_no)
 {
-	static float g[OPT_PARAMS];
+	static float g[OPTIM_PARAMS];
 	kvf_grad grad = { .dtype = KVF_DTYPE_F32, .values = g,
-			  .n = OPT_PARAMS };
+			  .n = OPTIM_PARAMS };
 
-	for (uint32_t i = 0; i < OPT_PARAMS; i++)
-		g[i] = opt_grad(n, i);
+	for (uint32_t i = 0; i < OPTIM_PARAMS; i++)
+		g[i] = optim_grad(n, i);
 	announce('P', (unsigned)n);
-	must(kvf_opt_step(writer_opt, &grad, NULL), "kvf_opt_step", op_no);
+	must(kvf_opt_step(writer_optim, &grad, NULL), "kvf_opt_step", op_no);
 	announce('Q', (unsigned)n);
 }
 
@@ -250,7 +250,7 @@ static void run_op(kvf_store *st, const struct model *m, const struct op *op,
 		do_sync(st, op_no);
 		break;
 	case OP_OPT_STEP:
-		opt_step(m->opt_steps + 1, op_no);
+		optim_step(m->optim_steps + 1, op_no);
 		break;
 	case OP_META: {
 		uint64_t child = seq_id(op->child);
@@ -303,7 +303,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 	if (journal && powercut_arm(journal, path) != 0)
 		fail("powercut_arm %s: %s", journal, strerror(errno));
 	must(kvf_open(path, &o, &st), "kvf_open", 0);
-	must(kvf_opt_open(st, OPT_NAME, &writer_opt), "kvf_opt_open", 0);
+	must(kvf_opt_open(st, OPTIM_NAME, &writer_optim), "kvf_opt_open", 0);
 	for (unsigned i = 1; i <= OPS_PER_ROUND; i++) {
 		struct op op = decide(&sc, m);
 
@@ -313,7 +313,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 		apply(&sc, m, &op);
 	}
 	announce('B', OPS_PER_ROUND + 1);
-	must(kvf_opt_close(writer_opt), "kvf_opt_close", OPS_PER_ROUND + 1);
+	must(kvf_opt_close(writer_optim), "kvf_opt_close", OPS_PER_ROUND + 1);
 	must(kvf_close(st), "kvf_close", OPS_PER_ROUND + 1);
 	announce('D', OPS_PER_ROUND + 1);
 	_exit(0);
@@ -321,18 +321,18 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 
 /* ---- the parent ---------------------------------------------------------- */
 
-/* opt_differs - is the optimizer at step lo or hi, every parameter right?
+/* optim_differs - is the optimizer at step lo or hi, every parameter right?
  * 0 and *steps if so, else 1 with why */
-static int opt_differs(kvf_store *st, uint64_t lo, uint64_t hi,
+static int optim_differs(kvf_store *st, uint64_t lo, uint64_t hi,
 		       uint64_t *steps, char *why, size_t why_cap)
 {
-	static float p[OPT_PARAMS];
+	static float p[OPTIM_PARAMS];
 	kvf_opt *opt = NULL;
 	uint64_t n_params;
 
-	if (kvf_opt_open(st, OPT_NAME, &opt) != KVF_OK ||
+	if (kvf_opt_open(st, OPTIM_NAME, &opt) != KVF_OK ||
 	    kvf_opt_steps(opt, steps, &n_params) != KVF_OK ||
-	    kvf_opt_read(opt, 0, OPT_PARAMS, p) != KVF_OK) {
+	    kvf_opt_read(opt, 0, OPTIM_PARAMS, p) != KVF_OK) {
 		snprintf(why, why_cap, "optimizer: %s", kvf_last_error());
 		kvf_opt_close(opt);
 		return 1;
@@ -345,12 +345,12 @@ static int opt_differs(kvf_store *st, uint64_t lo, uint64_t hi,
 			 *steps, lo, hi);
 		return 1;
 	}
-	for (uint32_t i = 0; i < OPT_PARAMS; i++)
-		if (p[i] != opt_param(*steps, i)) {
+	for (uint32_t i = 0; i < OPTIM_PARAMS; i++)
+		if (p[i] != optim_param(*steps, i)) {
 			snprintf(why, why_cap,
 				 "optimizer step %" PRIu64 ": parameter %u is %g, expected %g",
 				 *steps, i, (double)p[i],
-				 (double)opt_param(*steps, i));
+				 (double)optim_param(*steps, i));
 			return 1;
 		}
 	return 0;
@@ -358,12 +358,12 @@ static int opt_differs(kvf_store *st, uint64_t lo, uint64_t hi,
 
 /*
  * check_store - fork a checker: does the store hold `a` (0), or `b` (1),
- * and its optimizer step opt_lo or opt_hi (*opt_steps)?  A checker
+ * and its optimizer step optim_lo or optim_hi (*optim_steps)?  A checker
  * failure fails the test with its message.
  */
 static int check_store(const char *path, const struct model *a,
-		       const struct model *b, uint64_t opt_lo, uint64_t opt_hi,
-		       uint64_t *opt_steps, const char *what)
+		       const struct model *b, uint64_t optim_lo, uint64_t optim_hi,
+		       uint64_t *optim_steps, const char *what)
 {
 	int fd, status, which = -1, ok;
 	pid_t pid = spawn(&fd);
@@ -378,7 +378,7 @@ static int check_store(const char *path, const struct model *a,
 		uint64_t steps;
 
 		must(kvf_open(path, &o, &st), "reopen", 0);
-		if (opt_differs(st, opt_lo, opt_hi, &steps, why_a,
+		if (optim_differs(st, optim_lo, optim_hi, &steps, why_a,
 				sizeof(why_a)))
 			fail("%s: %s", what, why_a);
 		if (!state_differs(st, a, why_a, sizeof(why_a)))
@@ -400,7 +400,7 @@ static int check_store(const char *path, const struct model *a,
 	if (strncmp(text, "E ", 2) == 0)
 		fail("checker: %s", text + 2);
 	ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-	     sscanf(text, "M %d %" SCNu64, &which, opt_steps) == 2;
+	     sscanf(text, "M %d %" SCNu64, &which, optim_steps) == 2;
 	cr_assert(ok, "checker died (status %d): %s", status, text);
 	free(text);
 	return which;
@@ -428,7 +428,7 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 	struct model done, begun, scratch = { 0 };
 	uint64_t steps;
 	unsigned last_done = 0, last_begun = 0, op_no, n_meta = 0;
-	uint64_t step_done = m->opt_steps, step_begun = m->opt_steps;
+	uint64_t step_done = m->optim_steps, step_begun = m->optim_steps;
 	uint64_t cleaned = 0;
 	int fd, status, which, ok;
 	pid_t pid;
@@ -524,10 +524,10 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 	tl->rounds++;
 	tl->in_flight += last_begun > last_done;
 	model_copy(m, which ? &begun : &done);
-	tl->steps += steps - m->opt_steps;
+	tl->steps += steps - m->optim_steps;
 	tl->steps_in_flight += step_begun > step_done;
 	tl->cleaned += cleaned;
-	m->opt_steps = steps;
+	m->optim_steps = steps;
 	model_free(&done);
 	model_free(&begun);
 	model_free(&scratch);
@@ -538,7 +538,7 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
  * not what these tests are about) */
 static void make_store(const char *path, uint64_t unused)
 {
-	static float init[OPT_PARAMS];
+	static float init[OPTIM_PARAMS];
 	kvf_options o = crash_opts();
 	kvf_store *st = NULL;
 	kvf_opt_config c;
@@ -552,9 +552,9 @@ static void make_store(const char *path, uint64_t unused)
 	kvf_opt_config_init(&c, KVF_OPT_SGD);
 	c.lr = 1;
 	c.momentum = 1;
-	for (uint32_t i = 0; i < OPT_PARAMS; i++)
-		init[i] = opt_param(0, i);
-	must(kvf_opt_create(st, OPT_NAME, OPT_PARAMS, &c, init, &opt),
+	for (uint32_t i = 0; i < OPTIM_PARAMS; i++)
+		init[i] = optim_param(0, i);
+	must(kvf_opt_create(st, OPTIM_NAME, OPTIM_PARAMS, &c, init, &opt),
 	     "kvf_opt_create", 0);
 	must(kvf_opt_close(opt), "kvf_opt_close", 0);
 	must(kvf_close(st), "kvf_close", 0);
