@@ -12,8 +12,10 @@
  *    write the crash cut short: the segment is dropped.  An
  *    older one is damage: its pages stay indexed with a check that cannot
  *    match, so reading them gives KVF_ECORRUPT.
- * 4. References are counted from the final index; segments without a live
- *    page are trimmed and their records deleted.
+ * 4. References are counted from the final index; a sequence whose length
+ *    covers a group with no page (never synced: see clip_lost) is cut back
+ *    to the start of that group; segments without a live page are trimmed
+ *    and their records deleted.
  * Work is proportional to the metadata: one summary read per segment.
  */
 #include "engine/recovery.h"
@@ -455,6 +457,46 @@ static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 	}
 }
 
+/*
+ * clip_lost - a sequence whose length covers a token group with no page
+ * on media lost that group in a crash, and the tokens in it were never
+ * synced: a fork commits its child's length when it returns while the
+ * child's partial tail group is written only at the next sync, and a
+ * power cut can take a segment written after the last one.  The length
+ * goes back to the start of the first such group, a prefix of what was
+ * appended, instead of reading zeros there.
+ */
+static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
+{
+	uint32_t n = seq_n_streams(st);
+
+	(void)arg;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		enum kv_kind kind;
+		uint64_t need, g, *len;
+
+		if (s == NULL)
+			continue;
+		kind = stream_kind(sid);
+		if (kind != KIND_K && kind != KIND_V && kind != KIND_X)
+			continue;
+		need = seq_stream_groups(st, seq, sid);
+		for (g = 0; g < need; g++)
+			if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE)
+				break;
+		if (g == need)
+			continue;
+		len = kind == KIND_X ? &seq->x_len[stream_layer(sid)]
+				     : &seq->len[stream_layer(sid)];
+		if (*len > g * st->group_tokens) {
+			*len = g * st->group_tokens;
+			seq->changes++; /* the next sync records it */
+		}
+	}
+}
+
 kvf_status recovery_load(kvf_store *st)
 {
 	struct rec_list l = { .st = st };
@@ -537,7 +579,8 @@ kvf_status recovery_load(kvf_store *st)
 	}
 	if (rc != KVF_OK)
 		goto out;
-	if (seq_foreach(st, count_refs, &cc) != KVF_OK)
+	if (seq_foreach(st, count_refs, &cc) != KVF_OK ||
+	    seq_foreach(st, clip_lost, NULL) != KVF_OK)
 		cc.oom = 1;
 	if (cc.oom) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for page references");

@@ -190,6 +190,13 @@ int powercut_arm(const char *journal, const char *store_dir)
 
 /* ---- the cut ---------------------------------------------------------------- */
 
+static int lose_data_keep_logs; /* powercut_lose_data_keep_logs */
+
+void powercut_lose_data_keep_logs(int on)
+{
+	lose_data_keep_logs = on;
+}
+
 /* One page of one write since its file's last sync. */
 struct pending {
 	uint32_t file;  /* index into files */
@@ -269,6 +276,9 @@ static int cut_bytes(struct cut *c, uint64_t *rng, struct powercut_stats *st,
 	for (size_t i = c->n_bytes; i-- > 0;) {
 		const struct pending_bytes *b = &c->bytes[i];
 		uint64_t r = rng_below(rng, 100), from = 0, to = b->len;
+
+		if (lose_data_keep_logs)
+			r = 50; /* lost whole */
 		int fd;
 
 		st->pages++;
@@ -324,7 +334,7 @@ static int cut_page(int fd, const struct pending *p, size_t n, uint64_t *rng,
 	const unsigned char *v[64];
 	static _Alignas(PC_PAGE) unsigned char now[PC_PAGE], out[PC_PAGE];
 	size_t nv = 0, pick;
-	uint64_t r = rng_below(rng, 100);
+	uint64_t r = lose_data_keep_logs ? 0 : rng_below(rng, 100);
 
 	if (pread(fd, now, PC_PAGE, (off_t)p->page) != PC_PAGE)
 		return failf(why, cap, "powercut: pread at %llu: %s",
@@ -552,7 +562,7 @@ int powercut_apply(const char *journal, uint64_t seed,
 	rc = cut_pages(&c, &rng, &st, why, why_cap);
 	if (rc == 0)
 		rc = cut_bytes(&c, &rng, &st, why, why_cap);
-	if (rc == 0)
+	if (rc == 0 && !lose_data_keep_logs)
 		rc = cut_logs(&c, &rng, &st, why, why_cap);
 	for (uint32_t i = 0; i < c.n_files; i++)
 		free(c.files[i]);

@@ -59,4 +59,12 @@ int powercut_arm(const char *journal, const char *store_dir);
 int powercut_apply(const char *journal, uint64_t seed,
 		   struct powercut_stats *out, char *why, size_t why_cap);
 
+/*
+ * powercut_lose_data_keep_logs - from now on a cut puts every unsynced
+ * data write back to its durable bytes and keeps every log byte: the one
+ * outcome that most often breaks a store (the catalog remembers what the
+ * disk lost), for tests that need it for sure.  0 turns it off.
+ */
+void powercut_lose_data_keep_logs(int on);
+
 #endif /* KVF_TEST_POWERCUT_H */
