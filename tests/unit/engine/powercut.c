@@ -275,10 +275,9 @@ static int cut_bytes(struct cut *c, uint64_t *rng, struct powercut_stats *st,
 {
 	for (size_t i = c->n_bytes; i-- > 0;) {
 		const struct pending_bytes *b = &c->bytes[i];
-		uint64_t r = rng_below(rng, 100), from = 0, to = b->len;
-
-		if (lose_data_keep_logs)
-			r = 50; /* lost whole */
+		uint64_t r = lose_data_keep_logs ? 50 /* lost whole */
+						  : rng_below(rng, 100);
+		uint64_t from = 0, to = b->len;
 		int fd;
 
 		st->pages++;
