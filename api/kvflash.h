@@ -928,6 +928,146 @@ KVF_API kvf_status kvf_opt_close(kvf_opt *opt);
  */
 KVF_API kvf_status kvf_opt_free(kvf_store *st, const char *name);
 
+/* ---- typed appends, multi-query and asynchronous attention ------------- */
+
+/*
+ * A view of caller memory holding rows of K, V or X: the element type, the
+ * shape [n_tokens][n_heads][head_dim] and the byte strides of the first two
+ * dimensions (the head_dim elements of one row are contiguous), so a slice
+ * of a larger tensor can be passed as it lies.  Fill with kvf_tensor_init.
+ */
+typedef struct {
+	size_t struct_size;    /* sizeof(kvf_tensor), set by _init */
+	kvf_dtype dtype;       /* element type of data */
+	const void *data;      /* element [0][0][0]; NULL only when n_tokens is 0 */
+	uint64_t n_tokens;     /* shape[0]: tokens */
+	uint32_t n_heads;      /* shape[1]: heads (KV heads; X: query heads) */
+	uint32_t head_dim;     /* shape[2]: elements of one row */
+	uint64_t token_stride; /* bytes from a token to the next;
+				* 0 = n_heads * head_dim elements (dense) */
+	uint64_t head_stride;  /* bytes from a head to the next;
+				* 0 = head_dim elements (dense) */
+	uint64_t data_bytes;   /* bytes the caller's buffer holds from data;
+				* 0 = not stated (not checked) */
+} kvf_tensor;
+
+/* Fills *t with an empty dense view; use kvf_tensor_init. */
+KVF_API void kvf_tensor_init_sized(kvf_tensor *t, size_t struct_size);
+
+/*
+ * kvf_tensor_init - an empty view (no data, zero shape, dense strides).
+ * Concurrency: any thread; *t is the caller's.
+ */
+static inline void kvf_tensor_init(kvf_tensor *t)
+{
+	kvf_tensor_init_sized(t, sizeof(*t));
+}
+
+/*
+ * kvf_append_tensor - kvf_append with the layout stated: k and v describe
+ * [n_tokens][n_kv_heads][head_dim] rows in the store's dtype, with any
+ * strides.  Nothing is converted: a dtype or shape other than the store's
+ * is refused.  A dense view is appended straight from the caller's memory;
+ * a strided one is gathered first (one copy of its rows).
+ * Return: as kvf_append; KVF_EINVAL also for a view that is NULL, has a
+ * struct_size too small, a dtype other than the store's, n_heads or
+ * head_dim other than the store's, k and v of different n_tokens, more
+ * than 2^32 - 1 tokens, a stride smaller than the extent it steps over
+ * (rows would overlap), or a view that reaches past its data_bytes (the
+ * message names the view, the value and the limit); KVF_EVERSION.
+ * Concurrency: as kvf_append.
+ */
+KVF_API kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq,
+				     uint32_t layer, const kvf_tensor *k,
+				     const kvf_tensor *v);
+
+/*
+ * kvf_append_x_tensor - kvf_append_x with the layout stated: x describes
+ * [n_tokens][n_q_heads][head_dim] rows in the store's dtype.
+ * Return and concurrency: as kvf_append_tensor.
+ */
+KVF_API kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq,
+				       uint32_t layer, const kvf_tensor *x);
+
+/*
+ * kvf_attend_multi - attention of n_q query positions of one sequence at
+ * once (chunked prefill, speculative-decoding verification), with a causal
+ * mask relative to the positions, computed next to the data in one pass
+ * over each KV head's pages.
+ * @n_q: query positions (>= 1).
+ * @positions: NULL (every query attends every token), or [n_q] token
+ *        positions, each below the layer's length: query i attends the
+ *        tokens t <= positions[i] (and with opts->window w only those with
+ *        t > positions[i] - w).  Positions need not be sorted or distinct.
+ * @q, @out: [n_q][n_q_heads][head_dim] fp32.
+ * @opts: as kvf_attend (scale, mask, window, lse); lse, when given, is
+ *        [n_q][n_q_heads].  sparse and h2o are refused (KVF_ENOTSUP).
+ * A query that attends no token gets out = 0 and lse = -INFINITY.
+ * Return: as kvf_attend; KVF_EINVAL also for n_q 0; KVF_ERANGE for a
+ * position at or past the layer's length (the message names the query,
+ * the position and the length).
+ * Concurrency: as kvf_attend.
+ */
+KVF_API kvf_status kvf_attend_multi(kvf_store *st, uint64_t seq,
+				    uint32_t layer, uint32_t n_q,
+				    const uint64_t *positions, const float *q,
+				    float *out, const kvf_attn_opts *opts);
+
+/* An attention call running in the background (kvf_attend_start). */
+typedef struct kvf_job kvf_job;
+
+/*
+ * kvf_attend_start - start kvf_attend_batch in the background and return
+ * at once, so the caller computes (the next micro-batch, the MLP of the
+ * previous layer) while the store reads and attends; kvf_job_wait gives
+ * the result.  The arguments are checked before anything starts (an
+ * argument error is returned here and no job is made).  seqs, q and opts
+ * are copied; out, and the opts->lse and opts->mask buffers, must stay
+ * valid and untouched until kvf_job_wait returns.
+ * @job: receives the handle; NULL on failure.
+ * Return: KVF_OK; the argument errors of kvf_attend_batch (KVF_EINVAL,
+ * KVF_ERANGE, KVF_ENOTSUP, KVF_EVERSION); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; the job runs as kvf_attend_batch would on
+ * another thread.  kvf_close waits for the store's jobs to finish (their
+ * handles must still be waited for).
+ */
+KVF_API kvf_status kvf_attend_start(kvf_store *st, uint32_t n_seqs,
+				    const uint64_t *seqs, uint32_t layer,
+				    const float *q, float *out,
+				    const kvf_attn_opts *opts, kvf_job **job);
+
+/*
+ * kvf_job_wait - wait for a job to finish and release it.  NULL is
+ * KVF_EINVAL.  The job's failure, if any, is this thread's
+ * kvf_last_error() on return.
+ * Return: the status of the attention (as kvf_attend_batch).
+ * Concurrency: one call per job, from any thread.
+ */
+KVF_API kvf_status kvf_job_wait(kvf_job *job);
+
+/* The public structs, for bindings (ctypes) that mirror them. */
+typedef enum {
+	KVF_STRUCT_OPTIONS = 0,   /* kvf_options */
+	KVF_STRUCT_ATTN_OPTS = 1, /* kvf_attn_opts */
+	KVF_STRUCT_STATS = 2,     /* kvf_stats */
+	KVF_STRUCT_OPT_CONFIG = 3, /* kvf_opt_config */
+	KVF_STRUCT_GRAD = 4,      /* kvf_grad */
+	KVF_STRUCT_TENSOR = 5,    /* kvf_tensor */
+	KVF_STRUCT_STORE_INFO = 6, /* kvf_store_info */
+	KVF_STRUCT_SEQ_INFO = 7,  /* kvf_seq_info */
+	KVF_STRUCT_MODEL = 8      /* kvf_model */
+} kvf_struct;
+
+/*
+ * kvf_struct_size - sizeof the public struct `which` in this library, so a
+ * binding that mirrors the structs (the Python package) can check its
+ * mirrors at load time and fill the _init_sized calls.
+ * Return: the size in bytes; 0 for an unknown value.
+ * Concurrency: any thread, any time.
+ */
+KVF_API size_t kvf_struct_size(kvf_struct which);
+
+
 #ifdef __cplusplus
 }
 #endif

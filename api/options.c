@@ -93,6 +93,41 @@ void kvf_opt_config_init_sized(kvf_opt_config *c, kvf_opt_kind kind,
 	fill_sized(c, &d, sizeof(d), struct_size);
 }
 
+void kvf_tensor_init_sized(kvf_tensor *t, size_t struct_size)
+{
+	kvf_tensor d;
+
+	memset(&d, 0, sizeof(d));
+	d.dtype = KVF_DTYPE_F16;
+	d.data = NULL;
+	fill_sized(t, &d, sizeof(d), struct_size);
+}
+
+size_t kvf_struct_size(kvf_struct which)
+{
+	switch (which) {
+	case KVF_STRUCT_OPTIONS:
+		return sizeof(kvf_options);
+	case KVF_STRUCT_ATTN_OPTS:
+		return sizeof(kvf_attn_opts);
+	case KVF_STRUCT_STATS:
+		return sizeof(kvf_stats);
+	case KVF_STRUCT_OPT_CONFIG:
+		return sizeof(kvf_opt_config);
+	case KVF_STRUCT_GRAD:
+		return sizeof(kvf_grad);
+	case KVF_STRUCT_TENSOR:
+		return sizeof(kvf_tensor);
+	case KVF_STRUCT_STORE_INFO:
+		return sizeof(kvf_store_info);
+	case KVF_STRUCT_SEQ_INFO:
+		return sizeof(kvf_seq_info);
+	case KVF_STRUCT_MODEL:
+		return sizeof(kvf_model);
+	}
+	return 0;
+}
+
 kvf_status kvf_struct_check(const char *call, const char *what,
 			    const void *p, size_t lib_size)
 {

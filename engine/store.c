@@ -26,6 +26,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/append.h"
+#include "engine/attend_async.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
 #include "engine/optim_store.h"
@@ -565,6 +566,7 @@ kvf_status kvf_close(kvf_store *st)
 
 	if (st == NULL)
 		return KVF_OK;
+	attend_async_drain(st); /* background attention on st ends first */
 	cleaner_stop(st);
 	/* a handle that went fatal may have lost its last writes: say so */
 	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only)
