@@ -132,7 +132,13 @@ typedef struct {
 	uint32_t n_threads;       /* worker threads; 0 = online CPUs */
 	uint32_t kt_pages;        /* 1 = also keep K^T pages for SparF */
 	uint64_t segment_size;    /* bytes per segment per stripe; 1 MiB */
-	uint64_t capacity_bytes;  /* media bytes over all stripes; 4 GiB */
+	uint64_t capacity_bytes;  /* media bytes over all stripes; 4 GiB.
+				   * A limit, not an allocation: a new
+				   * stripe file is sparse with its first
+				   * 64 MiB allocated, and grows segment
+				   * by segment as data is written, up to
+				   * this or the file system's free space;
+				   * then appends answer KVF_ENOSPC */
 	uint32_t n_stripes;       /* stripes; 0 = n_device_paths or 1 */
 	uint32_t queue_depth;     /* I/O requests in flight per ring; 32 */
 	const char *const *device_paths; /* NULL = files in the store dir */
@@ -151,9 +157,11 @@ typedef struct {
 				   * physical; 0 = 0.07 */
 	uint32_t trim;            /* trim segments when they are reused:
 				   * 0 = where it helps (devices, the flash
-				   * emulator, memory; not preallocated
-				   * files, whose holes would only be
-				   * refilled), 1 = always, 2 = never */
+				   * emulator, memory; not stripe files,
+				   * whose holes would only be refilled),
+				   * 1 = always (stripe files then give a
+				   * dead segment's space back to the file
+				   * system), 2 = never */
 	uint32_t verify_reads;    /* check pages against their hash when
 				   * read: 0 = those read from file or
 				   * flash media (a memory store's pages,

@@ -504,6 +504,8 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
 
 	if (*rc != KVF_ENOSPC)
 		return 0;
+	if (seg_fs_full_take())
+		return 0; /* the file system is full: the message says so */
 	if (attempt < CLEANER_TRIES && (crc = cleaner_run(st, want)) == KVF_OK)
 		return 1;
 	if (crc != KVF_ENOSPC) {

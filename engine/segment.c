@@ -112,6 +112,57 @@ static uint32_t avail_for_writers(kvf_store *st, uint32_t s)
 	return st->free_count[s] > held ? st->free_count[s] - held : 0;
 }
 
+/* set when the last KVF_ENOSPC of this thread came from the file system
+ * (seg_fs_full_take) */
+static _Thread_local int fs_full;
+
+/* seg_allocate_ahead - the media space of the free segments of stripe s
+ * that writers take next (the free lists are FIFO): those promised
+ * already, need more, and the cleaner's reserve.  Stripe files grow as
+ * segments are used, so a full file system is found here, before an
+ * append places anything (KVF_ENOSPC).  Caller holds seg_lock. */
+static kvf_status seg_allocate_ahead(kvf_store *st, uint32_t s, uint32_t need)
+{
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+	uint32_t n = st->reserved[s] + need + CLEANER_RESERVE;
+	kvf_status rc = KVF_OK;
+
+	if (n > st->free_count[s])
+		n = st->free_count[s];
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+		uint32_t *fi = &st->free_fifo[(uint64_t)s * cap +
+					      (st->free_head[s] + i) % cap];
+
+		rc = kvf_media_allocate_segment(st->media, s,
+						seg_in_stripe(st, *fi));
+		/* the file system is full: a free segment further on whose
+		 * space exists (one used before) takes this one's place */
+		for (uint32_t j = i + 1; rc == KVF_ENOSPC && j < st->free_count[s]; j++) {
+			uint32_t *fj = &st->free_fifo[(uint64_t)s * cap +
+						      (st->free_head[s] + j) % cap];
+			uint32_t t = *fj;
+
+			if (kvf_media_allocate_segment(st->media, s,
+						       seg_in_stripe(st, t)) == KVF_OK) {
+				*fj = *fi;
+				*fi = t;
+				rc = KVF_OK;
+			}
+		}
+	}
+	if (rc == KVF_ENOSPC)
+		fs_full = 1;
+	return rc;
+}
+
+int seg_fs_full_take(void)
+{
+	int was = fs_full;
+
+	fs_full = 0;
+	return was;
+}
+
 kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
 {
 	uint32_t ns = st->hdr.n_stripes, s;
@@ -129,6 +180,14 @@ kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
 				need[s], s, avail,
 				(uint32_t)st->hdr.segs_per_stripe,
 				(unsigned long long)st->hdr.segment_size);
+	}
+	for (s = 0; s < ns; s++) {
+		kvf_status rc = need[s] ? seg_allocate_ahead(st, s, need[s]) : KVF_OK;
+
+		if (rc != KVF_OK) {
+			pthread_mutex_unlock(&st->seg_lock);
+			return rc;
+		}
 	}
 	for (s = 0; s < ns; s++) {
 		st->reserved[s] += need[s];

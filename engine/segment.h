@@ -132,4 +132,9 @@ void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
 uint32_t page_check(const void *page, uint32_t page_size);
 uint64_t page_hash(const void *page, uint32_t page_size);
 
+/* seg_fs_full_take - whether this thread's last KVF_ENOSPC came from a
+ * full file system (the stripe files could not grow) rather than from the
+ * store's capacity; reading it resets it.  Cleaning does not help then. */
+int seg_fs_full_take(void);
+
 #endif /* KVF_ENGINE_SEGMENT_H */

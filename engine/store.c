@@ -27,6 +27,7 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/attend_async.h"
+#include "engine/attend_async.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
 #include "engine/optim_store.h"

@@ -212,6 +212,24 @@ kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
 	return kvf_media_read(m, &io, 1);
 }
 
+kvf_status kvf_media_allocate_segment(struct kvf_media *m, uint32_t stripe,
+				      uint64_t seg)
+{
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_allocate_segment: media is NULL");
+	if (m->closed)
+		return kvf_fail(KVF_ECLOSED,
+				"kvf_media_allocate_segment: media is closed");
+	if (stripe >= m->geo.n_stripes || seg >= m->geo.segs_per_stripe)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_allocate_segment: segment %llu of stripe %u out of range (%u stripes of %llu)",
+				(unsigned long long)seg, stripe, m->geo.n_stripes,
+				(unsigned long long)m->geo.segs_per_stripe);
+	if (m->ops->allocate_segment == NULL || m->read_only)
+		return KVF_OK;
+	return m->ops->allocate_segment(m, stripe, seg);
+}
+
 kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				  uint64_t seg)
 {

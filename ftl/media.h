@@ -26,7 +26,9 @@
 
 #include "kvflash.h"
 
-#define KVF_MEDIA_OPS_VERSION 2 /* bump when kvf_media_ops changes */
+/* bytes of a new stripe file allocated at once; the rest grows by segment */
+#define KVF_MEDIA_PREALLOC_BYTES (64ull << 20)
+#define KVF_MEDIA_OPS_VERSION 3 /* bump when kvf_media_ops changes */
 #define KVF_MEDIA_ALIGN 4096u   /* buffer alignment for every I/O (bytes) */
 #define KVF_MEDIA_MAX_STRIPES 64u
 #define KVF_MEDIA_DEFAULT_QD 32u
@@ -97,6 +99,11 @@ struct kvf_media_ops {
 	 * media that keep segments in memory */
 	kvf_status (*give_segment)(struct kvf_media *m, uint32_t stripe,
 				   uint64_t seg, unsigned char **buf, size_t len);
+	/* optional (NULL: space never runs out below the geometry): make
+	 * sure the space of a segment exists, so that writing it cannot
+	 * fail for lack of room (stripe files grow as they are used) */
+	kvf_status (*allocate_segment)(struct kvf_media *m, uint32_t stripe,
+				       uint64_t seg);
 };
 
 /* The head of every backend's handle (backends embed it first). */
@@ -172,6 +179,14 @@ kvf_status kvf_media_give_segment(struct kvf_media *m, uint32_t stripe,
 kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
 				uint64_t seg, uint32_t page, uint32_t n,
 				void *buf);
+/* kvf_media_allocate_segment - make sure the space of segment seg of
+ * stripe exists before it is written: a stripe file is not preallocated,
+ * it grows segment by segment (and shrinks again where segments are
+ * trimmed).  Return: KVF_OK; KVF_ENOSPC (the file system is full: the
+ * message names the file); KVF_EIO; KVF_ERANGE; KVF_EINVAL. */
+kvf_status kvf_media_allocate_segment(struct kvf_media *m, uint32_t stripe,
+				      uint64_t seg);
+
 /* kvf_media_trim_segment - the segment's contents are no longer needed;
  * it reads back as zeros. */
 kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,

@@ -5,10 +5,14 @@
  * Stripe s is paths[s]; segment g of it lives at byte g * segment_bytes.
  * At open each stripe is opened with O_DIRECT where the file system allows
  * it (else buffered, reported in stats), locked (flock, so two opens of the
- * same file fail with KVF_EBUSY), and a regular file is preallocated to
- * the full geometry with fallocate (ftruncate where fallocate is not
- * supported).  A block device must be at least that large.  Trim punches a
- * hole in a file and discards on a device.  Sync is fdatasync per stripe.
+ * same file fail with KVF_EBUSY), and a regular file is given the size of
+ * the full geometry with ftruncate, sparse: nothing is preallocated.  The
+ * file's blocks are allocated segment by segment (fallocate) when the
+ * engine is about to use a segment (kvf_media_allocate_segment), so a full
+ * file system is reported as KVF_ENOSPC before anything is written, and a
+ * store takes the space its live data needs.  A block device must be at
+ * least the geometry's size.  Trim punches a hole in a file and discards on
+ * a device.  Sync is fdatasync per stripe.
  *
  * I/O runs through a pool of io_uring rings, one per concurrent caller up
  * to max_rings; without io_uring it runs through pread/pwrite.
@@ -48,6 +52,9 @@ struct file_stripe {
 	int direct;    /* opened with O_DIRECT */
 	int created;   /* this open created the file */
 	char *path;    /* for messages */
+	_Atomic uint64_t *allocated; /* [segs/64] bit per segment: its blocks
+				      * were allocated by this handle (set
+				      * by allocate, cleared by trim) */
 };
 
 struct media_file {
@@ -200,6 +207,9 @@ static kvf_status file_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
 					   (off_t)off, (off_t)len);
 	}
 	if (ret == 0) {
+		if (s->allocated)
+			atomic_fetch_and(&s->allocated[seg / 64],
+					 ~(1ull << (seg % 64)));
 		atomic_fetch_add(&mf->trims, 1);
 		return KVF_OK;
 	}
@@ -288,6 +298,8 @@ static void close_stripes(struct media_file *mf, uint32_t n,
 		if (unlink_created && s->created)
 			kvf_sysio->unlink(s->path);
 		kvf_free(s->path);
+		kvf_free((void *)s->allocated);
+		s->allocated = NULL;
 		s->fd = -1;
 		s->lock_fd = -1;
 		s->path = NULL;
@@ -306,6 +318,35 @@ static void file_close(struct kvf_media *m)
 	pthread_mutex_destroy(&mf->pool_lock);
 }
 
+/* file_allocate - fallocate the blocks of one segment of a stripe file
+ * (once per handle until the segment is trimmed) */
+static kvf_status file_allocate(struct kvf_media *m, uint32_t stripe,
+				uint64_t seg)
+{
+	struct file_stripe *s = &to_file(m)->stripes[stripe];
+	uint64_t len = kvf_media_segment_bytes(&m->geo), bit = 1ull << (seg % 64);
+	int err;
+
+	if (s->is_blkdev || s->allocated == NULL ||
+	    (atomic_load(&s->allocated[seg / 64]) & bit))
+		return KVF_OK;
+	if (kvf_sysio->fallocate(s->fd, 0, (off_t)(seg * len), (off_t)len) == 0 ||
+	    (err = errno) == EOPNOTSUPP) {
+		atomic_fetch_or(&s->allocated[seg / 64], bit);
+		return KVF_OK;
+	}
+	if (err == ENOSPC || err == EDQUOT)
+		return kvf_fail_errno(KVF_ENOSPC, err,
+				      "the file system holding %s is full: segment %llu (%llu bytes at offset %llu) cannot be allocated",
+				      s->path, (unsigned long long)seg,
+				      (unsigned long long)len,
+				      (unsigned long long)(seg * len));
+	return kvf_fail_errno(KVF_EIO, err,
+			      "kvf_media_allocate_segment: fallocate %llu bytes at offset %llu of %s",
+			      (unsigned long long)len,
+			      (unsigned long long)(seg * len), s->path);
+}
+
 static const struct kvf_media_ops file_ops = {
 	.version = KVF_MEDIA_OPS_VERSION,
 	.name = "file",
@@ -315,6 +356,7 @@ static const struct kvf_media_ops file_ops = {
 	.sync = file_sync,
 	.stats = file_stats,
 	.close = file_close,
+	.allocate_segment = file_allocate,
 };
 
 /* open_fd - open path with O_DIRECT if wanted, falling back to buffered
@@ -358,12 +400,37 @@ static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io
 	return KVF_OK;
 }
 
+/* preallocate - allocate the first `bytes` of a new stripe file (whole
+ * segments of seg_bytes) and mark those segments allocated */
+static kvf_status preallocate(struct file_stripe *s, uint64_t bytes,
+			      uint64_t seg_bytes)
+{
+	int err;
+
+	if (kvf_sysio->fallocate(s->fd, 0, 0, (off_t)bytes) != 0) {
+		err = errno;
+		if (err == ENOSPC)
+			return kvf_fail(KVF_ENOSPC,
+					"kvf_media_open: no space to preallocate %llu bytes for %s",
+					(unsigned long long)bytes, s->path);
+		if (err != EOPNOTSUPP)
+			return kvf_fail_errno(KVF_EIO, err,
+					      "kvf_media_open: fallocate %llu bytes for %s",
+					      (unsigned long long)bytes, s->path);
+		return KVF_OK; /* ftruncate follows; space is not reserved */
+	}
+	for (uint64_t g = 0; g < bytes / seg_bytes; g++)
+		atomic_fetch_or(&s->allocated[g / 64], 1ull << (g % 64));
+	return KVF_OK;
+}
+
 /* prepare_stripe - lock the file and size it to hold the geometry (a
  * read-only open takes a shared lock and must find it sized already) */
 static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
-				 int read_only)
+				 uint64_t seg_bytes, int read_only)
 {
 	struct stat st;
+	kvf_status rc;
 
 	s->lock_fd = kvf_sysio->open(s->path, O_RDONLY | O_CLOEXEC, 0);
 	if (s->lock_fd < 0)
@@ -406,16 +473,12 @@ static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
 				"kvf_media_open: %s holds %llu bytes, the geometry needs %llu",
 				s->path, (unsigned long long)st.st_size,
 				(unsigned long long)need);
-	if (kvf_sysio->fallocate(s->fd, 0, 0, (off_t)need) == 0)
-		return KVF_OK;
-	if (errno == ENOSPC)
-		return kvf_fail(KVF_ENOSPC,
-				"kvf_media_open: no space to preallocate %llu bytes for %s",
-				(unsigned long long)need, s->path);
-	if (errno != EOPNOTSUPP)
-		return kvf_fail_errno(KVF_EIO, errno,
-				      "kvf_media_open: fallocate %llu bytes for %s",
-				      (unsigned long long)need, s->path);
+	/* sparse, but for a first stretch: the rest of the blocks come
+	 * segment by segment (file_allocate) */
+	if ((rc = preallocate(s, need < KVF_MEDIA_PREALLOC_BYTES ? need
+							      : KVF_MEDIA_PREALLOC_BYTES,
+			      seg_bytes)) != KVF_OK)
+		return rc;
 	if (kvf_sysio->ftruncate(s->fd, (off_t)need) != 0)
 		return kvf_fail_errno(KVF_EIO, errno,
 				      "kvf_media_open: ftruncate %s to %llu bytes",
@@ -492,8 +555,16 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 			n_touched++;
 			goto out_close;
 		}
+		s->allocated = kvf_calloc((size_t)((g->segs_per_stripe + 63) / 64),
+					  sizeof(uint64_t));
+		if (s->allocated == NULL) {
+			rc = kvf_fail(KVF_ENOMEM, "kvf_media_open: out of memory");
+			n_touched++;
+			goto out_close;
+		}
 		if ((rc = open_fd(s, cfg->direct_io, cfg->read_only != 0)) != KVF_OK ||
-		    (rc = prepare_stripe(s, need, cfg->read_only != 0)) != KVF_OK) {
+		    (rc = prepare_stripe(s, need, kvf_media_segment_bytes(g),
+					     cfg->read_only != 0)) != KVF_OK) {
 			n_touched++;
 			goto out_close;
 		}
