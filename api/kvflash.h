@@ -980,8 +980,7 @@ static inline void kvf_tensor_init(kvf_tensor *t)
  * Return: as kvf_append; KVF_EINVAL also for a view that is NULL, has a
  * struct_size too small, a dtype other than the store's, n_heads or
  * head_dim other than the store's, k and v of different n_tokens, more
- * than 2^32 - 1 tokens, a stride smaller than the extent it steps over
- * (rows would overlap), or a view that reaches past its data_bytes (the
+ * than 2^32 - 1 tokens, strides that make rows overlap, or a view that reaches past its data_bytes (the
  * message names the view, the value and the limit); KVF_EVERSION.
  * Concurrency: as kvf_append.
  */

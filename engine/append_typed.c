@@ -49,6 +49,25 @@ struct view {
 	int dense;             /* rows lie as [n_tokens][heads][head_dim] */
 };
 
+/* strides_overlap - whether rows of row bytes at t * ts + h * hs (t below
+ * nt, h below nh) overlap: the smaller stride must clear a row, the larger
+ * one a whole run of the smaller */
+static int strides_overlap(uint64_t ts, uint64_t nt, uint64_t hs, uint64_t nh,
+			   uint64_t row)
+{
+	uint64_t in = ts < hs ? ts : hs, n_in = ts < hs ? nt : nh;
+	uint64_t out = ts < hs ? hs : ts, n_out = ts < hs ? nh : nt;
+
+	if (n_in <= 1) {
+		in = out;
+		n_in = n_out;
+		n_out = 1;
+	}
+	if (n_in > 1 && in < row)
+		return 1;
+	return n_out > 1 && out < (n_in - 1) * in + row;
+}
+
 /*
  * view_check - check t (named what) against heads x head_dim rows of the
  * store's dtype; fill v.
@@ -91,16 +110,11 @@ static kvf_status view_check(const char *call, const char *what,
 	row = (uint64_t)head_dim * dtype_bytes(dtype);
 	hs = t->head_stride ? t->head_stride : row;
 	ts = t->token_stride ? t->token_stride : (uint64_t)heads * row;
-	if (hs < row && heads > 1)
+	if (strides_overlap(ts, t->n_tokens, hs, heads, row))
 		return kvf_fail(KVF_EINVAL,
-				"%s: %s.head_stride %llu is smaller than a row (%llu bytes): heads would overlap",
-				call, what, (unsigned long long)hs,
-				(unsigned long long)row);
-	if (ts < (uint64_t)(heads - 1) * hs + row && t->n_tokens > 1)
-		return kvf_fail(KVF_EINVAL,
-				"%s: %s.token_stride %llu is smaller than a token's %llu bytes: tokens would overlap",
+				"%s: %s.token_stride %llu and head_stride %llu make rows of %llu bytes overlap",
 				call, what, (unsigned long long)ts,
-				(unsigned long long)((uint64_t)(heads - 1) * hs + row));
+				(unsigned long long)hs, (unsigned long long)row);
 	extent = t->n_tokens ? (t->n_tokens - 1) * ts + (uint64_t)(heads - 1) * hs + row
 			     : 0;
 	if (t->data_bytes != 0 && extent > t->data_bytes)

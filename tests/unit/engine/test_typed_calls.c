@@ -67,11 +67,11 @@ Test(typed_append, refusals_change_nothing)
 	bad = tk;
 	bad.head_stride = ROW / 2;
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
-		"k.head_stride 64 is smaller than a row (128 bytes)");
+		"k.token_stride 256 and head_stride 64 make rows of 128 bytes overlap");
 	bad = tk;
 	bad.token_stride = ROW;
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
-		"k.token_stride 128 is smaller than a token's 256 bytes");
+		"k.token_stride 128 and head_stride 128 make rows of 128 bytes overlap");
 	bad = tk;
 	bad.data = NULL;
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
