@@ -3,10 +3,11 @@
  * (kvf_store_info_get), its sequences and segments, and the figures of
  * kvf_stats_get.
  *
- * The byte counts and write amplification of kvf_stats_get are counted
- * since the store was opened, so for the read-only open made here they
- * are zero; they are printed anyway, labelled so, for the same output on
- * a store a program has open.  The store is opened read-only and never
+ * kvf_stats_get counts two ways, and each figure is labelled with its
+ * own: bytes appended and written (by cause) and the write amplification
+ * count since the store was created (as of its last sync); bytes read and
+ * catalog bytes count since this open, kvtool's own read-only one, so they
+ * are 0 here ("this open").  The store is opened read-only and never
  * changed.
  */
 #include <string.h>
@@ -17,7 +18,7 @@
 struct info {
 	const char *dir;     /* the store directory */
 	kvf_store_info si;   /* configuration */
-	kvf_stats stats;     /* figures since open */
+	kvf_stats stats;     /* figures: since create, and this open */
 	size_t n_seqs;       /* live sequences */
 };
 
@@ -59,20 +60,21 @@ static void print_text(const struct info *in)
 	       (unsigned long long)s->n_syncs);
 	printf("index        %s of memory\n",
 	       human_bytes(b[3], sizeof(b[3]), s->index_bytes));
-	printf("since open   user %s, written %s, read %s, catalog %s\n",
+	printf("since create user %s appended, %s written to media (as of the last sync)\n",
 	       human_bytes(b[0], sizeof(b[0]), s->user_bytes),
-	       human_bytes(b[1], sizeof(b[1]), s->host_bytes_written),
-	       human_bytes(b[2], sizeof(b[2]), s->bytes_read),
-	       human_bytes(b[3], sizeof(b[3]), s->metadata_bytes));
-	printf("written      data %s, padding %s, cleaner %s, K^T %s, summaries %s\n",
+	       human_bytes(b[1], sizeof(b[1]), s->host_bytes_written));
+	printf("written      data %s, padding %s, cleaner %s, K^T %s, summaries %s (since create)\n",
 	       human_bytes(b[0], sizeof(b[0]), s->data_bytes),
 	       human_bytes(b[1], sizeof(b[1]), s->padding_bytes),
 	       human_bytes(b[2], sizeof(b[2]), s->cleaner_bytes),
 	       human_bytes(b[4], sizeof(b[4]), s->kt_bytes),
 	       human_bytes(b[5], sizeof(b[5]), s->summary_bytes));
-	printf("WA           host %.3f, device %.3f, total %.3f%s\n", s->host_wa,
-	       s->device_wa, s->total_wa,
-	       s->user_bytes ? "" : " (nothing appended since open)");
+	printf("WA           host %.3f, device %.3f, total %.3f (since create)%s\n",
+	       s->host_wa, s->device_wa, s->total_wa,
+	       s->user_bytes ? "" : ", nothing appended");
+	printf("this open    read %s, catalog %s written (counted from kvtool's own read-only open, so 0 here)\n",
+	       human_bytes(b[2], sizeof(b[2]), s->bytes_read),
+	       human_bytes(b[3], sizeof(b[3]), s->metadata_bytes));
 }
 
 static void print_json(const struct info *in)
@@ -106,18 +108,19 @@ static void print_json(const struct info *in)
 	printf(", \"live_pages\": %llu, \"n_syncs\": %llu, \"index_bytes\": %llu",
 	       (unsigned long long)s->live_pages, (unsigned long long)s->n_syncs,
 	       (unsigned long long)s->index_bytes);
-	printf(", \"since_open\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu, \"metadata_bytes\": %llu, \"bytes_read\": %llu",
+	printf(", \"since_create\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu",
 	       (unsigned long long)s->user_bytes,
 	       (unsigned long long)s->host_bytes_written,
 	       (unsigned long long)s->data_bytes,
 	       (unsigned long long)s->padding_bytes,
 	       (unsigned long long)s->cleaner_bytes,
 	       (unsigned long long)s->kt_bytes,
-	       (unsigned long long)s->summary_bytes,
-	       (unsigned long long)s->metadata_bytes,
-	       (unsigned long long)s->bytes_read);
-	printf(", \"host_wa\": %.6f, \"device_wa\": %.6f, \"total_wa\": %.6f}}\n",
+	       (unsigned long long)s->summary_bytes);
+	printf(", \"host_wa\": %.6f, \"device_wa\": %.6f, \"total_wa\": %.6f}",
 	       s->host_wa, s->device_wa, s->total_wa);
+	printf(", \"this_open\": {\"bytes_read\": %llu, \"metadata_bytes\": %llu}}\n",
+	       (unsigned long long)s->bytes_read,
+	       (unsigned long long)s->metadata_bytes);
 }
 
 int cmd_info(const struct cmd *c, int argc, char **argv)
