@@ -101,8 +101,17 @@ class Store:
             raise InvalidArgument(EINVAL, "Store: tensor %r is not 'torch' or "
                                   "'numpy'" % (tensor,))
         handle = ctypes.c_void_p()
-        check(lib.kvf_open(os.fsencode(os.fspath(path)), ctypes.byref(opts),
-                           ctypes.byref(handle)))
+        bpath = os.fsencode(os.fspath(path))
+        if dtype is None and not (n_layers or n_q_heads or n_kv_heads or
+                                  head_dim):
+            if not options:
+                opts_p = None  # reopen: everything as stored
+            else:
+                self._as_stored(bpath, opts, options)
+                opts_p = ctypes.byref(opts)
+        else:
+            opts_p = ctypes.byref(opts)
+        check(lib.kvf_open(bpath, opts_p, ctypes.byref(handle)))
         self._st = handle
         self.path = os.fspath(path)
         info = self.info()
@@ -117,6 +126,25 @@ class Store:
         self.kind = tensor or kind or (
             "torch" if A._torch() is not None else "numpy")
         self._row = self.head_dim * A.ELT_BYTES[self.dtype_code]
+
+    @staticmethod
+    def _as_stored(bpath, opts, given):
+        """Reopen with options but no shape: the fields that shape the
+        store, unless given, are taken from the store itself (a read-only
+        peek), since kvf_open checks them against the stored ones."""
+        peek = _lib.new(_lib.Options, None)
+        peek.read_only = 1
+        h = ctypes.c_void_p()
+        if lib.kvf_open(bpath, ctypes.byref(peek), ctypes.byref(h)) != 0:
+            return  # no store there (or busy): kvf_open will say so
+        info = _lib.new(_lib.StoreInfo)
+        rc = lib.kvf_store_info_get(h, ctypes.byref(info))
+        lib.kvf_close(h)
+        check(rc)
+        for f in ("page_size", "segment_size", "capacity_bytes", "n_stripes",
+                  "kt_pages", "media"):
+            if f not in given:
+                setattr(opts, f, getattr(info, f))
 
     # ---- lifecycle ------------------------------------------------------
 
