@@ -7,7 +7,9 @@
 #                                           a decode workload on a store in
 #                                           ./kvflash-demo (KVF_DEMO_DIR),
 #                                           replaced at every run
-#   bash tools/bootstrap.sh test [SAN]      build, then run every test;
+#   bash tools/bootstrap.sh test [SAN]      build, then run every test
+#                                           (the Python package's pytest
+#                                           suite and the examples too);
 #                                           SAN = address (ASan+UBSan) or
 #                                           thread (TSan), in build-SAN/
 set -euo pipefail
@@ -15,7 +17,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
 packages=(gcc make cmake pkg-config binutils
-          librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev)
+          librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev
+          python3 python3-numpy python3-torch python3-pytest)
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -171,4 +171,20 @@ if command -v c++ >/dev/null 2>&1; then
 		-Wpedantic -Werror -fsyntax-only -x c++ "$inc/kvflash.h"
 fi
 
+# ---- the Python package -------------------------------------------------------
+
+py=$(sed -n 's/^KVF_PYTHON:FILEPATH=//p' "$build/CMakeCache.txt")
+pydir=$(sed -n 's/^KVF_PYTHON_DIR:STRING=//p' "$build/CMakeCache.txt")
+if [ -n "$py" ] && [ -n "$pydir" ] && [ -z "$san" ] &&
+   "$py" -c 'import numpy' 2>/dev/null; then
+	say "Python: import kvflash from $prefix/$pydir"
+	got=$(cd "$tmp" && env PYTHONPATH="$prefix/$pydir" "$py" -c \
+		'import kvflash, kvflash._lib as l; print(l.lib._name)') ||
+		die "import kvflash from $prefix/$pydir failed"
+	case $got in
+	"$prefix"/*) ;;
+	*) die "the installed kvflash package loaded $got, not the library in $prefix" ;;
+	esac
+fi
+
 say "all builds against the installed kvflash passed"
