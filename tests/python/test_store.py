@@ -119,3 +119,52 @@ def test_error_classes():
     assert str(e) == "kvf_append: full (KVF_ENOSPC)"
     assert kvflash.status_name(41) == "KVF_ECORRUPT"
     assert kvflash.version().count(".") == 2
+
+
+def test_reopen_with_options_takes_the_stored_shape(tmp_path):
+    path = os.path.join(tmp_path, "r")
+    with kvflash.Store(path, n_layers=1, n_q_heads=4, n_kv_heads=4,
+                       head_dim=64, dtype="bf16", capacity_bytes=256 << 20,
+                       segment_size=256 << 10) as st:
+        st.seq_create(1)
+    # runtime options only: the shaping ones come from the store
+    with kvflash.Store(path, n_threads=1, verify_reads=1) as st:
+        info = st.info()
+        assert info["capacity_bytes"] == 256 << 20
+        assert info["segment_size"] == 256 << 10 and st.dtype == "bf16"
+        assert st.seq_list() == [1]
+    # a read-only handle
+    with kvflash.Store(path, read_only=1) as st:
+        with pytest.raises(kvflash.NotSupported) as e:
+            st.seq_create(2)
+        assert "read-only" in e.value.message
+
+
+def test_capacity_is_a_limit_not_an_allocation(tmp_path):
+    path = os.path.join(tmp_path, "c")
+    with kvflash.Store(path, n_layers=1, n_q_heads=4, n_kv_heads=4,
+                       head_dim=64, dtype="f16", capacity_bytes=8 << 30):
+        stripe = os.path.join(path, "stripe-000.kvf")
+        st_ = os.stat(stripe)
+        assert st_.st_size == 8 << 30            # the geometry, sparse
+        assert st_.st_blocks * 512 <= 65 << 20   # 64 MiB allocated
+
+
+def test_full_store_raises_nospace_and_frees(tmp_path):
+    path = os.path.join(tmp_path, "f")
+    with kvflash.Store(path, n_layers=1, n_q_heads=2, n_kv_heads=2,
+                       head_dim=64, dtype="f16", media="memory",
+                       segment_size=64 << 10,
+                       capacity_bytes=1 << 20) as st:
+        st.seq_create(1)
+        k = torch.randn(512, 2, 64).half()
+        with pytest.raises(kvflash.NoSpace) as e:
+            for _ in range(64):
+                st.append(1, 0, k, k)
+        assert e.value.status == 31 and "full of live data" in e.value.message
+        n = st.seq_len(1, 0)
+        st.seq_free(1)
+        st.sync()
+        st.seq_create(2)
+        st.append(2, 0, k, k)
+        assert n > 0 and st.seq_len(2, 0) == 512
