@@ -20,8 +20,9 @@
 #include "engine/cleaner.h"
 #include "engine/kt.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 #define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
 

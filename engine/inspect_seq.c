@@ -12,7 +12,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/inspect_int.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 
 kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)

@@ -15,8 +15,9 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 uint32_t kt_choose_dims(uint32_t head_dim)
 {

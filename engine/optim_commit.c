@@ -124,8 +124,8 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 	rc = optim_streams_alloc(seq, (m.n_params + per - 1) / per);
 	seq->optim_gen = m.gen & 1;
 	seq->optim_steps = m.steps;
-	if (m.seq >= atomic_load(&st->next_optim_id))
-		atomic_store(&st->next_optim_id, m.seq + 1);
+	if (m.seq >= atomic_load(&st->optims.next_id))
+		atomic_store(&st->optims.next_id, m.seq + 1);
 	(void)key;
 	seq_put(st, seq);
 	return rc;

@@ -34,7 +34,7 @@
 
 #include "compute/optim.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 
@@ -55,7 +55,7 @@ struct meta_optim {
 struct kvf_opt {
 	kvf_store *st;            /* NULL once the store was closed: every
 				   * call but kvf_opt_close is KVF_ECLOSED */
-	kvf_opt *prev, *next;     /* the store's open handles; st->optim_lock */
+	kvf_opt *prev, *next;     /* the store's open handles; st->optims.lock */
 	char *name;
 	uint64_t seq_id;          /* pseudo-sequence */
 	uint64_t n_params;        /* parameters */

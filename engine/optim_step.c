@@ -394,12 +394,12 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	struct step_ctx x;
 	kvf_status rc;
 
-	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* sync_lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPTIM, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
-		pthread_mutex_unlock(&st->sync_lock);
+		pthread_mutex_unlock(&st->dur.lock);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
 	}
 	pthread_mutex_lock(&seq->lock);
@@ -424,7 +424,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 		rc = optim_commit_gen(o, seq, steps + 1, 1 - gen, 0);
 	seq_unlock_put(st, seq);
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }
 

@@ -14,8 +14,9 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 #define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
 
@@ -168,7 +169,7 @@ struct batch {
 	uint64_t group[READ_BATCH];    /* group of each page */
 	struct page_ref ref[READ_BATCH]; /* what the index says */
 	uint32_t n;                    /* pages */
-	struct batch *next;            /* store's spares; pool_lock */
+	struct batch *next;            /* store's spares; reads.lock */
 };
 
 #define READ_BATCHES_KEPT 8u /* read batches the store keeps for reuse */
@@ -180,13 +181,13 @@ static struct batch *read_batch_new(kvf_store *st)
 {
 	struct batch *b;
 
-	pthread_mutex_lock(&st->pool_lock);
-	b = st->read_batches;
+	pthread_mutex_lock(&st->reads.lock);
+	b = st->reads.list;
 	if (b) {
-		st->read_batches = b->next;
-		st->n_read_batches--;
+		st->reads.list = b->next;
+		st->reads.n--;
 	}
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_unlock(&st->reads.lock);
 	if (b) {
 		b->n = b->n_io = 0;
 		return b;
@@ -207,29 +208,35 @@ static void read_batch_free(kvf_store *st, struct batch *b)
 {
 	if (b == NULL)
 		return;
-	pthread_mutex_lock(&st->pool_lock);
-	if (st->n_read_batches < READ_BATCHES_KEPT) {
-		b->next = st->read_batches;
-		st->read_batches = b;
-		st->n_read_batches++;
+	pthread_mutex_lock(&st->reads.lock);
+	if (st->reads.n < READ_BATCHES_KEPT) {
+		b->next = st->reads.list;
+		st->reads.list = b;
+		st->reads.n++;
 		b = NULL;
 	}
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_unlock(&st->reads.lock);
 	if (b)
 		kvf_free(b->buf);
 	kvf_free(b);
 }
 
-void read_batches_free(kvf_store *st)
+void read_spares_init(kvf_store *st)
 {
-	while (st->read_batches) {
-		struct batch *b = st->read_batches;
+	pthread_mutex_init(&st->reads.lock, NULL);
+}
 
-		st->read_batches = b->next;
+void read_spares_free(kvf_store *st)
+{
+	while (st->reads.list) {
+		struct batch *b = st->reads.list;
+
+		st->reads.list = b->next;
 		kvf_free(b->buf);
 		kvf_free(b);
 	}
-	st->n_read_batches = 0;
+	st->reads.n = 0;
+	pthread_mutex_destroy(&st->reads.lock);
 }
 
 static void batch_add(kvf_store *st, struct batch *b, uint64_t g,

@@ -27,8 +27,9 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/optim_store.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 struct rec_item {
 	uint64_t seqno; /* of the record */
@@ -155,8 +156,8 @@ static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
 		seq_destroy(st, seq);
 		return rc;
 	}
-	if (m.create_seqno >= atomic_load(&st->next_seqno))
-		atomic_store(&st->next_seqno, m.create_seqno + 1);
+	if (m.create_seqno >= atomic_load(&st->writer.next_seqno))
+		atomic_store(&st->writer.next_seqno, m.create_seqno + 1);
 	return 0;
 }
 
@@ -344,9 +345,9 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
 	memcpy(&m, val, sizeof(m));
 	runs = (struct meta_run *)((char *)val + sizeof(m));
 	rc = read_summary(st, segid, &m, &hashes);
-	if (rc == KVF_OK && m.seqno > st->synced_seqno)
+	if (rc == KVF_OK && m.seqno > st->dur.synced_seqno)
 		rc = check_pages(st, segid, &m, hashes);
-	if (rc == KVF_ECORRUPT && m.seqno > st->synced_seqno) {
+	if (rc == KVF_ECORRUPT && m.seqno > st->dur.synced_seqno) {
 		/* cut short by the crash: not there */
 		rc = drop_seg(dropped, segid);
 		goto out;
@@ -358,7 +359,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
 	if ((rc = seg_mark_sealed(st, segid, &m)) != KVF_OK)
 		goto out;
 	if (corrupt)
-		st->segs[segid].state = SEG_CORRUPT;
+		st->segtab.info[segid].state = SEG_CORRUPT;
 	for (uint32_t i = 0; i < m.n_runs && rc == KVF_OK; i++) {
 		struct meta_run r;
 
@@ -442,7 +443,7 @@ static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 				continue;
 			segid = addr_seg(r.addr, st->page_bits);
 			page = addr_page(r.addr, st->page_bits);
-			si = segid < st->n_segments ? &st->segs[segid] : NULL;
+			si = segid < st->n_segments ? &st->segtab.info[segid] : NULL;
 			if (si == NULL || si->live_bits == NULL || page >= si->n_data) {
 				r.addr = ADDR_NONE; /* names no sealed page */
 				stream_set_page(s, g, r);
@@ -519,9 +520,9 @@ kvf_status recovery_load(kvf_store *st)
 		}
 		memcpy(&ms, val, sizeof(ms));
 		kvf_free(val);
-		st->synced_seqno = ms.seqno;
-		st->n_syncs = ms.n_syncs;
-		st->n_points = ms.n_points;
+		st->dur.synced_seqno = ms.seqno;
+		st->dur.n_syncs = ms.n_syncs;
+		st->dur.n_points = ms.n_points;
 		atomic_store(&st->c.user_bytes, ms.user_bytes);
 		atomic_store(&st->c.data_bytes, ms.data_bytes);
 		atomic_store(&st->c.padding_bytes, ms.padding_bytes);
@@ -529,8 +530,8 @@ kvf_status recovery_load(kvf_store *st)
 		atomic_store(&st->c.cleaner_bytes, ms.cleaner_bytes);
 		atomic_store(&st->c.summary_bytes, ms.summary_bytes);
 		atomic_store(&st->c.optim_bytes, ms.optim_bytes);
-		if (ms.seqno >= atomic_load(&st->next_seqno))
-			atomic_store(&st->next_seqno, ms.seqno + 1);
+		if (ms.seqno >= atomic_load(&st->writer.next_seqno))
+			atomic_store(&st->writer.next_seqno, ms.seqno + 1);
 	} else if (rc != KVF_ENOENT) {
 		return rc;
 	}
@@ -539,7 +540,7 @@ kvf_status recovery_load(kvf_store *st)
 	if (rc == KVF_OK) {
 		if (vlen == (size_t)st->n_segments * sizeof(uint32_t))
 			for (uint32_t i = 0; i < st->n_segments; i++)
-				memcpy(&st->segs[i].erase_count,
+				memcpy(&st->segtab.info[i].erase_count,
 				       (char *)val + (size_t)i * 4, 4);
 		kvf_free(val);
 	} else if (rc != KVF_ENOENT) {
@@ -569,8 +570,8 @@ kvf_status recovery_load(kvf_store *st)
 		goto out;
 	}
 	for (size_t i = 0; i < l.n && rc == KVF_OK; i++) {
-		if (l.items[i].seqno >= atomic_load(&st->next_seqno))
-			atomic_store(&st->next_seqno, l.items[i].seqno + 1);
+		if (l.items[i].seqno >= atomic_load(&st->writer.next_seqno))
+			atomic_store(&st->writer.next_seqno, l.items[i].seqno + 1);
 		if (l.items[i].tag == META_TAG_SEG)
 			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks,
 				       &dropped);

@@ -17,8 +17,9 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 /* ---- public calls ------------------------------------------------------ */
 
@@ -76,7 +77,7 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
-	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	if ((rc = seq_record(st, seq, b)) != KVF_OK ||
 	    (rc = seq_insert(st, seq)) != KVF_OK) {
 		catalog_batch_free(b);
@@ -133,7 +134,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 		return rc;
 	/* sync_lock first: a sync in progress must not write back the
 	 * record of a sequence freed after it captured it */
-	pthread_mutex_lock(&st->sync_lock);
+	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
@@ -172,7 +173,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	}
 out:
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }
 
@@ -338,7 +339,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		child->x_len[l] = n_tokens < parent->x_len[l] ? n_tokens
 							       : parent->x_len[l];
 	}
-	child->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	child->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	child->has_ref_record = 1;
 	{
 		struct meta_ref h = { .seqno = child->create_seqno, .n = n_refs };

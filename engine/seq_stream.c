@@ -20,8 +20,9 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 uint32_t seq_n_kv_streams(kvf_store *st)
 {
@@ -256,7 +257,7 @@ kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
 	kvf_free(val);
 	/* counts as written only once the batch commits (sync_done) */
 	seq->vbar_capture = seq->vbar_changes;
-	seq->vbar_capture_gen = st->sync_gen;
+	seq->vbar_capture_gen = st->dur.gen;
 	return KVF_OK;
 }
 
