@@ -26,7 +26,9 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/kt.h"
 #include "engine/optim_store.h"
+#include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
@@ -179,7 +181,53 @@ static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
 	if (klen != 9)
 		return kvf_fail(KVF_ECORRUPT, "kvf_open: a means-of-V key is %zu bytes",
 				klen);
-	return seq_vbar_load(arg, meta_key_id(key, 8), val, vlen);
+	kvf_store *st = arg;
+	uint64_t id = meta_key_id(key, 8);
+	struct seq *seq = seq_get_ns(st, SEQ_NS_USER, id);
+	kvf_status rc = seq_vbar_load(st, id, seq, val, vlen);
+
+	if (seq)
+		seq_put(st, seq);
+	return rc;
+}
+
+/*
+ * load_tails - a writable open puts each stream's part-filled tail group,
+ * and each K head's part-filled K^T block, back in memory, where the
+ * store held them before it closed: so the append path reads nothing.  A
+ * tail whose page fails verification stays out (its sequence then cannot
+ * grow; engine/append.c says so); running out of memory fails the open.
+ */
+static void load_tails(kvf_store *st, struct seq *seq, void *arg)
+{
+	kvf_status *rc = arg;
+	uint32_t n = seq_n_streams(st);
+
+	if (*rc != KVF_OK || seq->ns != SEQ_NS_USER)
+		return;
+	pthread_mutex_lock(&seq->lock);
+	for (uint32_t i = 0; i < n && *rc != KVF_ENOMEM; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		enum kv_kind kind = stream_kind(sid);
+		uint64_t tokens;
+
+		if (s == NULL || kind == KIND_KT)
+			continue;
+		tokens = seq_tokens(seq, kind, stream_layer(sid));
+		if (tokens % st->group_tokens)
+			*rc = stream_tail(st, seq, s, tokens);
+	}
+	for (uint32_t l = 0; seq->kt && l < st->hdr.n_layers; l++)
+		for (uint32_t h = 0; h < st->hdr.n_kv_heads && *rc != KVF_ENOMEM; h++) {
+			const unsigned char *blk;
+
+			if (seq->len[l] % st->kt_tokens)
+				*rc = kt_open_block(st, seq, l, h, &blk);
+		}
+	if (*rc != KVF_ENOMEM)
+		*rc = KVF_OK;
+	pthread_mutex_unlock(&seq->lock);
 }
 
 static int cmp_item(const void *a, const void *b)
@@ -607,6 +655,8 @@ kvf_status recovery_load(kvf_store *st)
 	if (rc == KVF_OK && catalog_batch_count(b) > 0)
 		rc = catalog_commit(st->cat, b, 1);
 	catalog_batch_free(b);
+	if (rc == KVF_OK && seq_foreach(st, load_tails, &rc) != KVF_OK)
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 out:
 	if (cc.checks)
 		for (uint32_t i = 0; i < st->n_segments; i++)

@@ -207,11 +207,13 @@ kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq);
 /* seq_vbar_alloc - the running means of V (SparF), on first use */
 kvf_status seq_vbar_alloc(kvf_store *st, struct seq *seq);
 /* seq_vbar_record - put seq's "V" record into b if its means changed;
- * seq_vbar_load - take one back at open (after the "S" records) */
+ * seq_vbar_load - take the record of sequence id back into seq at open
+ * (after the "S" records; seq NULL: it was freed since, the record is
+ * only checked) */
 kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
 			   struct catalog_batch *b);
-kvf_status seq_vbar_load(kvf_store *st, uint64_t id, const void *val,
-			 size_t vlen);
+kvf_status seq_vbar_load(kvf_store *st, uint64_t id, struct seq *seq,
+			 const void *val, size_t vlen);
 /* seq_kt_alloc - the K^T streams, on first use (no-op without kt_pages) */
 kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq);
 /* seq_tokens - tokens of the stream kind in a layer */

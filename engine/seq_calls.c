@@ -16,6 +16,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/append.h"
+#include "engine/kt.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/writer.h"
@@ -339,6 +340,19 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		child->x_len[l] = n_tokens < parent->x_len[l] ? n_tokens
 							       : parent->x_len[l];
 	}
+	/* the child's part-filled K^T blocks, from its K tokens: its
+	 * appends read nothing */
+	for (uint32_t l = 0; child->kt && l < st->hdr.n_layers; l++)
+		for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++) {
+			const unsigned char *blk;
+
+			if (n_tokens % st->kt_tokens == 0)
+				break;
+			if ((rc = kt_open_block(st, child, l, h, &blk)) != KVF_OK) {
+				kvf_fail_wrap(rc, call);
+				goto out_child;
+			}
+		}
 	child->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	child->has_ref_record = 1;
 	{
