@@ -7,7 +7,7 @@
  * tail group it must extend.  Only then does it copy a single byte, so a
  * refused append (KVF_ENOSPC, KVF_ENOMEM, KVF_ECORRUPT) changes nothing.
  * Copying fills each stream's group buffer; a full group is sealed into a
- * page of the sequence's open segment (engine/segment.c).
+ * page of the sequence's open segment (engine/openseg.c).
  */
 #include "engine/append.h"
 

@@ -10,8 +10,8 @@
  * in bytes_read, as every media read does), so tools can run them on a
  * store opened read-only, and programs on a store being written.
  *
- * Locking (engine/store.h's order): world shared, then seq_table_lock
- * (listing sequences), then seg_lock, held briefly for snapshots of the
+ * Locking (engine/store.h's order): world shared, then seqtab.lock
+ * (listing sequences), then segtab.lock, held briefly for snapshots of the
  * segment table.
  */
 #include "engine/inspect.h"

@@ -5,7 +5,7 @@
  * in inspect.c never take.
  *
  * Locking (engine/store.h's order): world shared, then seq->lock (through
- * seq_get_locked), then seg_lock inside seg_page_refs.
+ * seq_get_locked), then segtab.lock inside seg_page_refs.
  */
 #include <string.h>
 

@@ -150,7 +150,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	kvf_opt *o = NULL;
 	kvf_status rc;
 
-	pthread_mutex_lock(&st->dur.lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = optim_record_get(st, name, &m, &old_cfg);
 	if (rc == KVF_OK) {
@@ -423,7 +423,7 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	if (st->read_only)
 		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
 				call, st->dir);
-	pthread_mutex_lock(&st->dur.lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = optim_record_get(st, name, &m, &cfg);
 	if (rc == KVF_ENOENT)

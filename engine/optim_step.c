@@ -7,7 +7,7 @@
  * updated and placed.  A file of its own: it is the hot path, and its
  * batching (plan, load, update, fill) is used by no other call.
  *
- * Locking: sync_lock, world shared, then the sequence lock, held for the
+ * Locking: dur.lock, world shared, then the sequence lock, held for the
  * whole step (engine/optim_int.h).
  */
 #include <math.h>
@@ -394,7 +394,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	struct step_ctx x;
 	kvf_status rc;
 
-	pthread_mutex_lock(&st->dur.lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPTIM, o->seq_id);
 	if (seq == NULL) {

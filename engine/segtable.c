@@ -204,7 +204,7 @@ void seg_finish_load(kvf_store *st)
 /* ---- page references ----------------------------------------------------
  * A page's reference count is its live bit plus, for pages a fork shares,
  * an entry in the shared map holding the references beyond the first, so
- * the common unshared page costs one bit.  All under seg_lock.
+ * the common unshared page costs one bit.  All under segtab.lock.
  */
 
 uint64_t *seg_bits_take(kvf_store *st, uint32_t segid)
@@ -322,7 +322,7 @@ static void bit_set(uint64_t *bits, uint32_t page, int on)
 		bits[page / 64] &= ~(1ull << (page % 64));
 }
 
-/* refs_locked - the references of addr; caller holds seg_lock */
+/* refs_locked - the references of addr; caller holds segtab.lock */
 static uint32_t refs_locked(kvf_store *st, uint32_t addr)
 {
 	struct seg_info *si = &st->segtab.info[addr_seg(addr, st->page_bits)];
@@ -427,8 +427,8 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	kvf_status rc = KVF_OK;
 
 	/* pick them under the lock, trim without it: a trim can take
-	 * milliseconds (discard), and appenders take seg_lock per page.
-	 * Only one reclaim runs at a time (callers hold sync_lock or are
+	 * milliseconds (discard), and appenders take segtab.lock per page.
+	 * Only one reclaim runs at a time (callers hold dur.lock or are
 	 * alone at open), and nothing else touches a dying segment. */
 	pthread_mutex_lock(&st->segtab.lock);
 	ids = st->segtab.reclaim_ids;

@@ -102,7 +102,7 @@ void seg_finish_load(kvf_store *st);
 uint32_t seg_free_count(kvf_store *st);
 
 /*
- * Page references (seg_lock taken inside): how many index slots point at
+ * Page references (segtab.lock taken inside): how many index slots point at
  * a page.  A page holds at most UINT16_MAX (seg_ref_full says when it has
  * them).  seg_ref_inc fails only for memory (KVF_ENOMEM, nothing changed).
  */
@@ -110,10 +110,10 @@ uint32_t seg_page_refs(kvf_store *st, uint32_t addr);
 int seg_ref_full(kvf_store *st, uint32_t addr);
 kvf_status seg_ref_inc(kvf_store *st, uint32_t addr);
 void seg_ref_dec(kvf_store *st, uint32_t addr);
-/* seg_refs_dec - seg_ref_dec of addrs[0..n), under one taking of seg_lock */
+/* seg_refs_dec - seg_ref_dec of addrs[0..n), under one taking of segtab.lock */
 void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n);
 /* seg_refs_drop_locked - forget every reference into segid (its pages
- * moved); caller holds seg_lock */
+ * moved); caller holds segtab.lock */
 void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
 /* seg_bits_take - segment segid's live bitmap, zeroed */
 uint64_t *seg_bits_take(kvf_store *st, uint32_t segid);

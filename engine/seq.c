@@ -6,7 +6,7 @@
  * kvf_seq_fork, kvf_seq_free, kvf_seq_len) in seq_calls.c.
  *
  * The table is open addressing with linear probing over ids, guarded by
- * seq_table_lock; deletions re-insert the rest of their cluster, so no
+ * seqtab.lock; deletions re-insert the rest of their cluster, so no
  * tombstones are needed.
  */
 #include "engine/seq_int.h"
@@ -180,7 +180,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	kvf_free(seq);
 }
 
-/* table_grow - double the table; caller holds seq_table_lock for writing */
+/* table_grow - double the table; caller holds seqtab.lock for writing */
 static kvf_status table_grow(kvf_store *st)
 {
 	uint32_t cap = st->seqtab.cap * 2;

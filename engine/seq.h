@@ -121,7 +121,7 @@ struct seq {
 	uint64_t vbar_capture; /* in the record a sync is writing */
 	uint64_t vbar_capture_gen; /* that sync (st->dur.gen) */
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
-	uint32_t *reserved;    /* [n_stripes] segments reserved; seg_lock */
+	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
 };
 
 /*

@@ -7,7 +7,7 @@
  * the streams (seq_stream.c) they use.
  *
  * Locking: world shared, then the sequence's lock; kvf_seq_free takes
- * sync_lock first, so a sync does not write back a freed sequence.
+ * dur.lock first, so a sync does not write back a freed sequence.
  */
 #include "engine/seq_int.h"
 
@@ -133,7 +133,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 
 	if ((rc = writable(st, call)) != KVF_OK)
 		return rc;
-	/* sync_lock first: a sync in progress must not write back the
+	/* dur.lock first: a sync in progress must not write back the
 	 * record of a sequence freed after it captured it */
 	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_rdlock(&st->world);

@@ -4,7 +4,7 @@
  * the memory the index takes.  A file of its own: it only reads, and
  * touches every module's counters.
  *
- * Locking: each sequence's lock in turn (index bytes), then seg_lock for
+ * Locking: each sequence's lock in turn (index bytes), then segtab.lock for
  * the segment table; the counters are atomics.
  */
 #include <string.h>

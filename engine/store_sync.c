@@ -5,11 +5,11 @@
  * (under that sequence's lock, one at a time, so other sequences keep
  * appending), the media is synced, then one catalog batch with the
  * sequences' lengths commits with its log synced.  Segments that died
- * before the sync began are then reused (engine/segment.h explains why
+ * before the sync began are then reused (engine/segtable.h explains why
  * not sooner).  The commit itself is a durable point (engine/durable.c).
  *
- * Locking: sync_lock, then world shared, then each sequence's lock in
- * turn; seg_lock for the epoch.
+ * Locking: dur.lock, then world shared, then each sequence's lock in
+ * turn; segtab.lock for the epoch.
  */
 #include <string.h>
 

@@ -20,8 +20,8 @@
  * the read.
  *
  * Locking (engine/store.h's order): world shared, then seq->lock (through
- * seq_get_locked), then seq_table_lock (looking up ancestors), then
- * seg_lock, held briefly for snapshots of the segment table.
+ * seq_get_locked), then seqtab.lock (looking up ancestors), then
+ * segtab.lock, held briefly for snapshots of the segment table.
  */
 #include <stdlib.h>
 #include <string.h>

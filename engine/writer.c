@@ -9,8 +9,8 @@
  * their replacements are committed).  Then it marks the job done; the
  * sequence that owns it reaps it under its own lock.
  *
- * Locking: writer_lock guards the queue, `inflight`, `writer_stop`; a job's
- * `done` is atomic.  The writer takes seg_lock (segment states) and the
+ * Locking: writer.lock guards the queue, `inflight`, `stop`; a job's
+ * `done` is atomic.  The writer takes segtab.lock (segment states) and the
  * catalog's own locking; never a sequence lock, so an appender holding its
  * sequence's lock may wait for it.
  */

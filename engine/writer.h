@@ -125,7 +125,7 @@ void writer_seqno(kvf_store *st, struct flush_job *job);
  * before its media sync, so that a segment whose seqno it records is on
  * media, even one sealed by another sequence while the point was under
  * way.  Waits for the writes of seqnos given before the call.  Callers
- * hold sync_lock.
+ * hold dur.lock.
  */
 uint64_t writer_written_bound(kvf_store *st);
 
