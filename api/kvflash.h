@@ -114,6 +114,12 @@ typedef enum {
 	KVF_MEDIA_FLASH   /* emulated NAND flash device */
 } kvf_media_kind;
 
+/* kvf_dtype_name, kvf_media_name - a static lower-case name ("f16",
+ * "bf16", "f32"; "file", "memory", "flash"), "unknown" for a value out of
+ * range.  kvf_kind_name and kvf_seg_state_name, below, likewise. */
+KVF_API const char *kvf_dtype_name(kvf_dtype dtype);
+KVF_API const char *kvf_media_name(kvf_media_kind media);
+
 /* The model shape a store is created for. */
 typedef struct {
 	uint32_t n_layers;   /* transformer layers */
@@ -569,6 +575,10 @@ typedef enum {
 	KVF_SEG_DYING = 3,  /* no live page; reused after the next sync */
 	KVF_SEG_CORRUPT = 4 /* failed verification at open; kept out of use */
 } kvf_seg_state;
+
+/* "k", "v", "x", "kt"; "free", "open", "sealed", "dying", "corrupt" */
+KVF_API const char *kvf_kind_name(kvf_kind kind);
+KVF_API const char *kvf_seg_state_name(kvf_seg_state state);
 
 /* The configuration of an open store, from kvf_store_info_get. */
 typedef struct {

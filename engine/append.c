@@ -193,13 +193,8 @@ static kvf_status append_checks(kvf_store *st, const char *call,
 {
 	kvf_status rc;
 
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
 	if (layer >= st->hdr.n_layers)
 		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
 				call, layer, st->hdr.n_layers);

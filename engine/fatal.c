@@ -19,6 +19,20 @@ void fatal_destroy(struct store_fatal *f)
 	pthread_mutex_destroy(&f->lock);
 }
 
+kvf_status store_writable(kvf_store *st, const char *call)
+{
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
+	if ((rc = store_check(st, call)) != KVF_OK)
+		return rc;
+	if (st->read_only)
+		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
+				call, st->dir);
+	return KVF_OK;
+}
+
 int store_failed(kvf_store *st)
 {
 	return atomic_load(&st->fatal.on);

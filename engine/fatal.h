@@ -32,6 +32,9 @@ kvf_status store_check(kvf_store *st, const char *call);
  * (the message of that failure is the thread's last error); returns
  * KVF_EFATAL */
 kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what);
+/* store_writable - the checks every call that changes the store makes
+ * first: st not NULL (KVF_EINVAL), not fatal, not read-only (KVF_ENOTSUP) */
+kvf_status store_writable(kvf_store *st, const char *call);
 /* store_failed - the store is in the fatal state */
 int store_failed(kvf_store *st);
 

@@ -237,11 +237,9 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
 				st ? "out" : "store");
 	*out = NULL;
-	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK ||
+	    (rc = check_name(call, name)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
 	if (n_params == 0 || n_params > UINT32_MAX)
 		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
 				call, (unsigned long long)n_params, UINT32_MAX);
@@ -416,13 +414,9 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	struct seq *seq;
 	kvf_status rc;
 
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK ||
+	    (rc = check_name(call, name)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
 	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = optim_record_get(st, name, &m, &cfg);

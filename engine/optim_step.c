@@ -434,11 +434,9 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	float scale = 1.0f;
 	kvf_status rc;
 
-	if ((rc = optim_enter(o, call)) != KVF_OK)
+	if ((rc = optim_enter(o, call)) != KVF_OK ||
+	    (rc = store_writable(o->st, call)) != KVF_OK)
 		return rc;
-	if (o->st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, o->st->dir);
 	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
 		return rc;
 	for (int attempt = 0;; attempt++) {

@@ -24,21 +24,6 @@
 
 /* ---- public calls ------------------------------------------------------ */
 
-/* writable - the checks every call that changes the store makes first */
-static kvf_status writable(kvf_store *st, const char *call)
-{
-	kvf_status rc;
-
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK)
-		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
-	return KVF_OK;
-}
-
 /* commit_one - commit a batch holding seq's record (and ref) changes */
 static kvf_status commit_batch(kvf_store *st, struct catalog_batch *b,
 			       const char *call)
@@ -57,7 +42,7 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 	struct seq *seq, *old;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	if (id == SEQ_NO_PARENT)
 		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
@@ -131,7 +116,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	struct seq *seq;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	/* dur.lock first: a sync in progress must not write back the
 	 * record of a sequence freed after it captured it */
@@ -264,7 +249,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	uint32_t G, n_streams;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	if (child_id == SEQ_NO_PARENT)
 		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
