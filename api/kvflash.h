@@ -167,6 +167,14 @@ typedef struct {
 				   * written but not checked again: they
 				   * never left the process), 1 = every
 				   * page, a memory store's too */
+	uint64_t dram_budget;     /* bytes of DRAM the store may hold for KV
+				   * (docs/store.md, "The memory tier"):
+				   * group buffers, the index, cached pages
+				   * and pages waiting for write-back, never
+				   * more.  Default 1 GiB;
+				   * 0 = no tier: nothing cached, pages
+				   * written as they fill, no limit on
+				   * group buffers and index */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -250,6 +258,25 @@ typedef struct {
 	uint64_t opt_bytes;          /* optimizer state pages written (part
 				      * of host_bytes_written; user_bytes
 				      * counts no optimizer bytes) */
+	/* the memory tier (kvf_options.dram_budget); counts since open */
+	uint64_t dram_budget;        /* the budget; 0 = no tier */
+	uint64_t dram_bytes;         /* DRAM held now: group buffers, index,
+				      * cached pages, pages waiting for
+				      * write-back */
+	uint64_t dram_peak;          /* the most dram_bytes was since open */
+	uint64_t cache_bytes;        /* cached pages, both pools */
+	uint64_t cache_recent_bytes; /* of them, the recent pool: pages just
+				      * written or read */
+	uint64_t cache_hot_bytes;    /* the importance pool: pages attention
+				      * keeps selecting */
+	uint64_t cache_hits;         /* page reads served from DRAM */
+	uint64_t cache_misses;       /* page reads that went to the media */
+	uint64_t cache_evictions;    /* pages dropped for room */
+	uint64_t writeback_bytes;    /* pages waiting for write-back now */
+	uint64_t writeback_runs;     /* per-head runs written back */
+	uint64_t attend_calls;       /* attention calls (kvf_attend*,
+				      * kvf_scores) */
+	uint64_t attend_bytes_read;  /* bytes those calls read from media */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
