@@ -44,7 +44,8 @@ class Options(ctypes.Structure):
                 ("n_device_paths", c_u32), ("direct_io", c_u32),
                 ("read_only", c_u32), ("flash_channels", c_u32),
                 ("flash_cell", c_u32), ("flash_spare", c_f32),
-                ("trim", c_u32), ("verify_reads", c_u32)]
+                ("trim", c_u32), ("verify_reads", c_u32),
+                ("dram_budget", c_u64)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -67,7 +68,13 @@ STATS_FIELDS = [
     ("segments_reclaimed", c_u64), ("pages_read", c_u64),
     ("live_pages", c_u64), ("n_sequences", c_u64), ("n_syncs", c_u64),
     ("sparf_pages_read", c_u64), ("sparf_pages_skipped", c_u64),
-    ("opt_bytes", c_u64)]
+    ("opt_bytes", c_u64), ("dram_budget", c_u64), ("dram_bytes", c_u64),
+    ("dram_peak", c_u64), ("cache_bytes", c_u64),
+    ("cache_recent_bytes", c_u64), ("cache_hot_bytes", c_u64),
+    ("cache_hits", c_u64), ("cache_misses", c_u64),
+    ("cache_evictions", c_u64), ("writeback_bytes", c_u64),
+    ("writeback_runs", c_u64), ("attend_calls", c_u64),
+    ("attend_bytes_read", c_u64)]
 
 
 class Stats(ctypes.Structure):

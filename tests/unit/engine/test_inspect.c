@@ -873,7 +873,7 @@ Test(inspect, fatal)
 
 /* ---- alongside writers ------------------------------------------------------------ */
 
-struct writer {
+struct appender {
 	kvf_store *st;
 	_Atomic int stop;
 	int rounds;
@@ -881,7 +881,7 @@ struct writer {
 
 static void *write_loop(void *arg)
 {
-	struct writer *w = arg;
+	struct appender *w = arg;
 	uint16_t *k = calloc((size_t)40 * KVH * DIM, 2);
 	uint16_t *v = calloc((size_t)40 * KVH * DIM, 2);
 
@@ -908,7 +908,7 @@ out:
 Test(inspect, verify_alongside_writers)
 {
 	kvf_store *st = build();
-	struct writer w = { .st = st };
+	struct appender w = { .st = st };
 	pthread_t t;
 	int runs = 0;
 
