@@ -17,10 +17,11 @@ from .errors import (Error, InvalidArgument, OutOfRange, NotFound, Exists,
                      Mismatch, VersionError, Closed, NotSupported,
                      OutOfMemory, NoSpace, Busy, IOFailure, Corrupt, Fatal,
                      status_name)
-from .store import Store, Job, Optimizer, version
+from .store import Store, Job, Optimizer, attn_merge, version
 
 __version__ = version()
 __all__ = ["Store", "Job", "Optimizer", "Error", "InvalidArgument",
            "OutOfRange", "NotFound", "Exists", "Mismatch", "VersionError",
            "Closed", "NotSupported", "OutOfMemory", "NoSpace", "Busy",
-           "IOFailure", "Corrupt", "Fatal", "status_name", "version"]
+           "IOFailure", "Corrupt", "Fatal", "status_name", "attn_merge",
+           "version"]

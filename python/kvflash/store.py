@@ -720,6 +720,30 @@ class Optimizer:
                 pass
 
 
+def attn_merge(out_a, lse_a, out_b, lse_b):
+    """Combine two partial attention results over disjoint token sets
+    (kvf_attn_merge): out_* [n_heads, head_dim], lse_* [n_heads] (any
+    leading shape, matching); returns (out, lse) float32 of the caller's
+    kind."""
+    call = "attn_merge"
+    shape = tuple(out_a.shape)
+    if len(shape) < 1:
+        raise InvalidArgument(EINVAL, "%s: out_a must have a head_dim axis"
+                              % call)
+    heads = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    oa = A.f32(call, "out_a", out_a, shape)
+    ob = A.f32(call, "out_b", out_b, shape)
+    la = A.f32(call, "lse_a", lse_a, shape[:-1])
+    lb = A.f32(call, "lse_b", lse_b, shape[:-1])
+    kind = A.kind_of(out_a)
+    out = A.empty_like_kind(kind, shape, np.float32)
+    lse = A.empty_like_kind(kind, shape[:-1], np.float32)
+    check(lib.kvf_attn_merge(heads, shape[-1], A.pointer(oa), A.pointer(la),
+                             A.pointer(ob), A.pointer(lb), A.pointer(out),
+                             A.pointer(lse)))
+    return out, lse
+
+
 def version():
     """The library's version string (kvf_version_string)."""
     return lib.kvf_version_string().decode()

@@ -157,3 +157,20 @@ def test_scores_and_topk(make_store):
         group = ref[h * 4:(h + 1) * 4].mean(0)
         want = set(torch.topk(group, 5).indices.tolist())
         assert set(tokens[h].tolist()) == want
+
+
+def test_attn_merge_of_two_halves(make_store):
+    """Attention over tokens [0, 60) merged from [0, 30) (a mask) and
+    [30, 60) (the window) equals attention over all of them."""
+    st, data = filled(make_store, n=60)
+    q = torch.randn(8, 64)
+    first = torch.zeros(60, dtype=torch.bool)
+    first[:30] = True
+    a, la = st.attend(1, 1, q, lse=True, mask=first)
+    b, lb = st.attend(1, 1, q, lse=True, window=30)
+    out, lse = kvflash.attn_merge(a, la, b, lb)
+    want, want_lse = st.attend(1, 1, q, lse=True)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=1e-5)
+    with pytest.raises(kvflash.InvalidArgument):
+        kvflash.attn_merge(a, la, b[:4], lb)
