@@ -58,7 +58,9 @@ static kvf_status append_n(kvf_store *st, uint64_t seq, uint32_t n)
 	return rc;
 }
 
-Test(capacity_growth, grows_then_enospc_with_nothing_changed, .timeout = 120)
+TestSuite(capacity_growth, .timeout = 120);
+
+Test(capacity_growth, grows_then_enospc_with_nothing_changed)
 {
 	char *dir = tmpdir_make("capacity_growth");
 	kvf_model m = { 1, QH, KVH, DIM, KVF_DTYPE_F16 };
@@ -107,7 +109,7 @@ Test(capacity_growth, grows_then_enospc_with_nothing_changed, .timeout = 120)
 	tmpdir_remove(dir);
 }
 
-Test(capacity_growth, the_capacity_limit_names_itself, .timeout = 60)
+Test(capacity_growth, the_capacity_limit_names_itself)
 {
 	char *dir = tmpdir_make("capacity_limit");
 	kvf_options o = fx_options(1ull << 20, 0);
