@@ -154,19 +154,34 @@ class TorchCache:
     def decode(self, l, q, k, v, seqs):
         c = self.cfg
         d = c.n_heads // c.n_kv_heads
-        outs = []
         for i, b in enumerate(seqs):
             t = self.len[b]
             self.k[l][b, :, t] = self._round(k[i])
             self.v[l][b, :, t] = self._round(v[i])
-            K, V = self.k[l][b, :, :t + 1], self.v[l][b, :, :t + 1]
-            qq = q[i].view(c.n_kv_heads, d, c.head_dim)
-            s = (qq @ K.transpose(1, 2) / math.sqrt(c.head_dim)).softmax(-1)
-            outs.append((s @ V).reshape(c.n_heads, c.head_dim))
+        lens = {self.len[b] for b in seqs}
+        if len(lens) == 1 and list(seqs) == list(range(seqs[0],
+                                                        seqs[0] + len(seqs))):
+            # one batched matmul when the sequences are as long
+            t = lens.pop() + 1
+            b0, b1 = seqs[0], seqs[0] + len(seqs)
+            K, V = self.k[l][b0:b1, :, :t], self.v[l][b0:b1, :, :t]
+            qq = q.view(len(seqs), c.n_kv_heads, d, c.head_dim)
+            s = (qq @ K.transpose(2, 3) / math.sqrt(c.head_dim)).softmax(-1)
+            out = (s @ V).reshape(len(seqs), c.n_heads, c.head_dim)
+        else:
+            outs = []
+            for i, b in enumerate(seqs):
+                t = self.len[b]
+                K, V = self.k[l][b, :, :t + 1], self.v[l][b, :, :t + 1]
+                qq = q[i].view(c.n_kv_heads, d, c.head_dim)
+                s = (qq @ K.transpose(1, 2) /
+                     math.sqrt(c.head_dim)).softmax(-1)
+                outs.append((s @ V).reshape(c.n_heads, c.head_dim))
+            out = torch.stack(outs)
         if l == c.n_layers - 1:
             for b in seqs:
                 self.len[b] += 1
-        return torch.stack(outs)
+        return out
 
     def close(self):
         pass
@@ -376,14 +391,15 @@ def bench_one(args, which):
                 return "does not fit (%s)" % str(e).split("\n")[0][:60]
             return timed_decode(model, cache, B, ctx, args.steps)
         opts = dict(n_threads=0, capacity_bytes=args.capacity_gib << 30)
-        if which == "kvflash-memory":
+        memory = which.startswith("kvflash-memory")
+        if memory:
             opts["media"] = "memory"
         cache = KvflashCache(cfg, os.path.join(tmp, "kv"), kv, B, **opts)
         fill_context(cache, cfg, B, ctx, kv, 7)
-        if which != "kvflash-memory":
+        if not memory:
             cache.reopen()  # cold: nothing of the context in memory
         r = timed_decode(model, cache, B, ctx, args.steps,
-                         overlapped=which == "kvflash-file-overlap")
+                         overlapped=which.endswith("-overlap"))
         cache.close()
         return r
     finally:
@@ -401,10 +417,15 @@ def bench(args):
               kv_bytes / 2 ** 30, args.batch, args.context, args.layers,
               args.dtype, ", data memory capped at %.2f GiB" %
               args.limit_gib if args.limit_gib else ""))
-    rows = ["torch", "kvflash-memory", "kvflash-file", "kvflash-file-overlap"]
+    rows = ["torch", "kvflash-memory", "kvflash-memory-overlap",
+            "kvflash-file", "kvflash-file-overlap"]
     if args.only:
         rows = args.only.split(",")
     for which in rows:
+        if which not in ("torch", "kvflash-memory", "kvflash-memory-overlap",
+                         "kvflash-file", "kvflash-file-overlap"):
+            print("  %-22s unknown row" % which)
+            continue
         try:
             r = bench_one(args, which)
         except kvflash.Error as e:
