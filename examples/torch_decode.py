@@ -166,8 +166,10 @@ class TorchCache:
             b0, b1 = seqs[0], seqs[0] + len(seqs)
             K, V = self.k[l][b0:b1, :, :t], self.v[l][b0:b1, :, :t]
             qq = q.view(len(seqs), c.n_kv_heads, d, c.head_dim)
-            s = (qq @ K.transpose(2, 3) / math.sqrt(c.head_dim)).softmax(-1)
-            out = (s @ V).reshape(len(seqs), c.n_heads, c.head_dim)
+            s = torch.einsum("bhdk,bhtk->bhdt", qq, K) \
+                .div(math.sqrt(c.head_dim)).softmax(-1)
+            out = torch.einsum("bhdt,bhtk->bhdk", s, V) \
+                .reshape(len(seqs), c.n_heads, c.head_dim)
         else:
             outs = []
             for i, b in enumerate(seqs):
