@@ -367,11 +367,13 @@ def timed_decode(model, cache, batch, ctx, steps, overlapped=False):
     seqs = list(range(batch))
     toks = [1] * batch
     fn = step_overlapped if overlapped else step
-    fn(model, cache, toks, [ctx] * batch, seqs)  # warm-up step
+    toks = fn(model, cache, toks, [ctx] * batch, seqs)  # warm-up step
+    out = [toks]
     t = time.perf_counter()
     for s in range(steps):
         toks = fn(model, cache, toks, [ctx + 1 + s] * batch, seqs)
-    return batch * steps / (time.perf_counter() - t)
+        out.append(toks)
+    return batch * steps / (time.perf_counter() - t), out
 
 
 def bench_one(args, which):
@@ -423,6 +425,7 @@ def bench(args):
             "kvflash-file", "kvflash-file-overlap"]
     if args.only:
         rows = args.only.split(",")
+    ref = None
     for which in rows:
         if which not in ("torch", "kvflash-memory", "kvflash-memory-overlap",
                          "kvflash-file", "kvflash-file-overlap"):
@@ -434,8 +437,15 @@ def bench(args):
             r = "kvflash error: %s" % e.message[:80]
         except MemoryError as e:
             r = "does not fit (MemoryError %s)" % e
-        if isinstance(r, float):
-            print("  %-22s %8.1f tokens/s" % (which, r), flush=True)
+        if isinstance(r, tuple):
+            rate, toks = r
+            if which == "torch":
+                ref = toks
+            same = "" if ref is None or which == "torch" else (
+                ", tokens as torch's" if toks == ref else
+                ", TOKENS DIFFER from torch's")
+            print("  %-22s %8.1f tokens/s%s" % (which, rate, same),
+                  flush=True)
         else:
             print("  %-22s %s" % (which, r), flush=True)
     return 0
