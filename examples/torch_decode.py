@@ -435,8 +435,8 @@ def bench(args):
             r = bench_one(args, which)
         except kvflash.Error as e:
             r = "kvflash error: %s" % e.message[:80]
-        except MemoryError as e:
-            r = "does not fit (MemoryError %s)" % e
+        except (MemoryError, RuntimeError) as e:
+            r = "does not fit (%s)" % str(e).split("\n")[0][-60:]
         if isinstance(r, tuple):
             rate, toks = r
             if which == "torch":
