@@ -399,13 +399,17 @@ def bench_one(args, which):
         if memory:
             opts["media"] = "memory"
         cache = KvflashCache(cfg, os.path.join(tmp, "kv"), kv, B, **opts)
-        fill_context(cache, cfg, B, ctx, kv, 7)
-        if not memory:
-            cache.reopen()  # cold: nothing of the context in memory
-        r = timed_decode(model, cache, B, ctx, args.steps,
-                         overlapped=which.endswith("-overlap"))
-        cache.close()
-        return r
+        try:
+            fill_context(cache, cfg, B, ctx, kv, 7)
+            if not memory:
+                cache.reopen()  # cold: nothing of the context in memory
+            return timed_decode(model, cache, B, ctx, args.steps,
+                                overlapped=which.endswith("-overlap"))
+        finally:
+            try:
+                cache.close()
+            except kvflash.Error:
+                pass  # the row's own error is the one to report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
