@@ -103,10 +103,7 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 				seg_stripe(st, segid),
 				addr_page(addr, st->page_bits));
 	}
-	s->gbuf = kvf_calloc(1, st->hdr.page_size);
-	if (s->gbuf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
-	return KVF_OK;
+	return stream_gbuf_alloc(st, s, st->hdr.page_size);
 }
 
 /*
@@ -130,7 +127,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
 		for (uint64_t j = 0; j < k; j++)
 			pages[stream_stripe(st, src[i].sid, g0 + j)]++;
-		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
+		if ((rc = stream_reserve(st, src[i].s, g0 + k + 1)) == KVF_OK)
 			rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens);
 	}
 	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {

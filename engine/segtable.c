@@ -446,6 +446,8 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	}
 	if (!st->trim)
 		done = n;
+	for (uint32_t k = 0; k < done; k++) /* their addresses are reused */
+		tier_drop_segment(st, ids[k]);
 	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t k = 0; k < done; k++) {
 		struct seg_info *si = &st->segtab.info[ids[k]];
@@ -533,6 +535,7 @@ void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n)
 
 void seg_give_back(kvf_store *st, uint32_t segid)
 {
+	tier_drop_segment(st, segid); /* its pages were never written */
 	pthread_mutex_lock(&st->segtab.lock);
 	st->segtab.info[segid].live_bits = NULL;
 	st->segtab.info[segid].live = 0;

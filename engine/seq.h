@@ -43,6 +43,7 @@ struct stream {
 	uint32_t n_groups;     /* groups with an entry in pages */
 	unsigned char *gbuf;   /* the tail group, page_size bytes; NULL if
 				* not loaded (empty, or on media only) */
+	uint32_t gbuf_bytes;   /* its size, counted in the memory tier */
 	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
 };
 
@@ -122,6 +123,7 @@ struct seq {
 	uint64_t vbar_capture_gen; /* that sync (st->dur.gen) */
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
+	_Atomic uint64_t bytes_read; /* read from media for it since open */
 };
 
 /*
@@ -184,7 +186,13 @@ struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
 			    uint32_t slice);
 kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
 /* stream_reserve - room for n groups in s->pages */
-kvf_status stream_reserve(struct stream *s, uint64_t n_groups);
+kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups);
+/* stream_gbuf_alloc - give s a zeroed group buffer of bytes, counted
+ * against the memory tier (KVF_ENOMEM: out of memory or budget);
+ * stream_gbuf_free - free it; stream_free_all - n streams, all they hold */
+kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes);
+void stream_gbuf_free(kvf_store *st, struct stream *s);
+void streams_free(kvf_store *st, struct stream *s, uint32_t n);
 /* stream_stripe - the stripe group g of stream sid goes to */
 uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
 /* streams per sequence: K/V, X, K^T, and all of them */
