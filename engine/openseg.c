@@ -143,6 +143,7 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 	seg_page_born(st, os->segid, n);
 	if (seq->ns == SEQ_NS_USER) /* what was just written is read next */
 		tier_put_written(st, addr_make(os->segid, n, st->page_bits),
+				 (uint32_t)h & PAGE_CHECK_MASK,
 				 os->sb->buf + (size_t)n * st->hdr.page_size);
 	out->addr = addr_make(os->segid, n, st->page_bits);
 	out->check = (uint32_t)h & PAGE_CHECK_MASK;

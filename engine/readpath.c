@@ -51,7 +51,7 @@ static const unsigned char *cached(kvf_store *st, struct seq *seq,
 {
 	if (seq->ns != SEQ_NS_USER)
 		return NULL;
-	return tier_get(st, ref->addr, slot);
+	return tier_get(st, ref->addr, ref->check, slot);
 }
 
 kvf_status page_read_verified(kvf_store *st, struct seq *seq,
@@ -309,7 +309,7 @@ static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
 			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
 				       "read");
 		if (seq->ns == SEQ_NS_USER)
-			tier_put_read(st, b->ref[i].addr, p);
+			tier_put_read(st, b->ref[i].addr, got, p);
 	}
 	return KVF_OK;
 }

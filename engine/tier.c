@@ -187,7 +187,8 @@ static int make_room(kvf_store *st)
 }
 
 /* insert - addr's page into a free slot, at the head of the recent pool */
-static void insert(kvf_store *st, uint32_t addr, const void *page)
+static void insert(kvf_store *st, uint32_t addr, uint32_t check,
+		   const void *page)
 {
 	struct tier *t = &st->tier;
 	uint32_t i = t->free_head, h = hash_of(t, addr);
@@ -200,6 +201,7 @@ static void insert(kvf_store *st, uint32_t addr, const void *page)
 	t->used++;
 	memcpy(s->data, page, st->hdr.page_size);
 	s->addr = addr;
+	s->check = check;
 	s->pins = 0;
 	s->heat = 0;
 	s->pool = TIER_RECENT;
@@ -301,7 +303,8 @@ void tier_release(kvf_store *st, uint64_t bytes)
 
 /* ---- the cache -------------------------------------------------------- */
 
-const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t *slot)
+const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
+			      uint32_t *slot)
 {
 	struct tier *t = &st->tier;
 	const unsigned char *p = NULL;
@@ -311,6 +314,11 @@ const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t *slot)
 		return NULL;
 	pthread_mutex_lock(&t->lock);
 	i = find(t, addr);
+	if (i != TIER_NONE && t->slot[i].check != check) {
+		/* not the page the index knows: a stale copy, never served */
+		evict(t, i);
+		i = TIER_NONE;
+	}
 	if (i == TIER_NONE) {
 		t->misses++;
 	} else {
@@ -344,7 +352,8 @@ void tier_unpin(kvf_store *st, uint32_t slot)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void tier_put_read(kvf_store *st, uint32_t addr, const void *page)
+void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
+		   const void *page)
 {
 	struct tier *t = &st->tier;
 	uint32_t ps = st->hdr.page_size;
@@ -361,12 +370,13 @@ void tier_put_read(kvf_store *st, uint32_t addr, const void *page)
 			room = hand_step(t) && held(st) + ps <= t->budget;
 		}
 		if (room)
-			insert(st, addr, page);
+			insert(st, addr, check, page);
 	}
 	pthread_mutex_unlock(&t->lock);
 }
 
-void tier_put_written(kvf_store *st, uint32_t addr, const void *page)
+void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
+		      const void *page)
 {
 	struct tier *t = &st->tier;
 	uint32_t i;
@@ -380,7 +390,7 @@ void tier_put_written(kvf_store *st, uint32_t addr, const void *page)
 	if (t->pool[TIER_RECENT].n >= t->recent_cap && t->pool[TIER_RECENT].n)
 		demote(t);
 	if (make_room(st))
-		insert(st, addr, page);
+		insert(st, addr, check, page);
 	pthread_mutex_unlock(&t->lock);
 }
 

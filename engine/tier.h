@@ -44,6 +44,7 @@ enum tier_pool { TIER_RECENT = 0, TIER_HOT = 1, TIER_POOLS };
 struct tier_slot {
 	unsigned char *data; /* page_size bytes; NULL while free */
 	uint32_t addr;       /* media address cached */
+	uint32_t check;      /* the index's check of its page (page_check) */
 	uint32_t hnext;      /* hash chain */
 	uint32_t prev, next; /* pool list (free list: next only) */
 	uint16_t pins;       /* callers using data now */
@@ -91,17 +92,21 @@ void tier_free(kvf_store *st);
 kvf_status tier_hold(kvf_store *st, uint64_t bytes, const char *what);
 void tier_release(kvf_store *st, uint64_t bytes);
 
-/* tier_get - the cached bytes of addr, pinned, with *slot to unpin them;
- * NULL (a miss, counted) if addr is not cached.  tier_unpin - done. */
-const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t *slot);
+/* tier_get - the cached bytes of addr, pinned, with *slot to unpin them,
+ * if they are the page the index knows by check; NULL (a miss, counted)
+ * otherwise.  tier_unpin - done. */
+const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
+			      uint32_t *slot);
 void tier_unpin(kvf_store *st, uint32_t slot);
 
 /* tier_put_read - a verified page read from media: cached if there is free
  * room (or a cold hot-pool page to replace now and then) */
-void tier_put_read(kvf_store *st, uint32_t addr, const void *page);
+void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
+		   const void *page);
 /* tier_put_written - a page just written for a sequence (a sealed group):
  * into the recent pool, which pushes its oldest into the hot pool */
-void tier_put_written(kvf_store *st, uint32_t addr, const void *page);
+void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
+		      const void *page);
 
 /* tier_drop_segment - forget every cached page of segment segid (it is
  * being reused, or was never written) */
