@@ -19,7 +19,8 @@
 #include "engine/writer.h"
 
 kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
-			   const uint32_t *pages, const char *call)
+			   const uint32_t *pages, const uint32_t *own,
+			   const char *call)
 {
 	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
 	uint32_t need[KVF_MEDIA_MAX_STRIPES] = { 0 };
@@ -32,7 +33,7 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 		if (pages[s] > room)
 			need[s] = (pages[s] - room + d - 1) / d;
 	}
-	rc = seg_reserve(st, seq, need);
+	rc = seg_reserve(st, seq, need, own);
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	return KVF_OK;

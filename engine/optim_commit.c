@@ -52,7 +52,7 @@ kvf_status optim_reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 							  : WRITER_MAX_INFLIGHT)));
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
-	return openseg_reserve(st, seq, pages, call);
+	return openseg_reserve(st, seq, pages, NULL, call);
 }
 
 /* optim_make_room - a create or step of optimizer name was refused: whether

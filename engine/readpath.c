@@ -161,6 +161,10 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
 		return KVF_OK;
 	}
+	if ((p = stream_waiting(s, g)) != NULL) {
+		memcpy(dst, p, st->hdr.page_size);
+		return KVF_OK;
+	}
 	ref = stream_page(s, g);
 	if ((p = openseg_page(st, seq, ref.addr)) != NULL) {
 		memcpy(dst, p, st->hdr.page_size);
@@ -351,6 +355,8 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
 				break;
 			p = s->gbuf;
+		} else if ((p = stream_waiting(s, g)) != NULL) {
+			/* waiting for write-back, in DRAM */
 		} else if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE) {
 			rc = kvf_fail(KVF_ECORRUPT,
 				      "read: the index has no page for token group %llu of sequence %llu",
@@ -419,6 +425,8 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 		*p = s->gbuf;
 		return KVF_OK;
 	}
+	if ((*p = stream_waiting(s, g)) != NULL)
+		return KVF_OK;
 	if (g >= s->n_groups || (r = stream_page(s, g)).addr == ADDR_NONE)
 		return kvf_fail(KVF_ECORRUPT,
 				"read: the index has no page for token group %llu of sequence %llu",

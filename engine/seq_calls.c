@@ -17,6 +17,7 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/kt.h"
+#include "engine/writeback.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/writer.h"
@@ -290,8 +291,10 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		goto out_child;
 	}
 	/* shared pages must be on media, with committed records, before
-	 * the child's record refers to them */
-	if ((rc = openseg_flush_all(st, parent)) != KVF_OK)
+	 * the child's record refers to them (those waiting for write-back
+	 * too) */
+	if ((rc = wb_flush_seq(st, parent, call)) != KVF_OK ||
+	    (rc = openseg_flush_all(st, parent)) != KVF_OK)
 		goto out_child;
 	child->family = parent->family;
 	child->parent = parent_id;

@@ -203,11 +203,32 @@ void stream_gbuf_free(kvf_store *st, struct stream *s)
 	s->gbuf_bytes = 0;
 }
 
+void stream_wb_free(kvf_store *st, struct stream *s)
+{
+	if (s->wb == NULL)
+		return;
+	if (s->wb->n)
+		seg_promise(st, s->wb->stripe, -(int32_t)s->wb->n);
+	for (uint32_t i = 0; i < s->wb->n; i++) {
+		kvf_free(s->wb->page[i]);
+		tier_release(st, st->hdr.page_size);
+		atomic_fetch_sub(&st->c.wb_bytes, st->hdr.page_size);
+	}
+	for (uint32_t i = 0; i < s->wb->n_spare; i++) {
+		kvf_free(s->wb->spare[i]);
+		tier_release(st, st->hdr.page_size);
+	}
+	kvf_free(s->wb);
+	tier_release(st, sizeof(*s->wb));
+	s->wb = NULL;
+}
+
 void streams_free(kvf_store *st, struct stream *s, uint32_t n)
 {
 	if (s == NULL)
 		return;
 	for (uint32_t i = 0; i < n; i++) {
+		stream_wb_free(st, &s[i]);
 		stream_gbuf_free(st, &s[i]);
 		kvf_free(s[i].pages);
 		tier_release(st, (uint64_t)s[i].n_alloc * PAGE_REF_BYTES);

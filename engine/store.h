@@ -74,6 +74,8 @@ struct store_counters {
 	_Atomic uint64_t sparf_pages_read;   /* pages SparF read */
 	_Atomic uint64_t sparf_pages_skipped; /* K/V pages dense would
 					       * have read and SparF did not */
+	_Atomic uint64_t wb_bytes;           /* pages waiting for write-back */
+	_Atomic uint64_t wb_runs;            /* runs written back */
 	_Atomic uint64_t attend_calls;       /* attention calls */
 	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
 };

@@ -301,6 +301,11 @@ void tier_release(kvf_store *st, uint64_t bytes)
 	atomic_fetch_sub(&st->tier.fixed, bytes);
 }
 
+uint64_t tier_fixed(kvf_store *st)
+{
+	return atomic_load(&st->tier.fixed);
+}
+
 /* ---- the cache -------------------------------------------------------- */
 
 const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,

@@ -91,6 +91,8 @@ void tier_free(kvf_store *st);
  * budget cannot cover it.  tier_release - give them back. */
 kvf_status tier_hold(kvf_store *st, uint64_t bytes, const char *what);
 void tier_release(kvf_store *st, uint64_t bytes);
+/* tier_fixed - what the store must hold now (not the cache) */
+uint64_t tier_fixed(kvf_store *st);
 
 /* tier_get - the cached bytes of addr, pinned, with *slot to unpin them,
  * if they are the page the index knows by check; NULL (a miss, counted)
