@@ -560,3 +560,15 @@ void seg_promise(kvf_store *st, uint32_t stripe, int32_t pages)
 	st->segtab.promised[stripe] += (uint32_t)pages;
 	pthread_mutex_unlock(&st->segtab.lock);
 }
+
+int seg_plenty(kvf_store *st)
+{
+	int plenty = 1;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		if (avail_for_writers(st, s, 0) <= st->hdr.segs_per_stripe / 4)
+			plenty = 0;
+	pthread_mutex_unlock(&st->segtab.lock);
+	return plenty;
+}

@@ -160,6 +160,10 @@ uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
 		       int *low);
 /* seg_page_born - page n of the open segment segid is referenced */
 void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n);
+/* seg_plenty - every stripe has more than a quarter of its segments free
+ * for writers (write-back waits only then: near full, pages go out as
+ * they fill, as without it) */
+int seg_plenty(kvf_store *st);
 /* seg_promise - pages (negative: placed or dropped) waiting for
  * write-back on stripe */
 void seg_promise(kvf_store *st, uint32_t stripe, int32_t pages);

@@ -139,7 +139,8 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 
 	*waits = 0;
 	if (k == 0 || !wb_enabled(st, seq, sid) || wb_long(k) ||
-	    tier_fixed(st) + (k + 1) * ps + sizeof(*w) > st->tier.budget / WB_SHARE)
+	    tier_fixed(st) + (k + 1) * ps + sizeof(*w) > st->tier.budget / WB_SHARE ||
+	    !seg_plenty(st))
 		return KVF_OK; /* written as they fill */
 	if (s->wb == NULL) {
 		if (tier_hold(st, sizeof(*w), "write-back") != KVF_OK)

@@ -380,3 +380,60 @@ Test(tier, reused_segments_not_served)
 		}
 	OK(kvf_close(st));
 }
+
+/* write-back keeps the media's promise: decode appends on a store with
+ * the tier on are refused KVF_ENOSPC when the media could not take what
+ * they add; what waited goes out in the room promised to it, and every
+ * token written before the refusal reads back after a reopen */
+Test(tier, enospc_with_write_back)
+{
+	uint64_t rng = rng_seed("tier enospc"), rng0 = rng;
+	kvf_options o = fx_options(2ull * 16 * 64 * 1024, 2); /* 32 segments */
+	const char *p = strdup(tmp_path(dir, "s"));
+	uint16_t k[KVH * DIM], v[KVH * DIM], bk[DIM], bv[DIM];
+	uint64_t len[3] = { 0, 0, 0 }, got[3] = { 0, 0, 0 };
+	kvf_status rc = KVF_OK;
+	kvf_store *st;
+
+	o.dram_budget = 8ull << 20;
+	o.direct_io = 2;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(kvf_seq_create(st, 2));
+	/* layer 0 only, a token at a time, the two sequences in turn */
+	for (int step = 0; rc == KVF_OK && step < 100000; step++) {
+		uint64_t id = 1 + (uint64_t)(step & 1);
+
+		fill_f16(&rng, k, KVH * DIM);
+		fill_f16(&rng, v, KVH * DIM);
+		if ((rc = kvf_append(st, id, 0, 1, k, v)) == KVF_OK)
+			len[id]++;
+	}
+	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
+	cr_assert(gt(u64, stats_of(st).writeback_runs, 0), "no run written back");
+	cr_assert(gt(u64, len[1] + len[2], 8 * G), "only %" PRIu64 " tokens fit",
+		  len[1] + len[2]);
+	/* the partial tail groups need pages of their own, as without the
+	 * tier: room comes from freeing sequence 2 */
+	OK(kvf_seq_free(st, 2));
+	len[2] = 0;
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	for (int step = 0; got[1] < len[1]; step++) {
+		uint64_t id = 1 + (uint64_t)(step & 1);
+
+		fill_f16(&rng0, k, KVH * DIM);
+		fill_f16(&rng0, v, KVH * DIM);
+		for (uint32_t h = 0; h < KVH && id == 1; h++) {
+			OK(kvf_read(st, id, 0, h, got[id], got[id] + 1, bk, bv));
+			cr_assert(eq(int, memcmp(bk, k + h * DIM, sizeof(bk)), 0),
+				  "sequence %" PRIu64 " token %" PRIu64, id, got[id]);
+			cr_assert(eq(int, memcmp(bv, v + h * DIM, sizeof(bv)), 0),
+				  "sequence %" PRIu64 " token %" PRIu64, id, got[id]);
+		}
+		got[id]++;
+	}
+	OK(kvf_close(st));
+	free((void *)p);
+}
