@@ -403,7 +403,7 @@ void tier_drop_segment(kvf_store *st, uint32_t segid)
 {
 	struct tier *t = &st->tier;
 
-	if (t->n_slots == 0 || t->used == 0)
+	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t p = 0; p < st->data_per_seg && t->used; p++) {
