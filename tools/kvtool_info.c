@@ -31,7 +31,7 @@ static void version_text(char *buf, size_t cap, unsigned v)
  * it holds and how its reads went, since this open */
 static void print_tier(const kvf_stats *s)
 {
-	char b[6][16];
+	char b[7][16];
 
 	if (s->dram_budget == 0) {
 		printf("memory tier  off (dram_budget 0)\n");
@@ -44,7 +44,7 @@ static void print_tier(const kvf_stats *s)
 	       human_bytes(b[3], sizeof(b[3]), s->cache_bytes),
 	       human_bytes(b[4], sizeof(b[4]), s->cache_recent_bytes),
 	       human_bytes(b[5], sizeof(b[5]), s->cache_hot_bytes),
-	       human_bytes(b[0], sizeof(b[0]), s->writeback_bytes));
+	       human_bytes(b[6], sizeof(b[6]), s->writeback_bytes));
 	printf("  since open %llu page hits, %llu misses, %llu evictions; %llu attention calls read %s from media (%s a call)\n",
 	       (unsigned long long)s->cache_hits,
 	       (unsigned long long)s->cache_misses,
