@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 #include "kvflash.h"
