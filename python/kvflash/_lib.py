@@ -52,7 +52,8 @@ class AttnOpts(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("scale", c_f32),
                 ("sparse", c_u32), ("top_r", c_u32), ("top_k", c_u32),
                 ("lse", c_ptr), ("mask", c_ptr), ("mask_len", c_u64),
-                ("window", c_u64), ("h2o", c_u32)]
+                ("window", c_u64), ("h2o", c_u32),
+                ("sink_tokens", c_u32), ("recent_tokens", c_u32)]
 
 
 STATS_FIELDS = [

@@ -346,9 +346,12 @@ class Store:
     # ---- attention ------------------------------------------------------
 
     def _attn_opts(self, call, lse_buf=None, sparse=0, scale=None, window=0,
-                   mask=None, top_r=0, top_k=0, h2o=False):
+                   mask=None, top_r=0, top_k=0, h2o=False, sink_tokens=0,
+                   recent_tokens=0):
         o = _lib.new(_lib.AttnOpts)
         keep = []
+        o.sink_tokens = _u32(sink_tokens, call, "sink_tokens")
+        o.recent_tokens = _u32(recent_tokens, call, "recent_tokens")
         if scale is not None:
             o.scale = float(scale)
         o.sparse = _u32(sparse, call, "sparse")
@@ -376,7 +379,8 @@ class Store:
         return A.f32(call, "q", q, shape)
 
     def attend(self, seq, layer, q, *, lse=False, sparse=0, scale=None,
-               window=0, mask=None, top_r=0, top_k=0, h2o=False):
+               window=0, mask=None, top_r=0, top_k=0, h2o=False,
+               sink_tokens=0, recent_tokens=0):
         """Decode attention of one layer (kvf_attend).  q: [n_q_heads,
         head_dim] (any float dtype; computed in float32).  Returns out
         ([n_q_heads, head_dim] float32) or (out, lse) with lse=True."""
@@ -389,7 +393,8 @@ class Store:
         lse_buf = A.empty_like_kind(kind, (self.n_q_heads,), np.float32) \
             if lse else None
         o, keep = self._attn_opts(call, lse_buf, sparse, scale, window, mask,
-                                  top_r, top_k, h2o)
+                                  top_r, top_k, h2o, sink_tokens,
+                                  recent_tokens)
         check(lib.kvf_attend(st, _u64(seq, call, "seq"),
                              _u32(layer, call, "layer"), A.pointer(qf),
                              A.pointer(out), ctypes.byref(o)))

@@ -174,3 +174,18 @@ def test_attn_merge_of_two_halves(make_store):
     torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=1e-5)
     with pytest.raises(kvflash.InvalidArgument):
         kvflash.attn_merge(a, la, b[:4], lb)
+
+
+def test_sparse_attend_through_python(make_store):
+    """SparF (sparse=1) on a store with K^T pages: with every token chosen
+    it is dense attention; a store without K^T pages refuses it."""
+    st, data = filled(make_store, dtype=torch.float32, n=64, kt_pages=1)
+    q = torch.randn(8, 64)
+    dense = st.attend(1, 1, q)
+    sparse = st.attend(1, 1, q, sparse=1, top_r=64, top_k=64,
+                       sink_tokens=4, recent_tokens=8)
+    torch.testing.assert_close(sparse, dense, atol=1e-4, rtol=1e-3)
+    plain, _ = filled(make_store, n=8, name="plain")
+    with pytest.raises(kvflash.NotSupported) as e:
+        plain.attend(1, 1, q, sparse=1)
+    assert "kt_pages" in e.value.message
