@@ -52,9 +52,7 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 			   replaces, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	stream_set_page(s, g, ref);
-	if (g >= s->n_groups)
-		s->n_groups = (uint32_t)g + 1;
+	stream_set_group(s, g, ref);
 	return KVF_OK;
 }
 
@@ -77,9 +75,7 @@ static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 			  ADDR_NONE, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	stream_set_page(s, g, ref);
-	if (g >= s->n_groups)
-		s->n_groups = (uint32_t)g + 1;
+	stream_set_group(s, g, ref);
 	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
 	return rc;
 }

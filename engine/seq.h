@@ -97,6 +97,15 @@ static inline void stream_set_page(struct stream *s, uint64_t g,
 	b[6] = (unsigned char)(r.check >> 16);
 }
 
+/* stream_set_group - group g of s is the page at r now */
+static inline void stream_set_group(struct stream *s, uint64_t g,
+				    struct page_ref r)
+{
+	stream_set_page(s, g, r);
+	if (g >= s->n_groups)
+		s->n_groups = (uint32_t)g + 1;
+}
+
 struct open_seg;
 struct flush_job;
 struct catalog_batch;
