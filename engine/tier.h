@@ -100,6 +100,11 @@ uint64_t tier_fixed(kvf_store *st);
 const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
 			      uint32_t *slot);
 void tier_unpin(kvf_store *st, uint32_t slot);
+/* tier_get_many / tier_unpin_many - the same for n pages under one taking
+ * of the lock (p[i] NULL: a miss; slot[i] TIER_NONE: nothing to unpin) */
+void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
+		   uint32_t n, const unsigned char **p, uint32_t *slot);
+void tier_unpin_many(kvf_store *st, const uint32_t *slot, uint32_t n);
 
 /* tier_put_read - a verified page read from media: cached if there is free
  * room (or a cold hot-pool page to replace now and then) */
