@@ -18,11 +18,15 @@
 #include "api/status.h"
 #include "compute/kernels.h"
 #include "engine/cleaner.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
 #include "engine/kt.h"
 #include "engine/openseg.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "engine/writeback.h"
 
 #define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */

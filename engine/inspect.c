@@ -23,8 +23,10 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
+#include "engine/fatal.h"
 #include "engine/inspect_int.h"
-#include "engine/segtable.h"
+#include "engine/segfmt.h"
+#include "engine/store_state.h"
 
 /* inspect_publish - copy the filled local struct to the caller's, whose
  * struct_size (checked already) says how much of it the caller has */

@@ -12,8 +12,11 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/inspect_int.h"
+#include "engine/key.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
 
 kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 {

@@ -15,9 +15,14 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 
 #define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
 

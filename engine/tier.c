@@ -8,7 +8,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/key.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 #define HEAT_MAX 3
 #define MISSES_PER_HAND_STEP 16u /* read misses that move the hand once:

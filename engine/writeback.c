@@ -7,10 +7,12 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
 #include "engine/openseg.h"
 #include "engine/segtable.h"
-#include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "engine/tier.h"
 
 /* the waiting pages of all streams may take half the budget: the other
