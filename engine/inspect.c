@@ -10,7 +10,7 @@
  * in bytes_read, as every media read does), so tools can run them on a
  * store opened read-only, and programs on a store being written.
  *
- * Locking (engine/store.h's order): world shared, then seqtab.lock
+ * Locking (engine/store_state.h's order): world shared, then seqtab.lock
  * (listing sequences), then segtab.lock, held briefly for snapshots of the
  * segment table.
  */

@@ -4,7 +4,7 @@
  * walks one sequence's index under its lock, which the store-wide calls
  * in inspect.c never take.
  *
- * Locking (engine/store.h's order): world shared, then seq->lock (through
+ * Locking (engine/store_state.h's order): world shared, then seq->lock (through
  * seq_get_locked), then segtab.lock inside seg_page_refs.
  */
 #include <string.h>
