@@ -58,7 +58,7 @@
 #include "api/alloc.h"
 #include "bench/bench_common.h"
 #include "compute/optim.h"
-#include "engine/store.h" /* st->media, for the media's own counters */
+#include "engine/store_state.h" /* st->media, for the media's own counters */
 #include "ftl/media.h"
 #include "kvflash.h"
 

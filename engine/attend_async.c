@@ -27,7 +27,8 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/store.h"
+#include "engine/fatal.h"
+#include "engine/store_state.h"
 
 #define ASYNC_THREADS 2 /* jobs running at once (two micro-batches) */
 

@@ -22,10 +22,12 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/kernels.h"
+#include "engine/fatal.h"
 #include "engine/pool.h"
 #include "engine/readpath.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 /* What the tasks of one call share. */
 struct multi_call {

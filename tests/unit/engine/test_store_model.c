@@ -49,7 +49,7 @@
 #include <string.h>
 
 #include "engine/catalog.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "testutil.h"
 

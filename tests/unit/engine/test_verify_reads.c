@@ -27,7 +27,11 @@
 #include "api/status.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
 #include "kvflash.h"
 #include "testutil.h"
 
