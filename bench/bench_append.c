@@ -116,10 +116,7 @@ static int parse_args(int argc, char **argv, struct append_args *a)
 {
 	const struct bench_opt opts[] = {
 		BENCH_STR("--dir", a->dir),
-		BENCH_U32("--layers", a->model.n_layers, 1, 4096),
-		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 4095),
-		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 4095),
-		BENCH_U32("--head-dim", a->model.head_dim, 1, 32768),
+		BENCH_MODEL_OPTS(a->model),
 		BENCH_U32("--tokens", a->prompt_tokens, 1, 1u << 24),
 		BENCH_U32("--steps", a->decode_steps, 1, 1u << 24),
 		BENCH_U32("--seqs", a->n_seqs, 1, 4096),
@@ -135,11 +132,7 @@ static int parse_args(int argc, char **argv, struct append_args *a)
 	int rc;
 
 	*a = (struct append_args){ .dir = "kvbench-append",
-				   .model = { .n_layers = 32,
-					      .n_q_heads = 32,
-					      .n_kv_heads = 8,
-					      .head_dim = 128,
-					      .dtype = KVF_DTYPE_F16 },
+				   .model = BENCH_MODEL_DEFAULT,
 				   .prompt_tokens = 2000,
 				   .decode_steps = 250,
 				   .n_seqs = 8,
@@ -287,22 +280,12 @@ static kvf_status store_open(struct append_ctx *c, int create, kvf_store **out)
 {
 	const struct append_args *a = c->a;
 	kvf_options o;
-	kvf_status rc;
 
 	if (!create)
 		return kvf_open(c->store_dir, NULL, out);
-	kvf_options_init(&o, &a->model);
-	o.n_stripes = a->n_stripes;
-	o.segment_size = a->segment_bytes;
-	o.capacity_bytes = a->capacity_bytes;
-	o.direct_io = 1;
-	rc = kvf_open(c->store_dir, &o, out);
-	c->direct_io = rc == KVF_OK;
-	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: say so, go on */
-		o.direct_io = 0;
-		rc = kvf_open(c->store_dir, &o, out);
-	}
-	return rc;
+	bench_store_options(&o, &a->model, a->n_stripes, a->segment_bytes,
+			    a->capacity_bytes);
+	return bench_open_direct(c->store_dir, &o, out, &c->direct_io);
 }
 
 /* prefill - every sequence of batch 0 appends its prompt, layer by layer

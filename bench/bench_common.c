@@ -243,6 +243,31 @@ int bench_check_heads(const char *cmd, const kvf_model *m)
 				 m->n_q_heads, m->n_kv_heads);
 }
 
+void bench_store_options(kvf_options *o, const kvf_model *m,
+			 uint32_t n_stripes, uint64_t segment_bytes,
+			 uint64_t capacity_bytes)
+{
+	kvf_options_init(o, m);
+	o->n_stripes = n_stripes;
+	o->segment_size = segment_bytes;
+	o->capacity_bytes = capacity_bytes;
+}
+
+kvf_status bench_open_direct(const char *dir, kvf_options *o,
+			     kvf_store **out, int *direct_io)
+{
+	kvf_status rc;
+
+	o->direct_io = 1;
+	rc = kvf_open(dir, o, out);
+	*direct_io = rc == KVF_OK;
+	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: go on without */
+		o->direct_io = 0;
+		rc = kvf_open(dir, o, out);
+	}
+	return rc;
+}
+
 int bench_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;

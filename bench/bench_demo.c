@@ -123,10 +123,7 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 		BENCH_U32("--max-decode", a->max_decode, 1, 1u << 24),
 		BENCH_U32("--sync-every", a->sync_every, 1, 1u << 24),
 		BENCH_U32("--stripes", a->n_stripes, 1, 64),
-		BENCH_U32("--layers", a->model.n_layers, 1, 4096),
-		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 4095),
-		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 4095),
-		BENCH_U32("--head-dim", a->model.head_dim, 1, 32768),
+		BENCH_MODEL_OPTS(a->model),
 		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
 		BENCH_U64("--segment", a->segment_bytes, 1, UINT64_MAX),
 		BENCH_U64("--seed", a->seed, 0, UINT64_MAX),
@@ -136,11 +133,7 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 	int rc;
 
 	*a = (struct demo_args){ .dir = "kvflash-demo",
-				 .model = { .n_layers = 32,
-					    .n_q_heads = 32,
-					    .n_kv_heads = 8,
-					    .head_dim = 128,
-					    .dtype = KVF_DTYPE_F16 },
+				 .model = BENCH_MODEL_DEFAULT,
 				 .n_slots = 8,
 				 .steps = 1024,
 				 .min_prompt = 128,
@@ -668,17 +661,9 @@ static int demo_setup(struct demo *d)
 			a->dir);
 		return -1;
 	}
-	kvf_options_init(&o, &a->model);
-	o.n_stripes = a->n_stripes;
-	o.segment_size = a->segment_bytes;
-	o.capacity_bytes = a->capacity_bytes;
-	o.direct_io = 1;
-	rc = kvf_open(a->dir, &o, &d->st);
-	d->t.direct_io = rc == KVF_OK;
-	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: go on without */
-		o.direct_io = 0;
-		rc = kvf_open(a->dir, &o, &d->st);
-	}
+	bench_store_options(&o, &a->model, a->n_stripes, a->segment_bytes,
+			    a->capacity_bytes);
+	rc = bench_open_direct(a->dir, &o, &d->st, &d->t.direct_io);
 	if (rc != KVF_OK)
 		return bench_fail("demo", "kvf_open", rc);
 	d->next_id = 1;

@@ -158,23 +158,13 @@ static kvf_status store_open(struct optim_ctx *c, kvf_media_kind media,
 	const struct optim_args *a = c->a;
 	kvf_model m = { 1, 1, 1, 64, KVF_DTYPE_F16 }; /* no K/V is stored */
 	kvf_options o;
-	kvf_status rc;
 
-	kvf_options_init(&o, &m);
+	bench_store_options(&o, &m, a->n_stripes, a->segment_bytes,
+			    a->capacity_bytes);
 	o.media = media;
-	o.n_stripes = a->n_stripes;
-	o.segment_size = a->segment_bytes;
-	o.capacity_bytes = a->capacity_bytes;
 	if (media != KVF_MEDIA_FILE)
 		return kvf_open(c->store_dir, &o, out);
-	o.direct_io = 1;
-	rc = kvf_open(c->store_dir, &o, out);
-	c->direct_io = rc == KVF_OK;
-	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: say so, go on */
-		o.direct_io = 0;
-		rc = kvf_open(c->store_dir, &o, out);
-	}
-	return rc;
+	return bench_open_direct(c->store_dir, &o, out, &c->direct_io);
 }
 
 /* optim_step - one timed kvf_opt_step (dense or Top-K) into c->out, then
