@@ -30,16 +30,25 @@ static const uint64_t fx_ids[N_IDS] = { 1, 2, 3, 4 };
 
 /* ---- options, values ----------------------------------------------------- */
 
-kvf_options fx_options(uint64_t capacity_bytes, uint32_t n_stripes)
+kvf_options fx_options_for(const kvf_model *m, uint64_t segment_bytes,
+			   uint64_t capacity_bytes, uint32_t n_stripes)
 {
-	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_model fm = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
 	kvf_options o;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024;
+	kvf_options_init(&o, m ? m : &fm);
+	o.segment_size = segment_bytes;
 	o.capacity_bytes = capacity_bytes;
 	if (n_stripes)
 		o.n_stripes = n_stripes;
+	return o;
+}
+
+kvf_options fx_options(uint64_t capacity_bytes, uint32_t n_stripes)
+{
+	kvf_options o = fx_options_for(NULL, 64 * 1024, capacity_bytes,
+				       n_stripes);
+
 	o.n_threads = 1;
 	return o;
 }
@@ -523,6 +532,15 @@ void fx_setup(void)
 	fx.path = strdup(tmp_path(fx.dir, "s"));
 	OK(kvf_open(fx.path, &o, &fx.st));
 	fx_fill(fx.st);
+}
+
+void fx_setup_dir(void)
+{
+	fx.dir = tmpdir_make("store");
+	cr_assert_not_null(fx.dir);
+	fx.path = strdup(tmp_path(fx.dir, "s"));
+	cr_assert_not_null(fx.path);
+	fx.st = NULL;
 }
 
 void fx_teardown(void)

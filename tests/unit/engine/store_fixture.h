@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "api/status.h"
+#include "engine/segfmt.h"
 #include "kvflash.h"
 
 #define LAYERS 2
@@ -49,6 +50,10 @@
 
 /* ---- options, values ----------------------------------------------------- */
 
+/* fx_options_for - model m (NULL: the one above, f16), segment_bytes,
+ * capacity_bytes and n_stripes (0: the default, one); the rest defaults */
+kvf_options fx_options_for(const kvf_model *m, uint64_t segment_bytes,
+			   uint64_t capacity_bytes, uint32_t n_stripes);
 /* fx_options - the model above, 64 KiB segments, one worker thread,
  * capacity_bytes, and n_stripes (0: the default, one) */
 kvf_options fx_options(uint64_t capacity_bytes, uint32_t n_stripes);
@@ -159,14 +164,18 @@ void fx_sleep_us(uint64_t us);
 
 struct store_fixture {
 	char *dir;     /* the test's temporary directory */
-	char *path;    /* the store inside it */
-	kvf_store *st; /* the fixture's open handle */
+	char *path;    /* the store inside it: fx.dir/s */
+	kvf_store *st; /* the fixture's open handle; closed by fx_teardown */
 };
 
 extern struct store_fixture fx;
 
 /* fx_setup - .init of a suite: a filled store at fx.path, open as fx.st */
 void fx_setup(void);
+/* fx_setup_dir - .init of a suite whose tests make their own stores: the
+ * temporary directory fx.dir and the path fx.path in it, no store (fx.st
+ * NULL); fx_teardown is its .fini */
+void fx_setup_dir(void);
 /* fx_teardown - .fini: allocation failures off, fx.st closed, dir gone */
 void fx_teardown(void);
 /* fx_fill - sequence 1 with synced and unsynced tokens, X on layer 0, and
@@ -204,5 +213,65 @@ void fx_digest_same(const struct fx_digest *a, const struct fx_digest *b,
 		after_ = fx_digest_of(fx.st);                              \
 		fx_digest_same(&before_, &after_, #call);                  \
 	} while (0)
+
+/* ---- a store to damage (store_fixture_damage.c) -------------------------- */
+
+/*
+ * For tests that damage a closed store's files with plain pread/pwrite
+ * (stripe files are written with O_DIRECT, but a closed store's files are
+ * ordinary files) and reopen it.  The store has fx_filled_opts's geometry.
+ */
+#define FX_PAGE 4096
+#define FX_SEG (64 * 1024) /* 16 pages: 15 data pages and a summary */
+#define FX_STRIPES 2
+#define DMG_LEN0 (8 * G + 5) /* layer 0 of sequence 1: a partial tail group */
+#define DMG_LEN1 (6 * G)     /* layer 1: whole groups */
+#define DMG_XLEN 40          /* X on layer 0 of sequence 1 */
+
+/* fx_row - the ROW bytes of head h of token t (fx_byte's) */
+void fx_row(unsigned char *dst, uint64_t seq, uint32_t layer, int kind,
+	    uint64_t t, uint32_t h);
+/* fx_make_damage_store - a closed store at path (fx_filled_opts):
+ * sequence 1 with DMG_LEN0 and DMG_LEN1 tokens and DMG_XLEN of X on
+ * layer 0, sequence 2 with 3 G tokens on layer 0; synced */
+void fx_make_damage_store(const char *path);
+/* fx_reopen - path opened with fx_filled_opts */
+kvf_store *fx_reopen(const char *path);
+/* fx_read_check - kvf_read of [t0, t1) of one head, every byte checked
+ * (K for what & 1, V for what & 2); the read's status */
+kvf_status fx_read_check(kvf_store *st, uint64_t seq, uint32_t layer,
+			 uint32_t h, uint64_t t0, uint64_t t1, int what);
+/* fx_read_x_check - kvf_read_x of [t0, t1), every byte checked */
+kvf_status fx_read_x_check(kvf_store *st, uint64_t seq, uint32_t layer,
+			   uint64_t t0, uint64_t t1);
+
+/* where a page is */
+struct fx_spot {
+	uint32_t stripe; /* stripe file */
+	uint64_t seg;    /* segment of the stripe */
+	uint32_t page;   /* page in the segment */
+	uint32_t segid;  /* global segment id */
+};
+
+/* fx_stripe_path - path/stripe-NNN.kvf (static buffer) */
+const char *fx_stripe_path(const char *path, uint32_t s);
+/* fx_read_stripe - the whole stripe file s (malloc'd), its length *len */
+unsigned char *fx_read_stripe(const char *path, uint32_t s, size_t *len);
+/* fx_find_group - the one page holding tokens [g*G, g*G + n) of (seq,
+ * layer, kind, head) from its first byte; fails unless there is exactly
+ * one */
+struct fx_spot fx_find_group(const char *path, uint64_t seq, uint32_t layer,
+			     int kind, uint32_t h, uint64_t g, uint32_t n);
+/* fx_flip - xor n bytes (at most 64) at off of stripe file s with 0x5a */
+void fx_flip(const char *path, uint32_t stripe, uint64_t off, uint32_t n);
+/* fx_spot_offset - the byte offset of p's page in its stripe file */
+uint64_t fx_spot_offset(const struct fx_spot *p);
+/* fx_summary_page - the page of p's segment holding its summary (after
+ * its data pages: found by the magic), the header into *h */
+uint32_t fx_summary_page(const char *path, const struct fx_spot *p,
+			 struct seg_summary_header *h);
+/* fx_expect_corrupt - rc is KVF_ECORRUPT and the message names p's
+ * segment and page */
+void fx_expect_corrupt(kvf_status rc, const struct fx_spot *p);
 
 #endif /* KVF_TEST_STORE_FIXTURE_H */
