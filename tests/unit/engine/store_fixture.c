@@ -302,6 +302,17 @@ void fx_same_tree(const char *root, const char *before, const char *what)
  * fx_refused - kvf_open(p, o, &h) must fail with status `code`, a message
  * holding both substrings, *out cleared, and p's tree unchanged.
  */
+int fx_contains(const char *s, const char *sub)
+{
+	return strstr(s, sub) != NULL;
+}
+
+void fx_has(const char *s)
+{
+	cr_assert(strstr(kvf_last_error(), s) != NULL,
+		  "message '%s' lacks '%s'", kvf_last_error(), s);
+}
+
 void fx_refused(const char *p, const kvf_options *o, kvf_status code,
 		    const char *sub1, const char *sub2, const char *what)
 {

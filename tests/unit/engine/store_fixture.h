@@ -105,6 +105,10 @@ void fx_rm_tree(const char *p);
 char *fx_tree_of(const char *root);
 /* fx_same_tree - root is still as `before` (fx_tree_of) */
 void fx_same_tree(const char *root, const char *before, const char *what);
+/* fx_contains - s contains sub */
+int fx_contains(const char *s, const char *sub);
+/* fx_has - the thread's last error contains s */
+void fx_has(const char *s);
 /*
  * fx_refused - kvf_open(p, o, &h) must fail with status `code`, a message
  * holding both substrings, *out cleared, and p's tree unchanged.
@@ -214,7 +218,7 @@ void fx_digest_same(const struct fx_digest *a, const struct fx_digest *b,
 		fx_digest_same(&before_, &after_, #call);                  \
 	} while (0)
 
-/* ---- a store to damage (store_fixture_damage.c) -------------------------- */
+/* ---- a store to damage (store_fixture_stores.c) -------------------------- */
 
 /*
  * For tests that damage a closed store's files with plain pread/pwrite
@@ -273,5 +277,20 @@ uint32_t fx_summary_page(const char *path, const struct fx_spot *p,
 /* fx_expect_corrupt - rc is KVF_ECORRUPT and the message names p's
  * segment and page */
 void fx_expect_corrupt(kvf_status rc, const struct fx_spot *p);
+
+/* ---- the inspected store (store_fixture_stores.c) ------------------------ */
+
+#define INSPECT_SEGS 128 /* 8 MiB of 64 KiB segments, FX_STRIPES stripes */
+
+/* fx_inspect_opts - the model above, 8 MiB of 64 KiB segments in
+ * FX_STRIPES stripes, the rest default */
+kvf_options fx_inspect_opts(void);
+/* fx_open_inspected - path opened with fx_inspect_opts, or read-only with
+ * no model (everything as stored) */
+kvf_store *fx_open_inspected(const char *path, int read_only);
+/* fx_make_inspected - a store at path, left open: sequences 1 (100 tokens
+ * a layer, 40 of X on layer 1), 2 (fork of 1 at 64, then 36 more) and 7
+ * (empty); synced */
+kvf_store *fx_make_inspected(const char *path);
 
 #endif /* KVF_TEST_STORE_FIXTURE_H */

@@ -1,9 +1,10 @@
 /*
- * store_fixture_damage.c - the fixture's part for tests that damage a
- * closed store's files and reopen it (store_fixture.h, "a store to
- * damage"): the store they damage, reads that check every byte, and
- * finding a token group's page in the stripe files by its content.
- * Gathered from test_store_corrupt.c.
+ * store_fixture_stores.c - the fixture's stores beside the filled one
+ * (store_fixture.h): "a store to damage" for tests that damage a closed
+ * store's files and reopen it (the store, reads that check every byte,
+ * finding a token group's page in the stripe files by its content;
+ * gathered from test_store_corrupt.c), and "the inspected store" of
+ * test_inspect.c and test_verify.c.
  *
  * Pages are found by content: every token's bytes are a known function of
  * (sequence, layer, kind, token, head) (fx_byte), so the page of a token
@@ -210,4 +211,42 @@ void fx_expect_corrupt(kvf_status rc, const struct fx_spot *p)
 			  strstr(kvf_last_error(), page),
 		  "message does not name %s and %s: %s", seg, page,
 		  kvf_last_error());
+}
+
+/* ---- the inspected store ------------------------------------------------- */
+
+kvf_options fx_inspect_opts(void)
+{
+	return fx_options_for(NULL, FX_SEG, 8ull << 20, FX_STRIPES);
+}
+
+kvf_store *fx_open_inspected(const char *path, int read_only)
+{
+	kvf_options o = fx_inspect_opts();
+	kvf_store *st = NULL;
+
+	if (read_only) { /* a zero model: everything as stored */
+		kvf_options_init(&o, NULL);
+		o.read_only = 1;
+	}
+	cr_assert(eq(int, kvf_open(path, &o, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	return st;
+}
+
+kvf_store *fx_make_inspected(const char *path)
+{
+	kvf_store *st = fx_open_inspected(path, 0);
+
+	cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(fx_append(st, 1, 1, l, 0, 100));
+	OK(fx_append_x(st, 1, 1, 0, 40));
+	cr_assert(eq(int, kvf_seq_fork(st, 1, 2, 64), KVF_OK), "%s",
+		  kvf_last_error());
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(fx_append(st, 2, 2, l, 64, 36));
+	cr_assert(eq(int, kvf_seq_create(st, 7), KVF_OK));
+	cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
+	return st;
 }
