@@ -293,4 +293,55 @@ kvf_store *fx_open_inspected(const char *path, int read_only);
  * (empty); synced */
 kvf_store *fx_make_inspected(const char *path);
 
+/*
+ * EXPECT - a call that must give `status` with a message containing
+ * `text` (nothing else checked: see REFUSED for the filled store)
+ */
+#define EXPECT(call, status, text)                                            \
+	do {                                                                  \
+		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
+		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
+			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
+	} while (0)
+
+/* ---- attention (store_fixture_attend.c) ---------------------------------- */
+
+/* a store for attention tests: LAYERS layers of DIM dims, any dtype and
+ * head grouping, with the generator of its random values */
+struct attn_fx {
+	kvf_store *st;    /* open in fx.dir */
+	kvf_dtype dt;     /* of K, V and X */
+	uint32_t qh, kvh; /* query and KV heads */
+	uint64_t rng;     /* fx_urand's state, seeded by rng_seed */
+};
+
+/* fx_elt_size - bytes of one dt element */
+size_t fx_elt_size(kvf_dtype dt);
+/* fx_to_f - element i of the dt array p, widened */
+double fx_to_f(kvf_dtype dt, const void *p, size_t i);
+/* fx_put_f - element i of the dt array p = x, rounded */
+void fx_put_f(kvf_dtype dt, void *p, size_t i, float x);
+/* fx_urand - uniform in [-1, 1) */
+float fx_urand(uint64_t *rng);
+/* fx_attn_open - fx.dir/name with 128 KiB segments in 2 stripes, 64 MiB,
+ * 3 worker threads; rng seeded as "attend" */
+struct attn_fx fx_attn_open(const char *name, kvf_dtype dt, uint32_t qh,
+			    uint32_t kvh);
+/* fx_attn_open_kt - fx.dir/name, f16, 4 query and 2 KV heads, K^T pages
+ * on, 256 KiB segments in 2 stripes, 128 MiB; rng seeded as "sparf" */
+struct attn_fx fx_attn_open_kt(const char *name);
+/* fx_attn_append - n tokens of random K and V to every layer of seq */
+void fx_attn_append(struct attn_fx *f, uint64_t seq, uint32_t n);
+/* fx_attn_reference - softmax(q.K^T * scale) V in double, per query head,
+ * over the tokens [t0, len) with mask (NULL: all); also the LSE and (when
+ * probs is not NULL) the probabilities, [qh][len] */
+void fx_attn_reference(struct attn_fx *f, uint64_t seq, uint32_t layer,
+		       const float *q, float scale, const uint8_t *mask,
+		       uint64_t t0, double *out, double *lse, double *probs);
+/* fx_check_close - |got - want| <= tol + tol * |want|, element by element */
+void fx_check_close(const float *got, const double *want, size_t n,
+		    double tol, const char *what);
+/* fx_cosine - the cosine similarity of a and b */
+double fx_cosine(const float *a, const float *b, size_t n);
+
 #endif /* KVF_TEST_STORE_FIXTURE_H */
