@@ -245,6 +245,15 @@ kvf_store *fx_reopen(const char *path);
  * (K for what & 1, V for what & 2); the read's status */
 kvf_status fx_read_check(kvf_store *st, uint64_t seq, uint32_t layer,
 			 uint32_t h, uint64_t t0, uint64_t t1, int what);
+/* fx_read_check_of - the same for seq holding data_seq's values (a fork
+ * below its fork point) */
+kvf_status fx_read_check_of(kvf_store *st, uint64_t seq, uint64_t data_seq,
+			    uint32_t layer, uint32_t h, uint64_t t0,
+			    uint64_t t1, int what);
+/* fx_check_tokens - K and V of every head of [t0, t1) of seq's layer read
+ * back as data_seq's values (fx_append), which must succeed */
+void fx_check_tokens(kvf_store *st, uint64_t seq, uint64_t data_seq,
+		     uint32_t layer, uint64_t t0, uint64_t t1);
 /* fx_read_x_check - kvf_read_x of [t0, t1), every byte checked */
 kvf_status fx_read_x_check(kvf_store *st, uint64_t seq, uint32_t layer,
 			   uint64_t t0, uint64_t t1);

@@ -59,6 +59,13 @@ kvf_store *fx_reopen(const char *path)
 kvf_status fx_read_check(kvf_store *st, uint64_t seq, uint32_t layer,
 			 uint32_t h, uint64_t t0, uint64_t t1, int what)
 {
+	return fx_read_check_of(st, seq, seq, layer, h, t0, t1, what);
+}
+
+kvf_status fx_read_check_of(kvf_store *st, uint64_t seq, uint64_t data_seq,
+			    uint32_t layer, uint32_t h, uint64_t t0,
+			    uint64_t t1, int what)
+{
 	size_t n = (size_t)(t1 - t0);
 	unsigned char *k = malloc(n * ROW + 1), *v = malloc(n * ROW + 1);
 	unsigned char want[ROW];
@@ -69,12 +76,12 @@ kvf_status fx_read_check(kvf_store *st, uint64_t seq, uint32_t layer,
 	for (size_t i = 0; rc == KVF_OK && i < n; i++) {
 		int good;
 
-		fx_row(want, seq, layer, 0, t0 + i, h);
+		fx_row(want, data_seq, layer, 0, t0 + i, h);
 		good = !(what & 1) || memcmp(k + i * ROW, want, ROW) == 0;
 		cr_assert(good,
 			  "seq %" PRIu64 " layer %u head %u K token %zu wrong",
 			  seq, layer, h, (size_t)t0 + i);
-		fx_row(want, seq, layer, 1, t0 + i, h);
+		fx_row(want, data_seq, layer, 1, t0 + i, h);
 		good = !(what & 2) || memcmp(v + i * ROW, want, ROW) == 0;
 		cr_assert(good,
 			  "seq %" PRIu64 " layer %u head %u V token %zu wrong",
@@ -83,6 +90,13 @@ kvf_status fx_read_check(kvf_store *st, uint64_t seq, uint32_t layer,
 	free(k);
 	free(v);
 	return rc;
+}
+
+void fx_check_tokens(kvf_store *st, uint64_t seq, uint64_t data_seq,
+		     uint32_t layer, uint64_t t0, uint64_t t1)
+{
+	for (uint32_t h = 0; h < KVH; h++)
+		OK(fx_read_check_of(st, seq, data_seq, layer, h, t0, t1, 3));
 }
 
 kvf_status fx_read_x_check(kvf_store *st, uint64_t seq, uint32_t layer,
