@@ -19,26 +19,11 @@
 #include "engine/meta.h"
 #include "engine/store.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define KVH 2
-#define DIM 64 /* f16: G = 32 tokens a 4 KiB page */
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("cleaner");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(cleaner, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(cleaner, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
 static kvf_store *open_tiny(uint64_t capacity)
 {
@@ -46,11 +31,8 @@ static kvf_store *open_tiny(uint64_t capacity)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024; /* 16 pages: 15 data + 1 summary */
-	o.capacity_bytes = capacity;
-	o.n_stripes = 2;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	o = fx_options_for(&m, 64 * 1024, capacity, 2); /* 16 pages: 15 data + 1 summary */
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	return st;
 }
@@ -131,7 +113,7 @@ Test(cleaner, compacts_partly_filled_segments)
 	cr_assert(gt(u64, s.cleaner_bytes, 0));
 	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	check(st, 1, 1, t);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
@@ -165,7 +147,7 @@ Test(cleaner, moves_shared_pages_for_every_owner)
 	check(st, 4, 4, 240);
 	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	check(st, 2, 1, t);
 	check(st, 3, 1, t - 40);
@@ -226,11 +208,8 @@ static kvf_store *open_one_stripe(void)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024; /* 15 data pages + 1 summary */
-	o.capacity_bytes = (uint64_t)OPTIM_SEGS * 64 * 1024;
-	o.n_stripes = 1;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	o = fx_options_for(&m, 64 * 1024, (uint64_t)OPTIM_SEGS * 64 * 1024, 1); /* 15 data pages + 1 summary */
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	return st;
 }
@@ -356,7 +335,7 @@ Test(cleaner, moves_optimizer_runs)
 	/* a cleaner's record holds those six pages as one run; no other
 	 * optimizer page was in a segment it could take */
 	{
-		char *store = strdup(tmp_path(dir, "s"));
+		char *store = strdup(fx.path);
 
 		cr_assert(eq(int, catalog_open(tmp_path(store, "meta"), 0, 1,
 					       CATALOG_FSYNC, &cat), KVF_OK));
@@ -369,7 +348,7 @@ Test(cleaner, moves_optimizer_runs)
 		  "longest optimizer run the cleaner wrote: %u", f.n_max);
 
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s",
 		  kvf_last_error());

@@ -20,29 +20,14 @@
 #include "engine/store.h"
 #include "ftl/media_flash.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define KVH 2
-#define DIM 64 /* f16: G = 32 */
 #define SEG (64 * 1024)
 #define CAP (4ull << 20)
 #define STRIPES 2
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("flashstore");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(flash_store, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(flash_store, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 60);
 
 static kvf_options flash_opts(void)
 {
@@ -111,7 +96,7 @@ Test(flash_store, runs_on_the_emulator)
 	kvf_stats s = { .struct_size = sizeof(s) };
 	kvf_store *st = NULL;
 
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	for (uint64_t seq = 1; seq <= 3; seq++) {
 		cr_assert(eq(int, kvf_seq_create(st, seq), KVF_OK));
@@ -154,7 +139,7 @@ Test(flash_store, power_cut_keeps_the_synced_state)
 
 		snprintf(name, sizeof(name), "s%llu", (unsigned long long)cut);
 		cr_assert(eq(int, kvf_media_open(&cfg, &m), KVF_OK), "%s", kvf_last_error());
-		cr_assert(eq(int, store_open_media(tmp_path(dir, name), &o, m, &st), KVF_OK),
+		cr_assert(eq(int, store_open_media(tmp_path(fx.dir, name), &o, m, &st), KVF_OK),
 			  "%s", kvf_last_error());
 		cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
 		cr_assert(eq(int, append(st, 1, 0, 300), KVF_OK));
@@ -170,7 +155,7 @@ Test(flash_store, power_cut_keeps_the_synced_state)
 		kvf_close(st);
 		cr_assert(eq(int, kvf_flash_power_on(m), KVF_OK));
 		st = NULL;
-		cr_assert(eq(int, store_open_media(tmp_path(dir, name), &o, m, &st), KVF_OK),
+		cr_assert(eq(int, store_open_media(tmp_path(fx.dir, name), &o, m, &st), KVF_OK),
 			  "cut %llu: %s", (unsigned long long)cut, kvf_last_error());
 		check(st, 1, 300);
 		cr_assert(eq(int, append(st, 1, 300, 100), KVF_OK), "%s", kvf_last_error());
@@ -193,7 +178,7 @@ static kvf_store *reopen(const char *path, const kvf_options *o)
 Test(flash_store, close_and_reopen_keeps_the_tokens)
 {
 	kvf_options o = flash_opts();
-	const char *path = tmp_path(dir, "s");
+	const char *path = fx.path;
 	char img[4096];
 	struct stat sb;
 	kvf_store *st = reopen(path, &o);
@@ -231,7 +216,7 @@ Test(flash_store, close_and_reopen_keeps_the_tokens)
 Test(flash_store, kill_then_reopen_keeps_the_synced_tokens)
 {
 	kvf_options o = flash_opts();
-	const char *path = tmp_path(dir, "k");
+	const char *path = tmp_path(fx.dir, "k");
 	int fds[2], status, killed;
 	uint64_t synced = 0, got, n;
 	pid_t pid;
