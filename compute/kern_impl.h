@@ -16,27 +16,6 @@
 #include "compute/half.h"
 #include "compute/kernels.h"
 
-/* kvc_elt_bytes - bytes per element of dtype. */
-static inline size_t kvc_elt_bytes(kvf_dtype dtype)
-{
-	return dtype == KVF_DTYPE_F32 ? 4 : 2;
-}
-
-/* kvc_elt - element i of the array p of dtype, widened exactly to f32. */
-static inline float kvc_elt(const void *p, size_t i, kvf_dtype dtype)
-{
-	const unsigned char *b = (const unsigned char *)p;
-	uint16_t h;
-	float f;
-
-	if (dtype == KVF_DTYPE_F32) {
-		memcpy(&f, b + i * 4, sizeof(f));
-		return f;
-	}
-	memcpy(&h, b + i * 2, sizeof(h));
-	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
-}
-
 /* KVC_DOT_ROW_TYPED - q . row for one dtype: four partial sums, so the
  * adds do not wait on each other (scalar code is latency-bound). */
 #define KVC_DOT_ROW_TYPED(q, row, n, dtype)                                 \
