@@ -27,13 +27,6 @@ int ofx_variants(const struct kvc_optim *v[2])
 	return v[1] ? 2 : 1;
 }
 
-const char *ofx_dtype_name(kvf_dtype dt)
-{
-	return dt == KVF_DTYPE_F16  ? "f16" :
-	       dt == KVF_DTYPE_BF16 ? "bf16" :
-				      "f32";
-}
-
 size_t ofx_elt_bytes(kvf_dtype dt)
 {
 	return dt == KVF_DTYPE_F32 ? 4 : 2;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "compute/optim.h"
+#include "kernel_ref.h" /* kr_dtype_name */
 #include "kvflash.h"
 
 static const kvf_dtype dtypes[3] = { KVF_DTYPE_F16, KVF_DTYPE_BF16,
@@ -22,8 +23,6 @@ static const kvf_dtype dtypes[3] = { KVF_DTYPE_F16, KVF_DTYPE_BF16,
 
 /* ofx_variants - scalar, then AVX2 when this CPU has it; the count. */
 int ofx_variants(const struct kvc_optim *v[2]);
-/* ofx_dtype_name - "f16", "bf16" or "f32" */
-const char *ofx_dtype_name(kvf_dtype dt);
 /* ofx_elt_bytes - bytes of one element of dt */
 size_t ofx_elt_bytes(kvf_dtype dt);
 /* ofx_put - element i of the dtype array buf = f (rounded to nearest

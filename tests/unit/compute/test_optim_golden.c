@@ -159,8 +159,8 @@ static uint64_t golden_run(const struct optim_golden *c,
 				  "%s (%s, %s grad, %s) step %d element %zu: "
 				  "p %a want %a, m %a want %a, v %a want %a",
 				  c->name, kvc_optim_name(k),
-				  ofx_dtype_name(gdt), mode_names[md], st + 1,
-				  i, (double)p[i], (double)c->p[st][i],
+				  kr_dtype_name(gdt), mode_names[md], st + 1, i,
+				  (double)p[i], (double)c->p[st][i],
 				  (double)m[i], (double)c->m[st][i],
 				  (double)v[i], (double)c->v[st][i]);
 			ofx_put(want_out, 0, odt, p[i]);
@@ -169,7 +169,7 @@ static uint64_t golden_run(const struct optim_golden *c,
 				  "%s (%s) step %d element %zu: params_out "
 				  "(%s) is not p rounded",
 				  c->name, kvc_optim_name(k), st + 1, i,
-				  ofx_dtype_name(odt));
+				  kr_dtype_name(odt));
 		}
 	}
 	return worst;

@@ -51,11 +51,11 @@ static void sumsq_case(const struct kvc_optim *const *vs, int nv, size_t n,
 
 		cr_assert(fabsl(dense - want) <= 1e-12L * want,
 			  "%s %s n=%zu: %.17g want %.17Lg",
-			  kvc_optim_name(vs[vi]), ofx_dtype_name(dt), n, dense,
+			  kvc_optim_name(vs[vi]), kr_dtype_name(dt), n, dense,
 			  want);
 		cr_assert(fabsl(sparse - want) <= 1e-12L * want,
 			  "%s %s n=%zu sparse: %.17g want %.17Lg",
-			  kvc_optim_name(vs[vi]), ofx_dtype_name(dt), n, sparse,
+			  kvc_optim_name(vs[vi]), kr_dtype_name(dt), n, sparse,
 			  want);
 	}
 	ofx_rstate_free(&r);
@@ -119,8 +119,8 @@ static void nonfinite_case(const struct kvc_optim *k, void *g, size_t n,
 	for (size_t i = 0; i < n; i++)
 		ofx_put(g, i, dt, i % 3 == 0 ? -big : i % 3 == 1 ? tiny : 0.0f);
 	cr_assert(false == kvc_optim_grad_nonfinite(k, g, n, dt),
-		  "%s %s n=%zu: finite values flagged", name,
-		  ofx_dtype_name(dt), n);
+		  "%s %s n=%zu: finite values flagged", name, kr_dtype_name(dt),
+		  n);
 	for (size_t pos = 0; pos < n; pos += step) {
 		float keep = ofx_get(g, pos, dt);
 
@@ -128,7 +128,7 @@ static void nonfinite_case(const struct kvc_optim *k, void *g, size_t n,
 			ofx_put(g, pos, dt, bad[b]);
 			cr_assert(kvc_optim_grad_nonfinite(k, g, n, dt),
 				  "%s %s n=%zu: %g at %zu missed", name,
-				  ofx_dtype_name(dt), n, (double)bad[b], pos);
+				  kr_dtype_name(dt), n, (double)bad[b], pos);
 		}
 		ofx_put(g, pos, dt, keep);
 	}

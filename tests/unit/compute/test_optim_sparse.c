@@ -70,7 +70,7 @@ static void sparse_case(const struct kvc_optim *k, const struct rcfg *r,
 	ofx_rstate_make(&sparse, &r2, n, gdt, KVF_DTYPE_BF16, density_pct);
 	ofx_rcfg_config(r, KVF_DTYPE_BF16, &cfg);
 	snprintf(ctx, sizeof(ctx), "%s %s grad %s density %u%%",
-		 kvc_optim_name(k), r->name, ofx_dtype_name(gdt), density_pct);
+		 kvc_optim_name(k), r->name, kr_dtype_name(gdt), density_pct);
 	for (uint64_t t = 1; t <= 3; t++) {
 		kvc_optim_step_prepare(&s, &cfg, t, 0.5f);
 		kvc_optim_dense(k, &s, dense.p, dense.m, dense.v, n, dense.g,

@@ -42,7 +42,7 @@ static void avx2_case(const struct rcfg *r, size_t n, kvf_dtype gdt,
 	ofx_rstate_make(&b, &rb, n, gdt, odt, 60);
 	ofx_rcfg_config(r, odt, &cfg);
 	snprintf(ctx, sizeof(ctx), "%s n=%zu grad %s out %s %s", r->name, n,
-		 ofx_dtype_name(gdt), ofx_dtype_name(odt),
+		 kr_dtype_name(gdt), kr_dtype_name(odt),
 		 sparse ? "sparse" : "dense");
 	for (uint64_t t = 1; t <= 3; t++) {
 		kvc_optim_step_prepare(&s, &cfg, t, t == 2 ? 0.37f : 1.0f);
@@ -104,7 +104,7 @@ static void from_case(const struct kvc_optim *k, const struct rcfg *r, size_t n,
 	ofx_rstate_make(&x, &rc, n, gdt, KVF_DTYPE_F32, 60);
 	ofx_rcfg_config(r, KVF_DTYPE_F32, &cfg);
 	snprintf(ctx, sizeof(ctx), "%s %s n=%zu grad %s %s", kvc_optim_name(k),
-		 r->name, n, ofx_dtype_name(gdt), sparse ? "sparse" : "dense");
+		 r->name, n, kr_dtype_name(gdt), sparse ? "sparse" : "dense");
 	for (uint64_t t = 1; t <= 3; t++) {
 		struct rstate *in = t % 2 ? &b : &x, *out = t % 2 ? &x : &b;
 		struct kvc_optim_chunk c = { { in->p, in->m, in->v },
@@ -207,7 +207,7 @@ Test(optim, params_out_conversions_match_half_h)
 				cr_assert(eq(u16, out[i], want),
 					  "%s %s: 0x%08x",
 					  kvc_optim_name(vs[vi]),
-					  ofx_dtype_name(dtypes[od]), bits[i]);
+					  kr_dtype_name(dtypes[od]), bits[i]);
 			}
 		}
 }
