@@ -201,9 +201,9 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 	return remove(p);
 }
 
-void fx_rm_tree(const char *p)
+int fx_rm_tree(const char *p)
 {
-	nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static uint64_t file_hash(const char *p)

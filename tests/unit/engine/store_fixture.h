@@ -99,7 +99,8 @@ int fx_path_exists(const char *p); /* lstat succeeds */
 int fx_path_gone(const char *p);
 /* fx_put_file - write len bytes of c to path (len 0: an empty file) */
 void fx_put_file(const char *path, int c, size_t len);
-void fx_rm_tree(const char *p);
+/* fx_rm_tree - remove p and everything under it; nftw's result */
+int fx_rm_tree(const char *p);
 /*
  * fx_tree_of - everything under root, one sorted line per entry: its
  * path, kind, and for a file its size, mtime and a hash of its bytes; ""

@@ -153,20 +153,6 @@ Test(open_damage, header)
 
 /* ---- the catalog ----------------------------------------------------------- */
 
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
-static void remove_tree(const char *p)
-{
-	cr_assert(eq(int, nftw(p, rm_one, 8, FTW_DEPTH | FTW_PHYS), 0));
-}
-
 static void move_dir(const char *from, const char *to)
 {
 	cr_assert(eq(int, rename(from, to), 0), "rename %s %s", from, to);
@@ -199,7 +185,7 @@ Test(open_damage, catalog_of_another_store)
 	{
 		struct catalog *c = NULL;
 
-		remove_tree(meta);
+		cr_assert(eq(int, fx_rm_tree(meta), 0));
 		OK(catalog_open(meta, 1, 0, CATALOG_FSYNC, &c));
 		catalog_close(c);
 	}
@@ -210,7 +196,7 @@ Test(open_damage, catalog_of_another_store)
 		  "%s", kvf_last_error());
 
 	/* its own catalog back: fine */
-	remove_tree(meta);
+	cr_assert(eq(int, fx_rm_tree(meta), 0));
 	move_dir(saved, meta);
 	st = fx_reopen(fx.path);
 	OK(fx_read_check(st, 1, 0, 1, 0, DMG_LEN0, 3));
@@ -252,6 +238,24 @@ static void seg_record_put(uint32_t segid, const void *val, size_t vlen)
 	catalog_close(c);
 }
 
+/* record_refused - case k: open, read-write and read-only, fails with
+ * KVF_ECORRUPT, a message holding msg, and no handle */
+static void record_refused(int k, const char *msg)
+{
+	for (int ro = 0; ro < 2; ro++) {
+		kvf_options o = fx_filled_opts();
+		kvf_store *st = (kvf_store *)&o;
+
+		o.read_only = (uint32_t)ro;
+		cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_ECORRUPT),
+			  "case %d: %s", k, kvf_last_error());
+		cr_assert_null(st);
+		cr_assert(strstr(kvf_last_error(), msg) != NULL,
+			  "case %d: \"%s\" lacks \"%s\"", k, kvf_last_error(),
+			  msg);
+	}
+}
+
 /* A "G" record whose length is not sizeof(meta_seg) + n_runs runs: open
  * (read-write and read-only) fails with KVF_ECORRUPT naming the record
  * and its length, and leaves no handle; put back, the store opens. */
@@ -287,19 +291,7 @@ Test(open_damage, segment_record_length_mismatch)
 		snprintf(msg, sizeof(msg),
 			 "catalog record segment %u is malformed (%zu bytes)",
 			 p.segid, bad_len);
-		for (int ro = 0; ro < 2; ro++) {
-			kvf_options o = fx_filled_opts();
-
-			o.read_only = (uint32_t)ro;
-			st = (kvf_store *)&o;
-			cr_assert(eq(int, kvf_open(fx.path, &o, &st),
-				     KVF_ECORRUPT),
-				  "case %d: %s", k, kvf_last_error());
-			cr_assert_null(st);
-			cr_assert(strstr(kvf_last_error(), msg) != NULL,
-				  "case %d: \"%s\" lacks \"%s\"", k,
-				  kvf_last_error(), msg);
-		}
+		record_refused(k, msg);
 	}
 	seg_record_put(p.segid, good, len);
 	st = fx_reopen(fx.path);
@@ -356,19 +348,7 @@ Test(open_damage, segment_record_bad_run)
 		snprintf(msg, sizeof(msg),
 			 "catalog record segment %u is malformed: run %u names",
 			 p.segid, rec.n_runs - 1);
-		for (int ro = 0; ro < 2; ro++) {
-			kvf_options o = fx_filled_opts();
-
-			o.read_only = (uint32_t)ro;
-			st = (kvf_store *)&o;
-			cr_assert(eq(int, kvf_open(fx.path, &o, &st),
-				     KVF_ECORRUPT),
-				  "case %d: %s", k, kvf_last_error());
-			cr_assert_null(st);
-			cr_assert(strstr(kvf_last_error(), msg) != NULL,
-				  "case %d: \"%s\" lacks \"%s\"", k,
-				  kvf_last_error(), msg);
-		}
+		record_refused(k, msg);
 	}
 	seg_record_put(p.segid, good, len);
 	st = fx_reopen(fx.path);
