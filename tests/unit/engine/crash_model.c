@@ -333,38 +333,6 @@ pid_t spawn(int *fd)
 	return pid;
 }
 
-/* collect - read the child's whole report (until it is gone) */
-char *collect(int fd)
-{
-	size_t len = 0, cap = 4096;
-	char *text = malloc(cap);
-	ssize_t n;
-
-	cr_assert_not_null(text);
-	for (;;) {
-		if (len + 1024 > cap)
-			text = realloc(text, cap *= 2);
-		n = read(fd, text + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	text[len] = '\0';
-	close(fd);
-	return text;
-}
-
-void sleep_us(uint64_t us)
-{
-	struct timespec ts = { (time_t)(us / 1000000),
-			       (long)(us % 1000000) * 1000 };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
 /* run_child - run fn(path, arg) in a child, which must exit 0; its
  * failure fails the test with its message.  The parent never opens a
  * store itself (see the top of this file). */
@@ -379,7 +347,7 @@ void run_child(void (*fn)(const char *path, uint64_t arg),
 		fn(path, arg);
 		_exit(0);
 	}
-	text = collect(fd);
+	text = fx_collect(fd);
 	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
 	if (strncmp(text, "E ", 2) == 0)
 		fail("child: %s", text + 2);
