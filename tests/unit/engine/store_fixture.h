@@ -3,16 +3,16 @@
  * test_*.c of tests/unit/engine/ but four: test_meta_run.c and test_pool.c
  * make no store; test_store_model.c runs geometries of its own; the crash
  * and power-cut tests build on crash_model.h, which takes the fixture's
- * model and children but keeps a reference of its own for killed writers):
- * the small model and options most engine tests use, deterministic token
- * values with their append and check, a store made in a test's temporary
- * directory (fx_setup_dir), helpers on directory trees and messages,
- * forked children that report through a pipe, and "the filled store": a
- * fixture holding data in every place a token can be, with a digest that
- * shows whether a refused call changed anything.  Beside it: "a store to
- * damage" and "the inspected store" (store_fixture_stores.c), and the
- * attention stores with their double-precision reference
- * (store_fixture_attend.c).
+ * model and its reading of children's reports but keeps a reference and a
+ * pipe of its own for killed writers): the small model and options most
+ * engine tests use, deterministic token values with their append and
+ * check, a store made in a test's temporary directory (fx_setup_dir),
+ * helpers on directory trees and messages, forked children that report
+ * through a pipe, and "the filled store": a fixture holding data in every
+ * place a token can be, with a digest that shows whether a refused call
+ * changed anything.  Beside it: "a store to damage" and "the inspected
+ * store" (store_fixture_stores.c), and the attention stores with their
+ * double-precision reference (store_fixture_attend.c).
  *
  * It is compiled into unit_engine (every .c file of tests/unit/engine/); it
  * uses Criterion's assertions, so it is not in kvf_test_helpers.
