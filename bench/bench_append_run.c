@@ -47,21 +47,8 @@ static const uint16_t *rows_of(const struct append_ctx *c, uint64_t seq,
 /* plain_create - a fresh preallocated plain file; its descriptor or -1 */
 static int plain_create(struct append_ctx *c)
 {
-	int fd;
-
-	unlink(c->plain_path);
-	fd = open(c->plain_path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-	c->plain_direct = fd >= 0;
-	if (fd < 0) /* the store falls back the same way */
-		fd = open(c->plain_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || fallocate(fd, 0, 0, (off_t)c->plain_file_bytes) != 0) {
-		fprintf(stderr, "kvbench append: %s: %s\n", c->plain_path,
-			strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	return fd;
+	return bench_plain_create("append", c->plain_path, c->plain_file_bytes,
+				  &c->plain_direct);
 }
 
 /* plain_write - bytes (rounded up to a page) in 1 MiB pwrites from

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
@@ -266,6 +267,26 @@ kvf_status bench_open_direct(const char *dir, kvf_options *o,
 		rc = kvf_open(dir, o, out);
 	}
 	return rc;
+}
+
+int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
+		       int *direct)
+{
+	int fd;
+
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	*direct = fd >= 0;
+	if (fd < 0) /* the store falls back the same way */
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+		fprintf(stderr, "kvbench %s: %s: %s\n", cmd, path,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 int bench_usage_error(const char *cmd, const char *fmt, ...)

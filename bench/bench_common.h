@@ -142,6 +142,15 @@ void bench_store_options(kvf_options *o, const kvf_model *m,
 kvf_status bench_open_direct(const char *dir, kvf_options *o,
 			     kvf_store **out, int *direct_io);
 
+/*
+ * bench_plain_create - a fresh plain file at path of bytes preallocated,
+ * opened read-write with O_DIRECT, or without it where the file system
+ * refuses O_DIRECT (as the store falls back); *direct says which.
+ * Returns the descriptor, or -1 with "kvbench CMD: PATH: why" printed.
+ */
+int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
+		       int *direct);
+
 /* bench_mix64 - a 64-bit mixer (splitmix64's finalizer) for test data. */
 static inline uint64_t bench_mix64(uint64_t x)
 {

@@ -216,15 +216,11 @@ static uint64_t memcpy_pass(struct optim_ctx *c)
  * descriptor or -1 */
 static int plain_create(struct optim_ctx *c, uint64_t bytes)
 {
-	int fd;
+	int fd = bench_plain_create("optim", c->plain_path, bytes,
+				    &c->plain_direct);
 
-	unlink(c->plain_path);
-	fd = open(c->plain_path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-	c->plain_direct = fd >= 0;
-	if (fd < 0) /* the store falls back the same way */
-		fd = open(c->plain_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || fallocate(fd, 0, 0, (off_t)bytes) != 0)
-		goto fail;
+	if (fd < 0)
+		return -1;
 	memset(c->chunk, 0x3c, PLAIN_CHUNK);
 	for (uint64_t off = 0; off < bytes; off += PLAIN_CHUNK)
 		if (pwrite(fd, c->chunk, PLAIN_CHUNK, (off_t)off) !=
@@ -236,8 +232,7 @@ static int plain_create(struct optim_ctx *c, uint64_t bytes)
 fail:
 	fprintf(stderr, "kvbench optim: %s: %s\n", c->plain_path,
 		strerror(errno));
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return -1;
 }
 
