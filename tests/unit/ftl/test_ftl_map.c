@@ -227,6 +227,22 @@ Test(ftl_map, model_file_backing, .timeout = 60)
 
 /* ---- TRIM and GC ---- */
 
+/* write_segments - segments 0..n-1 of stripe 0 whole, in order, each page
+ * at version 1 (segments of 8 pages; buf holds one) */
+static void write_segments(struct kvf_media *m, uint64_t n,
+			   unsigned char *buf)
+{
+	for (uint64_t seg = 0; seg < n; seg++) {
+		for (uint32_t p = 0; p < 8; p++)
+			ffx_fill(buf + p * FFX_PAGE, 0, seg * 8 + p, 1);
+		cr_assert(eq(int,
+			     kvf_media_write_segment(m, 0, seg, buf,
+						     8 * FFX_PAGE),
+			     KVF_OK));
+	}
+}
+
+
 static void trim_never_copied(enum kvf_flash_gc_policy gc)
 {
 	struct kvf_flash_config fc;
@@ -241,12 +257,7 @@ static void trim_never_copied(enum kvf_flash_gc_policy gc)
 	fc.gc_bg_free = 14;
 	m = ffx_open_flash(&fc, 1, 8, 32);
 	/* sequential fill: block i holds segment i (one die, one frontier) */
-	for (uint64_t seg = 0; seg < 32; seg++) {
-		for (uint32_t p = 0; p < 8; p++)
-			ffx_fill(buf + p * FFX_PAGE, 0, seg * 8 + p, 1);
-		cr_assert(eq(int, kvf_media_write_segment(m, 0, seg, buf, 8 * FFX_PAGE),
-			     KVF_OK));
-	}
+	write_segments(m, 32, buf);
 	/* blocks 0..3 lose every page, blocks 4..7 half of theirs */
 	for (uint64_t seg = 0; seg < 4; seg++)
 		cr_assert(eq(int, kvf_media_trim_segment(m, 0, seg), KVF_OK));
@@ -437,12 +448,7 @@ Test(ftl_map, block_mapping_merge_pad_trim)
 	fc.spare_factor = 0.2;
 	m = ffx_open_flash(&fc, 1, 8, 16);
 	/* whole-segment writes program each page once: WA 1 */
-	for (uint64_t seg = 0; seg < 16; seg++) {
-		for (uint32_t p = 0; p < 8; p++)
-			ffx_fill(buf + p * FFX_PAGE, 0, seg * 8 + p, 1);
-		cr_assert(eq(int, kvf_media_write_segment(m, 0, seg, buf, 8 * FFX_PAGE),
-			     KVF_OK));
-	}
+	write_segments(m, 16, buf);
 	a = ffx_flash_stats(m);
 	cr_assert(eq(u64, a.nand_programs, 128));
 	cr_assert(eq(u64, a.erases, 0));
