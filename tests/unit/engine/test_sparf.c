@@ -19,6 +19,16 @@
 
 TestSuite(sparf, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
+/* same_as_dense - the 4 heads' outputs equal dense attention's within
+ * 2e-5 */
+static void same_as_dense(const float *sparse, const float *dense)
+{
+	for (int j = 0; j < 4 * DIM; j++)
+		cr_assert(le(flt, fabsf(sparse[j] - dense[j]), 2e-5f),
+			  "[%d] %g vs %g", j, (double)sparse[j],
+			  (double)dense[j]);
+}
+
 /* SparF with every dim and every token is dense attention */
 Test(sparf, sparf_full_equals_dense)
 {
@@ -37,10 +47,7 @@ Test(sparf, sparf_full_equals_dense)
 	o.top_k = 700;
 	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK), "%s",
 		  kvf_last_error());
-	for (int j = 0; j < 4 * DIM; j++)
-		cr_assert(le(flt, fabsf(sparse[j] - dense[j]), 2e-5f),
-			  "[%d] %g vs %g", j, (double)sparse[j],
-			  (double)dense[j]);
+	same_as_dense(sparse, dense);
 	kvf_close(f.st);
 }
 
@@ -220,10 +227,7 @@ Test(sparf, sparf_groups_full_equals_dense)
 	o.lse = ls;
 	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK), "%s",
 		  kvf_last_error());
-	for (int j = 0; j < 4 * DIM; j++)
-		cr_assert(le(flt, fabsf(sparse[j] - dense[j]), 2e-5f),
-			  "[%d] %g vs %g", j, (double)sparse[j],
-			  (double)dense[j]);
+	same_as_dense(sparse, dense);
 	for (int h = 0; h < 4; h++)
 		cr_assert(le(flt, fabsf(ls[h] - ld[h]), 1e-4f),
 			  "lse[%d] %g vs %g", h, (double)ls[h], (double)ld[h]);
@@ -248,10 +252,7 @@ Test(sparf, sparf_groups_window_mid_group_full_equals_dense)
 	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, dense, &d), KVF_OK));
 	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, sparse, &o), KVF_OK), "%s",
 		  kvf_last_error());
-	for (int j = 0; j < 4 * DIM; j++)
-		cr_assert(le(flt, fabsf(sparse[j] - dense[j]), 2e-5f),
-			  "[%d] %g vs %g", j, (double)sparse[j],
-			  (double)dense[j]);
+	same_as_dense(sparse, dense);
 	kvf_close(f.st);
 }
 
