@@ -18,7 +18,6 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,29 +311,6 @@ Test(verify_reads, memory_store_default_reads_in_place)
 
 /* ---- only 0 and 1 -------------------------------------------------------- */
 
-/* listing - the names in d, sorted, one per line; "(missing)" if none */
-static const char *listing(const char *d)
-{
-	static char buf[4096];
-	struct dirent **names = NULL;
-	int n = scandir(d, &names, NULL, alphasort);
-
-	buf[0] = '\0';
-	if (n < 0)
-		return "(missing)"; /* names is not set */
-	for (int i = 0; i < n; i++) {
-		if (strcmp(names[i]->d_name, ".") &&
-		    strcmp(names[i]->d_name, "..")) {
-			strncat(buf, names[i]->d_name,
-				sizeof(buf) - strlen(buf) - 2);
-			strcat(buf, "\n");
-		}
-		free(names[i]);
-	}
-	free(names);
-	return buf;
-}
-
 static void refused(const char *path, kvf_options *o, const char *text)
 {
 	kvf_store *h = (kvf_store *)o; /* must become NULL */
@@ -362,24 +338,26 @@ Test(verify_reads, only_0_and_1)
 	for (int i = 0; i < 2; i++) {
 		o = opts(kinds[i], 2);
 		refused(fresh, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(fresh), "(missing)"),
-			  "a refused create made %s", fresh);
+		cr_assert(fx_path_gone(fresh), "a refused create made %s",
+			  fresh);
 		refused(empty, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(empty), ""),
-			  "a refused create left %s", listing(empty));
+		cr_assert(fx_path_exists(empty), "a refused create removed %s",
+			  empty);
+		cr_assert(eq(str, (char *)fx_dir_listing(empty), ""),
+			  "a refused create left %s", fx_dir_listing(empty));
 		o.verify_reads = UINT32_MAX;
 		refused(fresh, &o, "verify_reads 4294967295 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(fresh), "(missing)"));
+		cr_assert(fx_path_gone(fresh));
 	}
 
 	/* an existing file store: refused, unchanged, and it opens with
 	 * either value (the option is not part of the store) */
 	st = open_filled(KVF_MEDIA_FILE, 0);
 	OK(kvf_close(st));
-	snprintf(before, sizeof(before), "%s", listing(store));
+	snprintf(before, sizeof(before), "%s", fx_dir_listing(store));
 	o = opts(KVF_MEDIA_FILE, 2);
 	refused(store, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-	cr_assert(eq(str, (char *)listing(store), before));
+	cr_assert(eq(str, (char *)fx_dir_listing(store), before));
 	for (uint32_t verify = 0; verify < 2; verify++) {
 		o = opts(KVF_MEDIA_FILE, verify);
 		OK(kvf_open(store, &o, &st));
