@@ -16,6 +16,40 @@
 #include "compute/half.h"
 #include "compute/kernels.h"
 
+/* kvc_list_tokens - the unmasked tokens t0 .. t0 + nb - 1 of a block as
+ * block offsets into tl; returns how many (mask NULL: all). */
+static __attribute__((unused)) uint32_t
+kvc_list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb, uint8_t *tl)
+{
+	uint32_t nt = 0;
+
+	for (uint32_t t = 0; t < nb; t++)
+		if (!mask || mask[t0 + t])
+			tl[nt++] = (uint8_t)t;
+	return nt;
+}
+
+/* kvc_put_scores - g rows of a block's raw scores (s, rows of
+ * KVC_BLOCK_TOKENS, the listed tokens tl[0..nt) only) into out (rows of
+ * stride), -INFINITY for the nb - nt masked tokens.
+ *
+ * Both are plain static, not inline, so that the compiler inlines them (or
+ * not) as it did when each file had its own copy: the kernels' machine
+ * code stays what was measured. */
+static __attribute__((unused)) void
+kvc_put_scores(float *out, size_t stride, const float *s, uint32_t g,
+	       const uint8_t *tl, uint32_t nt, uint32_t nb)
+{
+	for (uint32_t h = 0; h < g; h++) {
+		float *row = out + h * stride;
+
+		for (uint32_t t = 0; t < nb; t++)
+			row[t] = -INFINITY;
+		for (uint32_t j = 0; j < nt; j++)
+			row[tl[j]] = s[h * KVC_BLOCK_TOKENS + j];
+	}
+}
+
 /* KVC_DOT_ROW_TYPED - q . row for one dtype: four partial sums, so the
  * adds do not wait on each other (scalar code is latency-bound). */
 #define KVC_DOT_ROW_TYPED(q, row, n, dtype)                                 \
