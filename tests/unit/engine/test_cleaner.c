@@ -37,57 +37,24 @@ static kvf_store *open_tiny(uint64_t capacity)
 	return st;
 }
 
-static uint16_t val(uint64_t seq, uint32_t l, int kind, uint64_t t, uint32_t h,
-		    uint32_t d)
-{
-	uint64_t x = seq * 7777u + l * 131u + (uint64_t)kind * 31u + t * 17u +
-		     h * 3u + d;
-
-	return (uint16_t)(x * 2654435761u >> 7);
-}
-
+/* append - n tokens (data_seq's values, fx_append) to every layer of seq
+ * from t0; the first failure's status */
 static kvf_status append(kvf_store *st, uint64_t seq, uint64_t data_seq,
 			 uint64_t t0, uint32_t n)
 {
-	uint16_t *k = malloc((size_t)n * KVH * DIM * 2);
-	uint16_t *v = malloc((size_t)n * KVH * DIM * 2);
 	kvf_status rc = KVF_OK;
 
-	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t h = 0; h < KVH; h++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					size_t at = ((size_t)i * KVH + h) * DIM + d;
-
-					k[at] = val(data_seq, l, 0, t0 + i, h, d);
-					v[at] = val(data_seq, l, 1, t0 + i, h, d);
-				}
-		rc = kvf_append(st, seq, l, n, k, v);
-	}
-	free(k);
-	free(v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++)
+		rc = fx_append(st, seq, data_seq, l, t0, n);
 	return rc;
 }
 
+/* check - tokens [0, t1) of every layer and head of seq hold data_seq's
+ * values */
 static void check(kvf_store *st, uint64_t seq, uint64_t data_seq, uint64_t t1)
 {
-	uint16_t *k = malloc((size_t)t1 * DIM * 2), *v = malloc((size_t)t1 * DIM * 2);
-
 	for (uint32_t l = 0; l < LAYERS; l++)
-		for (uint32_t h = 0; h < KVH; h++) {
-			cr_assert(eq(int, kvf_read(st, seq, l, h, 0, t1, k, v), KVF_OK),
-				  "%s", kvf_last_error());
-			for (uint64_t t = 0; t < t1; t++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					cr_assert(eq(u16, k[t * DIM + d], val(data_seq, l, 0, t, h, d)),
-						  "seq %llu layer %u head %u token %llu",
-						  (unsigned long long)seq, l, h,
-						  (unsigned long long)t);
-					cr_assert(eq(u16, v[t * DIM + d], val(data_seq, l, 1, t, h, d)));
-				}
-		}
-	free(k);
-	free(v);
+		fx_check_tokens(st, seq, data_seq, l, 0, t1);
 }
 
 /* A small trickle of tokens and a sync each time: each sync writes the

@@ -42,52 +42,28 @@ static kvf_options flash_opts(void)
 	return o;
 }
 
-static uint16_t val(uint64_t seq, uint32_t l, int kind, uint64_t t, uint32_t h,
-		    uint32_t d)
-{
-	return (uint16_t)((seq * 31 + l * 7 + (uint64_t)kind * 3 + t * 131 + h * 17 + d) * 2654435761u >> 9);
-}
-
+/* append - n tokens (seq's values, fx_append) to every layer of seq from
+ * t0; the first failure's status */
 static kvf_status append(kvf_store *st, uint64_t seq, uint64_t t0, uint32_t n)
 {
-	uint16_t *k = malloc((size_t)n * KVH * DIM * 2);
-	uint16_t *v = malloc((size_t)n * KVH * DIM * 2);
 	kvf_status rc = KVF_OK;
 
-	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t h = 0; h < KVH; h++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					k[((size_t)i * KVH + h) * DIM + d] = val(seq, l, 0, t0 + i, h, d);
-					v[((size_t)i * KVH + h) * DIM + d] = val(seq, l, 1, t0 + i, h, d);
-				}
-		rc = kvf_append(st, seq, l, n, k, v);
-	}
-	free(k);
-	free(v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++)
+		rc = fx_append(st, seq, seq, l, t0, n);
 	return rc;
 }
 
+/* check - every layer of seq holds exactly t1 tokens, with seq's values */
 static void check(kvf_store *st, uint64_t seq, uint64_t t1)
 {
-	uint16_t *k = malloc(t1 * DIM * 2 + 2), *v = malloc(t1 * DIM * 2 + 2);
 	uint64_t n;
 
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		cr_assert(eq(int, kvf_seq_len(st, seq, l, &n), KVF_OK));
-		cr_assert(eq(u64, n, t1), "seq %llu layer %u", (unsigned long long)seq, l);
-		for (uint32_t h = 0; h < KVH; h++) {
-			cr_assert(eq(int, kvf_read(st, seq, l, h, 0, t1, k, v), KVF_OK),
-				  "%s", kvf_last_error());
-			for (uint64_t t = 0; t < t1; t++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					cr_assert(eq(u16, k[t * DIM + d], val(seq, l, 0, t, h, d)));
-					cr_assert(eq(u16, v[t * DIM + d], val(seq, l, 1, t, h, d)));
-				}
-		}
+		cr_assert(eq(u64, n, t1), "seq %llu layer %u",
+			  (unsigned long long)seq, l);
+		fx_check_tokens(st, seq, seq, l, 0, t1);
 	}
-	free(k);
-	free(v);
 }
 
 Test(flash_store, runs_on_the_emulator)
