@@ -114,6 +114,12 @@ typedef enum {
 	KVF_MEDIA_FLASH   /* emulated NAND flash device */
 } kvf_media_kind;
 
+/* kvf_dtype_name, kvf_media_name - a static lower-case name ("f16",
+ * "bf16", "f32"; "file", "memory", "flash"), "unknown" for a value out of
+ * range.  kvf_kind_name and kvf_seg_state_name, below, likewise. */
+KVF_API const char *kvf_dtype_name(kvf_dtype dtype);
+KVF_API const char *kvf_media_name(kvf_media_kind media);
+
 /* The model shape a store is created for. */
 typedef struct {
 	uint32_t n_layers;   /* transformer layers */
@@ -161,6 +167,14 @@ typedef struct {
 				   * written but not checked again: they
 				   * never left the process), 1 = every
 				   * page, a memory store's too */
+	uint64_t dram_budget;     /* bytes of DRAM the store may hold for KV
+				   * (docs/store.md, "The memory tier"):
+				   * group buffers, the index, cached pages
+				   * and pages waiting for write-back, never
+				   * more.  Default 1 GiB;
+				   * 0 = no tier: nothing cached, pages
+				   * written as they fill, no limit on
+				   * group buffers and index */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -244,6 +258,25 @@ typedef struct {
 	uint64_t opt_bytes;          /* optimizer state pages written (part
 				      * of host_bytes_written; user_bytes
 				      * counts no optimizer bytes) */
+	/* the memory tier (kvf_options.dram_budget); counts since open */
+	uint64_t dram_budget;        /* the budget; 0 = no tier */
+	uint64_t dram_bytes;         /* DRAM held now: group buffers, index,
+				      * cached pages, pages waiting for
+				      * write-back */
+	uint64_t dram_peak;          /* the most dram_bytes was since open */
+	uint64_t cache_bytes;        /* cached pages, both pools */
+	uint64_t cache_recent_bytes; /* of them, the recent pool: pages just
+				      * written or read */
+	uint64_t cache_hot_bytes;    /* the importance pool: pages attention
+				      * keeps selecting */
+	uint64_t cache_hits;         /* page reads served from DRAM */
+	uint64_t cache_misses;       /* page reads that went to the media */
+	uint64_t cache_evictions;    /* pages dropped for room */
+	uint64_t writeback_bytes;    /* pages waiting for write-back now */
+	uint64_t writeback_runs;     /* per-head runs written back */
+	uint64_t attend_calls;       /* attention calls (kvf_attend*,
+				      * kvf_scores) */
+	uint64_t attend_bytes_read;  /* bytes those calls read from media */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -569,6 +602,10 @@ typedef enum {
 	KVF_SEG_DYING = 3,  /* no live page; reused after the next sync */
 	KVF_SEG_CORRUPT = 4 /* failed verification at open; kept out of use */
 } kvf_seg_state;
+
+/* "k", "v", "x", "kt"; "free", "open", "sealed", "dying", "corrupt" */
+KVF_API const char *kvf_kind_name(kvf_kind kind);
+KVF_API const char *kvf_seg_state_name(kvf_seg_state state);
 
 /* The configuration of an open store, from kvf_store_info_get. */
 typedef struct {

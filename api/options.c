@@ -46,6 +46,7 @@ void kvf_options_init_sized(kvf_options *o, const kvf_model *m,
 	d.device_paths = NULL;
 	d.n_device_paths = 0;
 	d.direct_io = 0;
+	d.dram_budget = KVF_DEFAULT_DRAM_BUDGET;
 	fill_sized(o, &d, sizeof(d), struct_size);
 }
 

@@ -10,6 +10,7 @@
 #define KVF_DEFAULT_PAGE_SIZE 4096u
 #define KVF_DEFAULT_SEGMENT_SIZE (1u << 20)
 #define KVF_DEFAULT_CAPACITY (4ull << 30)
+#define KVF_DEFAULT_DRAM_BUDGET (1ull << 30) /* kvf_options.dram_budget */
 #define KVF_DEFAULT_QUEUE_DEPTH 32u
 
 /*

@@ -91,13 +91,6 @@ static int parse_dtype(const char *flag, const char *text, void *out)
 	return 0;
 }
 
-static const char *dtype_name(kvf_dtype dt)
-{
-	return dt == KVF_DTYPE_F16  ? "f16" :
-	       dt == KVF_DTYPE_BF16 ? "bf16" :
-				      "f32";
-}
-
 static int parse_args(int argc, char **argv, struct kern_args *a)
 {
 	const struct bench_opt opts[] = {
@@ -238,7 +231,7 @@ static void print_table(const struct kern_args *a, const struct kern_data *d,
 	printf("kvbench kernels: dense decode attention vs a plain read of the same bytes\n");
 	printf("  %u KV heads x %llu tokens x %u dims, %s, GQA group %u: %.1f MiB of K+V per pass, median of %u, one thread\n\n",
 	       a->n_kv_heads, (unsigned long long)a->n_tokens, a->head_dim,
-	       dtype_name(a->dtype), a->group, total / (1 << 20), a->repeat);
+	       kvf_dtype_name(a->dtype), a->group, total / (1 << 20), a->repeat);
 	printf("  %-32s %10s %10s %10s %10s %10s\n", "", "MB/s", "x plain",
 	       "best MB/s", "x plain", "Mtoken/s");
 	for (uint32_t i = 0; i < n_rows; i++)
@@ -262,7 +255,7 @@ static void print_json(const struct kern_args *a, const struct kern_row *rows,
 	bench_json_u64(&j, "kv_heads", a->n_kv_heads);
 	bench_json_u64(&j, "group", a->group);
 	bench_json_u64(&j, "head_dim", a->head_dim);
-	bench_json_str(&j, "dtype", dtype_name(a->dtype));
+	bench_json_str(&j, "dtype", kvf_dtype_name(a->dtype));
 	bench_json_u64(&j, "repeat", a->repeat);
 	bench_json_double(&j, "plain_mb_s", rows[0].mbs);
 	bench_json_double(&j, "plain_best_mb_s", rows[0].best_mbs);

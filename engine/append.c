@@ -7,7 +7,7 @@
  * tail group it must extend.  Only then does it copy a single byte, so a
  * refused append (KVF_ENOSPC, KVF_ENOMEM, KVF_ECORRUPT) changes nothing.
  * Copying fills each stream's group buffer; a full group is sealed into a
- * page of the sequence's open segment (engine/segment.c).
+ * page of the sequence's open segment (engine/openseg.c).
  */
 #include "engine/append.h"
 
@@ -19,9 +19,10 @@
 #include "compute/kernels.h"
 #include "engine/cleaner.h"
 #include "engine/kt.h"
-#include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/openseg.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 #define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
 
@@ -82,6 +83,33 @@ static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 }
 
 /*
+ * tail_buffer - s's group buffer, for a stream holding `tokens` tokens.
+ * The append path reads nothing: a part-filled tail group is in memory
+ * since whatever made it (an append, the open that loaded it, the fork
+ * that copied it), so only an empty group gets a new buffer here.
+ */
+static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint32_t sid, uint64_t tokens)
+{
+	if (s->gbuf)
+		return KVF_OK;
+	if (tokens % st->group_tokens != 0) {
+		uint32_t addr = stream_page(s, tokens / st->group_tokens).addr;
+		uint32_t segid = addr_seg(addr, st->page_bits);
+
+		return kvf_fail(KVF_ECORRUPT,
+				"the part-filled tail group of stream %u of sequence %llu, segment %u (stripe %u) page %u, failed its check when the store was opened (see kvf_verify); the sequence cannot grow",
+				sid, (unsigned long long)seq->id, segid,
+				seg_stripe(st, segid),
+				addr_page(addr, st->page_bits));
+	}
+	s->gbuf = kvf_calloc(1, st->hdr.page_size);
+	if (s->gbuf == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
+	return KVF_OK;
+}
+
+/*
  * append_streams - append n tokens to each of the n_src streams, which
  * hold `tokens` tokens each now.  For a K/V append kt_layer is the layer
  * (src[0..n_kv_heads) are the K heads) and K^T pages follow the K tokens;
@@ -103,7 +131,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		for (uint64_t j = 0; j < k; j++)
 			pages[stream_stripe(st, src[i].sid, g0 + j)]++;
 		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
-			rc = stream_tail(st, seq, src[i].s, tokens);
+			rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens);
 	}
 	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {
 		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
@@ -165,13 +193,8 @@ static kvf_status append_checks(kvf_store *st, const char *call,
 {
 	kvf_status rc;
 
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
 	if (layer >= st->hdr.n_layers)
 		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
 				call, layer, st->hdr.n_layers);

@@ -26,6 +26,7 @@
 #include "compute/kernels.h"
 #include "engine/pool.h"
 #include "engine/kt.h"
+#include "engine/read_calls.h"
 #include "engine/readpath.h"
 #include "engine/seq.h"
 #include "engine/store.h"

@@ -27,9 +27,10 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 /* A slot that points at a page being moved. */
 struct owner {
@@ -71,9 +72,9 @@ static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip)
 	double best = 0, now = now_s();
 	uint32_t pick = SEG_NONE;
 
-	pthread_mutex_lock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t i = stripe; i < st->n_segments; i += st->hdr.n_stripes) {
-		const struct seg_info *si = &st->segs[i];
+		const struct seg_info *si = &st->segtab.info[i];
 		double u, age, score;
 
 		/* a partly filled segment gives space back even when all its
@@ -90,7 +91,7 @@ static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip)
 			pick = i;
 		}
 	}
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	return pick;
 }
 
@@ -216,13 +217,13 @@ static int take_victim(struct pass *p, uint32_t v)
 	size_t vlen;
 	int taken = 0;
 
-	pthread_mutex_lock(&st->seg_lock);
-	n_data = st->segs[v].n_data;
-	if (p->n_pages + st->segs[v].live > st->data_per_seg) {
-		pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
+	n_data = st->segtab.info[v].n_data;
+	if (p->n_pages + st->segtab.info[v].live > st->data_per_seg) {
+		pthread_mutex_unlock(&st->segtab.lock);
 		return 0;
 	}
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	/* the world lock is held: the references cannot change under us */
 	refs = kvf_malloc((size_t)n_data * sizeof(*refs));
 	if (refs == NULL)
@@ -289,7 +290,7 @@ static kvf_status commit_pass(struct pass *p)
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, SEG_MAGIC, 8);
 	h.store_id = st->hdr.store_id;
-	h.seqno = atomic_fetch_add(&st->next_seqno, 1);
+	h.seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	h.segid = p->out;
 	h.n_data_pages = n;
 	h.page_size = ps;
@@ -337,9 +338,9 @@ static kvf_status commit_pass(struct pass *p)
 		return store_set_fatal(st, rc, "cleaner: commit");
 
 	/* the copies are durable: move every slot, then free the victims */
-	pthread_mutex_lock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
 	{
-		struct seg_info *o = &st->segs[p->out];
+		struct seg_info *o = &st->segtab.info[p->out];
 
 		o->state = SEG_SEALED;
 		o->n_data = n;
@@ -350,7 +351,7 @@ static kvf_status commit_pass(struct pass *p)
 	}
 	for (uint32_t i = 0; i < p->n_victims; i++)
 		seg_refs_drop_locked(st, p->victims[i]);
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	for (uint32_t i = 0; i < p->n_owners; i++) {
 		struct owner *w = &p->owners[i];
 		struct page_ref r = stream_page(w->s, w->group);
@@ -362,15 +363,15 @@ static kvf_status commit_pass(struct pass *p)
 	}
 	if (rc != KVF_OK)
 		return rc;
-	pthread_mutex_lock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t i = 0; i < p->n_victims; i++) {
-		struct seg_info *si = &st->segs[p->victims[i]];
+		struct seg_info *si = &st->segtab.info[p->victims[i]];
 
 		si->state = SEG_DYING;
 		si->died_epoch = 0; /* durable already */
-		st->n_dying++;
+		st->segtab.n_dying++;
 	}
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	atomic_fetch_add(&st->c.cleaner_bytes, (uint64_t)n * ps);
 	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sp * ps);
 	atomic_fetch_add(&st->c.segments_written, 1);
@@ -423,18 +424,18 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		drop_owners(&p, 0);
 		goto out;
 	}
-	pthread_mutex_lock(&st->seg_lock);
-	if (st->free_count[s] > 0) {
+	pthread_mutex_lock(&st->segtab.lock);
+	if (st->segtab.free_count[s] > 0) {
 		uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
 
-		p.out = st->free_fifo[(uint64_t)s * cap + st->free_head[s]];
-		st->free_head[s] = (st->free_head[s] + 1) % cap;
-		st->free_count[s]--;
-		st->n_free--;
-		st->segs[p.out].state = SEG_OPEN;
-		st->segs[p.out].live_bits = seg_bits_take(st, p.out);
+		p.out = st->segtab.free_fifo[(uint64_t)s * cap + st->segtab.free_head[s]];
+		st->segtab.free_head[s] = (st->segtab.free_head[s] + 1) % cap;
+		st->segtab.free_count[s]--;
+		st->segtab.n_free--;
+		st->segtab.info[p.out].state = SEG_OPEN;
+		st->segtab.info[p.out].live_bits = seg_bits_take(st, p.out);
 	}
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	if (p.out == SEG_NONE) {
 		drop_owners(&p, 0);
 		rc = kvf_fail(KVF_ENOSPC, "cleaner: no free segment on stripe %u to copy into", s);
@@ -461,23 +462,23 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	int progress = 0, enough = 1;
 	kvf_status rc = KVF_OK;
 
-	pthread_mutex_lock(&st->sync_lock);
+	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_wrlock(&st->world);
 	/* segment states and references settle once the writer is idle */
 	writer_wait_all(st);
 	/* dying segments only wait for a durable point */
-	if (st->n_dying > 0 && (b = catalog_batch_new()) != NULL) {
-		uint32_t before = st->n_free;
+	if (st->segtab.n_dying > 0 && (b = catalog_batch_new()) != NULL) {
+		uint32_t before = st->segtab.n_free;
 
 		rc = store_durable_point(st, b, 0);
 		catalog_batch_free(b);
-		progress = st->n_free > before;
+		progress = st->segtab.n_free > before;
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes && rc == KVF_OK; s++) {
 		int freed = 1;
 
 		while (rc == KVF_OK && freed > 0 &&
-		       st->free_count[s] < want + CLEANER_RESERVE) {
+		       st->segtab.free_count[s] < want + CLEANER_RESERVE) {
 			rc = clean_stripe(st, s, &freed);
 			if (freed > 0)
 				progress = 1;
@@ -486,9 +487,9 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	/* the segments may be free already (another cleaner run, or the
 	 * durable point above): then there is nothing to do */
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
-		enough = enough && st->free_count[s] >= want + CLEANER_RESERVE;
+		enough = enough && st->segtab.free_count[s] >= want + CLEANER_RESERVE;
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	if (rc == KVF_ENOSPC)
 		rc = KVF_OK; /* ran out of room to copy: report by progress */
 	if (rc == KVF_OK && !progress && !enough)
@@ -529,11 +530,11 @@ static int below_low(kvf_store *st)
 {
 	int low = 0;
 
-	pthread_mutex_lock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
-		if (st->free_count[s] < low_watermark(st))
+		if (st->segtab.free_count[s] < low_watermark(st))
 			low = 1;
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	return low;
 }
 
@@ -541,60 +542,29 @@ static void *cleaner_main(void *arg)
 {
 	kvf_store *st = arg;
 
-	pthread_mutex_lock(&st->cleaner_lock);
-	while (!st->cleaner_stop) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		if (!st->cleaner_kicked)
-			pthread_cond_timedwait(&st->cleaner_cond, &st->cleaner_lock, &ts);
-		st->cleaner_kicked = 0;
-		if (st->cleaner_stop)
-			break;
-		pthread_mutex_unlock(&st->cleaner_lock);
-		if (!atomic_load(&st->fatal) && below_low(st))
+	while (wake_wait(&st->cleaner.bell, 1))
+		if (!store_failed(st) && below_low(st))
 			(void)cleaner_run(st, 2 * low_watermark(st));
-		pthread_mutex_lock(&st->cleaner_lock);
-	}
-	pthread_mutex_unlock(&st->cleaner_lock);
 	return NULL;
 }
 
 kvf_status cleaner_start(kvf_store *st)
 {
-	pthread_mutex_init(&st->cleaner_lock, NULL);
-	pthread_cond_init(&st->cleaner_cond, NULL);
-	st->cleaner_stop = 0;
-	if (pthread_create(&st->cleaner_thread, NULL, cleaner_main, st) != 0) {
-		pthread_cond_destroy(&st->cleaner_cond);
-		pthread_mutex_destroy(&st->cleaner_lock);
+	wake_init(&st->cleaner.bell);
+	if (pthread_create(&st->cleaner.thread, NULL, cleaner_main, st) != 0) {
+		wake_destroy(&st->cleaner.bell);
 		return kvf_fail(KVF_ENOMEM, "kvf_open: cannot start the cleaner thread");
 	}
-	st->cleaner_running = 1;
+	st->cleaner.running = 1;
 	return KVF_OK;
 }
 
 void cleaner_stop(kvf_store *st)
 {
-	if (!st->cleaner_running)
+	if (!st->cleaner.running)
 		return;
-	pthread_mutex_lock(&st->cleaner_lock);
-	st->cleaner_stop = 1;
-	pthread_cond_signal(&st->cleaner_cond);
-	pthread_mutex_unlock(&st->cleaner_lock);
-	pthread_join(st->cleaner_thread, NULL);
-	pthread_cond_destroy(&st->cleaner_cond);
-	pthread_mutex_destroy(&st->cleaner_lock);
-	st->cleaner_running = 0;
-}
-
-void cleaner_kick(kvf_store *st)
-{
-	if (!st->cleaner_running)
-		return;
-	pthread_mutex_lock(&st->cleaner_lock);
-	st->cleaner_kicked = 1;
-	pthread_cond_signal(&st->cleaner_cond);
-	pthread_mutex_unlock(&st->cleaner_lock);
+	wake_stop(&st->cleaner.bell);
+	pthread_join(st->cleaner.thread, NULL);
+	wake_destroy(&st->cleaner.bell);
+	st->cleaner.running = 0;
 }

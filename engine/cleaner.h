@@ -10,7 +10,22 @@
 #ifndef KVF_ENGINE_CLEANER_H
 #define KVF_ENGINE_CLEANER_H
 
-#include "engine/store.h"
+#include <pthread.h>
+
+#include "api/status.h"
+#include "engine/wake.h"
+#include "kvflash.h"
+
+/*
+ * struct cleaner - the background cleaner thread (cleaner.c).  Its bell is
+ * rung by whoever sees free space run low (engine/openseg.c); the thread
+ * also looks every second.  Only open and close start and stop it.
+ */
+struct cleaner {
+	pthread_t thread;
+	int running;      /* the thread exists */
+	struct wake bell;
+};
 
 /* free segments per stripe that only the cleaner may take */
 #define CLEANER_RESERVE 1u
@@ -42,7 +57,5 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
  * keeps free segments above a low watermark */
 kvf_status cleaner_start(kvf_store *st);
 void cleaner_stop(kvf_store *st);
-/* cleaner_kick - wake the background cleaner (free space is getting low) */
-void cleaner_kick(kvf_store *st);
 
 #endif /* KVF_ENGINE_CLEANER_H */

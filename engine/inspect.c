@@ -10,8 +10,8 @@
  * in bytes_read, as every media read does), so tools can run them on a
  * store opened read-only, and programs on a store being written.
  *
- * Locking (engine/store.h's order): world shared, then seq_table_lock
- * (listing sequences), then seg_lock, held briefly for snapshots of the
+ * Locking (engine/store.h's order): world shared, then seqtab.lock
+ * (listing sequences), then segtab.lock, held briefly for snapshots of the
  * segment table.
  */
 #include "engine/inspect.h"
@@ -24,7 +24,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/inspect_int.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 
 /* inspect_publish - copy the filled local struct to the caller's, whose
  * struct_size (checked already) says how much of it the caller has */
@@ -66,13 +66,13 @@ kvf_status inspect_live_ids(kvf_store *st, const char *call, uint64_t **ids,
 	uint64_t *list;
 	size_t k = 0;
 
-	pthread_rwlock_rdlock(&st->seq_table_lock);
-	list = kvf_malloc((st->n_seqs ? st->n_seqs : 1) * sizeof(*list));
+	pthread_rwlock_rdlock(&st->seqtab.lock);
+	list = kvf_malloc((st->seqtab.n ? st->seqtab.n : 1) * sizeof(*list));
 	if (list != NULL)
-		for (uint32_t i = 0; i < st->seq_table_cap; i++)
-			if (st->seq_table[i] && st->seq_table[i]->ns == ns)
-				list[k++] = st->seq_table[i]->id;
-	pthread_rwlock_unlock(&st->seq_table_lock);
+		for (uint32_t i = 0; i < st->seqtab.cap; i++)
+			if (st->seqtab.slot[i] && st->seqtab.slot[i]->ns == ns)
+				list[k++] = st->seqtab.slot[i]->id;
+	pthread_rwlock_unlock(&st->seqtab.lock);
 	if (list == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory for the list of sequences",
 				call);
@@ -134,8 +134,8 @@ kvf_status kvf_segment_info_get(kvf_store *st, uint32_t segid,
 	in.segid = segid;
 	in.stripe = seg_stripe(st, segid);
 	in.seg_in_stripe = seg_in_stripe(st, segid);
-	pthread_mutex_lock(&st->seg_lock);
-	si = &st->segs[segid];
+	pthread_mutex_lock(&st->segtab.lock);
+	si = &st->segtab.info[segid];
 	in.state = (kvf_seg_state)si->state;
 	in.live_pages = si->live;
 	in.erase_count = si->erase_count;
@@ -145,7 +145,7 @@ kvf_status kvf_segment_info_get(kvf_store *st, uint32_t segid,
 		in.seqno = si->seqno;
 		in.write_ns = si->write_ns;
 	}
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_unlock(&st->segtab.lock);
 	if (in.state == KVF_SEG_FREE) {
 		in.live_pages = 0;
 		in.owner = KVF_SEQ_NONE;

@@ -5,14 +5,14 @@
  * in inspect.c never take.
  *
  * Locking (engine/store.h's order): world shared, then seq->lock (through
- * seq_get_locked), then seg_lock inside seg_page_refs.
+ * seq_get_locked), then segtab.lock inside seg_page_refs.
  */
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/inspect_int.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 
 kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)

@@ -14,12 +14,36 @@
 #ifndef KVF_ENGINE_KT_H
 #define KVF_ENGINE_KT_H
 
+#include <string.h>
+
 #include "engine/store.h"
+
+static inline struct stream *kt_stream(kvf_store *st, struct seq *seq,
+				       uint32_t layer, uint32_t head)
+{
+	return &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head];
+}
+
+/* scatter - put one K row (token at position p of the block) into the
+ * block buffer: dim d goes to page d / E, element (d % E) * T + p */
+static inline void kt_scatter(kvf_store *st, unsigned char *buf,
+			      const unsigned char *row, uint32_t p)
+{
+	uint32_t E = st->kt_dims, T = st->kt_tokens, eb = st->elt_bytes;
+	uint32_t ps = st->hdr.page_size;
+
+	for (uint32_t d = 0; d < st->hdr.head_dim; d++)
+		memcpy(buf + (size_t)(d / E) * ps +
+			       ((size_t)(d % E) * T + p) * eb,
+		       row + (size_t)d * eb, eb);
+}
 
 /*
  * kt_plan - before an append of n K tokens to layer (holding `tokens`):
  * count on pages[stripe] the K^T pages it will seal, make room in the
- * index and load the block buffers.  Changes nothing visible.
+ * index and give empty blocks their buffers (a part-filled block's buffer
+ * is in memory already: open and fork load it).  Reads nothing, changes
+ * nothing visible.
  */
 kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 		   uint64_t tokens, uint32_t n, uint32_t *pages);
@@ -52,6 +76,13 @@ kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
 
 /* kt_choose_dims - E for a head_dim: 8 when it divides head_dim, else the
  * largest power of two that does (at least 1) */
-uint32_t kt_choose_dims(uint32_t head_dim);
+static inline uint32_t kt_choose_dims(uint32_t head_dim)
+{
+	uint32_t e = 8;
+
+	while (e > 1 && head_dim % e != 0)
+		e /= 2;
+	return e;
+}
 
 #endif /* KVF_ENGINE_KT_H */

@@ -7,7 +7,7 @@
  * own: this is the crash handling, what makes a crash leave either the
  * old step or the new one.
  *
- * Locking: optim_commit_gen's caller holds sync_lock, world shared and the
+ * Locking: optim_commit_gen's caller holds dur.lock, world shared and the
  * sequence lock; optim_recovery_load runs at open, alone.
  */
 #include <stdio.h>
@@ -70,7 +70,7 @@ int optim_make_room(kvf_store *st, int attempt, uint32_t want,
 }
 
 /* optim_commit_gen - flush seq's segments, then durably name gen as current.
- * Caller holds sync_lock, world shared and seq->lock. */
+ * Caller holds dur.lock, world shared and seq->lock. */
 kvf_status optim_commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 			    uint32_t gen, int with_seq_record)
 {
@@ -124,8 +124,8 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 	rc = optim_streams_alloc(seq, (m.n_params + per - 1) / per);
 	seq->optim_gen = m.gen & 1;
 	seq->optim_steps = m.steps;
-	if (m.seq >= atomic_load(&st->next_optim_id))
-		atomic_store(&st->next_optim_id, m.seq + 1);
+	if (m.seq >= atomic_load(&st->optims.next_id))
+		atomic_store(&st->optims.next_id, m.seq + 1);
 	(void)key;
 	seq_put(st, seq);
 	return rc;

@@ -7,7 +7,7 @@
  * step's batching beyond engine/optim_int.h.
  *
  * Locking: as engine/optim_int.h says; the list of open handles is under
- * st->optim_lock.
+ * st->optims.lock.
  */
 #include <math.h>
 #include <string.h>
@@ -35,40 +35,51 @@ static void handle_link(kvf_opt *o)
 {
 	kvf_store *st = o->st;
 
-	pthread_mutex_lock(&st->optim_lock);
-	o->next = st->optim_open;
+	pthread_mutex_lock(&st->optims.lock);
+	o->next = st->optims.open;
 	if (o->next)
 		o->next->prev = o;
-	st->optim_open = o;
-	pthread_mutex_unlock(&st->optim_lock);
+	st->optims.open = o;
+	pthread_mutex_unlock(&st->optims.lock);
 }
 
 static void handle_unlink(kvf_opt *o)
 {
 	kvf_store *st = o->st;
 
-	pthread_mutex_lock(&st->optim_lock);
+	pthread_mutex_lock(&st->optims.lock);
 	if (o->prev)
 		o->prev->next = o->next;
-	else if (st->optim_open == o)
-		st->optim_open = o->next;
+	else if (st->optims.open == o)
+		st->optims.open = o->next;
 	if (o->next)
 		o->next->prev = o->prev;
 	o->prev = o->next = NULL;
-	pthread_mutex_unlock(&st->optim_lock);
+	pthread_mutex_unlock(&st->optims.lock);
+}
+
+void optim_registry_init(kvf_store *st)
+{
+	pthread_mutex_init(&st->optims.lock, NULL);
+	atomic_init(&st->optims.next_id, 1);
+}
+
+void optim_registry_free(kvf_store *st)
+{
+	pthread_mutex_destroy(&st->optims.lock);
 }
 
 void optim_detach_all(kvf_store *st)
 {
-	pthread_mutex_lock(&st->optim_lock);
-	while (st->optim_open) {
-		kvf_opt *o = st->optim_open;
+	pthread_mutex_lock(&st->optims.lock);
+	while (st->optims.open) {
+		kvf_opt *o = st->optims.open;
 
-		st->optim_open = o->next;
+		st->optims.open = o->next;
 		o->prev = o->next = NULL;
 		o->st = NULL;
 	}
-	pthread_mutex_unlock(&st->optim_lock);
+	pthread_mutex_unlock(&st->optims.lock);
 }
 
 /* optim_enter - the checks every call on a handle starts with */
@@ -139,7 +150,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	kvf_opt *o = NULL;
 	kvf_status rc;
 
-	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = optim_record_get(st, name, &m, &old_cfg);
 	if (rc == KVF_OK) {
@@ -149,13 +160,13 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	}
 	if (rc != KVF_ENOENT)
 		goto out;
-	seq = seq_alloc(st, atomic_fetch_add(&st->next_optim_id, 1));
+	seq = seq_alloc(st, atomic_fetch_add(&st->optims.next_id, 1));
 	if (seq == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
 	seq->ns = SEQ_NS_OPTIM;
-	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	if ((rc = handle_new(st, name, seq->id, n_params, &cfg, &o)) != KVF_OK ||
 	    (rc = optim_streams_alloc(seq, o->n_chunks)) != KVF_OK)
 		goto out_seq;
@@ -198,7 +209,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	pthread_mutex_unlock(&seq->lock);
 	*out = o;
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return KVF_OK;
 
 out_seq:
@@ -209,7 +220,7 @@ out_handle:
 		handle_free(o);
 out:
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }
 
@@ -226,11 +237,9 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
 				st ? "out" : "store");
 	*out = NULL;
-	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK ||
+	    (rc = check_name(call, name)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
 	if (n_params == 0 || n_params > UINT32_MAX)
 		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
 				call, (unsigned long long)n_params, UINT32_MAX);
@@ -405,14 +414,10 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	struct seq *seq;
 	kvf_status rc;
 
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK || (rc = check_name(call, name)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK ||
+	    (rc = check_name(call, name)) != KVF_OK)
 		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
-	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	rc = optim_record_get(st, name, &m, &cfg);
 	if (rc == KVF_ENOENT)
@@ -472,6 +477,6 @@ kvf_status kvf_opt_free(kvf_store *st, const char *name)
 	seq_put(st, seq);
 out:
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }

@@ -25,7 +25,7 @@
  * optim_step.c (kvf_opt_step), optim_commit.c (reserving, committing and
  * recovering a generation).
  *
- * Locking: create, step and free take sync_lock (they end in a durable
+ * Locking: create, step and free take dur.lock (they end in a durable
  * point), then world shared, then the optimizer's sequence lock: the
  * order kvf_sync and the cleaner use.  One step at a time per optimizer.
  */
@@ -34,7 +34,7 @@
 
 #include "compute/optim.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 
@@ -55,7 +55,7 @@ struct meta_optim {
 struct kvf_opt {
 	kvf_store *st;            /* NULL once the store was closed: every
 				   * call but kvf_opt_close is KVF_ECLOSED */
-	kvf_opt *prev, *next;     /* the store's open handles; st->optim_lock */
+	kvf_opt *prev, *next;     /* the store's open handles; st->optims.lock */
 	char *name;
 	uint64_t seq_id;          /* pseudo-sequence */
 	uint64_t n_params;        /* parameters */
@@ -156,7 +156,7 @@ int optim_make_room(kvf_store *st, int attempt, uint32_t want,
 		    const char *call, const char *name, kvf_status *rc);
 
 /* optim_commit_gen - flush seq's segments, then durably name gen as
- * current.  Caller holds sync_lock, world shared and seq->lock. */
+ * current.  Caller holds dur.lock, world shared and seq->lock. */
 kvf_status optim_commit_gen(kvf_opt *o, struct seq *seq, uint64_t steps,
 			    uint32_t gen, int with_seq_record);
 

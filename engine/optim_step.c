@@ -7,7 +7,7 @@
  * updated and placed.  A file of its own: it is the hot path, and its
  * batching (plan, load, update, fill) is used by no other call.
  *
- * Locking: sync_lock, world shared, then the sequence lock, held for the
+ * Locking: dur.lock, world shared, then the sequence lock, held for the
  * whole step (engine/optim_int.h).
  */
 #include <math.h>
@@ -394,12 +394,12 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	struct step_ctx x;
 	kvf_status rc;
 
-	pthread_mutex_lock(&st->sync_lock); /* sync_lock, then world */
+	pthread_mutex_lock(&st->dur.lock); /* dur.lock, then world */
 	pthread_rwlock_rdlock(&st->world);
 	seq = seq_get_ns(st, SEQ_NS_OPTIM, o->seq_id);
 	if (seq == NULL) {
 		pthread_rwlock_unlock(&st->world);
-		pthread_mutex_unlock(&st->sync_lock);
+		pthread_mutex_unlock(&st->dur.lock);
 		return kvf_fail(KVF_ENOENT, "%s: optimizer '%s' was freed", call, o->name);
 	}
 	pthread_mutex_lock(&seq->lock);
@@ -424,7 +424,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 		rc = optim_commit_gen(o, seq, steps + 1, 1 - gen, 0);
 	seq_unlock_put(st, seq);
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }
 
@@ -434,11 +434,9 @@ kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 	float scale = 1.0f;
 	kvf_status rc;
 
-	if ((rc = optim_enter(o, call)) != KVF_OK)
+	if ((rc = optim_enter(o, call)) != KVF_OK ||
+	    (rc = store_writable(o->st, call)) != KVF_OK)
 		return rc;
-	if (o->st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, o->st->dir);
 	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
 		return rc;
 	for (int attempt = 0;; attempt++) {

@@ -5,11 +5,30 @@
 #ifndef KVF_ENGINE_OPTIM_STORE_H
 #define KVF_ENGINE_OPTIM_STORE_H
 
-#include "engine/store.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "api/status.h"
+#include "kvflash.h"
+
+/* struct optim_registry - the open kvf_opt handles (optim_handle.c), so
+ * close can detach them, and the ids of optimizer pseudo-sequences.
+ * Locking: lock guards open; next_id is atomic. */
+struct optim_registry {
+	pthread_mutex_t lock;
+	struct kvf_opt *open;
+	_Atomic uint64_t next_id;
+};
 
 /* optim_recovery_load - at open, after the sequences: give each optimizer's
  * pseudo-sequence its streams and committed generation */
 kvf_status optim_recovery_load(kvf_store *st);
+
+/* optim_registry_init / optim_registry_free - first at open, last at
+ * close */
+void optim_registry_init(kvf_store *st);
+void optim_registry_free(kvf_store *st);
 
 /* optim_detach_all - kvf_close: every open kvf_opt handle of st loses its
  * store; later calls on it answer KVF_ECLOSED, kvf_opt_close frees it. */

@@ -1,5 +1,6 @@
 /*
- * readpath.c - reads of stored tokens, and kvf_read / kvf_read_x.
+ * readpath.c - reads of stored tokens (the public kvf_read and
+ * kvf_read_x are in read_calls.c).
  *
  * A stream's group g is in one of three places: the group buffer (the
  * partial tail group), a page of one of the sequence's open segments (not
@@ -14,8 +15,9 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 #define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
 
@@ -168,7 +170,7 @@ struct batch {
 	uint64_t group[READ_BATCH];    /* group of each page */
 	struct page_ref ref[READ_BATCH]; /* what the index says */
 	uint32_t n;                    /* pages */
-	struct batch *next;            /* store's spares; pool_lock */
+	struct batch *next;            /* store's spares; reads.lock */
 };
 
 #define READ_BATCHES_KEPT 8u /* read batches the store keeps for reuse */
@@ -180,13 +182,13 @@ static struct batch *read_batch_new(kvf_store *st)
 {
 	struct batch *b;
 
-	pthread_mutex_lock(&st->pool_lock);
-	b = st->read_batches;
+	pthread_mutex_lock(&st->reads.lock);
+	b = st->reads.list;
 	if (b) {
-		st->read_batches = b->next;
-		st->n_read_batches--;
+		st->reads.list = b->next;
+		st->reads.n--;
 	}
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_unlock(&st->reads.lock);
 	if (b) {
 		b->n = b->n_io = 0;
 		return b;
@@ -207,29 +209,35 @@ static void read_batch_free(kvf_store *st, struct batch *b)
 {
 	if (b == NULL)
 		return;
-	pthread_mutex_lock(&st->pool_lock);
-	if (st->n_read_batches < READ_BATCHES_KEPT) {
-		b->next = st->read_batches;
-		st->read_batches = b;
-		st->n_read_batches++;
+	pthread_mutex_lock(&st->reads.lock);
+	if (st->reads.n < READ_BATCHES_KEPT) {
+		b->next = st->reads.list;
+		st->reads.list = b;
+		st->reads.n++;
 		b = NULL;
 	}
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_unlock(&st->reads.lock);
 	if (b)
 		kvf_free(b->buf);
 	kvf_free(b);
 }
 
-void read_batches_free(kvf_store *st)
+void read_spares_init(kvf_store *st)
 {
-	while (st->read_batches) {
-		struct batch *b = st->read_batches;
+	pthread_mutex_init(&st->reads.lock, NULL);
+}
 
-		st->read_batches = b->next;
+void read_spares_free(kvf_store *st)
+{
+	while (st->reads.list) {
+		struct batch *b = st->reads.list;
+
+		st->reads.list = b->next;
 		kvf_free(b->buf);
 		kvf_free(b);
 	}
-	st->n_read_batches = 0;
+	st->reads.n = 0;
+	pthread_mutex_destroy(&st->reads.lock);
 }
 
 static void batch_add(kvf_store *st, struct batch *b, uint64_t g,
@@ -590,160 +598,4 @@ kvf_status stream_read_into(kvf_store *st, struct seq *seq,
 			return corrupt(st, r.addr, r.check, got, "read");
 	}
 	return KVF_OK;
-}
-
-/* ---- kvf_read, kvf_read_x ---------------------------------------------- */
-
-struct copy_out {
-	unsigned char *dst; /* caller buffer */
-	uint64_t t0;        /* token at dst */
-	size_t row;         /* bytes per token in dst */
-	size_t src_row;     /* bytes per token in the span */
-	size_t offset;      /* byte offset of this slice in a dst row */
-};
-
-static kvf_status copy_rows(void *arg, uint64_t first, uint32_t n,
-			    const unsigned char *rows)
-{
-	struct copy_out *c = arg;
-
-	if (c->row == c->src_row) {
-		memcpy(c->dst + (first - c->t0) * c->row, rows, (size_t)n * c->row);
-		return KVF_OK;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(c->dst + (first - c->t0 + i) * c->row + c->offset,
-		       rows + (size_t)i * c->src_row, c->src_row);
-	return KVF_OK;
-}
-
-kvf_status read_args_check(kvf_store *st, const char *call, uint32_t layer,
-			   const uint32_t *kv_head, uint64_t t0, uint64_t t1)
-{
-	kvf_status rc;
-
-	if ((rc = store_check(st, call)) != KVF_OK)
-		return rc;
-	if (layer >= st->hdr.n_layers)
-		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
-				call, layer, st->hdr.n_layers);
-	if (kv_head && *kv_head >= st->hdr.n_kv_heads)
-		return kvf_fail(KVF_ERANGE, "%s: kv_head %u out of range (store has %u kv heads)",
-				call, *kv_head, st->hdr.n_kv_heads);
-	if (t0 > t1)
-		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
-				call, (unsigned long long)t0, (unsigned long long)t1);
-	return KVF_OK;
-}
-
-kvf_status read_past_end(const char *call, uint64_t t0, uint64_t t1,
-			 uint64_t seq_id, const char *what, uint32_t layer,
-			 uint64_t len)
-{
-	return kvf_fail(KVF_ERANGE,
-			"%s: token range [%llu, %llu) past the end of %ssequence %llu layer %u (%llu tokens)",
-			call, (unsigned long long)t0, (unsigned long long)t1, what,
-			(unsigned long long)seq_id, layer, (unsigned long long)len);
-}
-
-static kvf_status copy_pair(void *arg, uint64_t first, uint32_t n,
-			    const unsigned char *k_rows,
-			    const unsigned char *v_rows)
-{
-	struct copy_out *c = arg;
-
-	copy_rows(&c[0], first, n, k_rows);
-	return copy_rows(&c[1], first, n, v_rows);
-}
-
-kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
-		    uint32_t kv_head, uint64_t t0, uint64_t t1, void *k_out,
-		    void *v_out)
-{
-	const char *call = "kvf_read";
-	void *outs[2] = { k_out, v_out };
-	struct seq *seq;
-	kvf_status rc;
-
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = read_args_check(st, call, layer, &kv_head, t0, t1)) != KVF_OK)
-		return rc;
-	if (k_out == NULL && v_out == NULL && t1 > t0)
-		return kvf_fail(KVF_EINVAL, "%s: k_out and v_out are both NULL", call);
-	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
-		goto out;
-	if (t1 > seq->len[layer]) {
-		rc = read_past_end(call, t0, t1, seq_id, "", layer, seq->len[layer]);
-		goto out_seq;
-	}
-	if (k_out && v_out) {
-		/* K and V in one batch: a prefilled head's two runs lie side
-		 * by side and merge into large requests */
-		struct copy_out c[2] = {
-			{ .dst = k_out, .t0 = t0, .row = st->row_bytes,
-			  .src_row = st->row_bytes },
-			{ .dst = v_out, .t0 = t0, .row = st->row_bytes,
-			  .src_row = st->row_bytes } };
-
-		rc = stream_read_pair(st, seq,
-				      seq_kv_stream(st, seq, layer, KIND_K, kv_head),
-				      seq_kv_stream(st, seq, layer, KIND_V, kv_head),
-				      seq->len[layer], t0, t1, copy_pair, c);
-		goto out_seq;
-	}
-	for (int kind = 0; kind < 2 && rc == KVF_OK; kind++) {
-		struct copy_out c = { .dst = outs[kind], .t0 = t0,
-				      .row = st->row_bytes,
-				      .src_row = st->row_bytes };
-
-		if (outs[kind] == NULL)
-			continue;
-		rc = stream_read_spans(st, seq,
-				       seq_kv_stream(st, seq, layer,
-						     (enum kv_kind)kind, kv_head),
-				       seq->len[layer], t0, t1, copy_rows, &c);
-	}
-out_seq:
-	seq_unlock_put(st, seq);
-out:
-	pthread_rwlock_unlock(&st->world);
-	return rc;
-}
-
-kvf_status kvf_read_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
-		      uint64_t t0, uint64_t t1, void *x_out)
-{
-	const char *call = "kvf_read_x";
-	struct seq *seq;
-	kvf_status rc;
-
-	if (st == NULL || (x_out == NULL && t1 > t0))
-		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
-				st ? "x_out" : "store");
-	if ((rc = read_args_check(st, call, layer, NULL, t0, t1)) != KVF_OK)
-		return rc;
-	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
-		goto out;
-	if (t1 > seq->x_len[layer]) {
-		rc = read_past_end(call, t0, t1, seq_id, "the X of ", layer,
-				   seq->x_len[layer]);
-		goto out_seq;
-	}
-	for (uint32_t q = 0; q < st->hdr.n_q_heads && rc == KVF_OK && t1 > t0; q++) {
-		struct copy_out c = { .dst = x_out, .t0 = t0,
-				      .row = (size_t)st->row_bytes * st->hdr.n_q_heads,
-				      .src_row = st->row_bytes,
-				      .offset = (size_t)q * st->row_bytes };
-
-		rc = stream_read_spans(st, seq, seq_x_stream(st, seq, layer, q),
-				       seq->x_len[layer], t0, t1, copy_rows, &c);
-	}
-out_seq:
-	seq_unlock_put(st, seq);
-out:
-	pthread_rwlock_unlock(&st->world);
-	return rc;
 }

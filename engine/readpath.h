@@ -13,7 +13,24 @@
 #ifndef KVF_ENGINE_READPATH_H
 #define KVF_ENGINE_READPATH_H
 
-#include "engine/store.h"
+#include <pthread.h>
+#include <stdint.h>
+
+#include "api/status.h"
+#include "kvflash.h"
+
+struct seq;
+struct stream;
+struct page_ref;
+struct kvf_media_io;
+
+/* struct read_spares - read batches (their aligned buffers) kept for
+ * reuse, owned by readpath.c; lock guards the list */
+struct read_spares {
+	pthread_mutex_t lock;
+	struct batch *list;
+	uint32_t n;
+};
 
 /*
  * span_fn - receives n_tokens rows (row_bytes each, contiguous) starting
@@ -100,24 +117,13 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens);
 
-/*
- * read_args_check - the checks every token-range read makes before it
- * looks a sequence up: store state, layer, *kv_head (NULL: none to
- * check), range order.  read_past_end - the KVF_ERANGE for a range past
- * a sequence's end (what: "" or "the X of ").
- */
-kvf_status read_args_check(kvf_store *st, const char *call, uint32_t layer,
-			   const uint32_t *kv_head, uint64_t t0, uint64_t t1);
-kvf_status read_past_end(const char *call, uint64_t t0, uint64_t t1,
-			 uint64_t seq_id, const char *what, uint32_t layer,
-			 uint64_t len);
-
-/* read_batches_free - free the store's spare read buffers (at close) */
-void read_batches_free(kvf_store *st);
-
 /* page_read_verified - read one page at ref into dst (aligned) and check
  * it; `what` names the caller for the message */
 kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
 			      void *dst, const char *what);
+
+/* read_spares_init / read_spares_free - first at open, last at close */
+void read_spares_init(kvf_store *st);
+void read_spares_free(kvf_store *st);
 
 #endif /* KVF_ENGINE_READPATH_H */

@@ -26,9 +26,12 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/kt.h"
 #include "engine/optim_store.h"
-#include "engine/segment.h"
+#include "engine/readpath.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store.h"
 
 struct rec_item {
 	uint64_t seqno; /* of the record */
@@ -155,8 +158,8 @@ static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
 		seq_destroy(st, seq);
 		return rc;
 	}
-	if (m.create_seqno >= atomic_load(&st->next_seqno))
-		atomic_store(&st->next_seqno, m.create_seqno + 1);
+	if (m.create_seqno >= atomic_load(&st->writer.next_seqno))
+		atomic_store(&st->writer.next_seqno, m.create_seqno + 1);
 	return 0;
 }
 
@@ -178,7 +181,53 @@ static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
 	if (klen != 9)
 		return kvf_fail(KVF_ECORRUPT, "kvf_open: a means-of-V key is %zu bytes",
 				klen);
-	return seq_vbar_load(arg, meta_key_id(key, 8), val, vlen);
+	kvf_store *st = arg;
+	uint64_t id = meta_key_id(key, 8);
+	struct seq *seq = seq_get_ns(st, SEQ_NS_USER, id);
+	kvf_status rc = seq_vbar_load(st, id, seq, val, vlen);
+
+	if (seq)
+		seq_put(st, seq);
+	return rc;
+}
+
+/*
+ * load_tails - a writable open puts each stream's part-filled tail group,
+ * and each K head's part-filled K^T block, back in memory, where the
+ * store held them before it closed: so the append path reads nothing.  A
+ * tail whose page fails verification stays out (its sequence then cannot
+ * grow; engine/append.c says so); running out of memory fails the open.
+ */
+static void load_tails(kvf_store *st, struct seq *seq, void *arg)
+{
+	kvf_status *rc = arg;
+	uint32_t n = seq_n_streams(st);
+
+	if (*rc != KVF_OK || seq->ns != SEQ_NS_USER)
+		return;
+	pthread_mutex_lock(&seq->lock);
+	for (uint32_t i = 0; i < n && *rc != KVF_ENOMEM; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		enum kv_kind kind = stream_kind(sid);
+		uint64_t tokens;
+
+		if (s == NULL || kind == KIND_KT)
+			continue;
+		tokens = seq_tokens(seq, kind, stream_layer(sid));
+		if (tokens % st->group_tokens)
+			*rc = stream_tail(st, seq, s, tokens);
+	}
+	for (uint32_t l = 0; seq->kt && l < st->hdr.n_layers; l++)
+		for (uint32_t h = 0; h < st->hdr.n_kv_heads && *rc != KVF_ENOMEM; h++) {
+			const unsigned char *blk;
+
+			if (seq->len[l] % st->kt_tokens)
+				*rc = kt_open_block(st, seq, l, h, &blk);
+		}
+	if (*rc != KVF_ENOMEM)
+		*rc = KVF_OK;
+	pthread_mutex_unlock(&seq->lock);
 }
 
 static int cmp_item(const void *a, const void *b)
@@ -344,9 +393,9 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
 	memcpy(&m, val, sizeof(m));
 	runs = (struct meta_run *)((char *)val + sizeof(m));
 	rc = read_summary(st, segid, &m, &hashes);
-	if (rc == KVF_OK && m.seqno > st->synced_seqno)
+	if (rc == KVF_OK && m.seqno > st->dur.synced_seqno)
 		rc = check_pages(st, segid, &m, hashes);
-	if (rc == KVF_ECORRUPT && m.seqno > st->synced_seqno) {
+	if (rc == KVF_ECORRUPT && m.seqno > st->dur.synced_seqno) {
 		/* cut short by the crash: not there */
 		rc = drop_seg(dropped, segid);
 		goto out;
@@ -358,7 +407,7 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
 	if ((rc = seg_mark_sealed(st, segid, &m)) != KVF_OK)
 		goto out;
 	if (corrupt)
-		st->segs[segid].state = SEG_CORRUPT;
+		st->segtab.info[segid].state = SEG_CORRUPT;
 	for (uint32_t i = 0; i < m.n_runs && rc == KVF_OK; i++) {
 		struct meta_run r;
 
@@ -442,7 +491,7 @@ static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 				continue;
 			segid = addr_seg(r.addr, st->page_bits);
 			page = addr_page(r.addr, st->page_bits);
-			si = segid < st->n_segments ? &st->segs[segid] : NULL;
+			si = segid < st->n_segments ? &st->segtab.info[segid] : NULL;
 			if (si == NULL || si->live_bits == NULL || page >= si->n_data) {
 				r.addr = ADDR_NONE; /* names no sealed page */
 				stream_set_page(s, g, r);
@@ -519,9 +568,9 @@ kvf_status recovery_load(kvf_store *st)
 		}
 		memcpy(&ms, val, sizeof(ms));
 		kvf_free(val);
-		st->synced_seqno = ms.seqno;
-		st->n_syncs = ms.n_syncs;
-		st->n_points = ms.n_points;
+		st->dur.synced_seqno = ms.seqno;
+		st->dur.n_syncs = ms.n_syncs;
+		st->dur.n_points = ms.n_points;
 		atomic_store(&st->c.user_bytes, ms.user_bytes);
 		atomic_store(&st->c.data_bytes, ms.data_bytes);
 		atomic_store(&st->c.padding_bytes, ms.padding_bytes);
@@ -529,8 +578,8 @@ kvf_status recovery_load(kvf_store *st)
 		atomic_store(&st->c.cleaner_bytes, ms.cleaner_bytes);
 		atomic_store(&st->c.summary_bytes, ms.summary_bytes);
 		atomic_store(&st->c.optim_bytes, ms.optim_bytes);
-		if (ms.seqno >= atomic_load(&st->next_seqno))
-			atomic_store(&st->next_seqno, ms.seqno + 1);
+		if (ms.seqno >= atomic_load(&st->writer.next_seqno))
+			atomic_store(&st->writer.next_seqno, ms.seqno + 1);
 	} else if (rc != KVF_ENOENT) {
 		return rc;
 	}
@@ -539,7 +588,7 @@ kvf_status recovery_load(kvf_store *st)
 	if (rc == KVF_OK) {
 		if (vlen == (size_t)st->n_segments * sizeof(uint32_t))
 			for (uint32_t i = 0; i < st->n_segments; i++)
-				memcpy(&st->segs[i].erase_count,
+				memcpy(&st->segtab.info[i].erase_count,
 				       (char *)val + (size_t)i * 4, 4);
 		kvf_free(val);
 	} else if (rc != KVF_ENOENT) {
@@ -569,8 +618,8 @@ kvf_status recovery_load(kvf_store *st)
 		goto out;
 	}
 	for (size_t i = 0; i < l.n && rc == KVF_OK; i++) {
-		if (l.items[i].seqno >= atomic_load(&st->next_seqno))
-			atomic_store(&st->next_seqno, l.items[i].seqno + 1);
+		if (l.items[i].seqno >= atomic_load(&st->writer.next_seqno))
+			atomic_store(&st->writer.next_seqno, l.items[i].seqno + 1);
 		if (l.items[i].tag == META_TAG_SEG)
 			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks,
 				       &dropped);
@@ -606,6 +655,8 @@ kvf_status recovery_load(kvf_store *st)
 	if (rc == KVF_OK && catalog_batch_count(b) > 0)
 		rc = catalog_commit(st->cat, b, 1);
 	catalog_batch_free(b);
+	if (rc == KVF_OK && seq_foreach(st, load_tails, &rc) != KVF_OK)
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 out:
 	if (cc.checks)
 		for (uint32_t i = 0; i < st->n_segments; i++)

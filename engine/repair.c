@@ -43,7 +43,7 @@
 #include "engine/key.h"
 #include "engine/meta.h"
 #include "engine/segfmt.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/store.h"
 #include "engine/syncmark.h"
 #include "ftl/media.h"

@@ -6,7 +6,7 @@
  * kvf_seq_fork, kvf_seq_free, kvf_seq_len) in seq_calls.c.
  *
  * The table is open addressing with linear probing over ids, guarded by
- * seq_table_lock; deletions re-insert the rest of their cluster, so no
+ * seqtab.lock; deletions re-insert the rest of their cluster, so no
  * tombstones are needed.
  */
 #include "engine/seq_int.h"
@@ -17,8 +17,9 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 static uint64_t hash_id(uint64_t id)
 {
@@ -30,23 +31,25 @@ static uint64_t hash_id(uint64_t id)
 
 kvf_status seq_table_init(kvf_store *st)
 {
-	st->seq_table_cap = 64;
-	st->seq_table = kvf_calloc(st->seq_table_cap, sizeof(*st->seq_table));
-	if (st->seq_table == NULL)
+	pthread_rwlock_init(&st->seqtab.lock, NULL);
+	st->seqtab.cap = 64;
+	st->seqtab.slot = kvf_calloc(st->seqtab.cap, sizeof(*st->seqtab.slot));
+	if (st->seqtab.slot == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	return KVF_OK;
 }
 
 void seq_table_free(kvf_store *st)
 {
-	if (st->seq_table == NULL)
+	if (st->seqtab.slot == NULL)
 		return;
-	for (uint32_t i = 0; i < st->seq_table_cap; i++)
-		if (st->seq_table[i])
-			seq_destroy(st, st->seq_table[i]);
-	kvf_free(st->seq_table);
-	st->seq_table = NULL;
-	st->n_seqs = 0;
+	pthread_rwlock_destroy(&st->seqtab.lock);
+	for (uint32_t i = 0; i < st->seqtab.cap; i++)
+		if (st->seqtab.slot[i])
+			seq_destroy(st, st->seqtab.slot[i]);
+	kvf_free(st->seqtab.slot);
+	st->seqtab.slot = NULL;
+	st->seqtab.n = 0;
 }
 
 /* slot_of - the table slot holding (ns, id), or the empty slot where it
@@ -70,11 +73,11 @@ struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id)
 {
 	struct seq *seq;
 
-	pthread_rwlock_rdlock(&st->seq_table_lock);
-	seq = st->seq_table[slot_of(st->seq_table, st->seq_table_cap, ns, id)];
+	pthread_rwlock_rdlock(&st->seqtab.lock);
+	seq = st->seqtab.slot[slot_of(st->seqtab.slot, st->seqtab.cap, ns, id)];
 	if (seq)
 		atomic_fetch_add(&seq->refs, 1);
-	pthread_rwlock_unlock(&st->seq_table_lock);
+	pthread_rwlock_unlock(&st->seqtab.lock);
 	return seq;
 }
 
@@ -177,22 +180,22 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	kvf_free(seq);
 }
 
-/* table_grow - double the table; caller holds seq_table_lock for writing */
+/* table_grow - double the table; caller holds seqtab.lock for writing */
 static kvf_status table_grow(kvf_store *st)
 {
-	uint32_t cap = st->seq_table_cap * 2;
+	uint32_t cap = st->seqtab.cap * 2;
 	struct seq **tab = kvf_calloc(cap, sizeof(*tab));
 
 	if (tab == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the sequence table");
-	for (uint32_t i = 0; i < st->seq_table_cap; i++)
-		if (st->seq_table[i])
-			tab[slot_of(tab, cap, st->seq_table[i]->ns,
-				    st->seq_table[i]->id)] =
-				st->seq_table[i];
-	kvf_free(st->seq_table);
-	st->seq_table = tab;
-	st->seq_table_cap = cap;
+	for (uint32_t i = 0; i < st->seqtab.cap; i++)
+		if (st->seqtab.slot[i])
+			tab[slot_of(tab, cap, st->seqtab.slot[i]->ns,
+				    st->seqtab.slot[i]->id)] =
+				st->seqtab.slot[i];
+	kvf_free(st->seqtab.slot);
+	st->seqtab.slot = tab;
+	st->seqtab.cap = cap;
 	return KVF_OK;
 }
 
@@ -201,22 +204,22 @@ kvf_status seq_insert(kvf_store *st, struct seq *seq)
 	kvf_status rc = KVF_OK;
 	uint32_t i;
 
-	pthread_rwlock_wrlock(&st->seq_table_lock);
-	i = slot_of(st->seq_table, st->seq_table_cap, seq->ns, seq->id);
-	if (st->seq_table[i]) {
+	pthread_rwlock_wrlock(&st->seqtab.lock);
+	i = slot_of(st->seqtab.slot, st->seqtab.cap, seq->ns, seq->id);
+	if (st->seqtab.slot[i]) {
 		rc = kvf_fail(KVF_EEXIST, "sequence %llu exists already",
 			      (unsigned long long)seq->id);
 		goto out;
 	}
-	if ((st->n_seqs + 1) * 4 > st->seq_table_cap * 3) {
+	if ((st->seqtab.n + 1) * 4 > st->seqtab.cap * 3) {
 		if ((rc = table_grow(st)) != KVF_OK)
 			goto out;
-		i = slot_of(st->seq_table, st->seq_table_cap, seq->ns, seq->id);
+		i = slot_of(st->seqtab.slot, st->seqtab.cap, seq->ns, seq->id);
 	}
-	st->seq_table[i] = seq;
-	st->n_seqs++;
+	st->seqtab.slot[i] = seq;
+	st->seqtab.n++;
 out:
-	pthread_rwlock_unlock(&st->seq_table_lock);
+	pthread_rwlock_unlock(&st->seqtab.lock);
 	return rc;
 }
 
@@ -226,22 +229,22 @@ void seq_table_remove(kvf_store *st, struct seq *seq)
 {
 	uint32_t cap, i, j;
 
-	pthread_rwlock_wrlock(&st->seq_table_lock);
-	cap = st->seq_table_cap;
-	i = slot_of(st->seq_table, cap, seq->ns, seq->id);
-	if (st->seq_table[i] == seq) {
-		st->seq_table[i] = NULL;
-		st->n_seqs--;
+	pthread_rwlock_wrlock(&st->seqtab.lock);
+	cap = st->seqtab.cap;
+	i = slot_of(st->seqtab.slot, cap, seq->ns, seq->id);
+	if (st->seqtab.slot[i] == seq) {
+		st->seqtab.slot[i] = NULL;
+		st->seqtab.n--;
 		/* re-place the rest of the cluster */
-		for (j = (i + 1) & (cap - 1); st->seq_table[j];
+		for (j = (i + 1) & (cap - 1); st->seqtab.slot[j];
 		     j = (j + 1) & (cap - 1)) {
-			struct seq *s = st->seq_table[j];
+			struct seq *s = st->seqtab.slot[j];
 
-			st->seq_table[j] = NULL;
-			st->seq_table[slot_of(st->seq_table, cap, s->ns, s->id)] = s;
+			st->seqtab.slot[j] = NULL;
+			st->seqtab.slot[slot_of(st->seqtab.slot, cap, s->ns, s->id)] = s;
 		}
 	}
-	pthread_rwlock_unlock(&st->seq_table_lock);
+	pthread_rwlock_unlock(&st->seqtab.lock);
 }
 
 kvf_status seq_foreach(kvf_store *st,
@@ -250,15 +253,15 @@ kvf_status seq_foreach(kvf_store *st,
 	struct seq **list;
 	uint32_t n = 0;
 
-	pthread_rwlock_rdlock(&st->seq_table_lock);
-	list = kvf_malloc((size_t)(st->n_seqs ? st->n_seqs : 1) * sizeof(*list));
+	pthread_rwlock_rdlock(&st->seqtab.lock);
+	list = kvf_malloc((size_t)(st->seqtab.n ? st->seqtab.n : 1) * sizeof(*list));
 	if (list)
-		for (uint32_t i = 0; i < st->seq_table_cap; i++)
-			if (st->seq_table[i]) {
-				atomic_fetch_add(&st->seq_table[i]->refs, 1);
-				list[n++] = st->seq_table[i];
+		for (uint32_t i = 0; i < st->seqtab.cap; i++)
+			if (st->seqtab.slot[i]) {
+				atomic_fetch_add(&st->seqtab.slot[i]->refs, 1);
+				list[n++] = st->seqtab.slot[i];
 			}
-	pthread_rwlock_unlock(&st->seq_table_lock);
+	pthread_rwlock_unlock(&st->seqtab.lock);
 	if (list == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the list of sequences");
 	for (uint32_t i = 0; i < n; i++) {
@@ -273,10 +276,10 @@ uint32_t seq_count(kvf_store *st)
 {
 	uint32_t n = 0;
 
-	pthread_rwlock_rdlock(&st->seq_table_lock);
-	for (uint32_t i = 0; i < st->seq_table_cap; i++)
-		n += st->seq_table[i] && st->seq_table[i]->ns == SEQ_NS_USER;
-	pthread_rwlock_unlock(&st->seq_table_lock);
+	pthread_rwlock_rdlock(&st->seqtab.lock);
+	for (uint32_t i = 0; i < st->seqtab.cap; i++)
+		n += st->seqtab.slot[i] && st->seqtab.slot[i]->ns == SEQ_NS_USER;
+	pthread_rwlock_unlock(&st->seqtab.lock);
 	return n;
 }
 

@@ -7,7 +7,7 @@
  * the streams (seq_stream.c) they use.
  *
  * Locking: world shared, then the sequence's lock; kvf_seq_free takes
- * sync_lock first, so a sync does not write back a freed sequence.
+ * dur.lock first, so a sync does not write back a freed sequence.
  */
 #include "engine/seq_int.h"
 
@@ -16,26 +16,13 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/append.h"
+#include "engine/kt.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 /* ---- public calls ------------------------------------------------------ */
-
-/* writable - the checks every call that changes the store makes first */
-static kvf_status writable(kvf_store *st, const char *call)
-{
-	kvf_status rc;
-
-	if (st == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
-	if ((rc = store_check(st, call)) != KVF_OK)
-		return rc;
-	if (st->read_only)
-		return kvf_fail(KVF_ENOTSUP, "%s: the store %s is open read-only",
-				call, st->dir);
-	return KVF_OK;
-}
 
 /* commit_one - commit a batch holding seq's record (and ref) changes */
 static kvf_status commit_batch(kvf_store *st, struct catalog_batch *b,
@@ -55,7 +42,7 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 	struct seq *seq, *old;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	if (id == SEQ_NO_PARENT)
 		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
@@ -76,7 +63,7 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
-	seq->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	if ((rc = seq_record(st, seq, b)) != KVF_OK ||
 	    (rc = seq_insert(st, seq)) != KVF_OK) {
 		catalog_batch_free(b);
@@ -129,11 +116,11 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	struct seq *seq;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
-	/* sync_lock first: a sync in progress must not write back the
+	/* dur.lock first: a sync in progress must not write back the
 	 * record of a sequence freed after it captured it */
-	pthread_mutex_lock(&st->sync_lock);
+	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
@@ -172,7 +159,7 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	}
 out:
 	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->sync_lock);
+	pthread_mutex_unlock(&st->dur.lock);
 	return rc;
 }
 
@@ -262,7 +249,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	uint32_t G, n_streams;
 	kvf_status rc;
 
-	if ((rc = writable(st, call)) != KVF_OK)
+	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	if (child_id == SEQ_NO_PARENT)
 		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
@@ -338,7 +325,20 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		child->x_len[l] = n_tokens < parent->x_len[l] ? n_tokens
 							       : parent->x_len[l];
 	}
-	child->create_seqno = atomic_fetch_add(&st->next_seqno, 1);
+	/* the child's part-filled K^T blocks, from its K tokens: its
+	 * appends read nothing */
+	for (uint32_t l = 0; child->kt && l < st->hdr.n_layers; l++)
+		for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++) {
+			const unsigned char *blk;
+
+			if (n_tokens % st->kt_tokens == 0)
+				break;
+			if ((rc = kt_open_block(st, child, l, h, &blk)) != KVF_OK) {
+				kvf_fail_wrap(rc, call);
+				goto out_child;
+			}
+		}
+	child->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	child->has_ref_record = 1;
 	{
 		struct meta_ref h = { .seqno = child->create_seqno, .n = n_refs };

@@ -10,7 +10,7 @@
 #include "engine/seq.h"
 
 /* seq_table_remove - take seq out of the table; the table's reference
- * passes to the caller.  Takes seq_table_lock for writing. */
+ * passes to the caller.  Takes seqtab.lock for writing. */
 void seq_table_remove(kvf_store *st, struct seq *seq);
 
 #endif /* KVF_ENGINE_SEQ_INT_H */

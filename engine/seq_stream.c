@@ -20,8 +20,9 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/readpath.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/writer.h"
+#include "engine/store.h"
 
 uint32_t seq_n_kv_streams(kvf_store *st)
 {
@@ -256,24 +257,23 @@ kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
 	kvf_free(val);
 	/* counts as written only once the batch commits (sync_done) */
 	seq->vbar_capture = seq->vbar_changes;
-	seq->vbar_capture_gen = st->sync_gen;
+	seq->vbar_capture_gen = st->dur.gen;
 	return KVF_OK;
 }
 
-kvf_status seq_vbar_load(kvf_store *st, uint64_t id, const void *val,
-			 size_t vlen)
+kvf_status seq_vbar_load(kvf_store *st, uint64_t id, struct seq *seq,
+			 const void *val, size_t vlen)
 {
 	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
 	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
 	const unsigned char *v = val;
-	struct seq *seq;
 	kvf_status rc;
 
 	if (vlen != lh * row)
 		return kvf_fail(KVF_ECORRUPT,
 				"kvf_open: the means of V of sequence %llu are %zu bytes, not %zu",
 				(unsigned long long)id, vlen, lh * row);
-	if ((seq = seq_get_ns(st, SEQ_NS_USER, id)) == NULL)
+	if (seq == NULL)
 		return KVF_OK; /* freed since */
 	if ((rc = seq_vbar_alloc(st, seq)) == KVF_OK)
 		for (size_t i = 0; i < lh; i++) {
@@ -284,6 +284,5 @@ kvf_status seq_vbar_load(kvf_store *st, uint64_t id, const void *val,
 			if (seq->vbar_n[i] > seq->len[i / st->hdr.n_kv_heads])
 				seq->vbar_n[i] = 0;
 		}
-	seq_put(st, seq);
 	return rc;
 }

@@ -1,13 +1,13 @@
 /*
- * store.c - the store's lifecycle: kvf_open, kvf_close, and the sticky
- * fatal state.
+ * store.c - the store's lifecycle: kvf_open and kvf_close.
  *
  * Open checks the directory (header file, lock, catalog), opens the media
  * and rebuilds the in-memory state (engine/recovery.c).  A store being
  * created that fails part way removes everything it made.  The options
  * and the header are checked in store_header.c, the creation marker kept
- * in store_create.c (both through engine/store_int.h); kvf_sync and the
- * durable point are in store_sync.c, kvf_stats_get in store_stats.c.
+ * in store_create.c (both through engine/store_int.h); kvf_sync is in
+ * store_sync.c, the durable point in durable.c, kvf_stats_get in
+ * store_stats.c.
  */
 #include "engine/store_int.h"
 
@@ -32,41 +32,12 @@
 #include "engine/pool.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/syncmark.h"
 #include "engine/writer.h"
 #include "ftl/nand.h"
 
-kvf_status store_check(kvf_store *st, const char *call)
-{
-	if (atomic_load(&st->fatal))
-		return kvf_fail(KVF_EFATAL,
-				"%s: the store %s stopped after a failure; close and reopen it (%s)",
-				call, st->dir, st->fatal_msg);
-	return KVF_OK;
-}
-
-kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what)
-{
-	char prev[KVF_ERRMSG_CAP];
-	int expected = 0;
-
-	snprintf(prev, sizeof(prev), "%s", kvf_last_error());
-	kvf_fail(KVF_EFATAL,
-		 "%s failed (%s: %s); the store %s is now unusable: close and reopen it",
-		 what, kvf_strerror(cause), prev, st->dir);
-	/* the first failure names the cause for every later call: its
-	 * message is in place before the flag that makes calls read it */
-	pthread_mutex_lock(&st->pool_lock);
-	if (atomic_load(&st->fatal) == 0) {
-		snprintf(st->fatal_msg, sizeof(st->fatal_msg), "%s",
-			 kvf_last_error());
-		atomic_compare_exchange_strong(&st->fatal, &expected, 1);
-	}
-	pthread_mutex_unlock(&st->pool_lock);
-	return KVF_EFATAL;
-}
 /* ---- open / close ------------------------------------------------------ */
 
 /* derive - the shape numbers every module uses, from the header */
@@ -205,8 +176,6 @@ static void store_release(kvf_store *st, int created, int made_dir,
 		kvf_media_free(st->media);
 	catalog_close(st->cat);
 	seq_table_free(st);
-	seg_table_free(st);
-	catalog_batch_free(st->reclaim_batch);
 	if (created && st->dir) {
 		/* stack paths: this also runs when memory has run out */
 		char p[4096];
@@ -239,20 +208,13 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	}
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);
-	if (st->mark_fd >= 0)
-		close(st->mark_fd);
-	kvf_free(st->mark_path);
+	durable_free(st);
+	seg_table_end(st);
+	writer_free(st);
+	read_spares_free(st);
+	optim_registry_free(st);
+	fatal_destroy(&st->fatal);
 	pthread_rwlock_destroy(&st->world);
-	pthread_rwlock_destroy(&st->seq_table_lock);
-	pthread_mutex_destroy(&st->seg_lock);
-	pthread_mutex_destroy(&st->sync_lock);
-	segbuf_pool_free(st);
-	read_batches_free(st);
-	pthread_mutex_destroy(&st->pool_lock);
-	pthread_mutex_destroy(&st->optim_lock);
-	pthread_cond_destroy(&st->writer_idle);
-	pthread_cond_destroy(&st->writer_work);
-	pthread_mutex_destroy(&st->writer_lock);
 	kvf_free(st->dir);
 	kvf_free(st);
 }
@@ -319,10 +281,10 @@ static kvf_status lock_dir(kvf_store *st)
 /* open_mark - the durable-point mark of a store whose catalog is synced */
 static kvf_status open_mark(kvf_store *st, int created)
 {
-	if ((st->mark_path = store_path_join(st->dir, SYNCMARK_FILE)) == NULL)
+	if ((st->dur.mark_path = store_path_join(st->dir, SYNCMARK_FILE)) == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	return syncmark_open(st->dir, created, st->read_only, st->hdr.store_id,
-			     &st->mark_fd);
+			     &st->dur.mark_fd);
 }
 
 /* check_mark - a catalog with fewer durable points than the mark lost
@@ -332,17 +294,17 @@ static kvf_status check_mark(kvf_store *st)
 	struct syncmark m;
 	kvf_status rc;
 
-	if (st->mark_fd < 0)
+	if (st->dur.mark_fd < 0)
 		return KVF_OK;
-	if ((rc = syncmark_read(st->mark_fd, st->mark_path, st->hdr.store_id,
+	if ((rc = syncmark_read(st->dur.mark_fd, st->dur.mark_path, st->hdr.store_id,
 				&m)) != KVF_OK)
 		return rc;
-	if (st->n_points >= m.n_points)
+	if (st->dur.n_points >= m.n_points)
 		return KVF_OK;
 	return kvf_fail(KVF_ECORRUPT,
 			"kvf_open: the catalog %s/meta lost records: it holds %llu durable points, but %s says %llu completed (the last at seqno %llu, after %llu syncs); its write-ahead log (meta/*.log) is damaged, and what the lost points made durable (sequences, their lengths, forks, frees, segments, optimizer steps) is missing. Nothing was changed: see kvtool verify and kvtool repair",
-			st->dir, (unsigned long long)st->n_points,
-			st->mark_path, (unsigned long long)m.n_points,
+			st->dir, (unsigned long long)st->dur.n_points,
+			st->dur.mark_path, (unsigned long long)m.n_points,
 			(unsigned long long)m.seqno,
 			(unsigned long long)m.n_syncs);
 }
@@ -380,7 +342,6 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (st == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	st->lock_fd = -1;
-	st->mark_fd = -1;
 	{
 		/* writer-preferring, so a cleaning pass is not starved by a
 		 * stream of appends; nothing takes world twice */
@@ -392,18 +353,14 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		pthread_rwlock_init(&st->world, &a);
 		pthread_rwlockattr_destroy(&a);
 	}
-	pthread_rwlock_init(&st->seq_table_lock, NULL);
-	pthread_mutex_init(&st->seg_lock, NULL);
-	pthread_mutex_init(&st->sync_lock, NULL);
-	pthread_mutex_init(&st->writer_lock, NULL);
-	pthread_cond_init(&st->writer_work, NULL);
-	pthread_cond_init(&st->writer_idle, NULL);
-	pthread_mutex_init(&st->pool_lock, NULL);
-	pthread_mutex_init(&st->optim_lock, NULL);
-	atomic_init(&st->next_seqno, 1);
-	atomic_init(&st->next_optim_id, 1);
-	st->epoch = 1;
-	if ((rc = store_take_options(opts, &st->opts)) != KVF_OK)
+	/* every module's locks first: release undoes them all */
+	fatal_init(&st->fatal);
+	seg_table_begin(st);
+	writer_init(st);
+	read_spares_init(st);
+	optim_registry_init(st);
+	if ((rc = durable_init(st)) != KVF_OK ||
+	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
 	st->read_only = st->opts.read_only != 0;
 	st->dir = kvf_strdup(dir);
@@ -526,10 +483,6 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK)
 		goto fail;
-	if ((st->reclaim_batch = catalog_batch_new()) == NULL) {
-		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
-		goto fail;
-	}
 	st->trim = trim_policy(st);
 	if (persists(st, media) && (rc = open_mark(st, created)) != KVF_OK)
 		goto fail;

@@ -3,8 +3,7 @@
  * a store there: a creation marker goes in first, and until the header is
  * written (atomically) and the marker removed, whatever the directory
  * holds is the leftover of a creation that did not finish, which the next
- * open removes and starts afresh.  Also the path and directory helpers
- * the open and the release share.  A file of its own: the marker's rules
+ * open removes and starts afresh.  A file of its own: the marker's rules
  * (whose directory it may be written into, when it is ours) are read
  * apart from the open's sequence of steps.  Called by kvf_open and the
  * release of a failed open (store.c); no locking.
@@ -21,59 +20,6 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/store_int.h"
-
-char *store_path_join(const char *dir, const char *leaf)
-{
-	size_t n = strlen(dir) + strlen(leaf) + 2;
-	char *p = kvf_malloc(n);
-
-	if (p)
-		snprintf(p, n, "%s/%s", dir, leaf);
-	return p;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-void store_remove_tree(const char *path)
-{
-	nftw(path, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-/* store_dir_is_empty - holds nothing but what kvf_open itself makes (LOCK) */
-int store_dir_is_empty(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int empty = 1;
-
-	if (d == NULL)
-		return 0;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    strcmp(e->d_name, "LOCK"))
-			empty = 0;
-	closedir(d);
-	return empty;
-}
-
-/* store_sync_dir - make the directory's entries (creations, renames, unlinks)
- * durable */
-void store_sync_dir(const char *dir)
-{
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-}
 
 /* store_begin_create - mark dir as a store being created: until the marker is
  * gone, whatever else the directory holds is the leftover of a creation

@@ -17,7 +17,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/kt.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/store_int.h"
 
 uint64_t store_header_checksum(const struct store_header *h)

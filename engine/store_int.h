@@ -40,7 +40,7 @@ kvf_status store_check_against(const kvf_options *o,
 kvf_status store_write_header(const char *dir, const char *path,
 			      struct store_header *h);
 
-/* ---- the directory and the creation marker (store_create.c) ------------- */
+/* ---- the directory (store_dir.c) and the creation marker (store_create.c) */
 
 /* store_path_join - dir/leaf in a kvf_malloc'd string; NULL if out of
  * memory */

@@ -4,14 +4,14 @@
  * the memory the index takes.  A file of its own: it only reads, and
  * touches every module's counters.
  *
- * Locking: each sequence's lock in turn (index bytes), then seg_lock for
+ * Locking: each sequence's lock in turn (index bytes), then segtab.lock for
  * the segment table; the counters are atomics.
  */
 #include <string.h>
 
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 
@@ -69,26 +69,26 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.segments_reclaimed = atomic_load(&st->c.segments_reclaimed);
 	s.sparf_pages_read = atomic_load(&st->c.sparf_pages_read);
 	s.sparf_pages_skipped = atomic_load(&st->c.sparf_pages_skipped);
-	s.n_syncs = st->n_syncs;
+	s.n_syncs = st->dur.n_syncs;
 	(void)seq_foreach(st, index_bytes_of, &s.index_bytes); /* best effort */
-	pthread_mutex_lock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
 	s.segments_total = st->n_segments;
 	for (uint32_t i = 0; i < st->n_segments; i++) {
-		switch (st->segs[i].state) {
+		switch (st->segtab.info[i].state) {
 		case SEG_FREE: s.segments_free++; break;
 		case SEG_OPEN: s.segments_open++; break;
 		case SEG_SEALED: s.segments_sealed++; break;
 		case SEG_DYING: s.segments_dying++; break;
 		case SEG_CORRUPT: s.segments_corrupt++; break;
 		}
-		s.live_pages += st->segs[i].live;
+		s.live_pages += st->segtab.info[i].live;
 	}
 	/* the segment table, every live bitmap, the reclaim scratch */
 	s.index_bytes += (uint64_t)st->n_segments *
 			 (sizeof(struct seg_info) + (st->data_per_seg + 63) / 64 * 8 +
 			  2 * sizeof(uint32_t)) +
-			 (uint64_t)st->shared_cap * 2 * sizeof(uint32_t);
-	pthread_mutex_unlock(&st->seg_lock);
+			 (uint64_t)st->segtab.shared_cap * 2 * sizeof(uint32_t);
+	pthread_mutex_unlock(&st->segtab.lock);
 	s.n_sequences = seq_count(st);
 	s.struct_size = out->struct_size;
 	memcpy(out, &s, out->struct_size < sizeof(s) ? out->struct_size : sizeof(s));

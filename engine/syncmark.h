@@ -24,7 +24,7 @@
  *
  * Kept only for stores whose catalog is synced (file media): a memory
  * store's catalog has no log to lose.
- * Locking: syncmark_write is called under the store's sync_lock.
+ * Locking: syncmark_write is called under the store's dur.lock.
  */
 #ifndef KVF_ENGINE_SYNCMARK_H
 #define KVF_ENGINE_SYNCMARK_H

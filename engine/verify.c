@@ -20,8 +20,8 @@
  * the read.
  *
  * Locking (engine/store.h's order): world shared, then seq->lock (through
- * seq_get_locked), then seq_table_lock (looking up ancestors), then
- * seg_lock, held briefly for snapshots of the segment table.
+ * seq_get_locked), then seqtab.lock (looking up ancestors), then
+ * segtab.lock, held briefly for snapshots of the segment table.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@
 #include "api/status.h"
 #include "engine/inspect.h"
 #include "engine/inspect_int.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 
 #define VERIFY_BATCH 64u    /* data pages per verification read */
@@ -336,11 +336,11 @@ static void check_segment(struct vctx *c, const struct seq *seq, size_t i,
 	uint64_t seqno;
 	uint8_t state;
 
-	pthread_mutex_lock(&st->seg_lock);
-	state = st->segs[segid].state;
-	n_data = st->segs[segid].n_data;
-	seqno = st->segs[segid].seqno;
-	pthread_mutex_unlock(&st->seg_lock);
+	pthread_mutex_lock(&st->segtab.lock);
+	state = st->segtab.info[segid].state;
+	n_data = st->segtab.info[segid].n_data;
+	seqno = st->segtab.info[segid].seqno;
+	pthread_mutex_unlock(&st->segtab.lock);
 	if (state == SEG_SEALED || state == SEG_CORRUPT)
 		v = check_summary(c, segid, n_data, seqno, &view) ? &view : NULL;
 	if (c->oom)
@@ -502,11 +502,11 @@ static int verify_rest(struct vctx *c)
 		int same;
 
 		pthread_rwlock_rdlock(&st->world);
-		pthread_mutex_lock(&st->seg_lock);
-		state = st->segs[segid].state;
-		n_data = st->segs[segid].n_data;
-		seqno = st->segs[segid].seqno;
-		pthread_mutex_unlock(&st->seg_lock);
+		pthread_mutex_lock(&st->segtab.lock);
+		state = st->segtab.info[segid].state;
+		n_data = st->segtab.info[segid].n_data;
+		seqno = st->segtab.info[segid].seqno;
+		pthread_mutex_unlock(&st->segtab.lock);
 		if ((state != SEG_SEALED && state != SEG_CORRUPT) ||
 		    c->seen[segid] == seqno) {
 			pthread_rwlock_unlock(&st->world);
@@ -515,10 +515,10 @@ static int verify_rest(struct vctx *c)
 		rc = summary_load(st, segid, n_data, seqno, c->sum_buf, &v);
 		if (rc == KVF_ENOMEM)
 			c->oom = 1;
-		pthread_mutex_lock(&st->seg_lock);
-		same = st->segs[segid].state == state &&
-		       st->segs[segid].seqno == seqno;
-		pthread_mutex_unlock(&st->seg_lock);
+		pthread_mutex_lock(&st->segtab.lock);
+		same = st->segtab.info[segid].state == state &&
+		       st->segtab.info[segid].seqno == seqno;
+		pthread_mutex_unlock(&st->segtab.lock);
 		if (same && !c->oom) {
 			c->seen[segid] = seqno;
 			c->rep.segments_checked++;

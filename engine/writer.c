@@ -9,8 +9,8 @@
  * their replacements are committed).  Then it marks the job done; the
  * sequence that owns it reaps it under its own lock.
  *
- * Locking: writer_lock guards the queue, `inflight`, `writer_stop`; a job's
- * `done` is atomic.  The writer takes seg_lock (segment states) and the
+ * Locking: writer.lock guards the queue, `inflight`, `stop`; a job's
+ * `done` is atomic.  The writer takes segtab.lock (segment states) and the
  * catalog's own locking; never a sequence lock, so an appender holding its
  * sequence's lock may wait for it.
  */
@@ -21,7 +21,8 @@
 #include <xxhash.h>
 
 #include "api/alloc.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
+#include "engine/store.h"
 
 static uint64_t now_ns(void)
 {
@@ -72,13 +73,13 @@ struct segbuf *segbuf_get(kvf_store *st)
 {
 	struct segbuf *sb;
 
-	pthread_mutex_lock(&st->pool_lock);
-	sb = st->free_bufs;
+	pthread_mutex_lock(&st->bufs.lock);
+	sb = st->bufs.free;
 	if (sb) {
-		st->free_bufs = sb->next;
-		st->n_free_bufs--;
+		st->bufs.free = sb->next;
+		st->bufs.n_free--;
 	}
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_unlock(&st->bufs.lock);
 	return sb ? sb : segbuf_new(st);
 }
 
@@ -86,11 +87,11 @@ void segbuf_put(kvf_store *st, struct segbuf *sb)
 {
 	if (sb == NULL)
 		return;
-	pthread_mutex_lock(&st->pool_lock);
-	sb->next = st->free_bufs;
-	st->free_bufs = sb;
-	st->n_free_bufs++;
-	pthread_mutex_unlock(&st->pool_lock);
+	pthread_mutex_lock(&st->bufs.lock);
+	sb->next = st->bufs.free;
+	st->bufs.free = sb;
+	st->bufs.n_free++;
+	pthread_mutex_unlock(&st->bufs.lock);
 }
 
 kvf_status segbuf_reserve(kvf_store *st, uint32_t n)
@@ -99,9 +100,9 @@ kvf_status segbuf_reserve(kvf_store *st, uint32_t n)
 		struct segbuf *sb;
 		uint32_t have;
 
-		pthread_mutex_lock(&st->pool_lock);
-		have = st->n_free_bufs;
-		pthread_mutex_unlock(&st->pool_lock);
+		pthread_mutex_lock(&st->bufs.lock);
+		have = st->bufs.n_free;
+		pthread_mutex_unlock(&st->bufs.lock);
 		if (have >= n)
 			return KVF_OK;
 		if ((sb = segbuf_new(st)) == NULL)
@@ -110,9 +111,18 @@ kvf_status segbuf_reserve(kvf_store *st, uint32_t n)
 	}
 }
 
-void segbuf_pool_free(kvf_store *st)
+void writer_init(kvf_store *st)
 {
-	struct segbuf *sb = st->free_bufs;
+	pthread_mutex_init(&st->writer.lock, NULL);
+	pthread_cond_init(&st->writer.work, NULL);
+	pthread_cond_init(&st->writer.idle, NULL);
+	atomic_init(&st->writer.next_seqno, 1);
+	pthread_mutex_init(&st->bufs.lock, NULL);
+}
+
+void writer_free(kvf_store *st)
+{
+	struct segbuf *sb = st->bufs.free;
 
 	while (sb) {
 		struct segbuf *next = sb->next;
@@ -120,8 +130,12 @@ void segbuf_pool_free(kvf_store *st)
 		segbuf_free(sb);
 		sb = next;
 	}
-	st->free_bufs = NULL;
-	st->n_free_bufs = 0;
+	st->bufs.free = NULL;
+	st->bufs.n_free = 0;
+	pthread_mutex_destroy(&st->bufs.lock);
+	pthread_cond_destroy(&st->writer.idle);
+	pthread_cond_destroy(&st->writer.work);
+	pthread_mutex_destroy(&st->writer.lock);
 }
 
 /* job_run - write and commit one job; sets the fatal state on failure */
@@ -138,7 +152,7 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	unsigned char *val;
 	kvf_status rc;
 
-	if (atomic_load(&st->fatal))
+	if (atomic_load(&st->fatal.on))
 		return; /* nothing after a failure may commit */
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, SEG_MAGIC, 8);
@@ -191,38 +205,38 @@ static void *writer_main(void *arg)
 {
 	kvf_store *st = arg;
 
-	pthread_mutex_lock(&st->writer_lock);
+	pthread_mutex_lock(&st->writer.lock);
 	for (;;) {
-		struct flush_job *job = st->wq_head;
+		struct flush_job *job = st->writer.head;
 
 		if (job == NULL) {
-			if (st->writer_stop)
+			if (st->writer.stop)
 				break;
-			pthread_cond_wait(&st->writer_work, &st->writer_lock);
+			pthread_cond_wait(&st->writer.work, &st->writer.lock);
 			continue;
 		}
-		st->wq_head = job->next;
-		if (st->wq_head == NULL)
-			st->wq_tail = NULL;
-		pthread_mutex_unlock(&st->writer_lock);
+		st->writer.head = job->next;
+		if (st->writer.head == NULL)
+			st->writer.tail = NULL;
+		pthread_mutex_unlock(&st->writer.lock);
 		job_run(st, job);
-		pthread_mutex_lock(&st->writer_lock);
+		pthread_mutex_lock(&st->writer.lock);
 		atomic_store(&job->done, 1);
-		st->inflight--;
-		st->unwritten[job->epoch]--;
-		pthread_cond_broadcast(&st->writer_idle);
+		st->writer.inflight--;
+		st->writer.unwritten[job->epoch]--;
+		pthread_cond_broadcast(&st->writer.idle);
 	}
-	pthread_mutex_unlock(&st->writer_lock);
+	pthread_mutex_unlock(&st->writer.lock);
 	return NULL;
 }
 
 void writer_seqno(kvf_store *st, struct flush_job *job)
 {
-	pthread_mutex_lock(&st->writer_lock);
-	job->seqno = atomic_fetch_add(&st->next_seqno, 1);
-	job->epoch = (uint32_t)(st->write_epoch & 1);
-	st->unwritten[job->epoch]++;
-	pthread_mutex_unlock(&st->writer_lock);
+	pthread_mutex_lock(&st->writer.lock);
+	job->seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
+	job->epoch = (uint32_t)(st->writer.epoch & 1);
+	st->writer.unwritten[job->epoch]++;
+	pthread_mutex_unlock(&st->writer.lock);
 }
 
 uint64_t writer_written_bound(kvf_store *st)
@@ -230,44 +244,44 @@ uint64_t writer_written_bound(kvf_store *st)
 	uint32_t old;
 	uint64_t bound;
 
-	pthread_mutex_lock(&st->writer_lock);
+	pthread_mutex_lock(&st->writer.lock);
 	/* seqnos given from here on count in the other parity; those of
 	 * this one were all given before `bound` was read */
-	old = (uint32_t)(st->write_epoch++ & 1);
-	bound = atomic_load(&st->next_seqno) - 1;
-	while (st->unwritten[old] > 0)
-		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
-	pthread_mutex_unlock(&st->writer_lock);
+	old = (uint32_t)(st->writer.epoch++ & 1);
+	bound = atomic_load(&st->writer.next_seqno) - 1;
+	while (st->writer.unwritten[old] > 0)
+		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
 	return bound;
 }
 
 kvf_status writer_start(kvf_store *st)
 {
-	st->writer_stop = 0;
+	st->writer.stop = 0;
 	for (int i = 0; i < WRITER_THREADS; i++) {
-		if (pthread_create(&st->writer_threads[i], NULL, writer_main,
+		if (pthread_create(&st->writer.threads[i], NULL, writer_main,
 				   st) != 0) {
 			writer_stop(st);
 			return kvf_fail(KVF_ENOMEM,
 					"kvf_open: cannot start segment writer thread %d",
 					i);
 		}
-		st->writer_running++;
+		st->writer.running++;
 	}
 	return KVF_OK;
 }
 
 void writer_stop(kvf_store *st)
 {
-	if (!st->writer_running)
+	if (!st->writer.running)
 		return;
-	pthread_mutex_lock(&st->writer_lock);
-	st->writer_stop = 1;
-	pthread_cond_broadcast(&st->writer_work);
-	pthread_mutex_unlock(&st->writer_lock);
-	for (int i = 0; i < st->writer_running; i++)
-		pthread_join(st->writer_threads[i], NULL);
-	st->writer_running = 0;
+	pthread_mutex_lock(&st->writer.lock);
+	st->writer.stop = 1;
+	pthread_cond_broadcast(&st->writer.work);
+	pthread_mutex_unlock(&st->writer.lock);
+	for (int i = 0; i < st->writer.running; i++)
+		pthread_join(st->writer.threads[i], NULL);
+	st->writer.running = 0;
 }
 
 void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
@@ -275,22 +289,22 @@ void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 	job->next = NULL;
 	job->seq_next = seq->jobs;
 	seq->jobs = job;
-	if (!st->writer_running) { /* read-only or closing: write here */
+	if (!st->writer.running) { /* read-only or closing: write here */
 		job_run(st, job);
 		atomic_store(&job->done, 1);
 		return;
 	}
-	pthread_mutex_lock(&st->writer_lock);
-	while (st->inflight >= WRITER_MAX_INFLIGHT)
-		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
-	st->inflight++;
-	if (st->wq_tail)
-		st->wq_tail->next = job;
+	pthread_mutex_lock(&st->writer.lock);
+	while (st->writer.inflight >= WRITER_MAX_INFLIGHT)
+		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	st->writer.inflight++;
+	if (st->writer.tail)
+		st->writer.tail->next = job;
 	else
-		st->wq_head = job;
-	st->wq_tail = job;
-	pthread_cond_signal(&st->writer_work);
-	pthread_mutex_unlock(&st->writer_lock);
+		st->writer.head = job;
+	st->writer.tail = job;
+	pthread_cond_signal(&st->writer.work);
+	pthread_mutex_unlock(&st->writer.lock);
 }
 
 void job_free(kvf_store *st, struct flush_job *j)
@@ -307,11 +321,11 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 	struct flush_job **pp = &seq->jobs;
 
 	if (wait && seq->jobs) {
-		pthread_mutex_lock(&st->writer_lock);
+		pthread_mutex_lock(&st->writer.lock);
 		for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
 			while (!atomic_load(&j->done))
-				pthread_cond_wait(&st->writer_idle, &st->writer_lock);
-		pthread_mutex_unlock(&st->writer_lock);
+				pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+		pthread_mutex_unlock(&st->writer.lock);
 	}
 	while (*pp) {
 		struct flush_job *j = *pp;
@@ -323,7 +337,7 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 		*pp = j->seq_next;
 		job_free(st, j);
 	}
-	if (atomic_load(&st->fatal))
+	if (atomic_load(&st->fatal.on))
 		return store_check(st, "segment writer");
 	return KVF_OK;
 }
@@ -345,8 +359,8 @@ const unsigned char *seq_job_page(kvf_store *st, struct seq *seq,
 
 void writer_wait_all(kvf_store *st)
 {
-	pthread_mutex_lock(&st->writer_lock);
-	while (st->inflight > 0)
-		pthread_cond_wait(&st->writer_idle, &st->writer_lock);
-	pthread_mutex_unlock(&st->writer_lock);
+	pthread_mutex_lock(&st->writer.lock);
+	while (st->writer.inflight > 0)
+		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
 }

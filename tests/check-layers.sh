@@ -18,7 +18,9 @@
 #             never includes tools/ or bench/
 #   any       never tests/
 # and: <rocksdb/...> only in engine/catalog.c, <liburing.h> only in
-# ftl/uring.c; no two source files in those folders share a file name.
+# ftl/uring.c; no two source files in those folders share a file name;
+# inside engine/, calls go one way: down the order listed at the top of
+# docs/store.md.
 #
 # A quoted include is looked up next to the including file, then from the
 # root, then in api/ (the public include path); it must exist.  An angle
@@ -189,6 +191,92 @@ for f in $files; do
 		passed=$((passed + 1))
 	fi
 done
+
+# ---- the engine's call order ---------------------------------------------
+# docs/store.md lists the engine's .c files lowest first, between the
+# engine-order markers; a file may call a function of another engine file
+# only if that file comes earlier in the list, and every engine .c file is
+# in it.  Definitions are the non-static functions whose name starts a
+# line's declarator at column 0 (the house style); calls are names followed
+# by "(" outside comments and strings.
+order_doc=$root/docs/store.md
+order=$(sed -n '/<!-- engine-order: begin -->/,/<!-- engine-order: end -->/p' "$order_doc" 2>/dev/null |
+	sed -n 's/^[[:space:]]*[a-z][a-z ]*:[[:space:]]*//p' | tr -s ' \t' '\n\n' | grep -v '^$')
+if [ -z "$order" ]; then
+	problem "docs/store.md:1: no engine order between <!-- engine-order: begin --> and <!-- engine-order: end -->"
+else
+	for f in $(cd "$root" && ls engine/*.c); do
+		b=${f#engine/}
+		b=${b%.c}
+		if in_list "$b" "$order"; then
+			passed=$((passed + 1))
+		else
+			problem "$f:1: engine/$b.c is not in the engine order of docs/store.md"
+		fi
+	done
+	for b in $order; do
+		[ -f "$root/engine/$b.c" ] ||
+			problem "docs/store.md:1: the engine order names engine/$b.c, which does not exist"
+	done
+	while IFS= read -r line; do
+		[ -n "$line" ] || continue
+		problem "$line"
+	done < <(cd "$root" && awk -v order="$order" '
+		BEGIN {
+			n = split(order, o, "\n")
+			for (i = 1; i <= n; i++) rank[o[i]] = i
+		}
+		FNR == 1 {
+			f = FILENAME; sub(/^engine\//, "", f); sub(/\.c$/, "", f)
+			files[++nf] = FILENAME; base[FILENAME] = f
+			in_comment = 0
+		}
+		{
+			s = $0
+			# strip comments (across lines) and string and char literals
+			out = ""
+			while (s != "") {
+				if (in_comment) {
+					p = index(s, "*/")
+					if (p == 0) { s = ""; break }
+					s = substr(s, p + 2); in_comment = 0; continue
+				}
+				p = index(s, "/*")
+				if (p == 0) { out = out s; break }
+				out = out substr(s, 1, p - 1); s = substr(s, p + 2); in_comment = 1
+			}
+			sub(/\/\/.*/, "", out)
+			gsub(/"([^"\\]|\\.)*"/, "\"\"", out)
+			gsub(/'"'"'([^'"'"'\\]|\\.)*'"'"'/, "0", out)
+			code[FILENAME, FNR] = out; lines[FILENAME] = FNR
+			if (out ~ /^[A-Za-z_]/ && out !~ /^(static|typedef|struct|enum|union|extern|_|#)/ &&
+			    out !~ /;[[:space:]]*$/ && match(out, /[A-Za-z_][A-Za-z0-9_]*\(/)) {
+				name = substr(out, RSTART, RLENGTH - 1)
+				if (!(name in def)) def[name] = f
+			}
+		}
+		END {
+			for (k = 1; k <= nf; k++) {
+				F = files[k]; me = base[F]
+				for (ln = 1; ln <= lines[F]; ln++) {
+					s = code[F, ln]
+					while (match(s, /[A-Za-z_][A-Za-z0-9_]*[[:space:]]*\(/)) {
+						name = substr(s, RSTART, RLENGTH)
+						sub(/[[:space:]]*\($/, "", name)
+						s = substr(s, RSTART + RLENGTH)
+						if (!(name in def)) continue
+						to = def[name]
+						if (to == me || !(to in rank) || !(me in rank)) continue
+						if (rank[to] > rank[me] && !((F, to) in told)) {
+							told[F, to] = 1
+							printf "%s:%d: calls %s() of engine/%s.c, which comes after it in the engine order (docs/store.md)\n", F, ln, name, to
+						}
+					}
+				}
+			}
+		}' engine/*.c)
+	passed=$((passed + 1))
+fi
 
 echo "check-layers: $n_files files, $n_includes includes: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

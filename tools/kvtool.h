@@ -2,7 +2,7 @@
  * kvtool.h - what kvtool's commands share: the command table's row, exit
  * statuses, usage errors (tools/kvtool.c), and the helpers of the store
  * commands (tools/kvtool_common.c): argument parsing, opening a store
- * read-only, names of enums, byte counts and JSON strings.
+ * read-only, byte counts and JSON strings (names of enums: kvflash.h).
  *
  * kvtool is a client of the public API: these files include kvflash.h and
  * the C library, nothing of the engine.  One run, one thread, no locking.
@@ -88,10 +88,6 @@ int call_failed(const struct cmd *c);
 /* parse_u64 - s is a decimal number that fits; 0 on success, -1 if not */
 int parse_u64(const char *s, uint64_t *out);
 
-const char *dtype_name(kvf_dtype d);      /* "f16", "bf16", "f32" */
-const char *media_name(kvf_media_kind m); /* "file", "memory", "flash" */
-const char *seg_state_name(kvf_seg_state s); /* "free", "open", ... */
-const char *kind_name(kvf_kind k);        /* "k", "v", "x", "kt" */
 
 /* human_bytes - "1.5 MiB" into buf (cap >= 32) */
 const char *human_bytes(char *buf, size_t cap, uint64_t bytes);

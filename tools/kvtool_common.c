@@ -135,49 +135,6 @@ int parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-const char *dtype_name(kvf_dtype d)
-{
-	switch (d) {
-	case KVF_DTYPE_F16: return "f16";
-	case KVF_DTYPE_BF16: return "bf16";
-	case KVF_DTYPE_F32: return "f32";
-	}
-	return "unknown";
-}
-
-const char *media_name(kvf_media_kind m)
-{
-	switch (m) {
-	case KVF_MEDIA_FILE: return "file";
-	case KVF_MEDIA_MEMORY: return "memory";
-	case KVF_MEDIA_FLASH: return "flash";
-	}
-	return "unknown";
-}
-
-const char *seg_state_name(kvf_seg_state s)
-{
-	switch (s) {
-	case KVF_SEG_FREE: return "free";
-	case KVF_SEG_OPEN: return "open";
-	case KVF_SEG_SEALED: return "sealed";
-	case KVF_SEG_DYING: return "dying";
-	case KVF_SEG_CORRUPT: return "corrupt";
-	}
-	return "unknown";
-}
-
-const char *kind_name(kvf_kind k)
-{
-	switch (k) {
-	case KVF_KIND_K: return "k";
-	case KVF_KIND_V: return "v";
-	case KVF_KIND_X: return "x";
-	case KVF_KIND_KT: return "kt";
-	}
-	return "unknown";
-}
-
 const char *human_bytes(char *buf, size_t cap, uint64_t bytes)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };

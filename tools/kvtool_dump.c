@@ -264,21 +264,21 @@ static int dump(const struct cmd *c, kvf_store *st, const kvf_store_info *si,
 		printf(", \"seq\": %llu, \"layer\": %llu, \"head\": %llu, \"tokens\": [%llu, %llu], \"dtype\": \"%s\", \"head_dim\": %u",
 		       (unsigned long long)a->seq, (unsigned long long)a->layer,
 		       (unsigned long long)a->head, (unsigned long long)a->t0,
-		       (unsigned long long)a->t1, dtype_name(si->model.dtype),
+		       (unsigned long long)a->t1, kvf_dtype_name(si->model.dtype),
 		       si->model.head_dim);
 	} else {
 		printf("# sequence %llu layer %llu %s %llu, tokens [%llu, %llu), %s, head_dim %u\n",
 		       (unsigned long long)a->seq, (unsigned long long)a->layer,
 		       a->kinds == 1 << KVF_KIND_X ? "X slice" : "KV head",
 		       (unsigned long long)a->head, (unsigned long long)a->t0,
-		       (unsigned long long)a->t1, dtype_name(si->model.dtype),
+		       (unsigned long long)a->t1, kvf_dtype_name(si->model.dtype),
 		       si->model.head_dim);
 	}
 	for (int k = KVF_KIND_K; k <= KVF_KIND_X && rc == EXIT_OK; k++) {
 		if (!(a->kinds & 1 << k))
 			continue;
 		if (a->json)
-			printf(", \"%s\": [", kind_name((kvf_kind)k));
+			printf(", \"%s\": [", kvf_kind_name((kvf_kind)k));
 		rc = dump_kind(c, st, si, a, (kvf_kind)k, buf, xrows);
 		if (a->json)
 			putchar(']');

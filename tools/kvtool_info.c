@@ -38,7 +38,7 @@ static void print_text(const struct info *in)
 	printf("store id     %016llx\n", (unsigned long long)si->store_id);
 	printf("model        %u layers, %u query heads, %u KV heads, head_dim %u, %s\n",
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
-	       si->model.head_dim, dtype_name(si->model.dtype));
+	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
 	printf("pages        %u bytes, %u tokens of one head per K/V page\n",
 	       si->page_size, si->group_tokens);
 	printf("segments     %s each (%u data pages and a summary); %u stripes x %llu = %u segments\n",
@@ -47,7 +47,7 @@ static void print_text(const struct info *in)
 	       (unsigned long long)si->segs_per_stripe, s->segments_total);
 	printf("capacity     %s (%llu bytes), %s media, K^T pages %s%s\n",
 	       human_bytes(b[1], sizeof(b[1]), si->capacity_bytes),
-	       (unsigned long long)si->capacity_bytes, media_name(si->media),
+	       (unsigned long long)si->capacity_bytes, kvf_media_name(si->media),
 	       si->kt_pages ? "on" : "off", si->read_only ? ", opened read-only" : "");
 	printf("sequences    %zu\n", in->n_seqs);
 	printf("segment use  %u sealed, %u open, %u dying, %u corrupt, %u free\n",
@@ -89,7 +89,7 @@ static void print_json(const struct info *in)
 	printf(", \"store_id\": \"%016llx\"", (unsigned long long)si->store_id);
 	printf(", \"model\": {\"n_layers\": %u, \"n_q_heads\": %u, \"n_kv_heads\": %u, \"head_dim\": %u, \"dtype\": \"%s\"}",
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
-	       si->model.head_dim, dtype_name(si->model.dtype));
+	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
 	printf(", \"page_size\": %u, \"group_tokens\": %u, \"segment_size\": %llu",
 	       si->page_size, si->group_tokens,
 	       (unsigned long long)si->segment_size);
@@ -97,7 +97,7 @@ static void print_json(const struct info *in)
 	       si->data_pages_per_segment, si->n_stripes,
 	       (unsigned long long)si->segs_per_stripe);
 	printf(", \"capacity_bytes\": %llu, \"media\": \"%s\", \"kt_pages\": %u, \"read_only\": %s",
-	       (unsigned long long)si->capacity_bytes, media_name(si->media),
+	       (unsigned long long)si->capacity_bytes, kvf_media_name(si->media),
 	       si->kt_pages, si->read_only ? "true" : "false");
 	printf(", \"sequences\": %zu", in->n_seqs);
 	printf(", \"segments\": {\"total\": %u, \"free\": %u, \"open\": %u, \"sealed\": %u, \"dying\": %u, \"corrupt\": %u}",

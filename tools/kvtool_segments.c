@@ -52,7 +52,7 @@ static void add_row(struct table *t, const kvf_segment_info *g, uint64_t now)
 {
 	char seg[CELL], stripe[CELL], idx[CELL], data[CELL], live[CELL];
 	char owner[CELL], seqno[CELL], age[CELL], erases[CELL];
-	const char *cells[10] = { seg, stripe, idx, seg_state_name(g->state),
+	const char *cells[10] = { seg, stripe, idx, kvf_seg_state_name(g->state),
 				  data, live, owner, seqno, age, erases };
 
 	snprintf(seg, CELL, "%u", g->segid);
@@ -74,7 +74,7 @@ static void json_row(const kvf_segment_info *g, uint64_t now, int first)
 {
 	printf("%s{\"segid\": %u, \"stripe\": %u, \"seg_in_stripe\": %llu, \"state\": \"%s\", \"data_pages\": %u, \"live_pages\": %u, \"owner\": ",
 	       first ? "" : ", ", g->segid, g->stripe,
-	       (unsigned long long)g->seg_in_stripe, seg_state_name(g->state),
+	       (unsigned long long)g->seg_in_stripe, kvf_seg_state_name(g->state),
 	       g->data_pages, g->live_pages);
 	if (g->owner == KVF_SEQ_NONE || g->state == KVF_SEG_FREE)
 		fputs("null", stdout);

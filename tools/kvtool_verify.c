@@ -46,7 +46,7 @@ static void json_damage(const struct verify_out *o, const kvf_verify_damage *d)
 		fputs(", \"seq\": null", stdout);
 	} else {
 		printf(", \"seq\": %llu, \"layer\": %u, \"kind\": \"%s\", \"head\": %u, \"group\": %llu",
-		       (unsigned long long)d->seq, d->layer, kind_name(d->kind),
+		       (unsigned long long)d->seq, d->layer, kvf_kind_name(d->kind),
 		       d->head, (unsigned long long)d->group);
 		if (d->kind == KVF_KIND_KT) /* an entry of the K^T stream */
 			fputs(", \"tokens\": null", stdout);

@@ -27,7 +27,7 @@
 #include "engine/catalog.h"
 #include "engine/meta.h"
 #include "engine/segfmt.h"
-#include "engine/segment.h"
+#include "engine/segtable.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

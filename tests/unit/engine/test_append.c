@@ -262,6 +262,72 @@ Test(append, append_out_of_memory_fork)
 	append_oom(2, 2, 55, 1);
 }
 
+static uint64_t media_bytes_read(kvf_store *s)
+{
+	kvf_stats x = { .struct_size = sizeof(x) };
+
+	OK(kvf_stats_get(s, &x));
+	return x.bytes_read;
+}
+
+/* tokens [t0, t0 + n) of seq's layer 0 are data_seq's tokens t0.. */
+static int tokens_ok(kvf_store *s, uint64_t seq, uint64_t data_seq,
+		     uint64_t t0, uint32_t n)
+{
+	unsigned char k[64 * ROW], v[64 * ROW];
+	int ok = 1;
+
+	cr_assert(n <= 64);
+	for (uint32_t h = 0; ok && h < KVH; h++) {
+		ok = kvf_read(s, seq, 0, h, t0, t0 + n, k, v) == KVF_OK;
+		for (uint64_t i = 0; ok && i < (uint64_t)n * ROW; i++)
+			ok = k[i] == fx_byte(data_seq, 0, 0, t0 + i / ROW, h,
+					     (uint32_t)(i % ROW)) &&
+			     v[i] == fx_byte(data_seq, 0, 1, t0 + i / ROW, h,
+					     (uint32_t)(i % ROW));
+	}
+	return ok;
+}
+
+/* the append path reads nothing from the media: after a reopen the
+ * part-filled tail groups and K^T blocks are in memory already (the open
+ * loaded them), and a fork makes its child's; every token reads back */
+Test(append, reads_nothing)
+{
+	kvf_options o = fx_filled_opts();
+	char *path = strdup(tmp_path(fx.dir, "kt"));
+	kvf_store *s;
+	uint64_t r;
+
+	o.kt_pages = 1;
+	OK(kvf_open(path, &o, &s));
+	OK(kvf_seq_create(s, 5));
+	OK(fx_append(s, 5, 5, 0, 0, 2 * G + 7));
+	OK(fx_append(s, 5, 5, 1, 0, 2 * G + 11));
+	OK(fx_append_x(s, 5, 0, 0, 9));
+	OK(kvf_close(s));
+	OK(kvf_open(path, NULL, &s));
+	r = media_bytes_read(s);
+	cr_assert(gt(u64, r, 0), "the open loaded no tail");
+	OK(fx_append(s, 5, 5, 0, 2 * G + 7, G));
+	OK(fx_append(s, 5, 5, 1, 2 * G + 11, 3));
+	OK(fx_append_x(s, 5, 0, 9, 4));
+	cr_assert(eq(u64, media_bytes_read(s), r),
+		  "appends after a reopen read %" PRIu64 " bytes from media",
+		  media_bytes_read(s) - r);
+	OK(kvf_seq_fork(s, 5, 6, G + 20));
+	r = media_bytes_read(s);
+	OK(fx_append(s, 6, 6, 0, G + 20, 3));
+	cr_assert(eq(u64, media_bytes_read(s), r),
+		  "appends to a fork read %" PRIu64 " bytes from media",
+		  media_bytes_read(s) - r);
+	cr_assert(fx_data_ok(s, 5, 0, 3 * G + 7) && fx_data_ok(s, 5, 1, 2 * G + 14));
+	cr_assert(tokens_ok(s, 6, 5, G - 12, 32));
+	cr_assert(tokens_ok(s, 6, 6, G + 20, 3));
+	OK(kvf_close(s));
+	free(path);
+}
+
 /* the round trip: append (prefill, then decode one token at a time),
  * read back from group buffers, open segments and media, sync, reopen */
 Test(append_round_trip, append_read_sync_reopen)

@@ -443,7 +443,7 @@ Test(verify, fatal)
 
 /* ---- alongside writers ------------------------------------------------------------ */
 
-struct writer {
+struct appender {
 	kvf_store *st;
 	_Atomic int stop;
 	int rounds;
@@ -451,7 +451,7 @@ struct writer {
 
 static void *write_loop(void *arg)
 {
-	struct writer *w = arg;
+	struct appender *w = arg;
 	uint16_t *k = calloc((size_t)40 * KVH * DIM, 2);
 	uint16_t *v = calloc((size_t)40 * KVH * DIM, 2);
 
@@ -479,7 +479,7 @@ out:
 Test(verify, verify_alongside_writers)
 {
 	kvf_store *st = fx_make_inspected(fx.path);
-	struct writer w = { .st = st };
+	struct appender w = { .st = st };
 	pthread_t t;
 	int runs = 0;
 

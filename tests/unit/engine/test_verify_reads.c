@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 
 #include "api/status.h"
-#include "engine/segment.h"
+#include "engine/openseg.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 #include "kvflash.h"

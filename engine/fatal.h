@@ -1,0 +1,41 @@
+/*
+ * fatal.h - the store's sticky fatal state.  After a failure that leaves
+ * memory and media out of step (a segment write or a commit that failed),
+ * every call answers KVF_EFATAL naming the first failure, until close.
+ *
+ * Owns the flag and the first failure's message.  Invariant: msg is in
+ * place before `on` becomes 1, and is set once.  Locking: lock orders the
+ * setters; readers only load `on`, then read msg.
+ */
+#ifndef KVF_ENGINE_FATAL_H
+#define KVF_ENGINE_FATAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "api/status.h"
+#include "kvflash.h"
+
+struct store_fatal {
+	_Atomic int on;
+	pthread_mutex_t lock;
+	char msg[KVF_ERRMSG_CAP];
+};
+
+void fatal_init(struct store_fatal *f);
+void fatal_destroy(struct store_fatal *f);
+
+/* store_check - refuse calls on a store in the fatal state (KVF_EFATAL,
+ * the message names call and the first failure) */
+kvf_status store_check(kvf_store *st, const char *call);
+/* store_set_fatal - enter the fatal state after `what` failed with cause
+ * (the message of that failure is the thread's last error); returns
+ * KVF_EFATAL */
+kvf_status store_set_fatal(kvf_store *st, kvf_status cause, const char *what);
+/* store_writable - the checks every call that changes the store makes
+ * first: st not NULL (KVF_EINVAL), not fatal, not read-only (KVF_ENOTSUP) */
+kvf_status store_writable(kvf_store *st, const char *call);
+/* store_failed - the store is in the fatal state */
+int store_failed(kvf_store *st);
+
+#endif /* KVF_ENGINE_FATAL_H */

@@ -1,0 +1,162 @@
+/*
+ * segtable.h - the segment table: each segment's state, its live pages,
+ * the references into them, and the free segments of each stripe.
+ *
+ * Segment states: FREE -> OPEN (a sequence is filling it) -> SEALED (on
+ * media, record committed) -> DYING (no live page; reusable after the
+ * next sync makes its death durable) -> FREE (trimmed).  CORRUPT: failed
+ * verification at open; kept out of use.  A page a new one replaces loses
+ * its reference only once the replacement's record has committed, and a
+ * segment that dies becomes reusable only after the next sync: so the
+ * state as of the last sync stays readable whatever happens in between.
+ */
+#ifndef KVF_ENGINE_SEGTABLE_H
+#define KVF_ENGINE_SEGTABLE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "api/status.h"
+#include "engine/meta.h"
+#include "kvflash.h"
+
+enum seg_state {
+	SEG_FREE = 0,
+	SEG_OPEN,
+	SEG_SEALED,
+	SEG_DYING,
+	SEG_CORRUPT
+};
+
+#define SEG_NONE UINT32_MAX
+
+/* the low bits of a page's XXH3-64 that the index keeps (page_check) */
+#define PAGE_CHECK_MASK 0xffffffu
+
+struct seg_info {
+	uint8_t state;         /* enum seg_state */
+	uint32_t n_data;       /* data pages */
+	uint32_t live;         /* pages with refs > 0 */
+	uint32_t erase_count;  /* times trimmed for reuse */
+	uint64_t seqno;        /* commit sequence number (sealed) */
+	uint64_t write_ns;     /* when sealed, ns since the epoch */
+	uint64_t owner;        /* sequence it was filled for */
+	uint64_t died_epoch;   /* DYING: sync epoch of its death */
+	uint64_t *live_bits;   /* bit per data page: referenced by the
+				* index; further references of shared
+				* (forked) pages are in the shared map.
+				* NULL while free; else its slice of
+				* live_words */
+};
+
+/*
+ * struct seg_table - owned by segtable.c.  Invariants: a segment is in its
+ * stripe's free FIFO iff it is FREE; n_free and n_dying count the FREE
+ * and DYING segments; reserved[s] <= free_count[s]; a page's references
+ * are its live bit plus its entry in the shared map.  Locking: lock guards
+ * all of it, and is taken inside a sequence's lock, never around one.
+ */
+struct seg_table {
+	pthread_mutex_t lock;
+	struct seg_info *info;  /* [n_segments] */
+	uint64_t *live_words;   /* [n_segments][words]: every live bitmap,
+				 * so opening a segment allocates nothing */
+	uint32_t *reclaim_ids;  /* [n_segments]: seg_reclaim's, and */
+	uint32_t *wear_counts;  /* seg_wear_record's scratch (durable lock) */
+	uint32_t *free_fifo;    /* per stripe ring of free segment ids */
+	uint32_t *free_head, *free_count; /* [n_stripes] */
+	uint32_t *reserved;     /* [n_stripes] free segments promised */
+	uint32_t *shared_addr;  /* open addressing: pages with more than one
+				 * reference (ADDR_NONE = empty slot) */
+	uint32_t *shared_extra; /* their references beyond the first */
+	uint32_t shared_cap;    /* slots, a power of two (0: none yet) */
+	uint32_t shared_n;      /* pages in the map */
+	uint32_t n_free;        /* free segments, all stripes */
+	uint32_t n_dying;       /* DYING segments */
+	uint64_t epoch;         /* durable-point epoch, from 1; a death
+				 * recorded in epoch e is reusable after the
+				 * durable point that ends e; 0 = already */
+	int wear_dirty;         /* erase counts changed since last sync */
+};
+
+struct seq;
+struct catalog_batch;
+
+/* seg_table_begin - the lock and the first epoch (first thing at open);
+ * seg_table_init - the table for the store's shape (after the header);
+ * seg_table_free - the table; seg_table_end - the table and the lock
+ * (last at close) */
+void seg_table_begin(kvf_store *st);
+kvf_status seg_table_init(kvf_store *st);
+void seg_table_free(kvf_store *st);
+void seg_table_end(kvf_store *st);
+
+/* seg_mark_sealed - at open: segid holds n_data pages committed as rec */
+kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
+			   const struct meta_seg *rec);
+/* seg_finish_load - at open, after all references are counted: every
+ * segment not sealed is free, sealed ones without live pages are dying */
+void seg_finish_load(kvf_store *st);
+
+/* seg_free_count - free segments now (all stripes) */
+uint32_t seg_free_count(kvf_store *st);
+
+/*
+ * Page references (segtab.lock taken inside): how many index slots point at
+ * a page.  A page holds at most UINT16_MAX (seg_ref_full says when it has
+ * them).  seg_ref_inc fails only for memory (KVF_ENOMEM, nothing changed).
+ */
+uint32_t seg_page_refs(kvf_store *st, uint32_t addr);
+int seg_ref_full(kvf_store *st, uint32_t addr);
+kvf_status seg_ref_inc(kvf_store *st, uint32_t addr);
+void seg_ref_dec(kvf_store *st, uint32_t addr);
+/* seg_refs_dec - seg_ref_dec of addrs[0..n), under one taking of segtab.lock */
+void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n);
+/* seg_refs_drop_locked - forget every reference into segid (its pages
+ * moved); caller holds segtab.lock */
+void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
+/* seg_bits_take - segment segid's live bitmap, zeroed */
+uint64_t *seg_bits_take(kvf_store *st, uint32_t segid);
+
+/*
+ * seg_reclaim - trim every DYING segment that died in an epoch <= upto,
+ * mark it FREE and add the deletion of its record to b.
+ * Return: KVF_OK or the media's error (the segment then stays DYING).
+ */
+kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b);
+
+/* seg_wear_record - add the erase-count array to b ("W") */
+void seg_wear_record(kvf_store *st, struct catalog_batch *b);
+
+/* seg_sealed - the writer committed segid: it is sealed (or dying, if
+ * its pages were all replaced meanwhile) */
+void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
+		uint64_t seqno, uint64_t write_ns);
+
+/* page_check - the check stored in the index for page bytes (the low
+ * PAGE_CHECK_MASK bits of page_hash) */
+uint32_t page_check(const void *page, uint32_t page_size);
+uint64_t page_hash(const void *page, uint32_t page_size);
+
+/*
+ * seg_reserve - set aside need[s] free segments of each stripe s for seq's
+ * coming placements, all or none.  seg_unreserve returns what is left.
+ * Return: KVF_OK or KVF_ENOSPC (message names the stripe).
+ */
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need);
+void seg_unreserve(kvf_store *st, struct seq *seq);
+
+/*
+ * seg_take_open - a free segment of stripe for seq to fill (one it
+ * reserved, else one not promised to anyone), marked OPEN; SEG_NONE if
+ * there is none.  *low says free space on the stripe runs low.
+ */
+uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
+		       int *low);
+/* seg_page_born - page n of the open segment segid is referenced */
+void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n);
+/* seg_give_back - an open segment that is never written goes back to the
+ * free FIFO */
+void seg_give_back(kvf_store *st, uint32_t segid);
+
+#endif /* KVF_ENGINE_SEGTABLE_H */
