@@ -315,21 +315,12 @@ void must(kvf_status rc, const char *what, unsigned op_no)
 /* spawn - fork a child running fn; its reports come back on *fd */
 pid_t spawn(int *fd)
 {
-	int p[2];
-	pid_t pid;
+	pid_t pid = fx_spawn(fd);
 
-	cr_assert(eq(int, pipe(p), 0));
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
-		close(p[0]);
 		in_child = 1;
-		report_fd = p[1];
-		return 0;
+		report_fd = fx_child_fd();
 	}
-	close(p[1]);
-	*fd = p[0];
 	return pid;
 }
 

@@ -407,6 +407,11 @@ void fx_child_say(const char *fmt, ...)
 		_exit(4);
 }
 
+int fx_child_fd(void)
+{
+	return report_fd;
+}
+
 /* fx_spawn - fork; the child gets 0 and reports on report_fd, the parent
  * gets the pid and reads the reports from *fd */
 pid_t fx_spawn(int *fd)

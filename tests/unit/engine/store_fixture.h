@@ -155,6 +155,9 @@ void fx_child_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* fx_spawn - fork; the child gets 0 and reports with fx_child_say, the
  * parent gets the pid and reads the reports from *fd */
 pid_t fx_spawn(int *fd);
+/* fx_child_fd - in a child of fx_spawn: the pipe to the parent (for
+ * reports of a format of its own) */
+int fx_child_fd(void);
 /* fx_read_line - the child's next line into buf (without the newline);
  * 0 at end of file */
 int fx_read_line(int fd, char *buf, size_t cap);
