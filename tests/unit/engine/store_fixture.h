@@ -3,9 +3,9 @@
  * test_*.c of tests/unit/engine/ but four: test_meta_run.c and test_pool.c
  * make no store; test_store_model.c runs geometries of its own; the crash
  * and power-cut tests build on crash_model.h, which takes the fixture's
- * model and its reading of children's reports but keeps a reference and a
- * pipe of its own for killed writers): the small model and options most
- * engine tests use, deterministic token values with their append and
+ * model and children (fx_spawn, fx_collect) but keeps a reference and
+ * report lines of its own for killed writers): the small model and options
+ * most engine tests use, deterministic token values with their append and
  * check, a store made in a test's temporary directory (fx_setup_dir),
  * helpers on directory trees and messages, forked children that report
  * through a pipe, and "the filled store": a fixture holding data in every
