@@ -204,7 +204,26 @@ typedef struct {
 	uint64_t window;    /* 0 = every token; else only the last window */
 	uint32_t h2o;       /* 1 = add this call's attention probabilities
 			     * to the sequence's H2O scores (kvf_h2o_read) */
+	/* SparF's exact set: tokens always attended exactly, whatever the
+	 * approximate scores say, counted in top_k (the rest of top_k goes
+	 * by score; sizes past top_k raise it).  Real heads put much of
+	 * their mass on the first tokens (attention sinks) and the newest
+	 * ones.  With a window, the sinks are the window's first tokens. */
+	uint32_t sink_tokens;   /* SparF: first tokens; 0 = the smaller of
+				 * KVF_SINK_TOKENS_DEFAULT and top_k / 4,
+				 * KVF_TOKENS_NONE = none */
+	uint32_t recent_tokens; /* SparF: last tokens; 0 = top_k /
+				 * KVF_RECENT_SHARE_DEFAULT,
+				 * KVF_TOKENS_NONE = none */
 } kvf_attn_opts;
+
+/* kvf_attn_opts.sink_tokens, recent_tokens: no tokens (0 is the default) */
+#define KVF_TOKENS_NONE UINT32_MAX
+/* The default sinks (StreamingLLM keeps 4), and the default recent window
+ * as a share of top_k (an eighth); by default at least 5/8 of top_k is
+ * left to the scores. */
+#define KVF_SINK_TOKENS_DEFAULT 4u
+#define KVF_RECENT_SHARE_DEFAULT 8u
 
 /* Fills *o with defaults; use kvf_attn_opts_init. */
 KVF_API void kvf_attn_opts_init_sized(kvf_attn_opts *o, size_t struct_size);
@@ -460,16 +479,21 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  *        top_r dims (0 = head_dim / 4; rounded up to whole K^T pages of E
  *        dims, chosen by the sum of |q| over a KV head's query heads)
  *        give approximate scores, the top_k tokens (0 = an eighth) of each
- *        query head are attended exactly, and the result is
- *        alpha * exact + (1 - alpha) * mean(V), alpha the approximate
- *        mass of the chosen tokens; lse is then that of the chosen tokens.
+ *        query head are attended exactly: the exact set (the first
+ *        sink_tokens and the last recent_tokens attended) and the rest of
+ *        top_k by approximate score; the result is
+ *        alpha * exact + (1 - alpha) * mean(V), alpha the share of the
+ *        chosen tokens' exact mass in it plus the approximate mass of the
+ *        tokens left out; lse is then that of the chosen tokens.
  *        sparse = 2: as 1, but the tokens are chosen as whole token
- *        groups (pages): the ceil(top_k / group) groups of most
- *        approximate mass over the KV head's query heads (all of them
- *        when top_k is every token attended), every token of theirs
- *        attended.  A page read is then never read for one token,
- *        so the bytes read stay near top_k / tokens of dense's however
- *        the heavy tokens are scattered.
+ *        groups (pages): the groups of the exact set and, up to
+ *        ceil(top_k / group) groups in all, those whose tokens' squared
+ *        approximate probabilities, summed over the KV head's query
+ *        heads, are largest (all of them when top_k is every token
+ *        attended), every token of theirs attended.  A page read is
+ *        then never read for one token, so the bytes read stay near
+ *        top_k / tokens of dense's however the heavy tokens are
+ *        scattered.
  * The query heads that share a KV head (GQA) are computed in one pass
  * over its pages; tokens still in group buffers are included.  A sequence
  * with no token gives out = 0 and lse = -INFINITY.

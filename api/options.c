@@ -60,6 +60,8 @@ void kvf_attn_opts_init_sized(kvf_attn_opts *o, size_t struct_size)
 	d.top_r = 0;
 	d.top_k = 0;
 	d.lse = NULL;
+	d.sink_tokens = 0;   /* KVF_SINK_TOKENS_DEFAULT */
+	d.recent_tokens = 0; /* top_k / KVF_RECENT_SHARE_DEFAULT */
 	fill_sized(o, &d, sizeof(d), struct_size);
 }
 

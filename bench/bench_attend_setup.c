@@ -271,6 +271,9 @@ int attend_setup(struct attend_ctx *c)
 	c->opts.n_threads = c->n_threads;
 	c->opts.segment_size = seg;
 	c->opts.capacity_bytes = (need + seg - 1) / seg * seg;
+	/* cold means from the media: no memory tier (kvbench decode measures
+	 * the tier) */
+	c->opts.dram_budget = 0;
 	rc = bench_open_direct(c->file_dir, &c->opts, &c->file, &c->direct_io);
 	if (rc != KVF_OK)
 		return bench_fail("attend", "kvf_open (file store)", rc);

@@ -30,6 +30,8 @@ static const struct bench_cmd cmds[] = {
 	  "dense decode attention kernels (scalar, AVX2) vs a plain memory read of the same bytes" },
 	{ "attend", bench_attend_main,
 	  "kvf_attend dense and SparF, in memory and cold, vs plain reads and the FlexGen way" },
+	{ "decode", bench_decode_main,
+	  "a batch decoding step by step (append + attend_batch), memory tier on and off" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };

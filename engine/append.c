@@ -23,6 +23,7 @@
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
+#include "engine/writeback.h"
 
 #define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
 
@@ -32,6 +33,7 @@ struct src_stream {
 	uint32_t sid;              /* its stream id */
 	const unsigned char *src;  /* row of the first new token */
 	size_t stride;             /* bytes between a token's rows */
+	int waits;                 /* its sealed groups wait for write-back */
 };
 
 /* seal - place stream s's full group g (in its group buffer) on media */
@@ -103,10 +105,7 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 				seg_stripe(st, segid),
 				addr_page(addr, st->page_bits));
 	}
-	s->gbuf = kvf_calloc(1, st->hdr.page_size);
-	if (s->gbuf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
-	return KVF_OK;
+	return stream_gbuf_alloc(st, s, st->hdr.page_size);
 }
 
 /*
@@ -122,36 +121,50 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
-	int sealing = k > 0;
+	int sealing = 0;
 	kvf_status rc = KVF_OK;
 
 	/* plan, and everything that can fail without changing anything */
+	for (uint32_t i = 0; i < n_src; i++)
+		src[i].waits = 0;
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
-		for (uint64_t j = 0; j < k; j++)
-			pages[stream_stripe(st, src[i].sid, g0 + j)]++;
-		if ((rc = stream_reserve(src[i].s, g0 + k + 1)) == KVF_OK)
-			rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens);
+		if ((rc = stream_reserve(st, src[i].s, g0 + k + 1)) == KVF_OK &&
+		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK)
+			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k,
+					&src[i].waits);
+		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
+			own);
 	}
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		sealing |= pages[s] > 0;
 	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {
 		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
 		sealing |= (tokens % st->kt_tokens + n) >= st->kt_tokens;
 	}
 	/* most decode appends complete no group: nothing to reserve */
 	if (rc == KVF_OK && sealing)
-		rc = openseg_reserve(st, seq, pages, call);
-	if (rc != KVF_OK)
+		rc = openseg_reserve(st, seq, pages, own, call);
+	if (rc != KVF_OK) {
+		for (uint32_t i = 0; i < n_src; i++)
+			wb_unprepare(st, src[i].s);
 		return rc;
+	}
 
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
 		struct stream *s = src[i].s;
+		int waits = src[i].waits;
 		uint64_t t = tokens;
 
+		/* a long append writes its groups itself, after the waiting */
+		if (k > 0 && !waits)
+			rc = wb_flush(st, seq, s, src[i].sid);
 		for (uint32_t done = 0; done < n && rc == KVF_OK;) {
 			uint32_t at = (uint32_t)(t % G);
 			uint32_t m = G - at < n - done ? G - at : n - done;
 
-			if (at == 0 && m == G) {
+			if (at == 0 && m == G && !waits) {
 				/* a whole group: gather it straight into the
 				 * segment, skipping the group buffer */
 				rc = seal_direct(st, seq, s, src[i].sid, t / G,
@@ -168,7 +181,10 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				       rb);
 			done += m;
 			t += m;
-			if (at + m == G) {
+			if (at + m == G && waits) {
+				rc = wb_seal(st, seq, s, src[i].sid, t / G - 1);
+				s->tail_written = 0;
+			} else if (at + m == G) {
 				rc = seal(st, seq, s, src[i].sid, t / G - 1, G);
 				s->tail_written = 0;
 				atomic_fetch_add(&st->c.data_bytes,
@@ -179,6 +195,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc == KVF_OK && kt_layer != UINT32_MAX)
 		rc = kt_append(st, seq, kt_layer, tokens, n, src[0].src,
 			       src[0].stride);
+	for (uint32_t i = 0; i < n_src; i++)
+		wb_unprepare(st, src[i].s); /* what a failure left unused */
 	if (sealing)
 		seg_unreserve(st, seq);
 	if (rc == KVF_OK)
@@ -382,21 +400,20 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 {
 	/* K/V and X streams; a K^T block is never written partial */
 	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
-	uint32_t *pages = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
+	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	kvf_status rc;
 
-	if (pages == NULL)
-		return kvf_fail(KVF_ENOMEM, "kvf_sync: out of memory");
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t sid;
 		struct stream *s = seq_stream_at(st, seq, i, &sid);
 		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
 
+		wb_flush_plan(s, pages, own);
 		if (tail_pending(st, s, tokens))
 			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
 	}
-	rc = openseg_reserve(st, seq, pages, "partial groups");
-	kvf_free(pages);
+	rc = openseg_reserve(st, seq, pages, own, "partial groups");
 	if (rc != KVF_OK)
 		return rc;
 	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
@@ -405,7 +422,10 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
 		uint32_t tail = (uint32_t)(tokens % st->group_tokens);
 
-		if (!tail_pending(st, s, tokens))
+		/* what waits for write-back goes first: a sync makes it all
+		 * durable */
+		if ((rc = wb_flush(st, seq, s, sid)) != KVF_OK ||
+		    !tail_pending(st, s, tokens))
 			continue;
 		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail);
 		if (rc == KVF_OK) {

@@ -214,12 +214,21 @@ static kvf_status run(struct attn_call *c, const char *call,
 			      (unsigned long long)(seqs[0]->len[c->layer] -
 						   attend_from(c->o, seqs[0]->len[c->layer])));
 	if (rc == KVF_OK) {
+		uint64_t read0 = 0, read1 = 0;
+
 		c->seqs = seqs;
 		c->n_seqs = n;
 		c->k = kvc_kernels();
-		for (uint32_t i = 0; i < n; i++)
+		/* the sequences are locked: what they read now is this call's */
+		for (uint32_t i = 0; i < n; i++) {
 			seqs[i]->vbar_seen = vbar_tokens(st, seqs[i], c->layer);
+			read0 += atomic_load(&seqs[i]->bytes_read);
+		}
 		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, attend_head_task, c);
+		for (uint32_t i = 0; i < n; i++)
+			read1 += atomic_load(&seqs[i]->bytes_read);
+		atomic_fetch_add(&st->c.attend_calls, 1);
+		atomic_fetch_add(&st->c.attend_bytes_read, read1 - read0);
 		if (rc != KVF_OK)
 			kvf_fail_wrap(rc, call);
 		/* a mean the tasks caught up goes into the next sync's "V" */

@@ -38,7 +38,7 @@ kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 
 		for (uint64_t i = b0 * ng; i < (b0 + kb) * ng; i++)
 			pages[stream_stripe(st, sid, i)]++;
-		if ((rc = stream_reserve(s, (b0 + kb) * ng + 1)) != KVF_OK)
+		if ((rc = stream_reserve(st, s, (b0 + kb) * ng + 1)) != KVF_OK)
 			return rc;
 		if (s->gbuf == NULL) {
 			/* a part-filled block is loaded by whatever made it
@@ -47,9 +47,8 @@ kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 				return kvf_fail(KVF_ECORRUPT,
 						"the part-filled K^T block of layer %u head %u of sequence %llu could not be rebuilt when the store was opened (a K page is damaged: see kvf_verify); the sequence cannot grow",
 						layer, h, (unsigned long long)seq->id);
-			s->gbuf = kvf_calloc(ng, st->hdr.page_size);
-			if (s->gbuf == NULL)
-				return kvf_fail(KVF_ENOMEM, "out of memory for a K^T block buffer");
+			if ((rc = stream_gbuf_alloc(st, s, ng * st->hdr.page_size)) != KVF_OK)
+				return rc;
 		}
 	}
 	return KVF_OK;

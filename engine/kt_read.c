@@ -42,17 +42,15 @@ static kvf_status kt_buffer(kvf_store *st, struct seq *seq, uint32_t layer,
 
 	if (s->gbuf)
 		return KVF_OK;
-	c.buf = kvf_calloc(st->kt_groups, st->hdr.page_size);
-	if (c.buf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a K^T block buffer");
+	rc = stream_gbuf_alloc(st, s, st->kt_groups * st->hdr.page_size);
+	if (rc != KVF_OK)
+		return rc;
+	c.buf = s->gbuf;
 	rc = stream_read_spans(st, seq, seq_kv_stream(st, seq, layer, KIND_K, head),
 			       tokens, c.block_start, tokens, fill_rows, &c);
-	if (rc != KVF_OK) {
-		kvf_free(c.buf);
-		return rc;
-	}
-	s->gbuf = c.buf;
-	return KVF_OK;
+	if (rc != KVF_OK)
+		stream_gbuf_free(st, s);
+	return rc;
 }
 
 kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
@@ -102,7 +100,7 @@ kvf_status kt_read(kvf_store *st, struct seq *seq, uint32_t layer,
 
 			src = openseg_page(st, seq, r.addr);
 			if (src == NULL) {
-				rc = page_read_verified(st, &r, page, "reading K^T");
+				rc = page_read_verified(st, seq, &r, page, "reading K^T");
 				src = page;
 			}
 		}

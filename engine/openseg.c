@@ -19,7 +19,8 @@
 #include "engine/writer.h"
 
 kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
-			   const uint32_t *pages, const char *call)
+			   const uint32_t *pages, const uint32_t *own,
+			   const char *call)
 {
 	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
 	uint32_t need[KVF_MEDIA_MAX_STRIPES] = { 0 };
@@ -32,7 +33,7 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 		if (pages[s] > room)
 			need[s] = (pages[s] - room + d - 1) / d;
 	}
-	rc = seg_reserve(st, seq, need);
+	rc = seg_reserve(st, seq, need, own);
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	return KVF_OK;
@@ -141,6 +142,10 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;
 	seg_page_born(st, os->segid, n);
+	if (seq->ns == SEQ_NS_USER) /* what was just written is read next */
+		tier_put_written(st, addr_make(os->segid, n, st->page_bits),
+				 (uint32_t)h & PAGE_CHECK_MASK,
+				 os->sb->buf + (size_t)n * st->hdr.page_size);
 	out->addr = addr_make(os->segid, n, st->page_bits);
 	out->check = (uint32_t)h & PAGE_CHECK_MASK;
 	os->n_pages = n + 1;

@@ -29,10 +29,12 @@ struct seq;
 struct page_ref;
 
 /* openseg_reserve - reserve what placing pages[s] more pages on each
- * stripe s needs, given what seq's open segments still hold (the message
- * starts with call) */
+ * stripe s needs, given what seq's open segments still hold; own[s] of
+ * them (NULL: none) wait for write-back now, their room promised (the
+ * message starts with call) */
 kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
-			   const uint32_t *pages, const char *call);
+			   const uint32_t *pages, const uint32_t *own,
+			   const char *call);
 
 /*
  * openseg_place - put one sealed page of seq (key) into its open segment

@@ -52,7 +52,7 @@ kvf_status optim_reserve_gen(kvf_opt *o, struct seq *seq, uint32_t gen,
 							  : WRITER_MAX_INFLIGHT)));
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
-	return openseg_reserve(st, seq, pages, call);
+	return openseg_reserve(st, seq, pages, NULL, call);
 }
 
 /* optim_make_room - a create or step of optimizer name was refused: whether
@@ -121,7 +121,7 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 				(unsigned long long)m.n_params, m.cfg_size);
 	if ((seq = seq_get_ns(st, SEQ_NS_OPTIM, m.seq)) == NULL)
 		return 0; /* its sequence went: the record is left over */
-	rc = optim_streams_alloc(seq, (m.n_params + per - 1) / per);
+	rc = optim_streams_alloc(st, seq, (m.n_params + per - 1) / per);
 	seq->optim_gen = m.gen & 1;
 	seq->optim_steps = m.steps;
 	if (m.seq >= atomic_load(&st->optims.next_id))

@@ -53,14 +53,14 @@ kvf_status optim_record_get(kvf_store *st, const char *name,
 }
 
 /* optim_streams_alloc - the six streams of a pseudo-sequence */
-kvf_status optim_streams_alloc(struct seq *seq, uint64_t n_chunks)
+kvf_status optim_streams_alloc(kvf_store *st, struct seq *seq, uint64_t n_chunks)
 {
 	if (seq->optim == NULL)
 		seq->optim = kvf_calloc(OPTIM_STREAMS, sizeof(struct stream));
 	if (seq->optim == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for optimizer streams");
 	for (uint32_t i = 0; i < OPTIM_STREAMS; i++) {
-		kvf_status rc = stream_reserve(&seq->optim[i], n_chunks);
+		kvf_status rc = stream_reserve(st, &seq->optim[i], n_chunks);
 
 		if (rc != KVF_OK)
 			return rc;

@@ -33,8 +33,30 @@ static kvf_status corrupt(kvf_store *st, uint32_t addr, uint32_t want,
 			addr_page(addr, st->page_bits), want, found);
 }
 
-kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
-			      void *dst, const char *what)
+/* count_read - n pages of seq read from media */
+static void count_read(kvf_store *st, struct seq *seq, uint32_t n)
+{
+	uint64_t bytes = (uint64_t)n * st->hdr.page_size;
+
+	atomic_fetch_add(&st->c.bytes_read, bytes);
+	atomic_fetch_add(&st->c.pages_read, n);
+	if (seq)
+		atomic_fetch_add(&seq->bytes_read, bytes);
+}
+
+/* cached - the bytes of ref from the memory tier, pinned (*slot), for a
+ * caller's sequence (optimizer state is not cached); NULL on a miss */
+static const unsigned char *cached(kvf_store *st, struct seq *seq,
+				   const struct page_ref *ref, uint32_t *slot)
+{
+	if (seq->ns != SEQ_NS_USER)
+		return NULL;
+	return tier_get(st, ref->addr, ref->check, slot);
+}
+
+kvf_status page_read_verified(kvf_store *st, struct seq *seq,
+			      const struct page_ref *ref, void *dst,
+			      const char *what)
 {
 	uint32_t segid = addr_seg(ref->addr, st->page_bits);
 	uint32_t got;
@@ -45,8 +67,7 @@ kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
 				  addr_page(ref->addr, st->page_bits), 1, dst);
 	if (rc != KVF_OK)
 		return rc;
-	atomic_fetch_add(&st->c.bytes_read, st->hdr.page_size);
-	atomic_fetch_add(&st->c.pages_read, 1);
+	count_read(st, seq, 1);
 	got = page_check(dst, st->hdr.page_size);
 	if (got != ref->check)
 		return corrupt(st, ref->addr, ref->check, got, what);
@@ -56,8 +77,8 @@ kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
 /* mapped - the bytes of ref in place, when the media keeps pages in
  * memory (checked only with verify_reads = 1: the store wrote them there
  * itself); NULL when it must be read (or *rc on a bad check) */
-static const unsigned char *mapped(kvf_store *st, const struct page_ref *ref,
-				   kvf_status *rc)
+static const unsigned char *mapped(kvf_store *st, struct seq *seq,
+				   const struct page_ref *ref, kvf_status *rc)
 {
 	uint32_t segid = addr_seg(ref->addr, st->page_bits);
 	const unsigned char *p = kvf_media_map(st->media, seg_stripe(st, segid),
@@ -67,8 +88,7 @@ static const unsigned char *mapped(kvf_store *st, const struct page_ref *ref,
 
 	if (p == NULL)
 		return NULL;
-	atomic_fetch_add(&st->c.bytes_read, st->hdr.page_size);
-	atomic_fetch_add(&st->c.pages_read, 1);
+	count_read(st, seq, 1);
 	if (st->opts.verify_reads == 1 &&
 	    (got = page_check(p, st->hdr.page_size)) != ref->check) {
 		*rc = corrupt(st, ref->addr, ref->check, got, "read");
@@ -97,37 +117,31 @@ kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 {
 	uint64_t g = tokens / st->group_tokens;
 	struct page_ref ref;
-	unsigned char *buf;
 	void *page;
 	kvf_status rc;
 
 	if (s->gbuf)
 		return KVF_OK;
-	buf = kvf_calloc(1, st->hdr.page_size);
-	if (buf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
+	if ((rc = stream_gbuf_alloc(st, s, st->hdr.page_size)) != KVF_OK)
+		return rc;
 	if (tokens % st->group_tokens == 0 || g >= s->n_groups ||
-	    stream_page(s, g).addr == ADDR_NONE) {
-		s->gbuf = buf;
+	    stream_page(s, g).addr == ADDR_NONE)
 		return KVF_OK;
-	}
 	/* after a reopen the tail lives in a partial page on media */
 	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
 	if (page == NULL) {
-		kvf_free(buf);
+		stream_gbuf_free(st, s);
 		return kvf_fail(KVF_ENOMEM, "out of memory");
 	}
 	ref = stream_page(s, g);
-	rc = page_read_verified(st, &ref, page, "loading a tail group");
+	rc = page_read_verified(st, seq, &ref, page, "loading a tail group");
 	if (rc == KVF_OK) {
-		memcpy(buf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
-		s->gbuf = buf;
+		memcpy(s->gbuf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
 		s->tail_written = (uint32_t)(tokens % st->group_tokens);
 	} else {
-		kvf_free(buf);
+		stream_gbuf_free(st, s);
 	}
 	kvf_free(page);
-	(void)seq;
 	return rc;
 }
 
@@ -147,6 +161,10 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
 		return KVF_OK;
 	}
+	if ((p = stream_waiting(s, g)) != NULL) {
+		memcpy(dst, p, st->hdr.page_size);
+		return KVF_OK;
+	}
 	ref = stream_page(s, g);
 	if ((p = openseg_page(st, seq, ref.addr)) != NULL) {
 		memcpy(dst, p, st->hdr.page_size);
@@ -155,7 +173,7 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
 	if (page == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory");
-	rc = page_read_verified(st, &ref, page, "reading a group");
+	rc = page_read_verified(st, seq, &ref, page, "reading a group");
 	if (rc == KVF_OK)
 		memcpy(dst, page, st->hdr.page_size);
 	kvf_free(page);
@@ -275,19 +293,18 @@ static kvf_status emit(kvf_store *st, uint64_t g, const unsigned char *page,
 		  page + (size_t)(a - first) * st->row_bytes);
 }
 
-static kvf_status batch_run(kvf_store *st, struct batch *b, uint64_t t0,
-			    uint64_t t1, span_fn fn, void *arg)
+/* batch_read - read and verify the batch's pages (no hand-out), and offer
+ * them to the memory tier */
+static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
 {
 	uint32_t ps = st->hdr.page_size;
 	kvf_status rc;
 
 	if (b->n == 0)
 		return KVF_OK;
-	rc = kvf_media_read(st->media, b->io, b->n_io);
-	if (rc != KVF_OK)
+	if ((rc = kvf_media_read(st->media, b->io, b->n_io)) != KVF_OK)
 		return rc;
-	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->n * ps);
-	atomic_fetch_add(&st->c.pages_read, b->n);
+	count_read(st, seq, b->n);
 	for (uint32_t i = 0; i < b->n; i++) {
 		const unsigned char *p = b->buf + (size_t)i * ps;
 		uint32_t got = page_check(p, ps);
@@ -295,6 +312,23 @@ static kvf_status batch_run(kvf_store *st, struct batch *b, uint64_t t0,
 		if (got != b->ref[i].check)
 			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
 				       "read");
+		if (seq->ns == SEQ_NS_USER)
+			tier_put_read(st, b->ref[i].addr, got, p);
+	}
+	return KVF_OK;
+}
+
+static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
+			    uint64_t t0, uint64_t t1, span_fn fn, void *arg)
+{
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc;
+
+	if ((rc = batch_read(st, seq, b)) != KVF_OK)
+		return rc;
+	for (uint32_t i = 0; i < b->n; i++) {
+		const unsigned char *p = b->buf + (size_t)i * ps;
+
 		if ((rc = emit(st, b->group[i], p, t0, t1, fn, arg)) != KVF_OK)
 			return rc;
 	}
@@ -315,11 +349,14 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
 	     g++) {
 		const unsigned char *p = NULL;
+		uint32_t slot = TIER_NONE;
 
 		if (is_tail(st, tokens, g)) {
 			if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
 				break;
 			p = s->gbuf;
+		} else if ((p = stream_waiting(s, g)) != NULL) {
+			/* waiting for write-back, in DRAM */
 		} else if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE) {
 			rc = kvf_fail(KVF_ECORRUPT,
 				      "read: the index has no page for token group %llu of sequence %llu",
@@ -330,15 +367,21 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			struct page_ref r = stream_page(s, g);
 
 			p = openseg_page(st, seq, r.addr);
-			if (p == NULL && (p = mapped(st, &r, &rc)) == NULL &&
+			if (p == NULL && (p = mapped(st, seq, &r, &rc)) == NULL &&
 			    rc != KVF_OK)
 				break;
+			if (p == NULL)
+				p = cached(st, seq, &r, &slot);
 		}
 		if (p) {
 			/* in memory: first hand out what is queued before it */
-			if (b && (rc = batch_run(st, b, t0, t1, fn, arg)) != KVF_OK)
-				break;
-			if ((rc = emit(st, g, p, t0, t1, fn, arg)) != KVF_OK)
+			if (b)
+				rc = batch_run(st, seq, b, t0, t1, fn, arg);
+			if (rc == KVF_OK)
+				rc = emit(st, g, p, t0, t1, fn, arg);
+			if (slot != TIER_NONE)
+				tier_unpin(st, slot);
+			if (rc != KVF_OK)
 				break;
 			continue;
 		}
@@ -351,11 +394,11 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 			batch_add(st, b, g, &r);
 		}
-		if (b->n == READ_BATCH && (rc = batch_run(st, b, t0, t1, fn, arg)) != KVF_OK)
+		if (b->n == READ_BATCH && (rc = batch_run(st, seq, b, t0, t1, fn, arg)) != KVF_OK)
 			break;
 	}
 	if (rc == KVF_OK && b)
-		rc = batch_run(st, b, t0, t1, fn, arg);
+		rc = batch_run(st, seq, b, t0, t1, fn, arg);
 	read_batch_free(st, b);
 	return rc;
 }
@@ -364,11 +407,12 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 #define PAIR_GROUPS 64u /* groups per batch: 2 * 64 pages read together */
 
-/* pair_page - where group g of s is: *p set for a page in memory, else the
- * page is added to the batch and *slot gets its index there */
+/* pair_page - where group g of s is: *p set for a page in memory (*pin:
+ * the memory tier's slot to unpin after use, or TIER_NONE), else the page
+ * is added to the batch and *slot gets its index there */
 static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 			    uint64_t tokens, uint64_t g, struct batch *b,
-			    const unsigned char **p, int *slot)
+			    const unsigned char **p, int *slot, uint32_t *pin)
 {
 	struct page_ref r;
 	kvf_status rc;
@@ -381,6 +425,8 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 		*p = s->gbuf;
 		return KVF_OK;
 	}
+	if ((*p = stream_waiting(s, g)) != NULL)
+		return KVF_OK;
 	if (g >= s->n_groups || (r = stream_page(s, g)).addr == ADDR_NONE)
 		return kvf_fail(KVF_ECORRUPT,
 				"read: the index has no page for token group %llu of sequence %llu",
@@ -388,33 +434,21 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 	if ((*p = openseg_page(st, seq, r.addr)) != NULL)
 		return KVF_OK;
 	rc = KVF_OK;
-	if ((*p = mapped(st, &r, &rc)) != NULL || rc != KVF_OK)
+	if ((*p = mapped(st, seq, &r, &rc)) != NULL || rc != KVF_OK)
 		return rc;
+	if ((*p = cached(st, seq, &r, pin)) != NULL)
+		return KVF_OK;
 	*slot = (int)b->n;
 	batch_add(st, b, g, &r);
 	return KVF_OK;
 }
 
-/* batch_read - read and verify the batch's pages (no hand-out) */
-static kvf_status batch_read(kvf_store *st, struct batch *b)
+/* unpin_all - give back the memory tier's pins of pages in use */
+static void unpin_all(kvf_store *st, const uint32_t *pin, uint32_t n)
 {
-	uint32_t ps = st->hdr.page_size;
-	kvf_status rc;
-
-	if (b->n == 0)
-		return KVF_OK;
-	if ((rc = kvf_media_read(st->media, b->io, b->n_io)) != KVF_OK)
-		return rc;
-	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->n * ps);
-	atomic_fetch_add(&st->c.pages_read, b->n);
-	for (uint32_t i = 0; i < b->n; i++) {
-		uint32_t got = page_check(b->buf + (size_t)i * ps, ps);
-
-		if (got != b->ref[i].check)
-			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
-				       "read");
-	}
-	return KVF_OK;
+	for (uint32_t i = 0; i < n; i++)
+		if (pin[i] != TIER_NONE)
+			tier_unpin(st, pin[i]);
 }
 
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
@@ -435,19 +469,24 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 								    : PAIR_GROUPS);
 		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
 		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
+		uint32_t pin[2 * PAIR_GROUPS];
 		uint64_t g[PAIR_GROUPS];
 
 		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < 2 * n; i++)
+			pin[i] = TIER_NONE;
 		/* all of a's pages, then all of b's: consecutive pages of one
 		 * stream merge into one request (batch_add) */
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			g[i] = list ? list[i0 + i] : first + i0 + i;
-			rc = pair_page(st, seq, a, tokens, g[i], b, &pa[i], &sa[i]);
+			rc = pair_page(st, seq, a, tokens, g[i], b, &pa[i], &sa[i],
+				       &pin[i]);
 		}
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			rc = pair_page(st, seq, bs, tokens, g[i], b, &pb[i], &sb[i]);
+			rc = pair_page(st, seq, bs, tokens, g[i], b, &pb[i], &sb[i],
+				       &pin[n + i]);
 		if (rc == KVF_OK)
-			rc = batch_read(st, b);
+			rc = batch_read(st, seq, b);
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			uint64_t lo = g[i] * G, hi = lo + G;
 			size_t off;
@@ -464,6 +503,7 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
 				pb[i] + off);
 		}
+		unpin_all(st, pin, 2 * n);
 	}
 	read_batch_free(st, b);
 	return rc;
@@ -511,8 +551,11 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 		uint32_t m = (uint32_t)(n - i0 < READ_BATCH ? n - i0 : READ_BATCH);
 		const unsigned char *p[READ_BATCH];
 		int slot[READ_BATCH], in_place[READ_BATCH];
+		uint32_t pin[READ_BATCH];
 
 		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < m; i++)
+			pin[i] = TIER_NONE;
 		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
 			struct page_ref r;
 
@@ -525,22 +568,25 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 			}
 			if ((p[i] = openseg_page(st, seq, r.addr)) != NULL)
 				continue;
-			if ((p[i] = mapped(st, &r, &rc)) != NULL) {
+			if ((p[i] = mapped(st, seq, &r, &rc)) != NULL) {
 				in_place[i] = 1;
 				continue;
 			}
 			if (rc != KVF_OK)
 				break;
+			if ((p[i] = cached(st, seq, &r, &pin[i])) != NULL)
+				continue; /* valid during the call, as a read's */
 			slot[i] = (int)b->n;
 			batch_add(st, b, idx[i0 + i], &r);
 		}
 		if (rc == KVF_OK)
-			rc = batch_read(st, b);
+			rc = batch_read(st, seq, b);
 		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
 			if (slot[i] >= 0)
 				p[i] = b->buf + (size_t)slot[i] * st->hdr.page_size;
 			rc = fn(arg, i0 + i, p[i], in_place[i]);
 		}
+		unpin_all(st, pin, m);
 	}
 	read_batch_free(st, b);
 	return rc;
@@ -563,7 +609,7 @@ kvf_status stream_read_into(kvf_store *st, struct seq *seq,
 		if (w->idx >= w->s->n_groups ||
 		    (r = stream_page(w->s, w->idx)).addr == ADDR_NONE)
 			return no_page(seq, w->idx);
-		if ((p = mapped(st, &r, &rc)) != NULL) {
+		if ((p = mapped(st, seq, &r, &rc)) != NULL) {
 			memcpy(w->dst, p, ps);
 			continue;
 		}
@@ -588,8 +634,7 @@ kvf_status stream_read_into(kvf_store *st, struct seq *seq,
 		return KVF_OK;
 	if ((rc = kvf_media_read(st->media, io, n_io)) != KVF_OK)
 		return rc;
-	atomic_fetch_add(&st->c.bytes_read, (uint64_t)n_read * ps);
-	atomic_fetch_add(&st->c.pages_read, n_read);
+	count_read(st, seq, n_read);
 	for (uint32_t i = 0; i < n; i++) {
 		struct page_ref r = stream_page(want[i].s, want[i].idx);
 		uint32_t got = page_check(want[i].dst, ps);

@@ -117,10 +117,11 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens);
 
-/* page_read_verified - read one page at ref into dst (aligned) and check
- * it; `what` names the caller for the message */
-kvf_status page_read_verified(kvf_store *st, const struct page_ref *ref,
-			      void *dst, const char *what);
+/* page_read_verified - read one page of seq at ref into dst (aligned) and
+ * check it; `what` names the caller for the message */
+kvf_status page_read_verified(kvf_store *st, struct seq *seq,
+			      const struct page_ref *ref, void *dst,
+			      const char *what);
 
 /* read_spares_init / read_spares_free - first at open, last at close */
 void read_spares_init(kvf_store *st);

@@ -253,7 +253,7 @@ static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
 	s = seq_stream_of(st, seq, sid);
 	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
 		goto out; /* past the synced length */
-	if ((rc = stream_reserve(s, seq_stream_groups(st, seq, sid))) != KVF_OK)
+	if ((rc = stream_reserve(st, s, seq_stream_groups(st, seq, sid))) != KVF_OK)
 		goto out;
 	stream_set_page(s, group, (struct page_ref){ addr, check });
 	if (group >= s->n_groups)

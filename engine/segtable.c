@@ -47,13 +47,14 @@ kvf_status seg_table_init(kvf_store *st)
 	st->segtab.free_head = kvf_calloc(ns, sizeof(uint32_t));
 	st->segtab.free_count = kvf_calloc(ns, sizeof(uint32_t));
 	st->segtab.reserved = kvf_calloc(ns, sizeof(uint32_t));
+	st->segtab.promised = kvf_calloc(ns, sizeof(uint32_t));
 	st->segtab.live_words = kvf_calloc((size_t)st->n_segments *
 					    ((st->data_per_seg + 63) / 64),
 				    sizeof(uint64_t));
 	st->segtab.reclaim_ids = kvf_calloc(st->n_segments, sizeof(uint32_t));
 	st->segtab.wear_counts = kvf_calloc(st->n_segments, sizeof(uint32_t));
 	if (!st->segtab.info || !st->segtab.free_fifo || !st->segtab.free_head || !st->segtab.free_count ||
-	    !st->segtab.reserved || !st->segtab.live_words || !st->segtab.reclaim_ids ||
+	    !st->segtab.reserved || !st->segtab.promised || !st->segtab.live_words || !st->segtab.reclaim_ids ||
 	    !st->segtab.wear_counts) {
 		seg_table_free(st);
 		return kvf_fail(KVF_ENOMEM,
@@ -79,6 +80,8 @@ void seg_table_free(kvf_store *st)
 	kvf_free(st->segtab.free_head);
 	kvf_free(st->segtab.free_count);
 	kvf_free(st->segtab.reserved);
+	kvf_free(st->segtab.promised);
+	st->segtab.promised = NULL;
 	st->segtab.info = NULL;
 	st->segtab.free_fifo = st->segtab.free_head = st->segtab.free_count = st->segtab.reserved = NULL;
 }
@@ -117,24 +120,29 @@ static uint32_t free_pop(kvf_store *st, uint32_t s)
 }
 
 /* avail_for_writers - free segments of stripe s that writers may still
- * take: not promised to another writer, not the cleaner's reserve */
-static uint32_t avail_for_writers(kvf_store *st, uint32_t s)
+ * take: not promised to another writer, not the cleaner's reserve, not
+ * the room of pages waiting for write-back (but for own of them, the
+ * caller's, which it is about to place) */
+static uint32_t avail_for_writers(kvf_store *st, uint32_t s, uint32_t own)
 {
-	uint32_t held = st->segtab.reserved[s] + CLEANER_RESERVE;
+	uint32_t d = st->data_per_seg, p = st->segtab.promised[s];
+	uint32_t held = st->segtab.reserved[s] + CLEANER_RESERVE +
+			((p > own ? p - own : 0) + d - 1) / d;
 
 	return st->segtab.free_count[s] > held ? st->segtab.free_count[s] - held : 0;
 }
 
-kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need,
+		       const uint32_t *own)
 {
 	uint32_t ns = st->hdr.n_stripes, s;
 
 	pthread_mutex_lock(&st->segtab.lock);
 	for (s = 0; s < ns; s++)
-		if (need[s] > avail_for_writers(st, s))
+		if (need[s] > avail_for_writers(st, s, own ? own[s] : 0))
 			break;
 	if (s < ns) {
-		uint32_t avail = avail_for_writers(st, s);
+		uint32_t avail = avail_for_writers(st, s, own ? own[s] : 0);
 
 		pthread_mutex_unlock(&st->segtab.lock);
 		return kvf_fail(KVF_ENOSPC,
@@ -146,6 +154,9 @@ kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need)
 	for (s = 0; s < ns; s++) {
 		st->segtab.reserved[s] += need[s];
 		seq->reserved[s] += need[s];
+		if (own) /* their room is in the reservation now */
+			st->segtab.promised[s] -= own[s] < st->segtab.promised[s]
+				? own[s] : st->segtab.promised[s];
 	}
 	pthread_mutex_unlock(&st->segtab.lock);
 	return KVF_OK;
@@ -446,6 +457,8 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	}
 	if (!st->trim)
 		done = n;
+	for (uint32_t k = 0; k < done; k++) /* their addresses are reused */
+		tier_drop_segment(st, ids[k]);
 	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t k = 0; k < done; k++) {
 		struct seg_info *si = &st->segtab.info[ids[k]];
@@ -506,7 +519,7 @@ uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
 		seq->reserved[stripe]--;
 		st->segtab.reserved[stripe]--;
 		segid = free_pop(st, stripe);
-	} else if (avail_for_writers(st, stripe) > 0) {
+	} else if (avail_for_writers(st, stripe, 0) > 0) {
 		segid = free_pop(st, stripe);
 	}
 	*low = st->segtab.free_count[stripe] < st->hdr.segs_per_stripe / 10 + 2;
@@ -533,9 +546,29 @@ void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n)
 
 void seg_give_back(kvf_store *st, uint32_t segid)
 {
+	tier_drop_segment(st, segid); /* its pages were never written */
 	pthread_mutex_lock(&st->segtab.lock);
 	st->segtab.info[segid].live_bits = NULL;
 	st->segtab.info[segid].live = 0;
 	free_push(st, segid);
 	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+void seg_promise(kvf_store *st, uint32_t stripe, int32_t pages)
+{
+	pthread_mutex_lock(&st->segtab.lock);
+	st->segtab.promised[stripe] += (uint32_t)pages;
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+int seg_plenty(kvf_store *st)
+{
+	int plenty = 1;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		if (avail_for_writers(st, s, 0) <= st->hdr.segs_per_stripe / 4)
+			plenty = 0;
+	pthread_mutex_unlock(&st->segtab.lock);
+	return plenty;
 }

@@ -66,6 +66,8 @@ struct seg_table {
 	uint32_t *free_fifo;    /* per stripe ring of free segment ids */
 	uint32_t *free_head, *free_count; /* [n_stripes] */
 	uint32_t *reserved;     /* [n_stripes] free segments promised */
+	uint32_t *promised;     /* [n_stripes] pages waiting for write-back:
+				 * their room is held back from writers */
 	uint32_t *shared_addr;  /* open addressing: pages with more than one
 				 * reference (ADDR_NONE = empty slot) */
 	uint32_t *shared_extra; /* their references beyond the first */
@@ -140,10 +142,13 @@ uint64_t page_hash(const void *page, uint32_t page_size);
 
 /*
  * seg_reserve - set aside need[s] free segments of each stripe s for seq's
- * coming placements, all or none.  seg_unreserve returns what is left.
+ * coming placements, all or none; own (NULL: none) are pages of seq
+ * waiting for write-back among them, whose promised room (seg_promise)
+ * the reservation takes over.  seg_unreserve returns what is left.
  * Return: KVF_OK or KVF_ENOSPC (message names the stripe).
  */
-kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need);
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need,
+		       const uint32_t *own);
 void seg_unreserve(kvf_store *st, struct seq *seq);
 
 /*
@@ -155,6 +160,13 @@ uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
 		       int *low);
 /* seg_page_born - page n of the open segment segid is referenced */
 void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n);
+/* seg_plenty - every stripe has more than a quarter of its segments free
+ * for writers (write-back waits only then: near full, pages go out as
+ * they fill, as without it) */
+int seg_plenty(kvf_store *st);
+/* seg_promise - pages (negative: placed or dropped) waiting for
+ * write-back on stripe */
+void seg_promise(kvf_store *st, uint32_t stripe, int32_t pages);
 /* seg_give_back - an open segment that is never written goes back to the
  * free FIFO */
 void seg_give_back(kvf_store *st, uint32_t segid);

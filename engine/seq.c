@@ -138,17 +138,6 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	return seq;
 }
 
-static void streams_free(struct stream *s, uint32_t n)
-{
-	if (s == NULL)
-		return;
-	for (uint32_t i = 0; i < n; i++) {
-		kvf_free(s[i].pages);
-		kvf_free(s[i].gbuf);
-	}
-	kvf_free(s);
-}
-
 void seq_destroy(kvf_store *st, struct seq *seq)
 {
 	if (seq->open) {
@@ -163,10 +152,10 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 		seq->jobs = j->seq_next;
 		job_free(st, j);
 	}
-	streams_free(seq->kv, seq_n_kv_streams(st));
-	streams_free(seq->x, seq_n_x_streams(st));
-	streams_free(seq->kt, seq_n_kt_streams(st));
-	streams_free(seq->optim, OPTIM_STREAMS);
+	streams_free(st, seq->kv, seq_n_kv_streams(st));
+	streams_free(st, seq->x, seq_n_x_streams(st));
+	streams_free(st, seq->kt, seq_n_kt_streams(st));
+	streams_free(st, seq->optim, OPTIM_STREAMS);
 	if (seq->h2o)
 		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
 			kvf_free(seq->h2o[i].score);

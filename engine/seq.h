@@ -43,8 +43,34 @@ struct stream {
 	uint32_t n_groups;     /* groups with an entry in pages */
 	unsigned char *gbuf;   /* the tail group, page_size bytes; NULL if
 				* not loaded (empty, or on media only) */
+	uint32_t gbuf_bytes;   /* its size, counted in the memory tier */
+	struct wb_run *wb;     /* groups waiting for write-back (engine/
+				* writeback.h); NULL before the first */
 	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
 };
+
+#define WB_RUN 32u /* pages of one head written back together: 128 KiB
+		    * of 4 KiB pages, one request to read back */
+
+/* Sealed groups of one stream waiting in DRAM for write-back. */
+struct wb_run {
+	uint64_t first;               /* group of page[0] */
+	uint32_t n;                   /* pages waiting */
+	uint32_t stripe;              /* where they go; their room there is
+				       * promised (segtab.promised) */
+	uint32_t n_spare;             /* pages made ahead (wb_prepare) */
+	unsigned char *page[WB_RUN];  /* page_size bytes each */
+	unsigned char *spare[WB_RUN];
+};
+
+/* stream_waiting - group g's page if it waits for write-back, else NULL */
+static inline const unsigned char *stream_waiting(const struct stream *s,
+						  uint64_t g)
+{
+	if (s->wb == NULL || g < s->wb->first || g - s->wb->first >= s->wb->n)
+		return NULL;
+	return s->wb->page[g - s->wb->first];
+}
 
 static inline struct page_ref stream_page(const struct stream *s, uint64_t g)
 {
@@ -122,6 +148,7 @@ struct seq {
 	uint64_t vbar_capture_gen; /* that sync (st->dur.gen) */
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
+	_Atomic uint64_t bytes_read; /* read from media for it since open */
 };
 
 /*
@@ -184,7 +211,16 @@ struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
 			    uint32_t slice);
 kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
 /* stream_reserve - room for n groups in s->pages */
-kvf_status stream_reserve(struct stream *s, uint64_t n_groups);
+kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups);
+/* stream_gbuf_alloc - give s a zeroed group buffer of bytes, counted
+ * against the memory tier (KVF_ENOMEM: out of memory or budget);
+ * stream_gbuf_free - free it; stream_free_all - n streams, all they hold */
+kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes);
+void stream_gbuf_free(kvf_store *st, struct stream *s);
+void streams_free(kvf_store *st, struct stream *s, uint32_t n);
+/* stream_wb_free - drop s's pages waiting for write-back (the sequence
+ * goes; they were never synced) */
+void stream_wb_free(kvf_store *st, struct stream *s);
 /* stream_stripe - the stripe group g of stream sid goes to */
 uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
 /* streams per sequence: K/V, X, K^T, and all of them */

@@ -17,6 +17,7 @@
 #include "api/status.h"
 #include "engine/append.h"
 #include "engine/kt.h"
+#include "engine/writeback.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/writer.h"
@@ -197,7 +198,7 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	uint64_t full = n_tokens / G, tail = n_tokens % G;
 	kvf_status rc;
 
-	if ((rc = stream_reserve(cs, full + 1)) != KVF_OK)
+	if ((rc = stream_reserve(st, cs, full + 1)) != KVF_OK)
 		return rc;
 	for (uint64_t g = 0; g < full; g++) {
 		struct page_ref r = stream_page(ps, g);
@@ -209,9 +210,8 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	cs->n_groups = (uint32_t)full;
 	if (tail == 0)
 		return KVF_OK;
-	cs->gbuf = kvf_calloc(1, ps_bytes);
-	if (cs->gbuf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory");
+	if ((rc = stream_gbuf_alloc(st, cs, ps_bytes)) != KVF_OK)
+		return rc;
 	return stream_group_copy(st, parent, ps, parent_tokens, full, cs->gbuf);
 }
 
@@ -224,7 +224,7 @@ static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
 	uint64_t n = n_tokens / st->kt_tokens * st->kt_groups;
 	kvf_status rc;
 
-	if ((rc = stream_reserve(cs, n + 1)) != KVF_OK)
+	if ((rc = stream_reserve(st, cs, n + 1)) != KVF_OK)
 		return rc;
 	for (uint64_t i = 0; i < n; i++) {
 		struct page_ref r = stream_page(ps, i);
@@ -291,8 +291,10 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		goto out_child;
 	}
 	/* shared pages must be on media, with committed records, before
-	 * the child's record refers to them */
-	if ((rc = openseg_flush_all(st, parent)) != KVF_OK)
+	 * the child's record refers to them (those waiting for write-back
+	 * too) */
+	if ((rc = wb_flush_seq(st, parent, call)) != KVF_OK ||
+	    (rc = openseg_flush_all(st, parent)) != KVF_OK)
 		goto out_child;
 	child->family = parent->family;
 	child->parent = parent_id;

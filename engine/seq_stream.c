@@ -178,10 +178,69 @@ kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)
 	return KVF_OK;
 }
 
-kvf_status stream_reserve(struct stream *s, uint64_t n_groups)
+kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes)
+{
+	kvf_status rc = tier_hold(st, bytes, "a group buffer");
+
+	if (rc != KVF_OK)
+		return rc;
+	s->gbuf = kvf_calloc(1, bytes);
+	if (s->gbuf == NULL) {
+		tier_release(st, bytes);
+		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
+	}
+	s->gbuf_bytes = bytes;
+	return KVF_OK;
+}
+
+void stream_gbuf_free(kvf_store *st, struct stream *s)
+{
+	if (s->gbuf == NULL)
+		return;
+	kvf_free(s->gbuf);
+	tier_release(st, s->gbuf_bytes);
+	s->gbuf = NULL;
+	s->gbuf_bytes = 0;
+}
+
+void stream_wb_free(kvf_store *st, struct stream *s)
+{
+	if (s->wb == NULL)
+		return;
+	if (s->wb->n)
+		seg_promise(st, s->wb->stripe, -(int32_t)s->wb->n);
+	for (uint32_t i = 0; i < s->wb->n; i++) {
+		kvf_free(s->wb->page[i]);
+		tier_release(st, st->hdr.page_size);
+		atomic_fetch_sub(&st->c.wb_bytes, st->hdr.page_size);
+	}
+	for (uint32_t i = 0; i < s->wb->n_spare; i++) {
+		kvf_free(s->wb->spare[i]);
+		tier_release(st, st->hdr.page_size);
+	}
+	kvf_free(s->wb);
+	tier_release(st, sizeof(*s->wb));
+	s->wb = NULL;
+}
+
+void streams_free(kvf_store *st, struct stream *s, uint32_t n)
+{
+	if (s == NULL)
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		stream_wb_free(st, &s[i]);
+		stream_gbuf_free(st, &s[i]);
+		kvf_free(s[i].pages);
+		tier_release(st, (uint64_t)s[i].n_alloc * PAGE_REF_BYTES);
+	}
+	kvf_free(s);
+}
+
+kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups)
 {
 	unsigned char *p;
 	uint64_t cap;
+	kvf_status rc;
 
 	if (n_groups <= s->n_alloc)
 		return KVF_OK;
@@ -194,9 +253,14 @@ kvf_status stream_reserve(struct stream *s, uint64_t n_groups)
 		cap = n_groups;
 	if (cap > UINT32_MAX - 1)
 		cap = UINT32_MAX - 1;
+	if ((rc = tier_hold(st, (cap - s->n_alloc) * PAGE_REF_BYTES,
+			    "the index of a stream")) != KVF_OK)
+		return rc;
 	p = kvf_realloc(s->pages, cap * PAGE_REF_BYTES);
-	if (p == NULL)
+	if (p == NULL) {
+		tier_release(st, (cap - s->n_alloc) * PAGE_REF_BYTES);
 		return kvf_fail(KVF_ENOMEM, "out of memory for the index of a stream");
+	}
 	memset(p + (size_t)s->n_alloc * PAGE_REF_BYTES, 0xff, /* ADDR_NONE */
 	       (size_t)(cap - s->n_alloc) * PAGE_REF_BYTES);
 	s->pages = p;

@@ -213,6 +213,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	writer_free(st);
 	read_spares_free(st);
 	optim_registry_free(st);
+	tier_free(st);
 	fatal_destroy(&st->fatal);
 	pthread_rwlock_destroy(&st->world);
 	kvf_free(st->dir);
@@ -359,6 +360,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	writer_init(st);
 	read_spares_init(st);
 	optim_registry_init(st);
+	tier_init(st);
 	if ((rc = durable_init(st)) != KVF_OK ||
 	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
@@ -481,7 +483,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if ((rc = check_config_record(st, created)) != KVF_OK ||
 	    (!media && (rc = open_media(st, &st->opts)) != KVF_OK) ||
 	    (rc = seg_table_init(st)) != KVF_OK ||
-	    (rc = seq_table_init(st)) != KVF_OK)
+	    (rc = seq_table_init(st)) != KVF_OK ||
+	    (rc = tier_start(st)) != KVF_OK)
 		goto fail;
 	st->trim = trim_policy(st);
 	if (persists(st, media) && (rc = open_mark(st, created)) != KVF_OK)

@@ -49,6 +49,7 @@
 #include "engine/segfmt.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/tier.h"
 #include "engine/writer.h"
 #include "ftl/media.h"
 #include "api/status.h"
@@ -73,6 +74,10 @@ struct store_counters {
 	_Atomic uint64_t sparf_pages_read;   /* pages SparF read */
 	_Atomic uint64_t sparf_pages_skipped; /* K/V pages dense would
 					       * have read and SparF did not */
+	_Atomic uint64_t wb_bytes;           /* pages waiting for write-back */
+	_Atomic uint64_t wb_runs;            /* runs written back */
+	_Atomic uint64_t attend_calls;       /* attention calls */
+	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
 };
 
 /*
@@ -118,6 +123,7 @@ struct kvf_store {
 	struct durable dur;           /* engine/durable.h */
 	struct cleaner cleaner;       /* engine/cleaner.h */
 	struct optim_registry optims; /* engine/optim_store.h */
+	struct tier tier;             /* engine/tier.h */
 };
 
 /* seg_stripe - the stripe of a global segment id */

@@ -36,6 +36,8 @@ static int is_pow2(uint64_t x)
 #define MAX_THREADS 1024u      /* pool workers: beyond this is a mistake */
 #define MAX_QUEUE_DEPTH 4096u  /* io_uring ring entries */
 #define MAX_FLASH_CHANNELS 256u
+#define MIN_DRAM_BUDGET (1ull << 20) /* less holds no useful share of a
+						* store's pages */
 
 /* check_model - the model a store is created for, or that a reopen names */
 static kvf_status check_model(const kvf_options *o)
@@ -68,6 +70,15 @@ static kvf_status check_model(const kvf_options *o)
 				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
 				m->head_dim);
 	return KVF_OK;
+}
+
+/* physical_memory - bytes of RAM (a budget past it is a mistake) */
+static uint64_t physical_memory(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+
+	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size
+				     : UINT64_MAX;
 }
 
 /* check_options - every field of o in its range, before anything is made;
@@ -141,6 +152,16 @@ static kvf_status check_options(const kvf_options *o)
 	if (o->verify_reads > 1)
 		return kvf_fail(KVF_EINVAL, "kvf_open: verify_reads %u must be 0 or 1",
 				o->verify_reads);
+	if (o->dram_budget != 0 && o->dram_budget < MIN_DRAM_BUDGET)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: dram_budget %llu is below the least a tier can work with (%llu bytes); 0 turns the tier off",
+				(unsigned long long)o->dram_budget,
+				(unsigned long long)MIN_DRAM_BUDGET);
+	if (o->dram_budget > physical_memory())
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: dram_budget %llu is more than this machine's %llu bytes of memory",
+				(unsigned long long)o->dram_budget,
+				(unsigned long long)physical_memory());
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;

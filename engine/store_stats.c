@@ -70,6 +70,11 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.sparf_pages_read = atomic_load(&st->c.sparf_pages_read);
 	s.sparf_pages_skipped = atomic_load(&st->c.sparf_pages_skipped);
 	s.n_syncs = st->dur.n_syncs;
+	s.writeback_bytes = atomic_load(&st->c.wb_bytes);
+	s.writeback_runs = atomic_load(&st->c.wb_runs);
+	s.attend_calls = atomic_load(&st->c.attend_calls);
+	s.attend_bytes_read = atomic_load(&st->c.attend_bytes_read);
+	tier_figures(st, &s);
 	(void)seq_foreach(st, index_bytes_of, &s.index_bytes); /* best effort */
 	pthread_mutex_lock(&st->segtab.lock);
 	s.segments_total = st->n_segments;

@@ -417,6 +417,9 @@ static void collect(struct vctx *c, struct seq *seq)
 			 * complete blocks only) */
 			int tail = kind != KIND_KT && g == tokens / G;
 
+			if (s && stream_waiting(s, g) != NULL)
+				continue; /* waiting for write-back: not on
+					   * media yet */
 			if (a == ADDR_NONE) {
 				if (tail && s && s->gbuf != NULL)
 					continue; /* in memory only, so far */

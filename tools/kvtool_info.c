@@ -26,6 +26,34 @@ static void version_text(char *buf, size_t cap, unsigned v)
 	snprintf(buf, cap, "%u.%u.%u", v / 10000, v / 100 % 100, v % 100);
 }
 
+/* print_tier - this handle's memory tier (kvf_options.dram_budget): what
+ * it holds and how its reads went, since this open */
+static void print_tier(const kvf_stats *s)
+{
+	char b[6][16];
+
+	if (s->dram_budget == 0) {
+		printf("memory tier  off (dram_budget 0)\n");
+		return;
+	}
+	printf("memory tier  budget %s, holding %s (peak %s): cache %s (recent %s, hot %s), waiting for write-back %s\n",
+	       human_bytes(b[0], sizeof(b[0]), s->dram_budget),
+	       human_bytes(b[1], sizeof(b[1]), s->dram_bytes),
+	       human_bytes(b[2], sizeof(b[2]), s->dram_peak),
+	       human_bytes(b[3], sizeof(b[3]), s->cache_bytes),
+	       human_bytes(b[4], sizeof(b[4]), s->cache_recent_bytes),
+	       human_bytes(b[5], sizeof(b[5]), s->cache_hot_bytes),
+	       human_bytes(b[0], sizeof(b[0]), s->writeback_bytes));
+	printf("  since open %llu page hits, %llu misses, %llu evictions; %llu attention calls read %s from media (%s a call)\n",
+	       (unsigned long long)s->cache_hits,
+	       (unsigned long long)s->cache_misses,
+	       (unsigned long long)s->cache_evictions,
+	       (unsigned long long)s->attend_calls,
+	       human_bytes(b[1], sizeof(b[1]), s->attend_bytes_read),
+	       human_bytes(b[2], sizeof(b[2]), s->attend_calls
+				 ? s->attend_bytes_read / s->attend_calls : 0));
+}
+
 static void print_text(const struct info *in)
 {
 	const kvf_store_info *si = &in->si;
@@ -73,6 +101,7 @@ static void print_text(const struct info *in)
 	printf("WA           host %.3f, device %.3f, total %.3f%s\n", s->host_wa,
 	       s->device_wa, s->total_wa,
 	       s->user_bytes ? "" : " (nothing appended since open)");
+	print_tier(s);
 }
 
 static void print_json(const struct info *in)
@@ -116,8 +145,19 @@ static void print_json(const struct info *in)
 	       (unsigned long long)s->summary_bytes,
 	       (unsigned long long)s->metadata_bytes,
 	       (unsigned long long)s->bytes_read);
-	printf(", \"host_wa\": %.6f, \"device_wa\": %.6f, \"total_wa\": %.6f}}\n",
+	printf(", \"host_wa\": %.6f, \"device_wa\": %.6f, \"total_wa\": %.6f}",
 	       s->host_wa, s->device_wa, s->total_wa);
+	printf(", \"memory_tier\": {\"dram_budget\": %llu, \"dram_bytes\": %llu, \"dram_peak\": %llu, \"cache_bytes\": %llu, \"cache_recent_bytes\": %llu, \"cache_hot_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_evictions\": %llu, \"writeback_bytes\": %llu, \"writeback_runs\": %llu, \"attend_calls\": %llu, \"attend_bytes_read\": %llu}}\n",
+	       (unsigned long long)s->dram_budget, (unsigned long long)s->dram_bytes,
+	       (unsigned long long)s->dram_peak, (unsigned long long)s->cache_bytes,
+	       (unsigned long long)s->cache_recent_bytes,
+	       (unsigned long long)s->cache_hot_bytes,
+	       (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses,
+	       (unsigned long long)s->cache_evictions,
+	       (unsigned long long)s->writeback_bytes,
+	       (unsigned long long)s->writeback_runs,
+	       (unsigned long long)s->attend_calls,
+	       (unsigned long long)s->attend_bytes_read);
 }
 
 int cmd_info(const struct cmd *c, int argc, char **argv)

@@ -383,6 +383,9 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	o.capacity_bytes = 2ull * 300 * 64 * 1024; /* the writers keep ~540 */
 	o.n_stripes = 2;
 	o.n_threads = 2;
+	/* a small memory tier: its cache and write-back run under the same
+	 * load, and the media still fills enough for the cleaner */
+	o.dram_budget = 4ull << 20;
 	if (kvf_open(p, &o, &c.st) != KVF_OK) {
 		stress_fail("open: %s", kvf_last_error());
 		return 1;

@@ -86,6 +86,8 @@ Test(options, attn_opts_init_fills_every_default)
 	cr_assert(eq(u32, o.top_r, 0));
 	cr_assert(eq(u32, o.top_k, 0));
 	cr_assert(zero(ptr, o.lse));
+	cr_assert(eq(u32, o.sink_tokens, 0), "SparF's default sinks");
+	cr_assert(eq(u32, o.recent_tokens, 0), "SparF's default recent window");
 }
 
 /* check_common - the fields every optimizer kind shares. */

@@ -25,6 +25,7 @@
 
 #include "api/status.h"
 #include "engine/openseg.h"
+#include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store.h"
 #include "kvflash.h"

@@ -1,0 +1,439 @@
+/*
+ * test_tier.c - the memory tier (kvf_options.dram_budget): bad budgets
+ * refused; attention bitwise the same with the tier on and off; a warm
+ * call served from DRAM; a sequence larger than the budget read once a
+ * step, only what is not cached; group buffers refused past the budget
+ * with nothing changed; the budget never exceeded while threads append
+ * and attend at once; pages of reused segments never served.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_fixture.h"
+#include "testutil.h"
+
+static char *dir;
+
+static void setup(void)
+{
+	dir = tmpdir_make("tier");
+	cr_assert_not_null(dir);
+}
+
+static void teardown(void)
+{
+	tmpdir_remove(dir);
+}
+
+TestSuite(tier, .init = setup, .fini = teardown, .timeout = 120);
+
+static kvf_options tier_opts(uint64_t budget)
+{
+	kvf_options o = fx_options(64ull << 20, 2);
+
+	o.dram_budget = budget;
+	o.direct_io = 2; /* tmpfs may refuse O_DIRECT */
+	return o;
+}
+
+static kvf_stats stats_of(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s;
+}
+
+/* f16 values in [1/8, 1) with random signs: attention stays finite */
+static void fill_f16(uint64_t *rng, uint16_t *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h[i] = (uint16_t)(0x3000 + rng_below(rng, 0x0c00)) |
+		       (uint16_t)(rng_below(rng, 2) << 15);
+}
+
+/* append n tokens to every layer of seq */
+static kvf_status put(kvf_store *st, uint64_t seq, uint32_t n, uint64_t *rng)
+{
+	size_t elts = (size_t)n * KVH * DIM;
+	uint16_t *k = malloc(elts * 2), *v = malloc(elts * 2);
+	kvf_status rc = KVF_OK;
+
+	cr_assert(k && v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
+		fill_f16(rng, k, elts);
+		fill_f16(rng, v, elts);
+		rc = kvf_append(st, seq, l, n, k, v);
+	}
+	free(k);
+	free(v);
+	return rc;
+}
+
+static void query(uint64_t *rng, float *q)
+{
+	for (uint32_t i = 0; i < QH * DIM; i++)
+		q[i] = (float)rng_below(rng, 2001) / 1000.0f - 1.0f;
+}
+
+static void attend(kvf_store *st, uint64_t seq, uint32_t layer, const float *q,
+		   float *out, uint32_t sparse)
+{
+	kvf_attn_opts a;
+
+	kvf_attn_opts_init(&a);
+	a.sparse = sparse;
+	OK(kvf_attend(st, seq, layer, q, out, &a));
+}
+
+Test(tier, bad_budgets_refused)
+{
+	kvf_options o = tier_opts(1000);
+	kvf_store *st = NULL;
+
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "a"), &o, &st), KVF_EINVAL));
+	cr_assert(strstr(kvf_last_error(), "dram_budget 1000") != NULL, "%s",
+		  kvf_last_error());
+	cr_assert_null(st);
+	o.dram_budget = UINT64_MAX;
+	cr_assert(eq(int, kvf_open(tmp_path(dir, "a"), &o, &st), KVF_EINVAL));
+	cr_assert(strstr(kvf_last_error(), "memory") != NULL, "%s", kvf_last_error());
+	cr_assert(fx_path_gone(tmp_path(dir, "a")), "a refused open made %s",
+		  tmp_path(dir, "a"));
+	o.dram_budget = 0;
+	OK(kvf_open(tmp_path(dir, "a"), &o, &st));
+	cr_assert(eq(u64, stats_of(st).dram_budget, 0));
+	OK(kvf_close(st));
+	/* the budget is the handle's, not the store's: a reopen may change it */
+	o.dram_budget = 8ull << 20;
+	OK(kvf_open(tmp_path(dir, "a"), &o, &st));
+	cr_assert(eq(u64, stats_of(st).dram_budget, 8ull << 20));
+	OK(kvf_close(st));
+}
+
+/* the same bytes in the same order: on or off, dense attention is the
+ * same to the bit, cold and warm, and SparF too */
+Test(tier, results_identical_on_and_off)
+{
+	uint64_t rng = rng_seed("tier identical");
+	kvf_options o = tier_opts(0);
+	const char *p = strdup(tmp_path(dir, "s"));
+	float q[QH * DIM], off[2][QH * DIM], on[2][QH * DIM], on2[2][QH * DIM];
+	kvf_store *st;
+
+	o.kt_pages = 1;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put(st, 1, 40 * G + 5, &rng));
+	OK(kvf_close(st));
+	query(&rng, q);
+	OK(kvf_open(p, &o, &st));
+	attend(st, 1, 0, q, off[0], 0);
+	attend(st, 1, 1, q, off[1], 1);
+	cr_assert(eq(u64, stats_of(st).cache_hits, 0));
+	OK(kvf_close(st));
+	o.dram_budget = 16ull << 20;
+	OK(kvf_open(p, &o, &st));
+	attend(st, 1, 0, q, on[0], 0);  /* cold: from the media */
+	attend(st, 1, 1, q, on[1], 1);
+	attend(st, 1, 0, q, on2[0], 0); /* warm: from DRAM */
+	attend(st, 1, 1, q, on2[1], 1);
+	cr_assert(gt(u64, stats_of(st).cache_hits, 0));
+	OK(kvf_close(st));
+	for (int l = 0; l < 2; l++) {
+		cr_assert(eq(int, memcmp(off[l], on[l], sizeof(off[l])), 0),
+			  "layer %d: tier on (cold) differs from off", l);
+		cr_assert(eq(int, memcmp(off[l], on2[l], sizeof(off[l])), 0),
+			  "layer %d: tier on (warm) differs from off", l);
+	}
+	free((void *)p);
+}
+
+/* a sequence that fits: the second call reads nothing from the media */
+Test(tier, warm_call_reads_nothing)
+{
+	uint64_t rng = rng_seed("tier warm");
+	kvf_options o = tier_opts(16ull << 20);
+	const char *p = strdup(tmp_path(dir, "s"));
+	float q[QH * DIM], out[QH * DIM];
+	kvf_stats a, b, c;
+	kvf_store *st;
+
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put(st, 1, 64 * G, &rng));
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	query(&rng, q);
+	a = stats_of(st);
+	attend(st, 1, 0, q, out, 0);
+	b = stats_of(st);
+	attend(st, 1, 0, q, out, 0);
+	c = stats_of(st);
+	/* K and V of 2 heads, 64 pages each */
+	cr_assert(eq(u64, b.attend_bytes_read - a.attend_bytes_read,
+		     2ull * KVH * 64 * 4096));
+	cr_assert(eq(u64, b.attend_calls - a.attend_calls, 1));
+	cr_assert(eq(u64, c.attend_bytes_read - b.attend_bytes_read, 0),
+		  "the warm call read %" PRIu64 " bytes",
+		  c.attend_bytes_read - b.attend_bytes_read);
+	cr_assert(eq(u64, c.cache_hits - b.cache_hits, 2ull * KVH * 64));
+	cr_assert(le(u64, c.dram_peak, o.dram_budget));
+	cr_assert(eq(u64, c.cache_bytes, c.cache_recent_bytes + c.cache_hot_bytes));
+	OK(kvf_close(st));
+	free((void *)p);
+}
+
+/* written pages stay in DRAM: what a decode loop just appended is read
+ * back without the media */
+Test(tier, written_pages_served)
+{
+	uint64_t rng = rng_seed("tier written");
+	kvf_options o = tier_opts(16ull << 20);
+	float q[QH * DIM], out[QH * DIM];
+	kvf_stats a, b;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put(st, 1, 64 * G, &rng));
+	OK(kvf_sync(st)); /* every segment written out */
+	query(&rng, q);
+	a = stats_of(st);
+	attend(st, 1, 0, q, out, 0);
+	b = stats_of(st);
+	cr_assert(eq(u64, b.attend_bytes_read - a.attend_bytes_read, 0),
+		  "attention over just-written pages read %" PRIu64 " bytes",
+		  b.attend_bytes_read - a.attend_bytes_read);
+	OK(kvf_close(st));
+}
+
+/* larger than the budget: each step reads only what is not cached, and
+ * that stays steady from step to step (nothing read twice in a step) */
+Test(tier, larger_than_budget)
+{
+	uint64_t rng = rng_seed("tier larger");
+	kvf_options o = tier_opts(2ull << 20); /* 512 pages, less its tables */
+	const char *p = strdup(tmp_path(dir, "s"));
+	uint64_t pages = 2ull * KVH * 512, step[4];
+	float q[QH * DIM], ref[QH * DIM], out[QH * DIM];
+	kvf_stats a, b;
+	kvf_store *st;
+
+	o.dram_budget = 0;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put(st, 1, 512 * G, &rng)); /* 2048 pages a layer: 4x the budget */
+	query(&rng, q);
+	attend(st, 1, 0, q, ref, 0);
+	OK(kvf_close(st));
+	o.dram_budget = 2ull << 20;
+	OK(kvf_open(p, &o, &st));
+	for (int s = 0; s < 4; s++) {
+		a = stats_of(st);
+		attend(st, 1, 0, q, out, 0);
+		b = stats_of(st);
+		step[s] = b.attend_bytes_read - a.attend_bytes_read;
+		cr_assert(eq(int, memcmp(ref, out, sizeof(ref)), 0), "step %d", s);
+		cr_assert(le(u64, b.dram_peak, o.dram_budget));
+		cr_assert(le(u64, step[s], pages * 4096), "step %d read %" PRIu64,
+			  s, step[s]);
+	}
+	/* what is cached after the first step is not read again */
+	cr_assert(eq(u64, step[0], pages * 4096));
+	cr_assert(lt(u64, step[1], pages * 4096));
+	cr_assert(le(u64, step[1] + b.cache_bytes, pages * 4096 + 4096 * 4),
+		  "step 2 read %" PRIu64 " with %" PRIu64 " cached", step[1],
+		  b.cache_bytes);
+	cr_assert(gt(u64, b.cache_bytes, (1ull << 20)),
+		  "only %" PRIu64 " bytes cached", b.cache_bytes);
+	for (int s = 2; s < 4; s++)
+		cr_assert(le(u64, step[s], step[1] + 16 * 4096),
+			  "step %d read %" PRIu64 ", step 2 %" PRIu64, s, step[s],
+			  step[1]);
+	OK(kvf_close(st));
+	free((void *)p);
+}
+
+/* group buffers past the budget are refused, naming it; nothing changes */
+Test(tier, group_buffers_past_the_budget)
+{
+	uint64_t rng = rng_seed("tier buffers");
+	kvf_options o = tier_opts(1ull << 20);
+	kvf_status rc = KVF_OK;
+	uint64_t id, len;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	/* each sequence holds 8 group buffers (2 layers, K and V, 2 heads) */
+	for (id = 1; id < 1000 && rc == KVF_OK; id++) {
+		OK(kvf_seq_create(st, id));
+		rc = put(st, id, 1, &rng);
+	}
+	cr_assert(eq(int, rc, KVF_ENOMEM), "%s", kvf_last_error());
+	cr_assert(strstr(kvf_last_error(), "dram_budget") != NULL, "%s", kvf_last_error());
+	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	OK(kvf_seq_len(st, id - 1, 0, &len));
+	cr_assert(le(u64, len, 1));
+	/* freeing sequences gives the room back */
+	for (uint64_t i = 1; i < id - 1; i++)
+		OK(kvf_seq_free(st, i));
+	OK(kvf_seq_free(st, id - 1));
+	OK(kvf_seq_create(st, 5000));
+	OK(put(st, 5000, 3 * G, &rng));
+	OK(kvf_close(st));
+}
+
+/* threads append and attend at once; the budget holds throughout */
+struct worker {
+	kvf_store *st;
+	uint64_t seq;
+	uint64_t budget;
+	int fail;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t rng = w->seq * 7919;
+	float q[QH * DIM], out[QH * DIM];
+	kvf_attn_opts a;
+
+	kvf_attn_opts_init(&a);
+	query(&rng, q);
+	for (int step = 0; step < 200 && !w->fail; step++) {
+		kvf_stats s = { .struct_size = sizeof(s) };
+
+		if (put(w->st, w->seq, step % 7 ? 1 : G, &rng) != KVF_OK ||
+		    kvf_attend(w->st, w->seq, step % LAYERS, q, out, &a) != KVF_OK ||
+		    kvf_stats_get(w->st, &s) != KVF_OK || s.dram_bytes > w->budget)
+			w->fail = 1;
+	}
+	return NULL;
+}
+
+Test(tier, budget_never_exceeded_under_concurrency)
+{
+	kvf_options o = tier_opts(3ull << 20);
+	struct worker w[4];
+	pthread_t t[4];
+	kvf_store *st;
+
+	o.n_threads = 2;
+	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ st, (uint64_t)i + 1, o.dram_budget, 0 };
+		OK(kvf_seq_create(st, w[i].seq));
+	}
+	for (int i = 0; i < 4; i++)
+		cr_assert(eq(int, pthread_create(&t[i], NULL, work, &w[i]), 0));
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert(eq(int, w[i].fail, 0), "worker %d: %s", i, kvf_last_error());
+	}
+	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	cr_assert(gt(u64, stats_of(st).cache_evictions, 0));
+	OK(kvf_close(st));
+}
+
+/* segments reused by the cleaner: their old pages never come back from
+ * the cache (every read is checked against the index) */
+Test(tier, reused_segments_not_served)
+{
+	uint64_t rng = rng_seed("tier reuse");
+	kvf_options o = fx_options(2ull * 32 * 64 * 1024, 2); /* 64 segments */
+	float q[QH * DIM], out[QH * DIM], on[2][LAYERS][QH * DIM];
+	kvf_store *st;
+
+	o.dram_budget = 8ull << 20;
+	o.direct_io = 2;
+	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	query(&rng, q);
+	for (uint64_t round = 0; round < 12; round++) {
+		uint64_t id = round + 1;
+
+		OK(kvf_seq_create(st, id));
+		OK(put(st, id, 16 * G, &rng));
+		attend(st, id, 0, q, out, 0);
+		if (round >= 2)
+			OK(kvf_seq_free(st, id - 2));
+		OK(kvf_sync(st));
+	}
+	cr_assert(gt(u64, stats_of(st).segments_reclaimed, 0));
+	for (uint64_t id = 11; id <= 12; id++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			attend(st, id, l, q, on[id - 11][l], 0);
+	OK(kvf_close(st));
+	o.dram_budget = 0;
+	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	for (uint64_t id = 11; id <= 12; id++)
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			attend(st, id, l, q, out, 0);
+			cr_assert(eq(int, memcmp(out, on[id - 11][l], sizeof(out)), 0),
+				  "sequence %" PRIu64 " layer %u: the tier served other bytes",
+				  id, l);
+		}
+	OK(kvf_close(st));
+}
+
+/* write-back keeps the media's promise: decode appends on a store with
+ * the tier on are refused KVF_ENOSPC when the media could not take what
+ * they add; what waited goes out in the room promised to it, and every
+ * token written before the refusal reads back after a reopen */
+Test(tier, enospc_with_write_back)
+{
+	uint64_t rng = rng_seed("tier enospc"), rng0 = rng;
+	kvf_options o = fx_options(2ull * 16 * 64 * 1024, 2); /* 32 segments */
+	const char *p = strdup(tmp_path(dir, "s"));
+	uint16_t k[KVH * DIM], v[KVH * DIM], bk[DIM], bv[DIM];
+	uint64_t len[3] = { 0, 0, 0 }, got[3] = { 0, 0, 0 };
+	kvf_status rc = KVF_OK;
+	kvf_store *st;
+
+	o.dram_budget = 8ull << 20;
+	o.direct_io = 2;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(kvf_seq_create(st, 2));
+	/* layer 0 only, a token at a time, the two sequences in turn */
+	for (int step = 0; rc == KVF_OK && step < 100000; step++) {
+		uint64_t id = 1 + (uint64_t)(step & 1);
+
+		fill_f16(&rng, k, KVH * DIM);
+		fill_f16(&rng, v, KVH * DIM);
+		if ((rc = kvf_append(st, id, 0, 1, k, v)) == KVF_OK)
+			len[id]++;
+	}
+	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
+	cr_assert(gt(u64, stats_of(st).writeback_runs, 0), "no run written back");
+	cr_assert(gt(u64, len[1] + len[2], 8 * G), "only %" PRIu64 " tokens fit",
+		  len[1] + len[2]);
+	/* the partial tail groups need pages of their own, as without the
+	 * tier: room comes from freeing sequence 2 */
+	OK(kvf_seq_free(st, 2));
+	len[2] = 0;
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	for (int step = 0; got[1] < len[1]; step++) {
+		uint64_t id = 1 + (uint64_t)(step & 1);
+
+		fill_f16(&rng0, k, KVH * DIM);
+		fill_f16(&rng0, v, KVH * DIM);
+		for (uint32_t h = 0; h < KVH && id == 1; h++) {
+			OK(kvf_read(st, id, 0, h, got[id], got[id] + 1, bk, bv));
+			cr_assert(eq(int, memcmp(bk, k + h * DIM, sizeof(bk)), 0),
+				  "sequence %" PRIu64 " token %" PRIu64, id, got[id]);
+			cr_assert(eq(int, memcmp(bv, v + h * DIM, sizeof(bv)), 0),
+				  "sequence %" PRIu64 " token %" PRIu64, id, got[id]);
+		}
+		got[id]++;
+	}
+	OK(kvf_close(st));
+	free((void *)p);
+}
