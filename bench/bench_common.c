@@ -249,7 +249,8 @@ void bench_store_options(kvf_options *o, const kvf_model *m,
 			 uint64_t capacity_bytes)
 {
 	kvf_options_init(o, m);
-	o->n_stripes = n_stripes;
+	if (n_stripes)
+		o->n_stripes = n_stripes;
 	o->segment_size = segment_bytes;
 	o->capacity_bytes = capacity_bytes;
 }

@@ -126,8 +126,9 @@ int bench_check_heads(const char *cmd, const kvf_model *m);
 	  .head_dim = 128, .dtype = KVF_DTYPE_F16 }
 
 /*
- * bench_store_options - kvf_options for model m with n_stripes stripes of
- * segment_bytes segments and capacity_bytes in all (the rest defaults).
+ * bench_store_options - kvf_options for model m with n_stripes stripes (0:
+ * kvf_options_init's) of segment_bytes segments and capacity_bytes in all
+ * (the rest defaults).
  */
 void bench_store_options(kvf_options *o, const kvf_model *m,
 			 uint32_t n_stripes, uint64_t segment_bytes,
