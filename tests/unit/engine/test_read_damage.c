@@ -164,11 +164,12 @@ Test(read_damage, summary_before_sync)
 		uint64_t len_of = k.seq == 2 ? 3 * G :
 				  k.layer    ? DMG_LEN1 :
 					       DMG_LEN0;
-		unsigned char *buf = malloc((size_t)G * QH * ROW);
+		unsigned char *buf;
 		kvf_status rc;
 
 		if (t1 > len_of || k.kind > 1)
 			continue; /* partial groups and X: checked below */
+		buf = malloc((size_t)G * QH * ROW);
 		rc = kvf_read(st, k.seq, k.layer, k.head, t0, t1,
 			      k.kind == 0 ? buf : NULL,
 			      k.kind == 1 ? buf : NULL);
