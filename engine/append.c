@@ -18,11 +18,15 @@
 #include "api/status.h"
 #include "compute/kernels.h"
 #include "engine/cleaner.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
 #include "engine/kt.h"
 #include "engine/openseg.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "engine/writeback.h"
 
 #define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
@@ -52,9 +56,7 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 			   replaces, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	stream_set_page(s, g, ref);
-	if (g >= s->n_groups)
-		s->n_groups = (uint32_t)g + 1;
+	stream_set_group(s, g, ref);
 	return KVF_OK;
 }
 
@@ -77,9 +79,7 @@ static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 			  ADDR_NONE, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	stream_set_page(s, g, ref);
-	if (g >= s->n_groups)
-		s->n_groups = (uint32_t)g + 1;
+	stream_set_group(s, g, ref);
 	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
 	return rc;
 }

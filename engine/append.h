@@ -5,7 +5,7 @@
 #ifndef KVF_ENGINE_APPEND_H
 #define KVF_ENGINE_APPEND_H
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /*
  * seq_seal_partials - write each stream's partial tail group that has

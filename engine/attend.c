@@ -24,13 +24,14 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/kernels.h"
+#include "engine/attend_int.h"
+#include "engine/fatal.h"
 #include "engine/pool.h"
-#include "engine/kt.h"
 #include "engine/read_calls.h"
 #include "engine/readpath.h"
 #include "engine/seq.h"
-#include "engine/store.h"
-#include "engine/attend_int.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 /* ---- argument checks and locking ----------------------------------------- */
 

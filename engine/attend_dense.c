@@ -18,12 +18,11 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/kernels.h"
-#include "engine/pool.h"
-#include "engine/kt.h"
-#include "engine/readpath.h"
-#include "engine/seq.h"
-#include "engine/store.h"
 #include "engine/attend_int.h"
+#include "engine/pool.h"
+#include "engine/readpath.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 /* One task's fold. */
 struct fold_ctx {

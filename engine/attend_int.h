@@ -14,7 +14,7 @@
 
 #include "compute/kernels.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /* What every task of one call shares. */
 struct attn_call {

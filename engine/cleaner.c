@@ -27,10 +27,19 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/catalog.h"
+#include "engine/durable.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
+#include "engine/meta.h"
+#include "engine/segfmt.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/wake.h"
 #include "engine/writer.h"
-#include "engine/store.h"
 
 /* A slot that points at a page being moved. */
 struct owner {

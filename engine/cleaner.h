@@ -13,22 +13,10 @@
 #include <pthread.h>
 
 #include "api/status.h"
+#include "engine/cleaner_state.h"
 #include "engine/wake.h"
 #include "kvflash.h"
 
-/*
- * struct cleaner - the background cleaner thread (cleaner.c).  Its bell is
- * rung by whoever sees free space run low (engine/openseg.c); the thread
- * also looks every second.  Only open and close start and stop it.
- */
-struct cleaner {
-	pthread_t thread;
-	int running;      /* the thread exists */
-	struct wake bell;
-};
-
-/* free segments per stripe that only the cleaner may take */
-#define CLEANER_RESERVE 1u
 
 /*
  * cleaner_run - get at least `want` free segments on each stripe if it can:

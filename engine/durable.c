@@ -15,8 +15,9 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/catalog.h"
+#include "engine/fatal.h"
 #include "engine/segtable.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "engine/syncmark.h"
 #include "engine/writer.h"
 

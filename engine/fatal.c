@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 void fatal_init(struct store_fatal *f)
 {

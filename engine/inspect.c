@@ -10,7 +10,7 @@
  * in bytes_read, as every media read does), so tools can run them on a
  * store opened read-only, and programs on a store being written.
  *
- * Locking (engine/store.h's order): world shared, then seqtab.lock
+ * Locking (engine/store_state.h's order): world shared, then seqtab.lock
  * (listing sequences), then segtab.lock, held briefly for snapshots of the
  * segment table.
  */
@@ -23,8 +23,10 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
+#include "engine/fatal.h"
 #include "engine/inspect_int.h"
-#include "engine/segtable.h"
+#include "engine/segfmt.h"
+#include "engine/store_state.h"
 
 /* inspect_publish - copy the filled local struct to the caller's, whose
  * struct_size (checked already) says how much of it the caller has */

@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /* A segment summary read from media and checked (engine/segfmt.h). */
 struct summary_view {

@@ -8,7 +8,7 @@
 #ifndef KVF_ENGINE_INSPECT_INT_H
 #define KVF_ENGINE_INSPECT_INT_H
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /* inspect_publish - copy the filled local struct to the caller's, whose
  * struct_size (checked already) says how much of it the caller has */

@@ -4,7 +4,7 @@
  * walks one sequence's index under its lock, which the store-wide calls
  * in inspect.c never take.
  *
- * Locking (engine/store.h's order): world shared, then seq->lock (through
+ * Locking (engine/store_state.h's order): world shared, then seq->lock (through
  * seq_get_locked), then segtab.lock inside seg_page_refs.
  */
 #include <string.h>
@@ -12,8 +12,11 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/inspect_int.h"
+#include "engine/key.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
 
 kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 {

@@ -14,10 +14,11 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
 #include "engine/openseg.h"
-#include "engine/segtable.h"
-#include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 		   uint64_t tokens, uint32_t n, uint32_t *pages)

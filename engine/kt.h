@@ -14,29 +14,8 @@
 #ifndef KVF_ENGINE_KT_H
 #define KVF_ENGINE_KT_H
 
-#include <string.h>
-
-#include "engine/store.h"
-
-static inline struct stream *kt_stream(kvf_store *st, struct seq *seq,
-				       uint32_t layer, uint32_t head)
-{
-	return &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head];
-}
-
-/* scatter - put one K row (token at position p of the block) into the
- * block buffer: dim d goes to page d / E, element (d % E) * T + p */
-static inline void kt_scatter(kvf_store *st, unsigned char *buf,
-			      const unsigned char *row, uint32_t p)
-{
-	uint32_t E = st->kt_dims, T = st->kt_tokens, eb = st->elt_bytes;
-	uint32_t ps = st->hdr.page_size;
-
-	for (uint32_t d = 0; d < st->hdr.head_dim; d++)
-		memcpy(buf + (size_t)(d / E) * ps +
-			       ((size_t)(d % E) * T + p) * eb,
-		       row + (size_t)d * eb, eb);
-}
+#include "engine/kt_layout.h"
+#include "engine/store_state.h"
 
 /*
  * kt_plan - before an append of n K tokens to layer (holding `tokens`):
@@ -56,33 +35,5 @@ kvf_status kt_plan(kvf_store *st, struct seq *seq, uint32_t layer,
 kvf_status kt_append(kvf_store *st, struct seq *seq, uint32_t layer,
 		     uint64_t tokens, uint32_t n, const unsigned char *k,
 		     size_t stride);
-
-/*
- * kt_read - dims [dg*E, (dg+1)*E) of tokens [t0, t1) of K head `head`, as
- * [E][t1 - t0] in the store dtype, from K^T pages (and the block buffer).
- * Return: KVF_OK, KVF_ECORRUPT, KVF_EIO, KVF_ENOMEM.
- */
-kvf_status kt_read(kvf_store *st, struct seq *seq, uint32_t layer,
-		   uint32_t head, uint32_t dg, uint64_t t0, uint64_t t1,
-		   void *out);
-
-/*
- * kt_open_block - the buffer of K head `head`'s open block (kt_groups
- * pages of [E][T]; tokens past the layer's length are zero), rebuilt from
- * K if needed.  It changes with the next append.
- */
-kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
-			 uint32_t head, const unsigned char **buf);
-
-/* kt_choose_dims - E for a head_dim: 8 when it divides head_dim, else the
- * largest power of two that does (at least 1) */
-static inline uint32_t kt_choose_dims(uint32_t head_dim)
-{
-	uint32_t e = 8;
-
-	while (e > 1 && head_dim % e != 0)
-		e /= 2;
-	return e;
-}
 
 #endif /* KVF_ENGINE_KT_H */

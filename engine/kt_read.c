@@ -3,16 +3,18 @@
  * being filled, which is rebuilt from the K tokens when it is not in
  * memory (after a reopen or a fork; see engine/kt.h).
  */
-#include "engine/kt.h"
+#include "engine/kt_read.h"
 
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/kt_layout.h"
 #include "engine/openseg.h"
 #include "engine/readpath.h"
-#include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 struct fill_ctx {
 	kvf_store *st;

@@ -13,8 +13,11 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
+#include "engine/meta.h"
 #include "engine/segtable.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 #include "engine/wake.h"
 #include "engine/writer.h"
 

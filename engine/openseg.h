@@ -12,18 +12,8 @@
 
 #include "api/status.h"
 #include "engine/key.h"
+#include "engine/openseg_state.h"
 #include "kvflash.h"
-
-/* A segment being filled for one sequence on one stripe: owned by the
- * sequence, changed under its lock. */
-struct open_seg {
-	uint32_t segid;        /* SEG_NONE: none open */
-	uint32_t n_pages;      /* data pages placed */
-	uint32_t n_superseded; /* entries in sb->superseded */
-	uint32_t n_runs;       /* entries in sb->runs */
-	struct segbuf *sb;     /* its buffers (engine/writer.h); NULL when
-				* none is open */
-};
 
 struct seq;
 struct page_ref;

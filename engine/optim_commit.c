@@ -14,9 +14,14 @@
 #include <string.h>
 
 #include "api/status.h"
+#include "engine/catalog.h"
 #include "engine/cleaner.h"
-#include "engine/optim_store.h"
+#include "engine/durable.h"
+#include "engine/openseg.h"
 #include "engine/optim_int.h"
+#include "engine/optim_store.h"
+#include "engine/seq.h"
+#include "engine/seq_stream.h"
 #include "engine/writer.h"
 
 /*

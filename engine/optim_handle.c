@@ -15,8 +15,15 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/optim_store.h"
+#include "engine/catalog.h"
+#include "engine/fatal.h"
+#include "engine/meta.h"
+#include "engine/openseg.h"
 #include "engine/optim_int.h"
+#include "engine/optim_store.h"
+#include "engine/readpath.h"
+#include "engine/segtable.h"
+#include "engine/seq.h"
 
 static kvf_status check_name(const char *call, const char *name)
 {

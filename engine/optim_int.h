@@ -36,7 +36,7 @@
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 #define OPTIM_NAME_MAX 200u
 #define OPTIM_BATCH 512u /* chunks per batch at most: on files, 512 pages of

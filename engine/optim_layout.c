@@ -9,7 +9,12 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/catalog.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
 #include "engine/optim_int.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
 
 /* record - the "O" record of name (key in *key, value in *val) */
 void optim_record_put(struct catalog_batch *b, const char *name,

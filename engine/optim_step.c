@@ -15,8 +15,16 @@
 
 #include "api/status.h"
 #include "compute/half.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
 #include "engine/optim_int.h"
 #include "engine/pool.h"
+#include "engine/readpath.h"
+#include "engine/segtable.h"
+#include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
 
 /* gradients of fewer values are summed on one thread */
 #define OPTIM_SUMSQ_SPLIT_MIN (1u << 20)

@@ -10,16 +10,8 @@
 #include <stdint.h>
 
 #include "api/status.h"
+#include "engine/optim_state.h"
 #include "kvflash.h"
-
-/* struct optim_registry - the open kvf_opt handles (optim_handle.c), so
- * close can detach them, and the ids of optimizer pseudo-sequences.
- * Locking: lock guards open; next_id is atomic. */
-struct optim_registry {
-	pthread_mutex_t lock;
-	struct kvf_opt *open;
-	_Atomic uint64_t next_id;
-};
 
 /* optim_recovery_load - at open, after the sequences: give each optimizer's
  * pseudo-sequence its streams and committed generation */

@@ -9,10 +9,11 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/fatal.h"
 #include "engine/readpath.h"
 #include "engine/seq.h"
-#include "engine/store.h"
-
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 struct copy_out {
 	unsigned char *dst; /* caller buffer */

@@ -15,9 +15,14 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 
 #define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
 
@@ -407,12 +412,13 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 #define PAIR_GROUPS 64u /* groups per batch: 2 * 64 pages read together */
 
-/* pair_page - where group g of s is: *p set for a page in memory (*pin:
- * the memory tier's slot to unpin after use, or TIER_NONE), else the page
- * is added to the batch and *slot gets its index there */
+/* pair_page - where group g of s is: *p set for a page in memory, else
+ * *slot = SLOT_LATER and *r is the page to find in the memory tier or
+ * read (pair_resolve) */
+#define SLOT_LATER (-2)
 static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
-			    uint64_t tokens, uint64_t g, struct batch *b,
-			    const unsigned char **p, int *slot, uint32_t *pin)
+			    uint64_t tokens, uint64_t g, const unsigned char **p,
+			    int *slot, struct page_ref *r_out)
 {
 	struct page_ref r;
 	kvf_status rc;
@@ -436,19 +442,46 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 	rc = KVF_OK;
 	if ((*p = mapped(st, seq, &r, &rc)) != NULL || rc != KVF_OK)
 		return rc;
-	if ((*p = cached(st, seq, &r, pin)) != NULL)
-		return KVF_OK;
-	*slot = (int)b->n;
-	batch_add(st, b, g, &r);
+	*slot = SLOT_LATER;
+	*r_out = r;
 	return KVF_OK;
 }
 
-/* unpin_all - give back the memory tier's pins of pages in use */
-static void unpin_all(kvf_store *st, const uint32_t *pin, uint32_t n)
+/* pair_resolve - the n pages of one stream that pair_page left for later:
+ * those the memory tier has (pinned; their slots in pin) under one taking
+ * of its lock, the rest into the batch in order */
+static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
+			 const uint64_t *g, uint32_t n, const unsigned char **p,
+			 int *slot, const struct page_ref *r, uint32_t *pin)
 {
+	uint32_t addr[PAIR_GROUPS] = { 0 }, check[PAIR_GROUPS] = { 0 };
+	uint32_t at[PAIR_GROUPS], m = 0;
+	const unsigned char *hit[PAIR_GROUPS];
+
 	for (uint32_t i = 0; i < n; i++)
-		if (pin[i] != TIER_NONE)
-			tier_unpin(st, pin[i]);
+		if (slot[i] == SLOT_LATER) {
+			addr[m] = r[i].addr;
+			check[m] = r[i].check;
+			at[m++] = i;
+		}
+	if (seq->ns == SEQ_NS_USER)
+		tier_get_many(st, addr, check, m, hit, pin);
+	else
+		for (uint32_t k = 0; k < m; k++) {
+			hit[k] = NULL;
+			pin[k] = TIER_NONE;
+		}
+	for (uint32_t k = 0; k < m; k++) {
+		uint32_t i = at[k];
+
+		if (hit[k]) {
+			p[i] = hit[k];
+			slot[i] = -1;
+		} else {
+			slot[i] = (int)b->n;
+			batch_add(st, b, g[i], &r[i]);
+		}
+	}
 }
 
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
@@ -469,24 +502,28 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 								    : PAIR_GROUPS);
 		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
 		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
+		struct page_ref ra[PAIR_GROUPS], rb_[PAIR_GROUPS];
 		uint32_t pin[2 * PAIR_GROUPS];
 		uint64_t g[PAIR_GROUPS];
 
 		b->n = b->n_io = 0;
 		for (uint32_t i = 0; i < 2 * n; i++)
 			pin[i] = TIER_NONE;
-		/* all of a's pages, then all of b's: consecutive pages of one
-		 * stream merge into one request (batch_add) */
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			g[i] = list ? list[i0 + i] : first + i0 + i;
-			rc = pair_page(st, seq, a, tokens, g[i], b, &pa[i], &sa[i],
-				       &pin[i]);
+			rc = pair_page(st, seq, a, tokens, g[i], &pa[i], &sa[i],
+				       &ra[i]);
 		}
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			rc = pair_page(st, seq, bs, tokens, g[i], b, &pb[i], &sb[i],
-				       &pin[n + i]);
-		if (rc == KVF_OK)
+			rc = pair_page(st, seq, bs, tokens, g[i], &pb[i], &sb[i],
+				       &rb_[i]);
+		/* all of a's pages, then all of b's: consecutive pages of one
+		 * stream merge into one request (batch_add) */
+		if (rc == KVF_OK) {
+			pair_resolve(st, seq, b, g, n, pa, sa, ra, pin);
+			pair_resolve(st, seq, b, g, n, pb, sb, rb_, pin + n);
 			rc = batch_read(st, seq, b);
+		}
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			uint64_t lo = g[i] * G, hi = lo + G;
 			size_t off;
@@ -503,7 +540,7 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
 				pb[i] + off);
 		}
-		unpin_all(st, pin, 2 * n);
+		tier_unpin_many(st, pin, 2 * n);
 	}
 	read_batch_free(st, b);
 	return rc;
@@ -586,7 +623,7 @@ kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
 				p[i] = b->buf + (size_t)slot[i] * st->hdr.page_size;
 			rc = fn(arg, i0 + i, p[i], in_place[i]);
 		}
-		unpin_all(st, pin, m);
+		tier_unpin_many(st, pin, m);
 	}
 	read_batch_free(st, b);
 	return rc;

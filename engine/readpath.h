@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "api/status.h"
+#include "engine/readpath_state.h"
 #include "kvflash.h"
 
 struct seq;
@@ -24,18 +25,6 @@ struct stream;
 struct page_ref;
 struct kvf_media_io;
 
-/* struct read_spares - read batches (their aligned buffers) kept for
- * reuse, owned by readpath.c; lock guards the list */
-struct read_spares {
-	pthread_mutex_t lock;
-	struct batch *list;
-	uint32_t n;
-};
-
-/*
- * span_fn - receives n_tokens rows (row_bytes each, contiguous) starting
- * at token first.  A non-OK return stops the iteration and is returned.
- */
 typedef kvf_status (*span_fn)(void *arg, uint64_t first, uint32_t n_tokens,
 			      const unsigned char *rows);
 

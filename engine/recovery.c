@@ -26,12 +26,18 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/kt.h"
+#include "engine/catalog.h"
+#include "engine/key.h"
+#include "engine/kt_read.h"
+#include "engine/meta.h"
 #include "engine/optim_store.h"
 #include "engine/readpath.h"
+#include "engine/segfmt.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 struct rec_item {
 	uint64_t seqno; /* of the record */

@@ -4,7 +4,7 @@
 #ifndef KVF_ENGINE_RECOVERY_H
 #define KVF_ENGINE_RECOVERY_H
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /*
  * recovery_load - load sequences, segments and the index from the catalog,

@@ -44,7 +44,8 @@
 #include "engine/meta.h"
 #include "engine/segfmt.h"
 #include "engine/segtable.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/store_header.h"
 #include "engine/syncmark.h"
 #include "ftl/media.h"
 

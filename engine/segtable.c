@@ -20,7 +20,11 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/store.h"
+#include "engine/catalog.h"
+#include "engine/key.h"
+#include "engine/meta.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 
 uint64_t page_hash(const void *page, uint32_t page_size)
 {

@@ -15,11 +15,11 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/append.h"
 #include "engine/readpath.h"
-#include "engine/segtable.h"
+#include "engine/seq.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "engine/writer.h"
-#include "engine/store.h"
 
 static uint64_t hash_id(uint64_t id)
 {

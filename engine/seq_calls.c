@@ -16,12 +16,20 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/append.h"
-#include "engine/kt.h"
-#include "engine/writeback.h"
+#include "engine/catalog.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
+#include "engine/kt_read.h"
+#include "engine/meta.h"
+#include "engine/openseg.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
+#include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/writeback.h"
 #include "engine/writer.h"
-#include "engine/store.h"
 
 /* ---- public calls ------------------------------------------------------ */
 

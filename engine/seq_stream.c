@@ -12,17 +12,19 @@
  * on consecutive stripes and a head's read fans out over all of them; the
  * offset spreads the heads' first groups too.
  */
-#include "engine/seq.h"
 
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/append.h"
+#include "engine/catalog.h"
+#include "engine/key.h"
+#include "engine/meta.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
-#include "engine/writer.h"
-#include "engine/store.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 
 uint32_t seq_n_kv_streams(kvf_store *st)
 {

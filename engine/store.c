@@ -9,7 +9,7 @@
  * store_sync.c, the durable point in durable.c, kvf_stats_get in
  * store_stats.c.
  */
-#include "engine/store_int.h"
+#include "engine/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,16 +25,21 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/append.h"
+#include "engine/catalog.h"
 #include "engine/cleaner.h"
-#include "engine/kt.h"
+#include "engine/durable.h"
+#include "engine/fatal.h"
 #include "engine/optim_store.h"
 #include "engine/pool.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"
+#include "engine/segfmt.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/store_header.h"
+#include "engine/store_int.h"
 #include "engine/syncmark.h"
+#include "engine/tier.h"
 #include "engine/writer.h"
 #include "ftl/nand.h"
 

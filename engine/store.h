@@ -1,161 +1,23 @@
 /*
- * store.h - the store's internal state, shared by the engine's modules.
- *
- * A store is a directory: the header file KVFLASH, the catalog (RocksDB)
- * in meta/, a LOCK file, and the media (files stripe-NNN.kvf unless device
- * paths were given).
- *
- * Data flows: kvf_append copies each head's tokens into its stream's group
- * buffer; a full group is sealed into a page of the sequence's open segment
- * on the stream's next stripe; a full open segment is written with its
- * summary in one write and its catalog record is committed; kvf_sync seals
- * partial groups and segments and makes it all durable.
- *
- * Locking, in the order they may be taken:
- *   dur.lock        one durable point at a time: kvf_sync, the cleaner,
- *                   kvf_seq_free and the optimizer calls take it first;
- *   world (rwlock)  every public call holds it shared; the cleaner's
- *                   relocation commit holds it exclusive, so it sees no
- *                   call half done;
- *   seq->lock       a sequence's streams, lengths and open segments;
- *                   held for a whole call on that sequence (reads too);
- *   seqtab.lock     the id -> sequence table;
- *   segtab.lock     the segment table, free lists, page references
- *                   (live bits and the shared-page map).
- * A call holds one sequence lock, except fork (the parent, then the new
- * child before it is visible) and attention batches (in id order).  The
- * leaf locks (writer, buffer pools, fatal state, the cleaner's bell) are
- * taken last and alone.
- *
- * The engine's files call one way, in the order at the top of
- * docs/store.md; tests/check-layers.sh holds them to it.
+ * store.h - the store's lifecycle beyond the public kvf_open and
+ * kvf_close (store.c).
  */
 #ifndef KVF_ENGINE_STORE_H
 #define KVF_ENGINE_STORE_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-
-#include "engine/catalog.h"
-#include "engine/cleaner.h"
-#include "engine/durable.h"
-#include "engine/fatal.h"
-#include "engine/key.h"
-#include "engine/meta.h"
-#include "engine/openseg.h"
-#include "engine/optim_store.h"
-#include "engine/readpath.h"
-#include "engine/segfmt.h"
-#include "engine/segtable.h"
-#include "engine/seq.h"
-#include "engine/tier.h"
-#include "engine/writer.h"
-#include "ftl/media.h"
 #include "api/status.h"
 #include "kvflash.h"
 
-/* counters for kvf_stats; atomics, updated where the bytes move.  The
- * write counters are saved by every durable point ("N") and restored at
- * open, so they count since the store was created; reads count since open */
-struct store_counters {
-	_Atomic uint64_t user_bytes;      /* bytes handed to append */
-	_Atomic uint64_t data_bytes;      /* full data pages written */
-	_Atomic uint64_t padding_bytes;   /* partial pages written by sync */
-	_Atomic uint64_t kt_bytes;        /* K^T pages written */
-	_Atomic uint64_t optim_bytes;     /* optimizer state pages written */
-	_Atomic uint64_t cleaner_bytes;   /* pages copied by the cleaner */
-	_Atomic uint64_t summary_bytes;   /* summary pages written */
-	_Atomic uint64_t bytes_read;      /* bytes read from media */
-	_Atomic uint64_t pages_read;      /* pages read from media */
-	_Atomic uint64_t segments_written; /* segment writes */
-	_Atomic uint64_t segments_cleaned; /* victims the cleaner emptied */
-	_Atomic uint64_t segments_reclaimed; /* trimmed for reuse */
-	_Atomic uint64_t sparf_pages_read;   /* pages SparF read */
-	_Atomic uint64_t sparf_pages_skipped; /* K/V pages dense would
-					       * have read and SparF did not */
-	_Atomic uint64_t wb_bytes;           /* pages waiting for write-back */
-	_Atomic uint64_t wb_runs;            /* runs written back */
-	_Atomic uint64_t attend_calls;       /* attention calls */
-	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
-};
+struct kvf_media;
 
 /*
- * struct kvf_store - a composition of the modules' states, each declared
- * in its module's header with what it owns, its invariants and its
- * locking.  What is directly here belongs to the store itself (store.c):
- * fixed at open, read by every module without a lock.
- */
-struct kvf_store {
-	char *dir;              /* the store directory */
-	kvf_options opts;       /* as opened; paths not kept */
-	struct store_header hdr; /* the configuration on disk */
-	int read_only;          /* opened read-only */
-	int lock_fd;            /* flock on DIR/LOCK */
-	int lock_created;       /* this open made DIR/LOCK */
-	struct catalog *cat;
-	struct kvf_media *media;
-	int media_borrowed;     /* media is the caller's (store_open_media) */
-	int trim;               /* trim dying segments (kvf_options.trim) */
-
-	/* shape, derived once from hdr */
-	uint32_t elt_bytes;     /* bytes per element of the dtype */
-	uint32_t group_tokens;  /* G: tokens per page of one head */
-	uint32_t row_bytes;     /* head_dim * elt_bytes: one token of a head */
-	uint32_t pages_per_seg; /* pages per segment */
-	uint32_t data_per_seg;  /* data pages per segment (summary aside) */
-	uint32_t page_bits;     /* low bits of an address: page in segment */
-	uint32_t n_segments;    /* n_stripes * segs_per_stripe */
-	uint32_t kt_dims;       /* E: head dims per K^T page (0: no K^T) */
-	uint32_t kt_tokens;     /* T: tokens per K^T page */
-	uint32_t kt_groups;     /* head_dim / E: K^T pages per token block */
-
-	pthread_rwlock_t world; /* see the file comment */
-	struct pool *pool;      /* workers for compute near the data */
-	struct store_counters c;
-
-	struct store_fatal fatal;     /* engine/fatal.h */
-	struct seg_table segtab;      /* engine/segtable.h */
-	struct seq_table seqtab;      /* engine/seq.h */
-	struct writer writer;         /* engine/writer.h */
-	struct segbuf_pool bufs;      /* engine/writer.h */
-	struct read_spares reads;     /* engine/readpath.h */
-	struct durable dur;           /* engine/durable.h */
-	struct cleaner cleaner;       /* engine/cleaner.h */
-	struct optim_registry optims; /* engine/optim_store.h */
-	struct tier tier;             /* engine/tier.h */
-};
-
-/* seg_stripe - the stripe of a global segment id */
-static inline uint32_t seg_stripe(const struct kvf_store *st, uint32_t segid)
-{
-	return segid % st->hdr.n_stripes;
-}
-
-static inline uint64_t seg_in_stripe(const struct kvf_store *st,
-				     uint32_t segid)
-{
-	return segid / st->hdr.n_stripes;
-}
-
-/* store_read_header - the header DIR/KVFLASH at path, checked: KVF_ENOENT
- * when there is none, KVF_ECORRUPT when it is damaged, KVF_EVERSION */
-kvf_status store_read_header(const char *path, struct store_header *h);
-
-/* store_header_decode - the header in buf (n bytes read from the file
- * path, named in messages), checked as store_read_header does; *h is
- * written only on KVF_OK.  No I/O: the fuzz target calls it directly.
- * Return: KVF_OK; KVF_ECORRUPT; KVF_EVERSION. */
-kvf_status store_header_decode(const void *buf, size_t n, const char *path,
-			       struct store_header *h);
-
-/*
- * store_open - kvf_open, on the caller's media when media is not NULL: the
- * store then uses it as it is (no fresh start for memory or flash media),
- * and kvf_close leaves it open.  For tests and benchmarks that keep a
- * device across store handles (power cuts on the flash emulator).
+ * store_open_media - kvf_open, on the caller's media when media is not
+ * NULL: the store then uses it as it is (no fresh start for memory or
+ * flash media), and kvf_close leaves it open.  For tests and benchmarks
+ * that keep a device across store handles (power cuts on the flash
+ * emulator).
  */
 kvf_status store_open_media(const char *dir, const kvf_options *opts,
-		      struct kvf_media *media, kvf_store **out);
+			    struct kvf_media *media, kvf_store **out);
 
 #endif /* KVF_ENGINE_STORE_H */

@@ -16,8 +16,8 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/kt.h"
-#include "engine/segtable.h"
+#include "engine/kt_layout.h"
+#include "engine/store_header.h"
 #include "engine/store_int.h"
 
 uint64_t store_header_checksum(const struct store_header *h)

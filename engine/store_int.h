@@ -10,7 +10,7 @@
 #ifndef KVF_ENGINE_STORE_INT_H
 #define KVF_ENGINE_STORE_INT_H
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /* store_dtype_bytes - bytes of one element of dtype d */
 static inline uint32_t store_dtype_bytes(kvf_dtype d)

@@ -11,9 +11,11 @@
 
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/segtable.h"
+#include "engine/catalog.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
+#include "engine/tier.h"
 
 static void index_bytes_of(kvf_store *st, struct seq *seq, void *arg)
 {

@@ -15,11 +15,14 @@
 
 #include "api/status.h"
 #include "engine/append.h"
+#include "engine/catalog.h"
 #include "engine/cleaner.h"
 #include "engine/durable.h"
+#include "engine/fatal.h"
 #include "engine/openseg.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 struct sync_ctx {
 	struct catalog_batch *b;

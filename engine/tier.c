@@ -8,7 +8,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/key.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 #define HEAT_MAX 3
 #define MISSES_PER_HAND_STEP 16u /* read misses that move the hand once:
@@ -308,17 +308,13 @@ uint64_t tier_fixed(kvf_store *st)
 
 /* ---- the cache -------------------------------------------------------- */
 
-const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
-			      uint32_t *slot)
+/* get_locked - tier_get with the lock held */
+static const unsigned char *get_locked(struct tier *t, uint32_t addr,
+				       uint32_t check, uint32_t *slot)
 {
-	struct tier *t = &st->tier;
 	const unsigned char *p = NULL;
-	uint32_t i;
+	uint32_t i = find(t, addr);
 
-	if (t->n_slots == 0)
-		return NULL;
-	pthread_mutex_lock(&t->lock);
-	i = find(t, addr);
 	if (i != TIER_NONE && t->slot[i].check != check) {
 		/* not the page the index knows: a stale copy, never served */
 		evict(t, i);
@@ -343,8 +339,44 @@ const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
 		p = s->data;
 		*slot = i;
 	}
+	return p;
+}
+
+const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
+			      uint32_t *slot)
+{
+	struct tier *t = &st->tier;
+	const unsigned char *p;
+
+	if (t->n_slots == 0)
+		return NULL;
+	pthread_mutex_lock(&t->lock);
+	p = get_locked(t, addr, check, slot);
 	pthread_mutex_unlock(&t->lock);
 	return p;
+}
+
+void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
+		   uint32_t n, const unsigned char **p, uint32_t *slot)
+{
+	struct tier *t = &st->tier;
+
+	for (uint32_t i = 0; i < n; i++) {
+		p[i] = NULL;
+		slot[i] = TIER_NONE;
+	}
+	if (t->n_slots == 0 || n == 0)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t i = 0; i < n; i++)
+		p[i] = get_locked(t, addr[i], check[i], &slot[i]);
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void unpin_locked(struct tier *t, uint32_t slot)
+{
+	if (--t->slot[slot].pins == 0 && t->slot[slot].pool == TIER_POOLS)
+		release_slot(t, slot);
 }
 
 void tier_unpin(kvf_store *st, uint32_t slot)
@@ -352,8 +384,23 @@ void tier_unpin(kvf_store *st, uint32_t slot)
 	struct tier *t = &st->tier;
 
 	pthread_mutex_lock(&t->lock);
-	if (--t->slot[slot].pins == 0 && t->slot[slot].pool == TIER_POOLS)
-		release_slot(t, slot);
+	unpin_locked(t, slot);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void tier_unpin_many(kvf_store *st, const uint32_t *slot, uint32_t n)
+{
+	struct tier *t = &st->tier;
+	uint32_t k = 0;
+
+	while (k < n && slot[k] == TIER_NONE)
+		k++;
+	if (k == n)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (; k < n; k++)
+		if (slot[k] != TIER_NONE)
+			unpin_locked(t, slot[k]);
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -35,48 +35,8 @@
 #include <stdint.h>
 
 #include "api/status.h"
+#include "engine/tier_state.h"
 #include "kvflash.h"
-
-#define TIER_NONE UINT32_MAX
-
-enum tier_pool { TIER_RECENT = 0, TIER_HOT = 1, TIER_POOLS };
-
-struct tier_slot {
-	unsigned char *data; /* page_size bytes; NULL while free */
-	uint32_t addr;       /* media address cached */
-	uint32_t check;      /* the index's check of its page (page_check) */
-	uint32_t hnext;      /* hash chain */
-	uint32_t prev, next; /* pool list (free list: next only) */
-	uint16_t pins;       /* callers using data now */
-	uint8_t pool;        /* enum tier_pool */
-	uint8_t heat;        /* hot pool: hits not yet cooled (0..3) */
-};
-
-struct tier_list {
-	uint32_t head, tail; /* head = newest (recent) or the hand (hot) */
-	uint32_t n;
-};
-
-/*
- * struct tier - owned by tier.c.  Invariants: a slot is on exactly one of
- * the free list and the two pool lists, and in the hash iff on a pool
- * list; fixed + (used slots * page_size) <= budget when budget != 0.
- */
-struct tier {
-	uint64_t budget;             /* bytes; 0 = no tier */
-	_Atomic uint64_t fixed;      /* group buffers, index, tables */
-	_Atomic uint64_t peak;       /* most held since open */
-	pthread_mutex_t lock;        /* everything below */
-	struct tier_slot *slot;      /* [n_slots] */
-	uint32_t *bucket;            /* [n_buckets] chain heads */
-	uint32_t n_slots, n_buckets;
-	uint32_t free_head;          /* free slots, via next */
-	uint32_t used;               /* slots holding a page */
-	struct tier_list pool[TIER_POOLS];
-	uint32_t recent_cap;         /* slots the recent pool may hold */
-	uint32_t miss_tick;          /* read misses since the hand moved */
-	uint64_t hits, misses, evictions;
-};
 
 /* tier_init - the tier for opts (first thing at open; no allocation);
  * tier_start - its tables, once the page size is known (KVF_ENOMEM);
@@ -100,6 +60,11 @@ uint64_t tier_fixed(kvf_store *st);
 const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
 			      uint32_t *slot);
 void tier_unpin(kvf_store *st, uint32_t slot);
+/* tier_get_many / tier_unpin_many - the same for n pages under one taking
+ * of the lock (p[i] NULL: a miss; slot[i] TIER_NONE: nothing to unpin) */
+void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
+		   uint32_t n, const unsigned char **p, uint32_t *slot);
+void tier_unpin_many(kvf_store *st, const uint32_t *slot, uint32_t n);
 
 /* tier_put_read - a verified page read from media: cached if there is free
  * room (or a cold hot-pool page to replace now and then) */

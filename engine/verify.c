@@ -30,8 +30,14 @@
 #include "api/status.h"
 #include "engine/inspect.h"
 #include "engine/inspect_int.h"
+#include "engine/key.h"
+#include "engine/openseg.h"
+#include "engine/segfmt.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 
 #define VERIFY_BATCH 64u    /* data pages per verification read */
 #define ANCESTOR_HOPS 4096u /* parent links followed at most (no cycles) */

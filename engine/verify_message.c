@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/inspect_int.h"
+#include "engine/key.h"
 #include "engine/segtable.h"
 
 static const char *const kind_names[] = { "K", "V", "X", "KT", "OPT" };

@@ -7,10 +7,12 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/key.h"
 #include "engine/openseg.h"
 #include "engine/segtable.h"
-#include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "engine/tier.h"
 
 /* the waiting pages of all streams may take half the budget: the other
@@ -91,9 +93,7 @@ static kvf_status place(kvf_store *st, struct seq *seq, struct stream *s,
 	rc = openseg_place(st, seq, stripe, page, key, replaces, &ref);
 	if (rc != KVF_OK)
 		return rc;
-	stream_set_page(s, g, ref);
-	if (g >= s->n_groups)
-		s->n_groups = (uint32_t)g + 1;
+	stream_set_group(s, g, ref);
 	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
 	return KVF_OK;
 }

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 /* wb_enabled - whether stream sid of seq may wait for write-back */
 int wb_enabled(kvf_store *st, const struct seq *seq, uint32_t sid);

@@ -21,8 +21,13 @@
 #include <xxhash.h>
 
 #include "api/alloc.h"
+#include "engine/catalog.h"
+#include "engine/fatal.h"
+#include "engine/key.h"
+#include "engine/meta.h"
+#include "engine/segfmt.h"
 #include "engine/segtable.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 
 static uint64_t now_ns(void)
 {

@@ -21,7 +21,7 @@
 #include "engine/catalog.h"
 #include "engine/meta.h"
 #include "engine/segfmt.h"
-#include "engine/store.h"
+#include "engine/store_header.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "engine/catalog.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "store_model.h"
 #include "testutil.h"
 

@@ -17,7 +17,7 @@
 #include "engine/catalog.h"
 #include "engine/cleaner.h"
 #include "engine/meta.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/store.h"
+#include "engine/store_state.h"
 #include "ftl/media_flash.h"
 #include "kvflash.h"
 #include "store_fixture.h"

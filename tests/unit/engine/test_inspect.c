@@ -17,8 +17,6 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/seq.h"
-#include "engine/store.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "engine/kt.h"
+#include "engine/kt_read.h"
 #include "engine/seq.h"
+#include "engine/seq_stream.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

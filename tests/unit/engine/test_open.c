@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "api/alloc.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "store_fixture.h"
 #include "testutil.h"
 

@@ -27,7 +27,7 @@
 #include "engine/catalog.h"
 #include "engine/meta.h"
 #include "engine/segfmt.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

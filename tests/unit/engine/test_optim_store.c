@@ -19,7 +19,7 @@
 #include "compute/optim.h"
 #include "engine/catalog.h"
 #include "engine/meta.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

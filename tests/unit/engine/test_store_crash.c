@@ -55,7 +55,7 @@
 
 #include "crash_model.h"
 #include "engine/catalog.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "powercut.h"
 #include "testutil.h"

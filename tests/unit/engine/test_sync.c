@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "engine/catalog.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "store_fixture.h"
 #include "testutil.h"
 

@@ -17,7 +17,7 @@
 #include "compute/half.h"
 #include "engine/catalog.h"
 #include "engine/meta.h"
-#include "engine/store.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

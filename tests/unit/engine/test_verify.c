@@ -17,8 +17,12 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/catalog.h"
+#include "engine/key.h"
 #include "engine/seq.h"
-#include "engine/store.h"
+#include "engine/seq_state.h"
+#include "engine/seq_stream.h"
+#include "engine/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
