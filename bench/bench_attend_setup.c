@@ -271,16 +271,10 @@ int attend_setup(struct attend_ctx *c)
 	c->opts.n_threads = c->n_threads;
 	c->opts.segment_size = seg;
 	c->opts.capacity_bytes = (need + seg - 1) / seg * seg;
-	c->opts.direct_io = 1;
 	/* cold means from the media: no memory tier (kvbench decode measures
 	 * the tier) */
 	c->opts.dram_budget = 0;
-	rc = kvf_open(c->file_dir, &c->opts, &c->file);
-	c->direct_io = rc == KVF_OK;
-	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: say so, go on */
-		c->opts.direct_io = 0;
-		rc = kvf_open(c->file_dir, &c->opts, &c->file);
-	}
+	rc = bench_open_direct(c->file_dir, &c->opts, &c->file, &c->direct_io);
 	if (rc != KVF_OK)
 		return bench_fail("attend", "kvf_open (file store)", rc);
 	mo = c->opts;

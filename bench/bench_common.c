@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
@@ -241,6 +242,52 @@ int bench_check_heads(const char *cmd, const kvf_model *m)
 	return bench_usage_error(cmd,
 				 "--q-heads %u must be a multiple of --kv-heads %u",
 				 m->n_q_heads, m->n_kv_heads);
+}
+
+void bench_store_options(kvf_options *o, const kvf_model *m,
+			 uint32_t n_stripes, uint64_t segment_bytes,
+			 uint64_t capacity_bytes)
+{
+	kvf_options_init(o, m);
+	if (n_stripes)
+		o->n_stripes = n_stripes;
+	o->segment_size = segment_bytes;
+	o->capacity_bytes = capacity_bytes;
+}
+
+kvf_status bench_open_direct(const char *dir, kvf_options *o,
+			     kvf_store **out, int *direct_io)
+{
+	kvf_status rc;
+
+	o->direct_io = 1;
+	rc = kvf_open(dir, o, out);
+	*direct_io = rc == KVF_OK;
+	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: go on without */
+		o->direct_io = 0;
+		rc = kvf_open(dir, o, out);
+	}
+	return rc;
+}
+
+int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
+		       int *direct)
+{
+	int fd;
+
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	*direct = fd >= 0;
+	if (fd < 0) /* the store falls back the same way */
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+		fprintf(stderr, "kvbench %s: %s: %s\n", cmd, path,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 int bench_usage_error(const char *cmd, const char *fmt, ...)

@@ -110,6 +110,48 @@ int bench_fail(const char *cmd, const char *what, kvf_status rc);
  * 2 with the usage error printed. */
 int bench_check_heads(const char *cmd, const kvf_model *m);
 
+/*
+ * BENCH_MODEL_OPTS - the four option entries of a model's shape (--layers,
+ * --q-heads, --kv-heads, --head-dim) for a kvf_model m, and
+ * BENCH_MODEL_DEFAULT the model they start from: 32 layers, 32 query and
+ * 8 KV heads of 128 f16 dims (a Llama-like 8B model).
+ */
+#define BENCH_MODEL_OPTS(m)                                        \
+	BENCH_U32("--layers", (m).n_layers, 1, 4096),              \
+	BENCH_U32("--q-heads", (m).n_q_heads, 1, 4095),            \
+	BENCH_U32("--kv-heads", (m).n_kv_heads, 1, 4095),          \
+	BENCH_U32("--head-dim", (m).head_dim, 1, 32768)
+#define BENCH_MODEL_DEFAULT                                        \
+	{ .n_layers = 32, .n_q_heads = 32, .n_kv_heads = 8,        \
+	  .head_dim = 128, .dtype = KVF_DTYPE_F16 }
+
+/*
+ * bench_store_options - kvf_options for model m with n_stripes stripes (0:
+ * kvf_options_init's) of segment_bytes segments and capacity_bytes in all
+ * (the rest defaults).
+ */
+void bench_store_options(kvf_options *o, const kvf_model *m,
+			 uint32_t n_stripes, uint64_t segment_bytes,
+			 uint64_t capacity_bytes);
+
+/*
+ * bench_open_direct - kvf_open(dir, o, out) with O_DIRECT, and without it
+ * where the file system refuses O_DIRECT (KVF_ENOTSUP): the run goes on
+ * and says so.  o->direct_io is left as the store was opened; *direct_io
+ * is 1 when O_DIRECT was taken.  Returns kvf_open's status.
+ */
+kvf_status bench_open_direct(const char *dir, kvf_options *o,
+			     kvf_store **out, int *direct_io);
+
+/*
+ * bench_plain_create - a fresh plain file at path of bytes preallocated,
+ * opened read-write with O_DIRECT, or without it where the file system
+ * refuses O_DIRECT (as the store falls back); *direct says which.
+ * Returns the descriptor, or -1 with "kvbench CMD: PATH: why" printed.
+ */
+int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
+		       int *direct);
+
 /* bench_mix64 - a 64-bit mixer (splitmix64's finalizer) for test data. */
 static inline uint64_t bench_mix64(uint64_t x)
 {

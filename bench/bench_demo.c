@@ -19,6 +19,9 @@
  * function of those five numbers alone (row_fill), so a reader checks a
  * row without keeping what was written.  Only the kvflash calls are timed;
  * generating and comparing rows is not.  One thread, no locking.
+ *
+ * The figures are printed by bench_demo_report.c (bench_demo_int.h is
+ * what the two files share).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,64 +29,8 @@
 #include <sys/stat.h>
 
 #include "bench/bench_common.h"
+#include "bench/bench_demo_int.h"
 #include "kvflash.h"
-
-#define MIB (1ull << 20)
-#define MAX_SLOTS 256u
-#define CHECKS_PER_SYNC 2u /* heads read back after each periodic sync */
-
-struct demo_args {
-	const char *dir;                 /* the store directory */
-	kvf_model model;                 /* the store's shape */
-	uint32_t n_slots;                /* sequences decoding at once */
-	uint32_t steps;                  /* decode steps of the whole batch */
-	uint32_t min_prompt, max_prompt; /* prompt tokens, uniform */
-	uint32_t min_decode, max_decode; /* decode tokens per sequence */
-	uint32_t sync_every;             /* steps between kvf_syncs */
-	uint32_t n_stripes;              /* store stripes */
-	uint64_t segment_bytes;          /* bytes per segment per stripe */
-	uint64_t capacity_bytes;         /* store capacity */
-	uint64_t seed;                   /* workload generator seed */
-	int json;                        /* JSON instead of text */
-};
-
-struct slot {
-	uint64_t id;      /* its sequence */
-	uint32_t prompt;  /* prompt tokens */
-	uint32_t budget;  /* decode tokens to produce */
-	uint32_t decoded; /* decode tokens so far */
-};
-
-/* What the run did and how long the calls took. */
-struct demo_totals {
-	uint64_t seqs_created, seqs_freed;
-	uint64_t prefill_tokens, prefill_ns; /* prompt tokens, in kvf_append */
-	uint64_t decode_tokens, decode_ns; /* sequence-tokens, in kvf_append */
-	uint64_t n_syncs, sync_ns;         /* periodic and final syncs */
-	uint64_t sync_max_ns;              /* the longest of them */
-	uint64_t other_ns;                 /* seq create/free */
-	uint64_t check_heads, check_bytes, check_ns; /* reads while running */
-	uint64_t cold_heads, cold_bytes, cold_ns;    /* reads after reopen */
-	uint64_t wall_ns; /* the workload, wall clock */
-	double reopen_ms; /* kvf_open of the closed store */
-	int direct_io;    /* O_DIRECT forced on and granted */
-};
-
-struct demo {
-	const struct demo_args *a;
-	kvf_store *st;
-	struct slot slots[MAX_SLOTS];
-	uint64_t next_id;    /* the next sequence id */
-	uint64_t rng;        /* workload generator state */
-	uint32_t row_elts;   /* head_dim */
-	uint32_t tok_elts;   /* n_kv_heads * head_dim: one token, all heads */
-	uint16_t *k, *v;     /* append buffers: max_prompt tokens */
-	uint16_t *rk, *rv;   /* read buffers: the longest sequence, one head */
-	uint16_t *want;      /* one expected row */
-	uint64_t max_tokens; /* the longest a sequence gets */
-	struct demo_totals t;
-	kvf_stats stats; /* at the end, before close */
-};
 
 static void usage(FILE *f)
 {
@@ -123,10 +70,7 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 		BENCH_U32("--max-decode", a->max_decode, 1, 1u << 24),
 		BENCH_U32("--sync-every", a->sync_every, 1, 1u << 24),
 		BENCH_U32("--stripes", a->n_stripes, 1, 64),
-		BENCH_U32("--layers", a->model.n_layers, 1, 4096),
-		BENCH_U32("--q-heads", a->model.n_q_heads, 1, 4095),
-		BENCH_U32("--kv-heads", a->model.n_kv_heads, 1, 4095),
-		BENCH_U32("--head-dim", a->model.head_dim, 1, 32768),
+		BENCH_MODEL_OPTS(a->model),
 		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
 		BENCH_U64("--segment", a->segment_bytes, 1, UINT64_MAX),
 		BENCH_U64("--seed", a->seed, 0, UINT64_MAX),
@@ -136,11 +80,7 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 	int rc;
 
 	*a = (struct demo_args){ .dir = "kvflash-demo",
-				 .model = { .n_layers = 32,
-					    .n_q_heads = 32,
-					    .n_kv_heads = 8,
-					    .head_dim = 128,
-					    .dtype = KVF_DTYPE_F16 },
+				 .model = BENCH_MODEL_DEFAULT,
 				 .n_slots = 8,
 				 .steps = 1024,
 				 .min_prompt = 128,
@@ -430,208 +370,6 @@ static int cold_check(struct demo *d)
 	return rc == KVF_OK ? 0 : bench_fail("demo", "kvf_close", rc);
 }
 
-/* ---- output ------------------------------------------------------------ */
-
-static double per_s(uint64_t n, uint64_t ns)
-{
-	return ns ? (double)n / ((double)ns / 1e9) : 0;
-}
-
-static double pct(uint64_t part, uint64_t whole)
-{
-	return whole ? 100.0 * (double)part / (double)whole : 0;
-}
-
-static uint64_t token_bytes(const struct demo *d)
-{
-	return 2ull * d->a->model.n_layers * d->tok_elts * 2;
-}
-
-static void print_json(const struct demo *d)
-{
-	const struct demo_args *a = d->a;
-	const struct demo_totals *t = &d->t;
-	const kvf_stats *s = &d->stats;
-	uint64_t tb = token_bytes(d);
-	uint64_t all_ns = t->prefill_ns + t->decode_ns + t->sync_ns;
-	struct bench_json j = { .f = stdout };
-
-	bench_json_begin(&j, NULL);
-	bench_json_str(&j, "bench", "demo");
-	bench_json_str(&j, "dir", a->dir);
-	bench_json_model(&j, &a->model);
-	bench_json_u64(&j, "seqs", a->n_slots);
-	bench_json_u64(&j, "steps", a->steps);
-	bench_json_u64(&j, "sync_every", a->sync_every);
-	bench_json_u64(&j, "seed", a->seed);
-	bench_json_u64(&j, "capacity_bytes", a->capacity_bytes);
-	bench_json_u64(&j, "direct_io", (uint64_t)t->direct_io);
-	bench_json_begin(&j, "prefill");
-	bench_json_u64(&j, "tokens", t->prefill_tokens);
-	bench_json_double(&j, "seconds", (double)t->prefill_ns / 1e9);
-	bench_json_double(&j, "tokens_per_s",
-			  per_s(t->prefill_tokens, t->prefill_ns));
-	bench_json_double(&j, "mb_per_s",
-			  per_s(t->prefill_tokens * tb, t->prefill_ns) / 1e6);
-	bench_json_end(&j);
-	bench_json_begin(&j, "decode");
-	bench_json_u64(&j, "tokens", t->decode_tokens);
-	bench_json_double(&j, "seconds", (double)t->decode_ns / 1e9);
-	bench_json_double(&j, "tokens_per_s",
-			  per_s(t->decode_tokens, t->decode_ns));
-	bench_json_double(&j, "mb_per_s",
-			  per_s(t->decode_tokens * tb, t->decode_ns) / 1e6);
-	bench_json_end(&j);
-	bench_json_begin(&j, "overall");
-	bench_json_u64(&j, "tokens", t->prefill_tokens + t->decode_tokens);
-	bench_json_double(&j, "seconds", (double)all_ns / 1e9);
-	bench_json_double(&j, "tokens_per_s",
-			  per_s(t->prefill_tokens + t->decode_tokens, all_ns));
-	bench_json_double(&j, "mb_per_s", per_s(s->user_bytes, all_ns) / 1e6);
-	bench_json_end(&j);
-	bench_json_u64(&j, "syncs", t->n_syncs);
-	bench_json_double(&j, "sync_seconds", (double)t->sync_ns / 1e9);
-	bench_json_double(&j, "sync_max_seconds", (double)t->sync_max_ns / 1e9);
-	bench_json_double(&j, "wall_seconds", (double)t->wall_ns / 1e9);
-	bench_json_u64(&j, "seqs_created", t->seqs_created);
-	bench_json_u64(&j, "seqs_freed", t->seqs_freed);
-	bench_json_begin(&j, "bytes");
-	bench_json_u64(&j, "user", s->user_bytes);
-	bench_json_u64(&j, "host_written", s->host_bytes_written);
-	bench_json_double(&j, "host_wa", s->host_wa);
-	bench_json_double(&j, "device_wa", s->device_wa);
-	bench_json_double(&j, "total_wa", s->total_wa);
-	bench_json_u64(&j, "data", s->data_bytes);
-	bench_json_u64(&j, "padding", s->padding_bytes);
-	bench_json_u64(&j, "summaries", s->summary_bytes);
-	bench_json_u64(&j, "cleaner_copies", s->cleaner_bytes);
-	bench_json_u64(&j, "kt", s->kt_bytes);
-	bench_json_u64(&j, "metadata", s->metadata_bytes);
-	bench_json_u64(&j, "read", s->bytes_read);
-	bench_json_end(&j);
-	bench_json_begin(&j, "segments");
-	bench_json_u64(&j, "total", s->segments_total);
-	bench_json_u64(&j, "free", s->segments_free);
-	bench_json_u64(&j, "open", s->segments_open);
-	bench_json_u64(&j, "sealed", s->segments_sealed);
-	bench_json_u64(&j, "dying", s->segments_dying);
-	bench_json_u64(&j, "corrupt", s->segments_corrupt);
-	bench_json_u64(&j, "written", s->segments_written);
-	bench_json_u64(&j, "cleaned", s->segments_cleaned);
-	bench_json_u64(&j, "reclaimed", s->segments_reclaimed);
-	bench_json_end(&j);
-	bench_json_u64(&j, "index_bytes", s->index_bytes);
-	bench_json_u64(&j, "live_pages", s->live_pages);
-	bench_json_begin(&j, "checks");
-	bench_json_u64(&j, "heads", t->check_heads);
-	bench_json_u64(&j, "bytes", t->check_bytes);
-	bench_json_double(&j, "mb_per_s",
-			  per_s(t->check_bytes, t->check_ns) / 1e6);
-	bench_json_u64(&j, "cold_heads", t->cold_heads);
-	bench_json_u64(&j, "cold_bytes", t->cold_bytes);
-	bench_json_double(&j, "cold_mb_per_s",
-			  per_s(t->cold_bytes, t->cold_ns) / 1e6);
-	bench_json_double(&j, "reopen_ms", t->reopen_ms);
-	bench_json_end(&j);
-	bench_json_end(&j);
-}
-
-static void bytes_row(const char *what, uint64_t b, uint64_t user)
-{
-	printf("  %-30s %10.1f MiB %7.2f%%\n", what, (double)b / MIB,
-	       pct(b, user));
-}
-
-static void print_text(const struct demo *d)
-{
-	const struct demo_args *a = d->a;
-	const struct demo_totals *t = &d->t;
-	const kvf_stats *s = &d->stats;
-	uint64_t tb = token_bytes(d);
-	uint64_t all_ns = t->prefill_ns + t->decode_ns + t->sync_ns;
-
-	printf("kvbench demo: decode workload, %u layers x %u q heads / %u kv heads x %u dims, f16\n",
-	       a->model.n_layers, a->model.n_q_heads, a->model.n_kv_heads,
-	       a->model.head_dim);
-	printf("  store %s: %u stripe(s), %llu KiB segments, %llu MiB capacity, O_DIRECT %s\n",
-	       a->dir, a->n_stripes,
-	       (unsigned long long)(a->segment_bytes >> 10),
-	       (unsigned long long)(a->capacity_bytes >> 20),
-	       t->direct_io ? "on" : "off (fallback)");
-	printf("  %u sequences at a time; prompts %u..%u tokens; %u..%u decode tokens each;\n"
-	       "  %u decode steps; kvf_sync every %u steps; seed %llu\n\n",
-	       a->n_slots, a->min_prompt, a->max_prompt, a->min_decode,
-	       a->max_decode, a->steps, a->sync_every,
-	       (unsigned long long)a->seed);
-
-	printf("%-28s %10s %10s %10s %12s %10s\n", "appends (time in kvflash)",
-	       "tokens", "MiB", "seconds", "tokens/s", "MB/s");
-	printf("%-28s %10llu %10.1f %10.2f %12.0f %10.1f\n",
-	       "prefill (whole prompts)", (unsigned long long)t->prefill_tokens,
-	       (double)(t->prefill_tokens * tb) / MIB,
-	       (double)t->prefill_ns / 1e9,
-	       per_s(t->prefill_tokens, t->prefill_ns),
-	       per_s(t->prefill_tokens * tb, t->prefill_ns) / 1e6);
-	printf("%-28s %10llu %10.1f %10.2f %12.0f %10.1f\n",
-	       "decode (1 token per step)",
-	       (unsigned long long)t->decode_tokens,
-	       (double)(t->decode_tokens * tb) / MIB,
-	       (double)t->decode_ns / 1e9,
-	       per_s(t->decode_tokens, t->decode_ns),
-	       per_s(t->decode_tokens * tb, t->decode_ns) / 1e6);
-	printf("%-28s %10llu %10.1f %10.2f %12.0f %10.1f\n",
-	       "both, with the kvf_syncs",
-	       (unsigned long long)(t->prefill_tokens + t->decode_tokens),
-	       (double)s->user_bytes / MIB, (double)all_ns / 1e9,
-	       per_s(t->prefill_tokens + t->decode_tokens, all_ns),
-	       per_s(s->user_bytes, all_ns) / 1e6);
-	printf("  a token is %llu KiB of K/V over all layers; %llu kvf_syncs (they wait for queued\n"
-	       "  segment writes and trim freed segments) took %.2f s (longest %.2f s);\n"
-	       "  sequences: %llu created, %llu finished and freed, %u live at the end;\n"
-	       "  workload wall time %.1f s (data generation and checks included)\n\n",
-	       (unsigned long long)(tb >> 10), (unsigned long long)t->n_syncs,
-	       (double)t->sync_ns / 1e9, (double)t->sync_max_ns / 1e9,
-	       (unsigned long long)t->seqs_created,
-	       (unsigned long long)t->seqs_freed, a->n_slots,
-	       (double)t->wall_ns / 1e9);
-
-	printf("where the bytes went: host WA %.4f (device WA %.2f)\n",
-	       s->host_wa, s->device_wa);
-	printf("  %-30s %10.1f MiB\n", "user bytes (K/V appended)",
-	       (double)s->user_bytes / MIB);
-	bytes_row("full token-group pages", s->data_bytes, s->user_bytes);
-	bytes_row("padding (partial pages, sync)", s->padding_bytes,
-		  s->user_bytes);
-	bytes_row("segment summaries", s->summary_bytes, s->user_bytes);
-	bytes_row("cleaner copies", s->cleaner_bytes, s->user_bytes);
-	bytes_row("K^T pages", s->kt_bytes, s->user_bytes);
-	bytes_row("= written to media", s->host_bytes_written, s->user_bytes);
-	bytes_row("catalog (RocksDB; not in WA)", s->metadata_bytes,
-		  s->user_bytes);
-	printf("\nsegments (%llu KiB per stripe): %u total: %u free, %u open, %u sealed, %u dying, %u corrupt;\n"
-	       "  %llu written, %llu reclaimed after frees, %llu emptied by the cleaner\n",
-	       (unsigned long long)(a->segment_bytes >> 10), s->segments_total,
-	       s->segments_free, s->segments_open, s->segments_sealed,
-	       s->segments_dying, s->segments_corrupt,
-	       (unsigned long long)s->segments_written,
-	       (unsigned long long)s->segments_reclaimed,
-	       (unsigned long long)s->segments_cleaned);
-	printf("index memory %.1f KiB for %.1f MiB of live pages (%.3f%%)\n\n",
-	       (double)s->index_bytes / 1024,
-	       (double)s->live_pages * 4096 / MIB,
-	       pct(s->index_bytes, s->live_pages * 4096));
-	printf("read-back checks (whole heads, K and V, every value compared): all match\n"
-	       "  while running: %llu heads, %.1f MiB, %.1f MB/s\n"
-	       "  after close and reopen (%.1f ms; cold, O_DIRECT): lengths of every layer of %u sequences,\n"
-	       "  %llu heads, %.1f MiB, %.1f MB/s\n\n",
-	       (unsigned long long)t->check_heads, (double)t->check_bytes / MIB,
-	       per_s(t->check_bytes, t->check_ns) / 1e6, t->reopen_ms,
-	       a->n_slots, (unsigned long long)t->cold_heads,
-	       (double)t->cold_bytes / MIB,
-	       per_s(t->cold_bytes, t->cold_ns) / 1e6);
-	printf("the store is closed and left in %s\n", a->dir);
-}
-
 /* ---- main -------------------------------------------------------------- */
 
 static int demo_setup(struct demo *d)
@@ -668,17 +406,9 @@ static int demo_setup(struct demo *d)
 			a->dir);
 		return -1;
 	}
-	kvf_options_init(&o, &a->model);
-	o.n_stripes = a->n_stripes;
-	o.segment_size = a->segment_bytes;
-	o.capacity_bytes = a->capacity_bytes;
-	o.direct_io = 1;
-	rc = kvf_open(a->dir, &o, &d->st);
-	d->t.direct_io = rc == KVF_OK;
-	if (rc == KVF_ENOTSUP) { /* no O_DIRECT here: go on without */
-		o.direct_io = 0;
-		rc = kvf_open(a->dir, &o, &d->st);
-	}
+	bench_store_options(&o, &a->model, a->n_stripes, a->segment_bytes,
+			    a->capacity_bytes);
+	rc = bench_open_direct(a->dir, &o, &d->st, &d->t.direct_io);
 	if (rc != KVF_OK)
 		return bench_fail("demo", "kvf_open", rc);
 	d->next_id = 1;
@@ -703,9 +433,9 @@ int bench_demo_main(int argc, char **argv)
 	rc = 1;
 	if (demo_setup(d) == 0 && run_workload(d) == 0 && cold_check(d) == 0) {
 		if (a.json)
-			print_json(d);
+			demo_print_json(d);
 		else
-			print_text(d);
+			demo_print_text(d);
 		rc = 0;
 	}
 	if (d->st && kvf_close(d->st) != KVF_OK)

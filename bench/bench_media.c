@@ -124,6 +124,25 @@ struct run_ctx {
 	char *plain_path;
 };
 
+/* batch_ios - the requests of the batch of whole segments from s (of
+ * n_segs, striped round robin) into c->buf; returns how many */
+static uint32_t batch_ios(struct run_ctx *c, uint64_t s, uint64_t n_segs,
+			  struct kvf_media_io *io)
+{
+	uint32_t n = (uint32_t)(n_segs - s < c->batch ? n_segs - s : c->batch);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t idx = s + i;
+
+		io[i] = (struct kvf_media_io){
+			.stripe = (uint32_t)(idx % c->a->n_stripes),
+			.seg = idx / c->a->n_stripes, .page = 0,
+			.n_pages = c->pages_per_seg,
+			.buf = c->buf + (size_t)i * c->a->segment_bytes };
+	}
+	return n;
+}
+
 /* kvf_write_pass - write every segment, stamped for pass; MB/s or < 0 */
 static double kvf_write_pass(struct run_ctx *c, uint64_t pass)
 {
@@ -132,20 +151,13 @@ static double kvf_write_pass(struct run_ctx *c, uint64_t pass)
 	uint64_t t0 = bench_now_ns();
 
 	for (uint64_t s = 0; s < n_segs; s += c->batch) {
-		uint32_t n = (uint32_t)(n_segs - s < c->batch ? n_segs - s : c->batch);
+		uint32_t n = batch_ios(c, s, n_segs, io);
 
-		for (uint32_t i = 0; i < n; i++) {
-			uint64_t idx = s + i;
-			unsigned char *b = c->buf + (size_t)i * c->a->segment_bytes;
-
-			io[i] = (struct kvf_media_io){
-				.stripe = (uint32_t)(idx % c->a->n_stripes),
-				.seg = idx / c->a->n_stripes, .page = 0,
-				.n_pages = c->pages_per_seg, .buf = b };
+		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t p = 0; p < c->pages_per_seg; p++)
-				stamp(b + (size_t)p * PAGE, io[i].stripe,
-				      io[i].seg, p, pass);
-		}
+				stamp((unsigned char *)io[i].buf +
+					      (size_t)p * PAGE,
+				      io[i].stripe, io[i].seg, p, pass);
 		if (kvf_media_write(c->m, io, n) != KVF_OK)
 			return -1;
 	}
@@ -162,17 +174,8 @@ static double kvf_read_pass(struct run_ctx *c, uint64_t pass)
 	uint64_t t0 = bench_now_ns();
 
 	for (uint64_t s = 0; s < n_segs; s += c->batch) {
-		uint32_t n = (uint32_t)(n_segs - s < c->batch ? n_segs - s : c->batch);
+		uint32_t n = batch_ios(c, s, n_segs, io);
 
-		for (uint32_t i = 0; i < n; i++) {
-			uint64_t idx = s + i;
-
-			io[i] = (struct kvf_media_io){
-				.stripe = (uint32_t)(idx % c->a->n_stripes),
-				.seg = idx / c->a->n_stripes, .page = 0,
-				.n_pages = c->pages_per_seg,
-				.buf = c->buf + (size_t)i * c->a->segment_bytes };
-		}
 		if (kvf_media_read(c->m, io, n) != KVF_OK)
 			return -1;
 		for (uint32_t i = 0; i < n; i++)

@@ -211,33 +211,6 @@ static void fold_group(struct kvc_attn_state *st, uint32_t h0, uint32_t g,
 	}
 }
 
-/* list_tokens - the unmasked tokens t0 .. t0 + nb - 1 as block offsets. */
-static uint32_t list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb,
-			    uint8_t *tl)
-{
-	uint32_t nt = 0;
-
-	for (uint32_t t = 0; t < nb; t++)
-		if (!mask || mask[t0 + t])
-			tl[nt++] = (uint8_t)t;
-	return nt;
-}
-
-/* put_scores - g rows of a block's raw scores (s, rows of B) into out
- * (rows of stride), -INFINITY for the masked tokens. */
-static void put_scores(float *out, size_t stride, const float *s, uint32_t g,
-		       const uint8_t *tl, uint32_t nt, uint32_t nb)
-{
-	for (uint32_t h = 0; h < g; h++) {
-		float *row = out + h * stride;
-
-		for (uint32_t t = 0; t < nb; t++)
-			row[t] = -INFINITY;
-		for (uint32_t j = 0; j < nt; j++)
-			row[tl[j]] = s[h * KVC_BLOCK_TOKENS + j];
-	}
-}
-
 void kvc_attn_fold_scalar(struct kvc_attn_state *st, const float *q,
 			  const void *k, const void *v, uint32_t n,
 			  kvf_dtype dtype, const uint8_t *mask, float *scores,
@@ -255,7 +228,7 @@ void kvc_attn_fold_scalar(struct kvc_attn_state *st, const float *q,
 			(const unsigned char *)k + t0 * row_bytes;
 		const unsigned char *vb =
 			(const unsigned char *)v + t0 * row_bytes;
-		uint32_t nt = list_tokens(mask, t0, nb, tl);
+		uint32_t nt = kvc_list_tokens(mask, t0, nb, tl);
 
 		for (uint32_t h0 = 0, g; h0 < st->n_q; h0 += g) {
 			g = st->n_q - h0 < GROUP ? st->n_q - h0 : GROUP;
@@ -263,7 +236,7 @@ void kvc_attn_fold_scalar(struct kvc_attn_state *st, const float *q,
 				fold_group(st, h0, g, q, kb, vb, row_bytes,
 					   dtype, tl, nt, s);
 			if (scores)
-				put_scores(scores + h0 * scores_stride + t0,
+				kvc_put_scores(scores + h0 * scores_stride + t0,
 					   scores_stride, s, g, tl, nt, nb);
 		}
 	}
@@ -282,14 +255,14 @@ void kvc_scores_scalar(const float *q, uint32_t n_q, uint32_t head_dim,
 							  KVC_BLOCK_TOKENS;
 		const unsigned char *kb =
 			(const unsigned char *)k + t0 * row_bytes;
-		uint32_t nt = list_tokens(mask, t0, nb, tl);
+		uint32_t nt = kvc_list_tokens(mask, t0, nb, tl);
 
 		for (uint32_t h0 = 0, g; h0 < n_q; h0 += g) {
 			g = n_q - h0 < GROUP ? n_q - h0 : GROUP;
 			block_scores(q + (size_t)h0 * head_dim, g, head_dim, kb,
 				     row_bytes, dtype, tl, nt, s,
 				     KVC_BLOCK_TOKENS);
-			put_scores(out + h0 * out_stride + t0, out_stride, s, g,
+			kvc_put_scores(out + h0 * out_stride + t0, out_stride, s, g,
 				   tl, nt, nb);
 		}
 	}

@@ -237,34 +237,6 @@ static uint32_t group_heads(uint32_t n_left)
 	return n_left >= 8 ? 8 : n_left >= 4 ? 4 : n_left >= 2 ? 2 : 1;
 }
 
-/* list_tokens - the unmasked tokens t0 .. t0 + nb - 1 as block offsets. */
-static uint32_t list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb,
-			    uint8_t *tl)
-{
-	uint32_t nt = 0;
-
-	for (uint32_t t = 0; t < nb; t++)
-		if (!mask || mask[t0 + t])
-			tl[nt++] = (uint8_t)t;
-	return nt;
-}
-
-/* scatter_scores - the g rows of raw scores of one block into out, with
- * -INFINITY for the unlisted (masked) tokens. */
-static void scatter_scores(float *out, size_t stride, const float *s,
-			   uint32_t g, const uint8_t *tl, uint32_t nt,
-			   uint32_t nb)
-{
-	for (uint32_t h = 0; h < g; h++) {
-		float *row = out + h * stride;
-
-		for (uint32_t t = 0; t < nb; t++)
-			row[t] = -INFINITY;
-		for (uint32_t j = 0; j < nt; j++)
-			row[tl[j]] = s[h * B + j];
-	}
-}
-
 KVC_INLINE void fold_dt(struct kvc_attn_state *st, const float *q,
 			const void *k, const void *v, uint32_t n, kvf_dtype dt,
 			const uint8_t *mask, float *scores,
@@ -278,7 +250,7 @@ KVC_INLINE void fold_dt(struct kvc_attn_state *st, const float *q,
 		uint32_t nb = n - t0 < B ? n - t0 : B;
 		const unsigned char *kb = (const unsigned char *)k + t0 * rb;
 		const unsigned char *vb = (const unsigned char *)v + t0 * rb;
-		uint32_t nt = list_tokens(mask, t0, nb, tl);
+		uint32_t nt = kvc_list_tokens(mask, t0, nb, tl);
 
 		for (uint32_t h0 = 0, g; h0 < st->n_q; h0 += g) {
 			g = group_heads(st->n_q - h0);
@@ -303,7 +275,7 @@ KVC_INLINE void fold_dt(struct kvc_attn_state *st, const float *q,
 				}
 			}
 			if (scores)
-				scatter_scores(scores + h0 * scores_stride + t0,
+				kvc_put_scores(scores + h0 * scores_stride + t0,
 					       scores_stride, s, g, tl, nt, nb);
 		}
 	}
@@ -347,7 +319,7 @@ KVC_INLINE void scores_group(const float *q, size_t D, const unsigned char *kb,
 		return;
 	}
 	dots(q, D, kb, rb, dt, tl, nt, s, B, NH);
-	scatter_scores(out, stride, s, (uint32_t)NH, tl, nt, nb);
+	kvc_put_scores(out, stride, s, (uint32_t)NH, tl, nt, nb);
 }
 
 KVC_INLINE void scores_dt(const float *q, uint32_t n_q, size_t D, const void *k,
@@ -361,7 +333,7 @@ KVC_INLINE void scores_dt(const float *q, uint32_t n_q, size_t D, const void *k,
 	for (uint32_t t0 = 0; t0 < n; t0 += B) {
 		uint32_t nb = n - t0 < B ? n - t0 : B;
 		const unsigned char *kb = (const unsigned char *)k + t0 * rb;
-		uint32_t nt = list_tokens(mask, t0, nb, tl);
+		uint32_t nt = kvc_list_tokens(mask, t0, nb, tl);
 		int masked = nt != nb;
 
 		for (uint32_t h0 = 0, g; h0 < n_q; h0 += g) {

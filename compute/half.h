@@ -4,13 +4,18 @@
  *
  * Narrowing rounds to nearest even and makes NaN quiet; widening is exact
  * (bf16 -> f32 is a plain shift, so a signaling NaN stays signaling).
- * Infinities and signed zeros are kept, f16 subnormals are exact.
+ * Infinities and signed zeros are kept, f16 subnormals are exact.  Also
+ * the element access every kernel family shares (kvc_elt_bytes, kvc_elt):
+ * one element of an array of any kvf_dtype.
  */
 #ifndef KVF_COMPUTE_HALF_H
 #define KVF_COMPUTE_HALF_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kvflash.h"
 
 static inline uint32_t kvf_f32_bits(float f)
 {
@@ -78,6 +83,27 @@ static inline uint16_t kvf_f32_to_f16(float f)
 	}
 	abs += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((abs >> 13) & 1u);
 	return (uint16_t)(sign | (abs >> 13));
+}
+
+/* kvc_elt_bytes - bytes per element of dtype. */
+static inline size_t kvc_elt_bytes(kvf_dtype dtype)
+{
+	return dtype == KVF_DTYPE_F32 ? 4 : 2;
+}
+
+/* kvc_elt - element i of the array p of dtype, widened exactly to f32. */
+static inline float kvc_elt(const void *p, size_t i, kvf_dtype dtype)
+{
+	const unsigned char *b = (const unsigned char *)p;
+	uint16_t h;
+	float f;
+
+	if (dtype == KVF_DTYPE_F32) {
+		memcpy(&f, b + i * 4, sizeof(f));
+		return f;
+	}
+	memcpy(&h, b + i * 2, sizeof(h));
+	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
 }
 
 #endif /* KVF_COMPUTE_HALF_H */

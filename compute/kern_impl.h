@@ -16,25 +16,38 @@
 #include "compute/half.h"
 #include "compute/kernels.h"
 
-/* kvc_elt_bytes - bytes per element of dtype. */
-static inline size_t kvc_elt_bytes(kvf_dtype dtype)
+/* kvc_list_tokens - the unmasked tokens t0 .. t0 + nb - 1 of a block as
+ * block offsets into tl; returns how many (mask NULL: all). */
+static __attribute__((unused)) uint32_t
+kvc_list_tokens(const uint8_t *mask, uint32_t t0, uint32_t nb, uint8_t *tl)
 {
-	return dtype == KVF_DTYPE_F32 ? 4 : 2;
+	uint32_t nt = 0;
+
+	for (uint32_t t = 0; t < nb; t++)
+		if (!mask || mask[t0 + t])
+			tl[nt++] = (uint8_t)t;
+	return nt;
 }
 
-/* kvc_elt - element i of the array p of dtype, widened exactly to f32. */
-static inline float kvc_elt(const void *p, size_t i, kvf_dtype dtype)
+/* kvc_put_scores - g rows of a block's raw scores (s, rows of
+ * KVC_BLOCK_TOKENS, the listed tokens tl[0..nt) only) into out (rows of
+ * stride), -INFINITY for the nb - nt masked tokens.
+ *
+ * Both are plain static, not inline, so that the compiler inlines them (or
+ * not) as it did when each file had its own copy: the kernels' machine
+ * code stays what was measured. */
+static __attribute__((unused)) void
+kvc_put_scores(float *out, size_t stride, const float *s, uint32_t g,
+	       const uint8_t *tl, uint32_t nt, uint32_t nb)
 {
-	const unsigned char *b = (const unsigned char *)p;
-	uint16_t h;
-	float f;
+	for (uint32_t h = 0; h < g; h++) {
+		float *row = out + h * stride;
 
-	if (dtype == KVF_DTYPE_F32) {
-		memcpy(&f, b + i * 4, sizeof(f));
-		return f;
+		for (uint32_t t = 0; t < nb; t++)
+			row[t] = -INFINITY;
+		for (uint32_t j = 0; j < nt; j++)
+			row[tl[j]] = s[h * KVC_BLOCK_TOKENS + j];
 	}
-	memcpy(&h, b + i * 2, sizeof(h));
-	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
 }
 
 /* KVC_DOT_ROW_TYPED - q . row for one dtype: four partial sums, so the

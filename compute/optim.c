@@ -31,7 +31,7 @@ static void widen_scalar(float *dst, const void *src, size_t n, kvf_dtype dtype,
 			 float scale)
 {
 	for (size_t i = 0; i < n; i++)
-		dst[i] = optim_elt_load(src, i, dtype) * scale;
+		dst[i] = kvc_elt(src, i, dtype) * scale;
 }
 
 static void update_scalar(const struct kvc_optim_step *s,
@@ -53,7 +53,7 @@ static double sumsq_scalar(const void *g, size_t n, kvf_dtype dtype)
 	double sum = 0.0;
 
 	for (size_t i = 0; i < n; i++) {
-		double x = optim_elt_load(g, i, dtype);
+		double x = kvc_elt(g, i, dtype);
 
 		sum += x * x;
 	}
@@ -409,8 +409,8 @@ void kvc_optim_dense_from(const struct kvc_optim *k,
 	float g[KVC_OPTIM_BLOCK];
 	const unsigned char *gb = (const unsigned char *)grad;
 	unsigned char *ob = (unsigned char *)params_out;
-	size_t ge = optim_elt_bytes(grad_dtype),
-	       oe = optim_elt_bytes(s->out_dtype);
+	size_t ge = kvc_elt_bytes(grad_dtype),
+	       oe = kvc_elt_bytes(s->out_dtype);
 
 	assert(n == 0 || (grad && check_state(s, c)));
 	for (size_t b = 0, len; b < n; b += len) {
@@ -455,7 +455,7 @@ static void scatter_block(float *g, const struct kvc_optim_step *s, size_t b,
 		if (r < b || r - b >= len)
 			break;
 		assert(*j == 0 || idx[*j] > idx[*j - 1]);
-		g[r - b] = optim_elt_load(val, *j, dtype) * s->grad_scale;
+		g[r - b] = kvc_elt(val, *j, dtype) * s->grad_scale;
 	}
 }
 
@@ -467,7 +467,7 @@ void kvc_optim_sparse_from(const struct kvc_optim *k,
 {
 	float g[KVC_OPTIM_BLOCK];
 	unsigned char *ob = (unsigned char *)params_out;
-	size_t oe = optim_elt_bytes(s->out_dtype), j = 0;
+	size_t oe = kvc_elt_bytes(s->out_dtype), j = 0;
 
 	assert(n == 0 || check_state(s, c));
 	assert(nnz == 0 || (idx && val));

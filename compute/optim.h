@@ -61,7 +61,7 @@
  * independent: updating a tensor in any split of chunks, in any order, on
  * any threads, gives the same bits as one call over the whole tensor.
  *
- * A step, for the engine (see tests/unit/compute/test_optim.c):
+ * A step, for the engine (see tests/unit/compute/test_optim_*.c):
  *	k = kvc_optim();
  *	sumsq = sum over chunks of kvc_optim_grad_sumsq(k, grad chunk, ...);
  *	if (!isfinite(sumsq)) refuse the step, nothing changed;

@@ -21,27 +21,9 @@
 
 #include "compute/optim.h"
 #include "compute/optim_impl.h"
+#include "compute/vec_avx2.h" /* load8 */
 
 #define OPTIM_INLINE static inline __attribute__((always_inline))
-
-/* load8 - elements i..i+7 of the dtype array p, widened exactly to f32. */
-OPTIM_INLINE __m256 load8(const void *p, size_t i, kvf_dtype dtype)
-{
-	const unsigned char *b = (const unsigned char *)p;
-
-	switch (dtype) {
-	case KVF_DTYPE_F16:
-		return _mm256_cvtph_ps(
-			_mm_loadu_si128((const __m128i *)(b + i * 2)));
-	case KVF_DTYPE_BF16:
-		return _mm256_castsi256_ps(
-			_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
-						  (const __m128i *)(b + i * 2))),
-					  16));
-	default:
-		return _mm256_loadu_ps((const float *)(b + i * 4));
-	}
-}
 
 /*
  * to_bf16_8 - 8 floats rounded to bf16 as kvf_f32_to_bf16 does: NaN made
@@ -96,7 +78,7 @@ static void widen_avx2(float *dst, const void *src, size_t n, kvf_dtype dtype,
 		_mm256_storeu_ps(dst + i,
 				 _mm256_mul_ps(load8(src, i, dtype), sc));
 	for (; i < n; i++)
-		dst[i] = optim_elt_load(src, i, dtype) * scale;
+		dst[i] = kvc_elt(src, i, dtype) * scale;
 }
 
 static void narrow_avx2(void *dst, const float *src, size_t n, kvf_dtype dtype)
@@ -304,7 +286,7 @@ static double sumsq_avx2(const void *g, size_t n, kvf_dtype dtype)
 		       _mm256_extractf128_pd(s0, 1));
 	sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 	for (; i < n; i++) {
-		double x = optim_elt_load(g, i, dtype);
+		double x = kvc_elt(g, i, dtype);
 
 		sum += x * x;
 	}

@@ -53,27 +53,6 @@ struct kvc_optim {
  * referenced by optim.c, when KVC_OPTIM_HAVE_AVX2 is 1. */
 extern const struct kvc_optim kvc_optim_avx2_table;
 
-/* optim_elt_bytes - bytes per element of dtype. */
-static inline size_t optim_elt_bytes(kvf_dtype dtype)
-{
-	return dtype == KVF_DTYPE_F32 ? 4 : 2;
-}
-
-/* optim_elt_load - element i of the dtype array p, widened exactly to fp32. */
-static inline float optim_elt_load(const void *p, size_t i, kvf_dtype dtype)
-{
-	const unsigned char *b = (const unsigned char *)p;
-	uint16_t h;
-	float f;
-
-	if (dtype == KVF_DTYPE_F32) {
-		memcpy(&f, b + i * 4, sizeof(f));
-		return f;
-	}
-	memcpy(&h, b + i * 2, sizeof(h));
-	return dtype == KVF_DTYPE_F16 ? kvf_f16_to_f32(h) : kvf_bf16_to_f32(h);
-}
-
 /* optim_elt_store - element i of the dtype array p = f, rounded to nearest even. */
 static inline void optim_elt_store(void *p, size_t i, kvf_dtype dtype, float f)
 {

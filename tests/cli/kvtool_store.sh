@@ -19,8 +19,6 @@ if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
 fi
 KVTOOL=$1
 MAKE_STORE=$2
-passed=0
-failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvtool-store.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 if command -v python3 >/dev/null 2>&1; then
@@ -30,47 +28,10 @@ else
 	echo "note: no python3; JSON checks skipped"
 fi
 
-# run ARGS... - run kvtool; sets $rc, $out, $err (files $tmp/out, $tmp/err)
-run() {
-	what="kvtool $*"
-	"$KVTOOL" "$@" <"/dev/null" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	out=$(cat "$tmp/out")
-	err=$(cat "$tmp/err")
-}
-
-pass() {
-	passed=$((passed + 1))
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $what: $*"
-	echo "  exit $rc"
-	sed 's/^/  stdout: /' "$tmp/out" | head -8
-	sed 's/^/  stderr: /' "$tmp/err" | head -5
-}
-
-expect_rc() {
-	if [ "$rc" -eq "$1" ]; then pass; else fail "exit $rc, want $1"; fi
-}
-
-expect_no_stdout() {
-	if [ ! -s "$tmp/out" ]; then pass; else fail "stdout not empty"; fi
-}
-
-expect_no_stderr() {
-	if [ ! -s "$tmp/err" ]; then pass; else fail "stderr not empty"; fi
-}
-
-# expect_stdout_has REGEX - some line of stdout matches the ERE
-expect_stdout_has() {
-	if grep -Eq -- "$1" "$tmp/out"; then
-		pass
-	else
-		fail "no stdout line matches /$1/"
-	fi
-}
+# run, pass, fail, expect_rc, expect_no_stdout, expect_no_stderr,
+# expect_stdout_has
+FAIL_STDOUT_LINES=8
+. "$(dirname "$0")/checks.sh"
 
 expect_stdout_lacks() {
 	if grep -Eq -- "$1" "$tmp/out"; then

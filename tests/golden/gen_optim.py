@@ -3,7 +3,7 @@
 
 Writes tests/golden/optim_golden.h: for each case, a starting state (p, m,
 v), the gradients of a few steps and the state after each step, as computed
-here from PyTorch's formulas.  tests/unit/compute/test_optim.c runs the
+here from PyTorch's formulas.  tests/unit/compute/test_optim_golden.c runs the
 kernels on the same inputs and compares.  Standard library only; the output
 is the same on every run (a fixed linear congruential generator makes the
 data).  Regenerate with

@@ -30,6 +30,9 @@
  * Prints "N passed, M failed" and exits 1 on any failure; TSan reports
  * make the run fail too (exit code 66, or halt_on_error=1 in TSAN_OPTIONS).
  * KVF_SEED reproduces the random choices (thread timing still varies).
+ *
+ * The attender threads are stress_store_attend.c; stress_store.h is what
+ * the two files share.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -44,23 +47,7 @@
 #include "compute/half.h"
 #include "kvflash.h"
 #include "testutil.h"
-
-#define LAYERS 2
-#define QH 4
-#define KVH 2
-#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 */
-#define ROW (DIM * 2)
-#define G 32
-#define WRITERS 4
-#define READERS 2
-#define APPENDS 1200  /* appends per writer (each to every layer) */
-#define MAX_N (3 * G) /* tokens per append, at most */
-#define FORK_SLOTS 4  /* live forks the forker keeps */
-#define ATTENDERS 2
-#define ATTN_SPAN 256   /* tokens an attention check covers, at most */
-#define ATTN_SLACK 8192 /* mask entries past the length seen */
-#define ATTN_TOL 2e-5   /* |got - want| <= tol + tol * |want| */
-#define ATTN_MIN 50     /* calls per attender, at least */
+#include "tests/stress/stress_store.h"
 
 /*
  * __tsan_default_suppressions - reports TSan must not make.  RocksDB is
@@ -80,17 +67,15 @@ const char *__tsan_default_suppressions(void)
 	       "called_from_lib:libstdc++.so\n";
 }
 
-static atomic_uint passed, failed;
-static atomic_int writers_left;
+atomic_uint stress_passed, stress_failed;
+atomic_int stress_writers_left;
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void fail(const char *fmt, ...)
+void stress_fail(const char *fmt, ...)
 {
 	va_list ap;
 
 	/* count, and report the first few */
-	if (atomic_fetch_add(&failed, 1) < 10) {
+	if (atomic_fetch_add(&stress_failed, 1) < 10) {
 		va_start(ap, fmt);
 		fputs("stress_store: ", stderr);
 		vfprintf(stderr, fmt, ap);
@@ -99,17 +84,10 @@ static void fail(const char *fmt, ...)
 	}
 }
 
-static uint64_t mix(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void fill_row(unsigned char *dst, uint64_t family, uint32_t layer,
+void stress_fill_row(unsigned char *dst, uint64_t family, uint32_t layer,
 		     int kind, uint64_t t, uint32_t h)
 {
-	uint64_t x = mix(mix(family) + layer * 0x100000001b3ull +
+	uint64_t x = stress_mix(stress_mix(family) + layer * 0x100000001b3ull +
 			 (uint64_t)kind * 0x3c6ef372fe94f82bull +
 			 h * 0x2545f4914f6cdd1dull) +
 		     t * 0x9e3779b97f4a7c15ull;
@@ -117,15 +95,10 @@ static void fill_row(unsigned char *dst, uint64_t family, uint32_t layer,
 	for (uint32_t j = 0; j < ROW; j += 8) {
 		/* four finite f16 values below 2 in magnitude (bit 14 clear:
 		 * exponent at most 15), so attention over them is finite */
-		uint64_t w = mix(x + j) & 0xbfffbfffbfffbfffull;
+		uint64_t w = stress_mix(x + j) & 0xbfffbfffbfffbfffull;
 
 		memcpy(dst + j, &w, 8);
 	}
-}
-
-static uint64_t writer_seq(uint32_t w)
-{
-	return 1000 * (uint64_t)(w + 1);
 }
 
 /* check - read [t0, t1) of one head of seq (family fam) and compare.
@@ -141,28 +114,28 @@ static void check(kvf_store *st, uint64_t seq, uint64_t fam, uint32_t layer,
 	if ((rc == KVF_ENOENT || rc == KVF_ERANGE) && may_vanish)
 		return;
 	if (rc != KVF_OK) {
-		fail("read seq %" PRIu64 " layer %u head %u [%" PRIu64
+		stress_fail("read seq %" PRIu64 " layer %u head %u [%" PRIu64
 		     ", %" PRIu64 "): %s",
 		     seq, layer, h, t0, t1, kvf_last_error());
 		return;
 	}
 	for (uint64_t i = 0; i < t1 - t0; i++) {
-		fill_row(want, fam, layer, 0, t0 + i, h);
+		stress_fill_row(want, fam, layer, 0, t0 + i, h);
 		if (memcmp(k + i * ROW, want, ROW) != 0) {
-			fail("seq %" PRIu64 " layer %u head %u K token %" PRIu64
+			stress_fail("seq %" PRIu64 " layer %u head %u K token %" PRIu64
 			     " reads back wrong",
 			     seq, layer, h, t0 + i);
 			return;
 		}
-		fill_row(want, fam, layer, 1, t0 + i, h);
+		stress_fill_row(want, fam, layer, 1, t0 + i, h);
 		if (memcmp(v + i * ROW, want, ROW) != 0) {
-			fail("seq %" PRIu64 " layer %u head %u V token %" PRIu64
+			stress_fail("seq %" PRIu64 " layer %u head %u V token %" PRIu64
 			     " reads back wrong",
 			     seq, layer, h, t0 + i);
 			return;
 		}
 	}
-	atomic_fetch_add(&passed, 1);
+	atomic_fetch_add(&stress_passed, 1);
 }
 
 /* append_family - n tokens of family fam at t0 to one layer of seq */
@@ -172,38 +145,25 @@ static kvf_status append_family(kvf_store *st, uint64_t seq, uint64_t fam,
 {
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t h = 0; h < KVH; h++) {
-			fill_row(k + ((size_t)i * KVH + h) * ROW, fam, layer, 0,
+			stress_fill_row(k + ((size_t)i * KVH + h) * ROW, fam, layer, 0,
 				 t0 + i, h);
-			fill_row(v + ((size_t)i * KVH + h) * ROW, fam, layer, 1,
+			stress_fill_row(v + ((size_t)i * KVH + h) * ROW, fam, layer, 1,
 				 t0 + i, h);
 		}
 	return kvf_append(st, seq, layer, n, k, v);
 }
 
-struct ctx {
-	kvf_store *st;
-	uint64_t seed;
-	/* forks: 0 = none; written by the forker, read by readers */
-	_Atomic uint64_t forks[FORK_SLOTS];
-};
-
-struct thread {
-	struct ctx *c;
-	uint32_t id;
-	uint64_t rng;
-};
-
 static void *writer(void *arg)
 {
 	struct thread *t = arg;
 	kvf_store *st = t->c->st;
-	uint64_t seq = writer_seq(t->id);
+	uint64_t seq = stress_writer_seq(t->id);
 	unsigned char *k = malloc((size_t)MAX_N * KVH * ROW);
 	unsigned char *v = malloc((size_t)MAX_N * KVH * ROW);
 	uint64_t len = 0;
 
 	if (kvf_seq_create(st, seq) != KVF_OK)
-		fail("create %" PRIu64 ": %s", seq, kvf_last_error());
+		stress_fail("create %" PRIu64 ": %s", seq, kvf_last_error());
 	for (uint32_t a = 0; a < APPENDS && k && v; a++) {
 		uint32_t n =
 			1 + (uint32_t)rng_below(&t->rng, a % 10 ? 3 : MAX_N);
@@ -211,10 +171,10 @@ static void *writer(void *arg)
 		for (uint32_t l = 0; l < LAYERS; l++)
 			if (append_family(st, seq, seq, l, len, n, k, v) !=
 			    KVF_OK)
-				fail("append %" PRIu64 " layer %u: %s", seq, l,
+				stress_fail("append %" PRIu64 " layer %u: %s", seq, l,
 				     kvf_last_error());
 			else
-				atomic_fetch_add(&passed, 1);
+				atomic_fetch_add(&stress_passed, 1);
 		len += n;
 		if (a % 8 == 7) {
 			uint64_t t0 = rng_below(&t->rng, len);
@@ -233,7 +193,7 @@ static void *writer(void *arg)
 	}
 	free(k);
 	free(v);
-	atomic_fetch_sub(&writers_left, 1);
+	atomic_fetch_sub(&stress_writers_left, 1);
 	return NULL;
 }
 
@@ -244,11 +204,11 @@ static void *reader(void *arg)
 	unsigned char *k = malloc(4 * (size_t)MAX_N * ROW);
 	unsigned char *v = malloc(4 * (size_t)MAX_N * ROW);
 
-	while (atomic_load(&writers_left) > 0 && k && v) {
+	while (atomic_load(&stress_writers_left) > 0 && k && v) {
 		uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
 		uint32_t slot = (uint32_t)rng_below(&t->rng, 2 * FORK_SLOTS);
 		uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
-		uint64_t seq = writer_seq(w), fam = seq, len;
+		uint64_t seq = stress_writer_seq(w), fam = seq, len;
 		int is_fork = 0;
 		kvf_status rc;
 
@@ -265,7 +225,7 @@ static void *reader(void *arg)
 		if (rc == KVF_ENOENT)
 			continue; /* not created yet, or a fork freed */
 		if (rc != KVF_OK) {
-			fail("len %" PRIu64 ": %s", seq, kvf_last_error());
+			stress_fail("len %" PRIu64 ": %s", seq, kvf_last_error());
 			continue;
 		}
 		if (len == 0)
@@ -286,7 +246,7 @@ static void *reader(void *arg)
 }
 
 /* min_len - the tokens every layer of seq has (lengths only grow) */
-static int min_len(kvf_store *st, uint64_t seq, uint64_t *out)
+int stress_min_len(kvf_store *st, uint64_t seq, uint64_t *out)
 {
 	uint64_t m = UINT64_MAX, n;
 
@@ -309,30 +269,30 @@ static void *forker(void *arg)
 	unsigned char *v = malloc((size_t)MAX_N * KVH * ROW);
 	uint64_t next = 1;
 
-	while (atomic_load(&writers_left) > 0 && k && v) {
+	while (atomic_load(&stress_writers_left) > 0 && k && v) {
 		uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
 		uint32_t slot = (uint32_t)rng_below(&t->rng, FORK_SLOTS);
-		uint64_t parent = writer_seq(w), child, n, old;
+		uint64_t parent = stress_writer_seq(w), child, n, old;
 		kvf_status rc;
 
-		if (!min_len(st, parent, &n))
+		if (!stress_min_len(st, parent, &n))
 			continue;
 		child = parent + next++ % 999; /* family = parent */
 		if (child == parent)
 			child = parent + next++ % 999;
 		old = atomic_exchange(&c->forks[slot], 0);
 		if (old && kvf_seq_free(st, old) != KVF_OK)
-			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+			stress_fail("free %" PRIu64 ": %s", old, kvf_last_error());
 		rc = kvf_seq_fork(st, parent, child, n);
 		if (rc == KVF_EEXIST)
 			continue; /* that id is still a live fork elsewhere */
 		if (rc != KVF_OK) {
-			fail("fork %" PRIu64 " -> %" PRIu64 " at %" PRIu64
+			stress_fail("fork %" PRIu64 " -> %" PRIu64 " at %" PRIu64
 			     ": %s",
 			     parent, child, n, kvf_last_error());
 			continue;
 		}
-		atomic_fetch_add(&passed, 1);
+		atomic_fetch_add(&stress_passed, 1);
 		if (n > 0)
 			check(st, child, parent,
 			      (uint32_t)rng_below(&t->rng, LAYERS),
@@ -340,20 +300,20 @@ static void *forker(void *arg)
 			      n > MAX_N ? n - MAX_N : 0, n, 0, k, v);
 		/* the child's own tokens continue its family's values */
 		if (append_family(st, child, parent, 0, n, 5, k, v) != KVF_OK)
-			fail("append to fork %" PRIu64 ": %s", child,
+			stress_fail("append to fork %" PRIu64 ": %s", child,
 			     kvf_last_error());
 		else
 			check(st, child, parent, 0, 1, n > 3 ? n - 3 : 0, n + 5,
 			      0, k, v);
 		old = atomic_exchange(&c->forks[slot], child);
 		if (old && kvf_seq_free(st, old) != KVF_OK)
-			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+			stress_fail("free %" PRIu64 ": %s", old, kvf_last_error());
 	}
 	for (uint32_t s = 0; s < FORK_SLOTS; s++) {
 		uint64_t old = atomic_exchange(&c->forks[s], 0);
 
 		if (old && kvf_seq_free(st, old) != KVF_OK)
-			fail("free %" PRIu64 ": %s", old, kvf_last_error());
+			stress_fail("free %" PRIu64 ": %s", old, kvf_last_error());
 	}
 	free(k);
 	free(v);
@@ -365,223 +325,18 @@ static void *syncer(void *arg)
 	struct thread *t = arg;
 	kvf_store *st = t->c->st;
 
-	while (atomic_load(&writers_left) > 0) {
+	while (atomic_load(&stress_writers_left) > 0) {
 		kvf_stats s = { .struct_size = sizeof(s) };
 		struct timespec ts = { 0, 2 * 1000 * 1000 };
 
 		if (kvf_sync(st) != KVF_OK)
-			fail("sync: %s", kvf_last_error());
+			stress_fail("sync: %s", kvf_last_error());
 		else if (kvf_stats_get(st, &s) != KVF_OK)
-			fail("stats: %s", kvf_last_error());
+			stress_fail("stats: %s", kvf_last_error());
 		else
-			atomic_fetch_add(&passed, 1);
+			atomic_fetch_add(&stress_passed, 1);
 		nanosleep(&ts, NULL);
 	}
-	return NULL;
-}
-
-/* ---- attention near the data, against a reference ----------------------- */
-
-static atomic_uint attends, attend_batches;
-
-static double f16_at(const unsigned char *row, uint32_t d)
-{
-	uint16_t x;
-
-	memcpy(&x, row + 2 * d, 2);
-	return kvf_f16_to_f32(x);
-}
-
-/* attn_ref - dense attention of q ([QH][DIM]) over tokens [lo, hi) of
- * family fam, layer: out [QH][DIM]; s has room for hi - lo scores */
-static void attn_ref(uint64_t fam, uint32_t layer, uint64_t lo, uint64_t hi,
-		     const float *q, double *out, double *s)
-{
-	const double scale = 1.0 / sqrt((double)DIM);
-	unsigned char row[ROW];
-
-	for (uint32_t qh = 0; qh < QH; qh++) {
-		uint32_t h = qh / (QH / KVH); /* the KV head it shares */
-		double m = -INFINITY, l = 0;
-		double *o = out + (size_t)qh * DIM;
-
-		for (uint64_t t = lo; t < hi; t++) {
-			double dot = 0;
-
-			fill_row(row, fam, layer, 0, t, h);
-			for (uint32_t d = 0; d < DIM; d++)
-				dot += (double)q[qh * DIM + d] * f16_at(row, d);
-			s[t - lo] = dot * scale;
-			if (s[t - lo] > m)
-				m = s[t - lo];
-		}
-		for (uint32_t d = 0; d < DIM; d++)
-			o[d] = 0;
-		for (uint64_t t = lo; t < hi; t++) {
-			double w = exp(s[t - lo] - m);
-
-			l += w;
-			fill_row(row, fam, layer, 1, t, h);
-			for (uint32_t d = 0; d < DIM; d++)
-				o[d] += w * f16_at(row, d);
-		}
-		for (uint32_t d = 0; d < DIM; d++)
-			o[d] = l > 0 ? o[d] / l : 0;
-	}
-}
-
-/* attn_close - got matches want within ATTN_TOL; else one failure */
-static int attn_close(const float *got, const double *want, uint64_t seq,
-		      uint32_t layer, uint64_t lo, uint64_t hi, const char *call)
-{
-	for (uint32_t i = 0; i < QH * DIM; i++)
-		if (!(fabs(got[i] - want[i]) <= ATTN_TOL + ATTN_TOL * fabs(want[i]))) {
-			fail("%s seq %" PRIu64 " layer %u tokens [%" PRIu64
-			     ", %" PRIu64 "): out[%u] %g, reference %g",
-			     call, seq, layer, lo, hi, i, (double)got[i],
-			     want[i]);
-			return 0;
-		}
-	return 1;
-}
-
-/* attn_mask - ones on [lo, hi), zeros up to len (a fresh calloc) */
-static uint8_t *attn_mask(uint64_t lo, uint64_t hi, uint64_t len)
-{
-	uint8_t *m = calloc(len, 1);
-
-	if (m)
-		memset(m + lo, 1, hi - lo);
-	return m;
-}
-
-/* attend_one - kvf_attend on a writer's sequence (any layer) or a fork
- * (layer 1, which only the fork call fills: a fork id made again is at
- * least as long, so its length never drops below one seen) */
-static void attend_one(struct thread *t, float *q, float *out, double *ref,
-		       double *s)
-{
-	kvf_store *st = t->c->st;
-	uint32_t w = (uint32_t)rng_below(&t->rng, WRITERS);
-	uint32_t slot = (uint32_t)rng_below(&t->rng, 2 * FORK_SLOTS);
-	uint64_t seq = writer_seq(w), fam = seq, n0, lo;
-	uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
-	int is_fork = 0;
-	kvf_attn_opts o;
-	uint8_t *mask;
-	kvf_status rc;
-
-	if (slot < FORK_SLOTS) {
-		uint64_t f = atomic_load(&t->c->forks[slot]);
-
-		if (f) {
-			seq = f;
-			fam = f / 1000 * 1000;
-			layer = 1;
-			is_fork = 1;
-		}
-	}
-	rc = kvf_seq_len(st, seq, layer, &n0);
-	if (rc == KVF_ENOENT || (rc == KVF_OK && n0 == 0))
-		return;
-	if (rc != KVF_OK) {
-		fail("len %" PRIu64 ": %s", seq, kvf_last_error());
-		return;
-	}
-	lo = n0 - (1 + rng_below(&t->rng, n0 < ATTN_SPAN ? n0 : ATTN_SPAN));
-	if ((mask = attn_mask(lo, n0, n0 + ATTN_SLACK)) == NULL)
-		return;
-	kvf_attn_opts_init(&o);
-	o.mask = mask;
-	o.mask_len = n0 + ATTN_SLACK;
-	for (uint32_t i = 0; i < QH * DIM; i++)
-		q[i] = (float)((double)rng_below(&t->rng, 1u << 20) / (1u << 20) - 0.5);
-	rc = kvf_attend(st, seq, layer, q, out, &o);
-	free(mask);
-	if ((rc == KVF_ENOENT && is_fork) || rc == KVF_ERANGE)
-		return; /* a fork freed meanwhile; grown past the mask */
-	if (rc != KVF_OK) {
-		fail("attend seq %" PRIu64 " layer %u: %s", seq, layer,
-		     kvf_last_error());
-		return;
-	}
-	attn_ref(fam, layer, lo, n0, q, ref, s);
-	if (attn_close(out, ref, seq, layer, lo, n0, "attend")) {
-		atomic_fetch_add(&attends, 1);
-		atomic_fetch_add(&passed, 1);
-	}
-}
-
-/* attend_all - kvf_attend_batch over every writer's sequence: one mask
- * for all, ones below the shortest length seen */
-static void attend_all(struct thread *t, float *q, float *out, double *ref,
-		       double *s)
-{
-	kvf_store *st = t->c->st;
-	uint32_t layer = (uint32_t)rng_below(&t->rng, LAYERS);
-	uint64_t seqs[WRITERS], lo, m = UINT64_MAX, longest = 0;
-	kvf_attn_opts o;
-	uint8_t *mask;
-	kvf_status rc;
-
-	for (uint32_t w = 0; w < WRITERS; w++) {
-		uint64_t n;
-
-		seqs[w] = writer_seq(w);
-		if (kvf_seq_len(st, seqs[w], layer, &n) != KVF_OK)
-			return; /* not created yet */
-		m = n < m ? n : m;
-		longest = n > longest ? n : longest;
-	}
-	if (m == 0)
-		return;
-	lo = m - (1 + rng_below(&t->rng, m < ATTN_SPAN ? m : ATTN_SPAN));
-	if ((mask = attn_mask(lo, m, longest + ATTN_SLACK)) == NULL)
-		return;
-	kvf_attn_opts_init(&o);
-	o.mask = mask;
-	o.mask_len = longest + ATTN_SLACK;
-	for (uint32_t i = 0; i < WRITERS * QH * DIM; i++)
-		q[i] = (float)((double)rng_below(&t->rng, 1u << 20) / (1u << 20) - 0.5);
-	rc = kvf_attend_batch(st, WRITERS, seqs, layer, q, out, &o);
-	free(mask);
-	if (rc == KVF_ERANGE)
-		return;
-	if (rc != KVF_OK) {
-		fail("attend_batch layer %u: %s", layer, kvf_last_error());
-		return;
-	}
-	for (uint32_t w = 0; w < WRITERS; w++) {
-		attn_ref(seqs[w], layer, lo, m, q + (size_t)w * QH * DIM, ref, s);
-		if (!attn_close(out + (size_t)w * QH * DIM, ref, seqs[w], layer,
-				lo, m, "attend_batch"))
-			return;
-	}
-	atomic_fetch_add(&attend_batches, 1);
-	atomic_fetch_add(&passed, 1);
-}
-
-static void *attender(void *arg)
-{
-	struct thread *t = arg;
-	float *q = malloc((size_t)WRITERS * QH * DIM * sizeof(float));
-	float *out = malloc((size_t)WRITERS * QH * DIM * sizeof(float));
-	double *ref = malloc((size_t)QH * DIM * sizeof(double));
-	double *s = malloc(ATTN_SPAN * sizeof(double));
-
-	/* while the writers run, and at least ATTN_MIN calls in all */
-	for (uint32_t i = 0; (atomic_load(&writers_left) > 0 || i < ATTN_MIN) &&
-			     q && out && ref && s;
-	     i++) {
-		if (i % 4 == 3)
-			attend_all(t, q, out, ref, s);
-		else
-			attend_one(t, q, out, ref, s);
-	}
-	free(q);
-	free(out);
-	free(ref);
-	free(s);
 	return NULL;
 }
 
@@ -592,11 +347,11 @@ static void verify_all(kvf_store *st)
 	unsigned char *k = malloc(cap), *v = malloc(cap);
 
 	for (uint32_t w = 0; w < WRITERS && k && v; w++) {
-		uint64_t seq = writer_seq(w), len;
+		uint64_t seq = stress_writer_seq(w), len;
 
 		for (uint32_t l = 0; l < LAYERS; l++) {
 			if (kvf_seq_len(st, seq, l, &len) != KVF_OK) {
-				fail("len %" PRIu64 ": %s", seq,
+				stress_fail("len %" PRIu64 ": %s", seq,
 				     kvf_last_error());
 				continue;
 			}
@@ -632,23 +387,23 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	 * load, and the media still fills enough for the cleaner */
 	o.dram_budget = 4ull << 20;
 	if (kvf_open(p, &o, &c.st) != KVF_OK) {
-		fail("open: %s", kvf_last_error());
+		stress_fail("open: %s", kvf_last_error());
 		return 1;
 	}
-	atomic_store(&writers_left, WRITERS);
+	atomic_store(&stress_writers_left, WRITERS);
 	for (uint32_t i = 0; i < WRITERS + READERS + 2 + ATTENDERS; i++) {
 		void *(*fn)(void *) = i < WRITERS                ? writer :
 				      i < WRITERS + READERS      ? reader :
 				      i == WRITERS + READERS     ? forker :
 				      i == WRITERS + READERS + 1 ? syncer :
-								   attender;
+								   stress_attender;
 
 		th[i] = (struct thread){ &c, i < WRITERS ? i : i - WRITERS,
-					 mix(seed + i) };
+					 stress_mix(seed + i) };
 		if (pthread_create(&tid[i], NULL, fn, &th[i]) != 0) {
-			fail("pthread_create");
+			stress_fail("pthread_create");
 			if (i < WRITERS)
-				atomic_fetch_sub(&writers_left, 1);
+				atomic_fetch_sub(&stress_writers_left, 1);
 			continue;
 		}
 		n++;
@@ -660,7 +415,7 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	/* freed forks and superseded partial pages filled the small store:
 	 * the cleaner must have moved live pages and segments been reused */
 	if (kvf_stats_get(c.st, &stats) != KVF_OK)
-		fail("stats: %s", kvf_last_error());
+		stress_fail("stats: %s", kvf_last_error());
 	printf("stress_store %s: %" PRIu64 " segments written, %" PRIu64
 	       " cleaned, %" PRIu64 " reclaimed, %" PRIu64
 	       " bytes copied by the cleaner, %u of %u segments free at the end; %u attends, %u attend batches checked\n",
@@ -668,25 +423,25 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 	       stats.segments_written, stats.segments_cleaned,
 	       stats.segments_reclaimed, stats.cleaner_bytes,
 	       stats.segments_free, stats.segments_total,
-	       atomic_load(&attends), atomic_load(&attend_batches));
+	       atomic_load(&stress_attends), atomic_load(&stress_attend_batches));
 	if (stats.segments_cleaned == 0 || stats.segments_reclaimed == 0)
-		fail("%s store: the cleaner did not run (%" PRIu64
+		stress_fail("%s store: the cleaner did not run (%" PRIu64
 		     " segments cleaned, %" PRIu64 " reclaimed)",
 		     media == KVF_MEDIA_FILE ? "file" : "memory",
 		     stats.segments_cleaned, stats.segments_reclaimed);
-	atomic_store(&attends, 0);
-	atomic_store(&attend_batches, 0);
+	atomic_store(&stress_attends, 0);
+	atomic_store(&stress_attend_batches, 0);
 	if (kvf_close(c.st) != KVF_OK)
-		fail("close: %s", kvf_last_error());
+		stress_fail("close: %s", kvf_last_error());
 	if (media == KVF_MEDIA_FILE) {
 		/* everything made it to the media */
 		if (kvf_open(p, NULL, &c.st) != KVF_OK) {
-			fail("reopen: %s", kvf_last_error());
+			stress_fail("reopen: %s", kvf_last_error());
 			return 1;
 		}
 		verify_all(c.st);
 		if (kvf_close(c.st) != KVF_OK)
-			fail("close: %s", kvf_last_error());
+			stress_fail("close: %s", kvf_last_error());
 	}
 	return 0;
 }
@@ -702,9 +457,10 @@ int main(void)
 		return 1;
 	}
 	run(KVF_MEDIA_MEMORY, dir, seed);
-	run(KVF_MEDIA_FILE, dir, mix(seed));
+	run(KVF_MEDIA_FILE, dir, stress_mix(seed));
 	tmpdir_remove(dir);
-	printf("%u passed, %u failed\n", atomic_load(&passed),
-	       atomic_load(&failed));
-	return atomic_load(&failed) ? 1 : 0;
+	printf("%u passed, %u failed\n", atomic_load(&stress_passed),
+	       atomic_load(&stress_failed));
+	return atomic_load(&stress_failed) ? 1 : 0;
 }
+

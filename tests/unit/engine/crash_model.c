@@ -315,54 +315,13 @@ void must(kvf_status rc, const char *what, unsigned op_no)
 /* spawn - fork a child running fn; its reports come back on *fd */
 pid_t spawn(int *fd)
 {
-	int p[2];
-	pid_t pid;
+	pid_t pid = fx_spawn(fd);
 
-	cr_assert(eq(int, pipe(p), 0));
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
-		close(p[0]);
 		in_child = 1;
-		report_fd = p[1];
-		return 0;
+		report_fd = fx_child_fd();
 	}
-	close(p[1]);
-	*fd = p[0];
 	return pid;
-}
-
-/* collect - read the child's whole report (until it is gone) */
-char *collect(int fd)
-{
-	size_t len = 0, cap = 4096;
-	char *text = malloc(cap);
-	ssize_t n;
-
-	cr_assert_not_null(text);
-	for (;;) {
-		if (len + 1024 > cap)
-			text = realloc(text, cap *= 2);
-		n = read(fd, text + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	text[len] = '\0';
-	close(fd);
-	return text;
-}
-
-void sleep_us(uint64_t us)
-{
-	struct timespec ts = { (time_t)(us / 1000000),
-			       (long)(us % 1000000) * 1000 };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
 }
 
 /* run_child - run fn(path, arg) in a child, which must exit 0; its
@@ -379,7 +338,7 @@ void run_child(void (*fn)(const char *path, uint64_t arg),
 		fn(path, arg);
 		_exit(0);
 	}
-	text = collect(fd);
+	text = fx_collect(fd);
 	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
 	if (strncmp(text, "E ", 2) == 0)
 		fail("child: %s", text + 2);

@@ -13,13 +13,8 @@
 #include <sys/types.h>
 
 #include "kvflash.h"
+#include "store_fixture.h" /* the model: LAYERS, QH, KVH, DIM, ROW, G */
 
-#define LAYERS 2
-#define QH 4
-#define KVH 2
-#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 */
-#define ROW (DIM * 2)
-#define G 32
 #define ID_POOL 6
 #define BALLAST (1ull << 50) /* a sequence outside the pool; see below */
 #define MAX_TOKENS (24 * G)  /* no appends to a layer past this */
@@ -90,8 +85,6 @@ int state_differs(kvf_store *st, const struct model *m, char *why,
 void announce(char what, unsigned op_no);
 void must(kvf_status rc, const char *what, unsigned op_no);
 pid_t spawn(int *fd);
-char *collect(int fd);
-void sleep_us(uint64_t us);
 void run_child(void (*fn)(const char *path, uint64_t arg),
 		     const char *path, uint64_t arg);
 unsigned trials(const char *name, unsigned def);

@@ -399,7 +399,7 @@ static int check_store(const char *path, const struct model *a,
 		must(kvf_close(st), "kvf_close", 0);
 		_exit(0);
 	}
-	text = collect(fd);
+	text = fx_collect(fd);
 	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
 	if (strncmp(text, "E ", 2) == 0)
 		fail("checker: %s", text + 2);
@@ -446,10 +446,10 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 	if (pid == 0)
 		writer(path, m, round_seed, self_kill_at, journal);
 	if (delay_us) {
-		sleep_us(delay_us);
+		fx_sleep_us(delay_us);
 		kill(pid, SIGKILL);
 	}
-	text = collect(fd);
+	text = fx_collect(fd);
 	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
 	if (strstr(text, "E ") != NULL)
 		fail("writer (seed %" PRIu64 " round %u): %s", seed, r,

@@ -30,16 +30,25 @@ static const uint64_t fx_ids[N_IDS] = { 1, 2, 3, 4 };
 
 /* ---- options, values ----------------------------------------------------- */
 
-kvf_options fx_options(uint64_t capacity_bytes, uint32_t n_stripes)
+kvf_options fx_options_for(const kvf_model *m, uint64_t segment_bytes,
+			   uint64_t capacity_bytes, uint32_t n_stripes)
 {
-	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_model fm = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
 	kvf_options o;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024;
+	kvf_options_init(&o, m ? m : &fm);
+	o.segment_size = segment_bytes;
 	o.capacity_bytes = capacity_bytes;
 	if (n_stripes)
 		o.n_stripes = n_stripes;
+	return o;
+}
+
+kvf_options fx_options(uint64_t capacity_bytes, uint32_t n_stripes)
+{
+	kvf_options o = fx_options_for(NULL, 64 * 1024, capacity_bytes,
+				       n_stripes);
+
 	o.n_threads = 1;
 	return o;
 }
@@ -192,9 +201,9 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 	return remove(p);
 }
 
-void fx_rm_tree(const char *p)
+int fx_rm_tree(const char *p)
 {
-	nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static uint64_t file_hash(const char *p)
@@ -293,6 +302,17 @@ void fx_same_tree(const char *root, const char *before, const char *what)
  * fx_refused - kvf_open(p, o, &h) must fail with status `code`, a message
  * holding both substrings, *out cleared, and p's tree unchanged.
  */
+int fx_contains(const char *s, const char *sub)
+{
+	return strstr(s, sub) != NULL;
+}
+
+void fx_has(const char *s)
+{
+	cr_assert(strstr(kvf_last_error(), s) != NULL,
+		  "message '%s' lacks '%s'", kvf_last_error(), s);
+}
+
 void fx_refused(const char *p, const kvf_options *o, kvf_status code,
 		    const char *sub1, const char *sub2, const char *what)
 {
@@ -385,6 +405,11 @@ void fx_child_say(const char *fmt, ...)
 	line[n++] = '\n';
 	if (write(report_fd, line, (size_t)n) != n)
 		_exit(4);
+}
+
+int fx_child_fd(void)
+{
+	return report_fd;
 }
 
 /* fx_spawn - fork; the child gets 0 and reports on report_fd, the parent
@@ -523,6 +548,15 @@ void fx_setup(void)
 	fx.path = strdup(tmp_path(fx.dir, "s"));
 	OK(kvf_open(fx.path, &o, &fx.st));
 	fx_fill(fx.st);
+}
+
+void fx_setup_dir(void)
+{
+	fx.dir = tmpdir_make("store");
+	cr_assert_not_null(fx.dir);
+	fx.path = strdup(tmp_path(fx.dir, "s"));
+	cr_assert_not_null(fx.path);
+	fx.st = NULL;
 }
 
 void fx_teardown(void)

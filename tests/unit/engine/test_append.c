@@ -4,7 +4,10 @@
  * tokens, KVF_ENOSPC on a tiny store (and room again once a sequence is
  * freed), and allocation failure injection (api/alloc.h) across groups and
  * a segment flush, on a sequence and on a fork: KVF_ENOMEM with nothing
- * changed, or KVF_EFATAL with the last sync back after a reopen.
+ * changed, or KVF_EFATAL with the last sync back after a reopen.  The
+ * good path (suite append_round_trip, on a store of its own): prefill and
+ * decode appends read back from group buffers, open segments and media,
+ * across a sync and a reopen.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -18,6 +21,10 @@
 #include "testutil.h"
 
 TestSuite(append, .init = fx_setup, .fini = fx_teardown, .timeout = 60);
+TestSuite(append_round_trip, .init = fx_setup_dir, .fini = fx_teardown,
+	  .timeout = 60);
+
+#define RT_LAYERS 3 /* the round trip's store */
 
 Test(append, append)
 {
@@ -321,4 +328,46 @@ Test(append, reads_nothing)
 	cr_assert(tokens_ok(s, 6, 6, G + 20, 3));
 	OK(kvf_close(s));
 	free(path);
+}
+
+/* the round trip: append (prefill, then decode one token at a time),
+ * read back from group buffers, open segments and media, sync, reopen */
+Test(append_round_trip, append_read_sync_reopen)
+{
+	kvf_model m = { RT_LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m, 64 * 1024, 64ull << 20, 2);
+	kvf_store *st = NULL;
+	uint64_t n;
+
+	OK(kvf_open(fx.path, &o, &st));
+	cr_assert(eq(int, kvf_seq_create(st, 7), KVF_OK));
+	/* prefill 1000 tokens on every layer, then decode 45 single tokens */
+	for (uint32_t l = 0; l < RT_LAYERS; l++)
+		OK(fx_append(st, 7, 7, l, 0, 1000));
+	for (uint64_t t = 1000; t < 1045; t++)
+		for (uint32_t l = 0; l < RT_LAYERS; l++)
+			OK(fx_append(st, 7, 7, l, t, 1));
+	for (uint32_t l = 0; l < RT_LAYERS; l++) {
+		cr_assert(eq(int, kvf_seq_len(st, 7, l, &n), KVF_OK));
+		cr_assert(eq(u64, n, 1045));
+		fx_check_tokens(st, 7, 7, l, 0, 1045);
+		fx_check_tokens(st, 7, 7, l, 31, 33);
+		fx_check_tokens(st, 7, 7, l, 1040, 1045);
+	}
+	cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
+	OK(fx_append(st, 7, 7, 0, 1045, 3)); /* not synced: gone after reopen */
+	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
+	{
+		kvf_store *st2 = NULL;
+
+		cr_assert(eq(int, kvf_open(fx.path, NULL, &st2), KVF_OK),
+			  "%s", kvf_last_error());
+		cr_assert(eq(int, kvf_seq_len(st2, 7, 0, &n), KVF_OK));
+		cr_assert(eq(u64, n, 1048), "close syncs");
+		for (uint32_t l = 0; l < RT_LAYERS; l++)
+			fx_check_tokens(st2, 7, 7, l, 0, l == 0 ? 1048 : 1045);
+		OK(fx_append(st2, 7, 7, 1, 1045, 40));
+		fx_check_tokens(st2, 7, 7, 1, 1000, 1085);
+		cr_assert(eq(int, kvf_close(st2), KVF_OK));
+	}
 }

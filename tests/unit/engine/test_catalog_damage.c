@@ -22,58 +22,19 @@
 #include <unistd.h>
 
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define QH 2
-#define KVH 2
-#define DIM 64
-#define ROW (DIM * 2)
+#define CD_QH 2 /* query heads: the fixture's model with 2, not 4 */
 #define N_SEQ 6
-
-#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
-
-static unsigned char byte_of(uint64_t seq, uint32_t layer, int kind,
-			     uint64_t t, uint32_t h, uint32_t b)
-{
-	uint64_t x = seq * 0x9e3779b97f4a7c15ull ^ (uint64_t)layer << 48 ^
-		     (uint64_t)kind << 44 ^ t << 16 ^ (uint64_t)h << 12 ^ b;
-
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ull;
-	return (unsigned char)(x ^ (x >> 29));
-}
 
 static kvf_options opts(void)
 {
-	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
-	kvf_options o;
+	kvf_model m = { LAYERS, CD_QH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m, 64 * 1024, 64ull * 64 * 1024, 0);
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024;
-	o.capacity_bytes = 64ull * 64 * 1024;
 	o.n_threads = 1;
 	return o;
-}
-
-static void append(kvf_store *st, uint64_t seq, uint32_t layer, uint64_t t0,
-		   uint32_t n)
-{
-	size_t bytes = (size_t)n * KVH * ROW;
-	unsigned char *k = malloc(bytes), *v = malloc(bytes);
-
-	cr_assert(k && v);
-	for (uint32_t i = 0; i < n; i++)
-		for (uint32_t h = 0; h < KVH; h++)
-			for (uint32_t b = 0; b < ROW; b++) {
-				size_t o = ((size_t)i * KVH + h) * ROW + b;
-
-				k[o] = byte_of(seq, layer, 0, t0 + i, h, b);
-				v[o] = byte_of(seq, layer, 1, t0 + i, h, b);
-			}
-	OK(kvf_append(st, seq, layer, n, k, v));
-	free(k);
-	free(v);
 }
 
 /* synced[s][l]: tokens of sequence s+1, layer l, as of the last sync;
@@ -99,7 +60,7 @@ static void build(const char *path)
 			for (uint32_t l = 0; l < LAYERS; l++) {
 				uint32_t n = 13 + 7 * (uint32_t)((s + l + round) % 5);
 
-				append(st, s + 1, l, len[s][l], n);
+				OK(fx_append(st, s + 1, s + 1, l, len[s][l], n));
 				len[s][l] += n;
 			}
 		}
@@ -167,8 +128,8 @@ static uint64_t check(kvf_store *st, long off)
 					OK(kvf_read(st, s + 1, l, h, t0, t1, k, v));
 					for (uint64_t t = t0; t < t1; t++)
 						for (uint32_t b = 0; b < ROW; b++)
-							cr_assert(k[(t - t0) * ROW + b] == byte_of(s + 1, l, 0, t, h, b) &&
-								  v[(t - t0) * ROW + b] == byte_of(s + 1, l, 1, t, h, b),
+							cr_assert(k[(t - t0) * ROW + b] == fx_byte(s + 1, l, 0, t, h, b) &&
+								  v[(t - t0) * ROW + b] == fx_byte(s + 1, l, 1, t, h, b),
 								  "flip at %ld: wrong byte in sequence %llu", off,
 								  (unsigned long long)s + 1);
 					checked += (t1 - t0);
@@ -304,8 +265,8 @@ static uint64_t check_prefix(kvf_store *st, long off)
 					OK(kvf_read(st, ids[i], l, h, t0, t1, k, v));
 					for (uint64_t t = t0; t < t1; t++)
 						for (uint32_t b = 0; b < ROW; b++)
-							cr_assert(k[(t - t0) * ROW + b] == byte_of(ids[i], l, 0, t, h, b) &&
-								  v[(t - t0) * ROW + b] == byte_of(ids[i], l, 1, t, h, b),
+							cr_assert(k[(t - t0) * ROW + b] == fx_byte(ids[i], l, 0, t, h, b) &&
+								  v[(t - t0) * ROW + b] == fx_byte(ids[i], l, 1, t, h, b),
 								  "flip at %ld: wrong byte in sequence %llu after repair",
 								  off, (unsigned long long)ids[i]);
 					checked += t1 - t0;

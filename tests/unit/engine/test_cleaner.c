@@ -19,26 +19,11 @@
 #include "engine/meta.h"
 #include "engine/store_state.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define KVH 2
-#define DIM 64 /* f16: G = 32 tokens a 4 KiB page */
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("cleaner");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(cleaner, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(cleaner, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
 static kvf_store *open_tiny(uint64_t capacity)
 {
@@ -46,68 +31,32 @@ static kvf_store *open_tiny(uint64_t capacity)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024; /* 16 pages: 15 data + 1 summary */
-	o.capacity_bytes = capacity;
-	o.n_stripes = 2;
+	o = fx_options_for(&m, 64 * 1024, capacity, 2); /* 16 pages: 15 data + 1 summary */
 	o.dram_budget = 0; /* every sealed page on media at once: these tests
 			    * count segments */
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	return st;
 }
 
-static uint16_t val(uint64_t seq, uint32_t l, int kind, uint64_t t, uint32_t h,
-		    uint32_t d)
-{
-	uint64_t x = seq * 7777u + l * 131u + (uint64_t)kind * 31u + t * 17u +
-		     h * 3u + d;
-
-	return (uint16_t)(x * 2654435761u >> 7);
-}
-
+/* append - n tokens (data_seq's values, fx_append) to every layer of seq
+ * from t0; the first failure's status */
 static kvf_status append(kvf_store *st, uint64_t seq, uint64_t data_seq,
 			 uint64_t t0, uint32_t n)
 {
-	uint16_t *k = malloc((size_t)n * KVH * DIM * 2);
-	uint16_t *v = malloc((size_t)n * KVH * DIM * 2);
 	kvf_status rc = KVF_OK;
 
-	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t h = 0; h < KVH; h++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					size_t at = ((size_t)i * KVH + h) * DIM + d;
-
-					k[at] = val(data_seq, l, 0, t0 + i, h, d);
-					v[at] = val(data_seq, l, 1, t0 + i, h, d);
-				}
-		rc = kvf_append(st, seq, l, n, k, v);
-	}
-	free(k);
-	free(v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++)
+		rc = fx_append(st, seq, data_seq, l, t0, n);
 	return rc;
 }
 
+/* check - tokens [0, t1) of every layer and head of seq hold data_seq's
+ * values */
 static void check(kvf_store *st, uint64_t seq, uint64_t data_seq, uint64_t t1)
 {
-	uint16_t *k = malloc((size_t)t1 * DIM * 2), *v = malloc((size_t)t1 * DIM * 2);
-
 	for (uint32_t l = 0; l < LAYERS; l++)
-		for (uint32_t h = 0; h < KVH; h++) {
-			cr_assert(eq(int, kvf_read(st, seq, l, h, 0, t1, k, v), KVF_OK),
-				  "%s", kvf_last_error());
-			for (uint64_t t = 0; t < t1; t++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					cr_assert(eq(u16, k[t * DIM + d], val(data_seq, l, 0, t, h, d)),
-						  "seq %llu layer %u head %u token %llu",
-						  (unsigned long long)seq, l, h,
-						  (unsigned long long)t);
-					cr_assert(eq(u16, v[t * DIM + d], val(data_seq, l, 1, t, h, d)));
-				}
-		}
-	free(k);
-	free(v);
+		fx_check_tokens(st, seq, data_seq, l, 0, t1);
 }
 
 /* A small trickle of tokens and a sync each time: each sync writes the
@@ -133,7 +82,7 @@ Test(cleaner, compacts_partly_filled_segments)
 	cr_assert(gt(u64, s.cleaner_bytes, 0));
 	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	check(st, 1, 1, t);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
@@ -167,7 +116,7 @@ Test(cleaner, moves_shared_pages_for_every_owner)
 	check(st, 4, 4, 240);
 	cr_assert(eq(int, kvf_close(st), KVF_OK), "%s", kvf_last_error());
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	check(st, 2, 1, t);
 	check(st, 3, 1, t - 40);
@@ -228,11 +177,8 @@ static kvf_store *open_one_stripe(void)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024; /* 15 data pages + 1 summary */
-	o.capacity_bytes = (uint64_t)OPTIM_SEGS * 64 * 1024;
-	o.n_stripes = 1;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	o = fx_options_for(&m, 64 * 1024, (uint64_t)OPTIM_SEGS * 64 * 1024, 1); /* 15 data pages + 1 summary */
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	return st;
 }
@@ -358,7 +304,7 @@ Test(cleaner, moves_optimizer_runs)
 	/* a cleaner's record holds those six pages as one run; no other
 	 * optimizer page was in a segment it could take */
 	{
-		char *store = strdup(tmp_path(dir, "s"));
+		char *store = strdup(fx.path);
 
 		cr_assert(eq(int, catalog_open(tmp_path(store, "meta"), 0, 1,
 					       CATALOG_FSYNC, &cat), KVF_OK));
@@ -371,7 +317,7 @@ Test(cleaner, moves_optimizer_runs)
 		  "longest optimizer run the cleaner wrote: %u", f.n_max);
 
 	st = NULL;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), NULL, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	cr_assert(eq(int, kvf_opt_open(st, "w", &o), KVF_OK), "%s",
 		  kvf_last_error());

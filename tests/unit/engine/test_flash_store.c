@@ -21,29 +21,14 @@
 #include "engine/store_state.h"
 #include "ftl/media_flash.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define KVH 2
-#define DIM 64 /* f16: G = 32 */
 #define SEG (64 * 1024)
 #define CAP (4ull << 20)
 #define STRIPES 2
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("flashstore");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(flash_store, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(flash_store, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 60);
 
 static kvf_options flash_opts(void)
 {
@@ -58,52 +43,28 @@ static kvf_options flash_opts(void)
 	return o;
 }
 
-static uint16_t val(uint64_t seq, uint32_t l, int kind, uint64_t t, uint32_t h,
-		    uint32_t d)
-{
-	return (uint16_t)((seq * 31 + l * 7 + (uint64_t)kind * 3 + t * 131 + h * 17 + d) * 2654435761u >> 9);
-}
-
+/* append - n tokens (seq's values, fx_append) to every layer of seq from
+ * t0; the first failure's status */
 static kvf_status append(kvf_store *st, uint64_t seq, uint64_t t0, uint32_t n)
 {
-	uint16_t *k = malloc((size_t)n * KVH * DIM * 2);
-	uint16_t *v = malloc((size_t)n * KVH * DIM * 2);
 	kvf_status rc = KVF_OK;
 
-	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t h = 0; h < KVH; h++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					k[((size_t)i * KVH + h) * DIM + d] = val(seq, l, 0, t0 + i, h, d);
-					v[((size_t)i * KVH + h) * DIM + d] = val(seq, l, 1, t0 + i, h, d);
-				}
-		rc = kvf_append(st, seq, l, n, k, v);
-	}
-	free(k);
-	free(v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++)
+		rc = fx_append(st, seq, seq, l, t0, n);
 	return rc;
 }
 
+/* check - every layer of seq holds exactly t1 tokens, with seq's values */
 static void check(kvf_store *st, uint64_t seq, uint64_t t1)
 {
-	uint16_t *k = malloc(t1 * DIM * 2 + 2), *v = malloc(t1 * DIM * 2 + 2);
 	uint64_t n;
 
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		cr_assert(eq(int, kvf_seq_len(st, seq, l, &n), KVF_OK));
-		cr_assert(eq(u64, n, t1), "seq %llu layer %u", (unsigned long long)seq, l);
-		for (uint32_t h = 0; h < KVH; h++) {
-			cr_assert(eq(int, kvf_read(st, seq, l, h, 0, t1, k, v), KVF_OK),
-				  "%s", kvf_last_error());
-			for (uint64_t t = 0; t < t1; t++)
-				for (uint32_t d = 0; d < DIM; d++) {
-					cr_assert(eq(u16, k[t * DIM + d], val(seq, l, 0, t, h, d)));
-					cr_assert(eq(u16, v[t * DIM + d], val(seq, l, 1, t, h, d)));
-				}
-		}
+		cr_assert(eq(u64, n, t1), "seq %llu layer %u",
+			  (unsigned long long)seq, l);
+		fx_check_tokens(st, seq, seq, l, 0, t1);
 	}
-	free(k);
-	free(v);
 }
 
 Test(flash_store, runs_on_the_emulator)
@@ -112,7 +73,7 @@ Test(flash_store, runs_on_the_emulator)
 	kvf_stats s = { .struct_size = sizeof(s) };
 	kvf_store *st = NULL;
 
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	for (uint64_t seq = 1; seq <= 3; seq++) {
 		cr_assert(eq(int, kvf_seq_create(st, seq), KVF_OK));
@@ -155,7 +116,7 @@ Test(flash_store, power_cut_keeps_the_synced_state)
 
 		snprintf(name, sizeof(name), "s%llu", (unsigned long long)cut);
 		cr_assert(eq(int, kvf_media_open(&cfg, &m), KVF_OK), "%s", kvf_last_error());
-		cr_assert(eq(int, store_open_media(tmp_path(dir, name), &o, m, &st), KVF_OK),
+		cr_assert(eq(int, store_open_media(tmp_path(fx.dir, name), &o, m, &st), KVF_OK),
 			  "%s", kvf_last_error());
 		cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
 		cr_assert(eq(int, append(st, 1, 0, 300), KVF_OK));
@@ -171,7 +132,7 @@ Test(flash_store, power_cut_keeps_the_synced_state)
 		kvf_close(st);
 		cr_assert(eq(int, kvf_flash_power_on(m), KVF_OK));
 		st = NULL;
-		cr_assert(eq(int, store_open_media(tmp_path(dir, name), &o, m, &st), KVF_OK),
+		cr_assert(eq(int, store_open_media(tmp_path(fx.dir, name), &o, m, &st), KVF_OK),
 			  "cut %llu: %s", (unsigned long long)cut, kvf_last_error());
 		check(st, 1, 300);
 		cr_assert(eq(int, append(st, 1, 300, 100), KVF_OK), "%s", kvf_last_error());
@@ -194,7 +155,7 @@ static kvf_store *reopen(const char *path, const kvf_options *o)
 Test(flash_store, close_and_reopen_keeps_the_tokens)
 {
 	kvf_options o = flash_opts();
-	const char *path = tmp_path(dir, "s");
+	const char *path = fx.path;
 	char img[4096];
 	struct stat sb;
 	kvf_store *st = reopen(path, &o);
@@ -232,7 +193,7 @@ Test(flash_store, close_and_reopen_keeps_the_tokens)
 Test(flash_store, kill_then_reopen_keeps_the_synced_tokens)
 {
 	kvf_options o = flash_opts();
-	const char *path = tmp_path(dir, "k");
+	const char *path = tmp_path(fx.dir, "k");
 	int fds[2], status, killed;
 	uint64_t synced = 0, got, n;
 	pid_t pid;

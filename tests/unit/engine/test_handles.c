@@ -16,23 +16,11 @@
 #include "engine/store_state.h"
 #include "engine/catalog.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
 #define IS(code, call)                                                        \
 	cr_assert(eq(int, (call), code), "%s", kvf_last_error())
-
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("handles");
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
 
 static kvf_store *open_store(void)
 {
@@ -40,15 +28,13 @@ static kvf_store *open_store(void)
 	kvf_options o;
 	kvf_store *st;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 64 * 1024;
-	o.capacity_bytes = 64ull * 64 * 1024;
+	o = fx_options_for(&m, 64 * 1024, 64ull * 64 * 1024, 0);
 	o.n_threads = 1;
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(fx.path, &o, &st));
 	return st;
 }
 
-TestSuite(handles, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(handles, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 60);
 
 Test(handles, optimizer_calls_after_store_close_are_eclosed)
 {

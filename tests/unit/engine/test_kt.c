@@ -14,26 +14,13 @@
 #include "engine/seq.h"
 #include "engine/seq_stream.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define KVH 2
-#define DIM 64 /* f16: G = 32, E = 8, T = 256 tokens a K^T page */
 
-static char *dir;
+/* the fixture's DIM 64 in f16: G = 32, E = 8, T = 256 tokens a K^T page */
 
-static void setup(void)
-{
-	dir = tmpdir_make("kt");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(kt, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(kt, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 60);
 
 static kvf_store *open_kt(int create)
 {
@@ -41,12 +28,9 @@ static kvf_store *open_kt(int create)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 128 * 1024;
-	o.capacity_bytes = 64ull << 20;
-	o.n_stripes = 3;
+	o = fx_options_for(&m, 128 * 1024, 64ull << 20, 3);
 	o.kt_pages = 1;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), create ? &o : NULL, &st), KVF_OK),
+	cr_assert(eq(int, kvf_open(fx.path, create ? &o : NULL, &st), KVF_OK),
 		  "%s", kvf_last_error());
 	return st;
 }

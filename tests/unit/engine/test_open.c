@@ -16,6 +16,9 @@
  * after, and that a store's data reads back.  Random tests print their
  * seed.
  *
+ * A reopen that runs out of memory at every allocation in turn (suite
+ * open_oom) fails cleanly or gives the store back whole.
+ *
  * Creation (test_create.c), options (test_options.c) and locking
  * (test_lock.c) have files of their own.
  */
@@ -36,6 +39,7 @@
 
 TestSuite(open, .init = fx_setup, .fini = fx_teardown, .timeout = 60);
 TestSuite(open_header, .timeout = 90);
+TestSuite(open_oom, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
 /* the fixture's state, as fx_fill() leaves it (checked once, then trusted) */
 static void digest_is_fill(const struct fx_digest *d)
@@ -511,3 +515,40 @@ Test(open_header, header_deleted)
 	free(path);
 	tmpdir_remove(dir);
 }
+
+/* A reopen that runs out of memory part way must fail cleanly or give the
+ * store back whole: it once counted no references when a list allocation
+ * failed, found every segment dead and trimmed the lot. */
+Test(open_oom, reopen_under_allocation_failure_keeps_data)
+{
+	kvf_model m1 = { 1, 1, 1, 64, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m1, 64 * 1024, 8 << 20, 1);
+	uint16_t k[64 * 64], v[64 * 64], back[64 * 64];
+	kvf_store *st = NULL;
+
+	for (int i = 0; i < 64 * 64; i++)
+		k[i] = (uint16_t)(i * 7), v[i] = (uint16_t)(i * 13);
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK));
+	cr_assert(eq(int, kvf_seq_create(st, 1), KVF_OK));
+	cr_assert(eq(int, kvf_append(st, 1, 0, 64, k, v), KVF_OK));
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	for (uint64_t n = 1; n < 400; n++) {
+		kvf_status rc;
+
+		st = NULL;
+		kvf_alloc_fail_at(n, 0);
+		rc = kvf_open(fx.path, NULL, &st);
+		kvf_alloc_fail_at(0, 0);
+		if (rc != KVF_OK) {
+			cr_assert(eq(int, rc, KVF_ENOMEM), "n %llu: %s",
+				  (unsigned long long)n, kvf_last_error());
+			cr_assert_null(st);
+			continue;
+		}
+		cr_assert(eq(int, kvf_read(st, 1, 0, 0, 0, 64, back, NULL), KVF_OK),
+			  "n %llu: %s", (unsigned long long)n, kvf_last_error());
+		cr_assert(eq(int, memcmp(back, k, sizeof(k)), 0), "n %llu", (unsigned long long)n);
+		cr_assert(eq(int, kvf_close(st), KVF_OK));
+	}
+}
+

@@ -21,24 +21,12 @@
 #include "engine/meta.h"
 #include "engine/store_state.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
 #define N 5000 /* params: four full 1024-value chunks and a partial one */
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("optim");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(optim_store, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(optim_store, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
 static kvf_store *open_store(int create)
 {
@@ -46,11 +34,8 @@ static kvf_store *open_store(int create)
 	kvf_options o;
 	kvf_store *st = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 128 * 1024;
-	o.capacity_bytes = 64ull << 20;
-	o.n_stripes = 2;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), create ? &o : NULL, &st), KVF_OK),
+	o = fx_options_for(&m, 128 * 1024, 64ull << 20, 2);
+	cr_assert(eq(int, kvf_open(fx.path, create ? &o : NULL, &st), KVF_OK),
 		  "%s", kvf_last_error());
 	return st;
 }
@@ -195,12 +180,6 @@ Test(optim_store, out_dtype_and_clipping)
 	kvf_close(st);
 }
 
-#define EXPECT(call, status, text)                                            \
-	do {                                                                  \
-		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
-		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
-			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
-	} while (0)
 
 Test(optim_store, refusals_change_nothing)
 {
@@ -345,7 +324,7 @@ Test(optim_store, a_warm_step_allocates_nothing)
 		o.segment_size = 128 * 1024;
 		o.capacity_bytes = 64ull << 20;
 		snprintf(name, sizeof(name), "warm%zu", k);
-		cr_assert(eq(int, kvf_open(tmp_path(dir, name), &o, &st), KVF_OK), "%s",
+		cr_assert(eq(int, kvf_open(tmp_path(fx.dir, name), &o, &st), KVF_OK), "%s",
 			  kvf_last_error());
 		kvf_opt_config_init(&c, KVF_OPT_ADAMW);
 		cr_assert(eq(int, kvf_opt_create(st, "a", NP, &c, NULL, &oa), KVF_OK));
@@ -430,7 +409,7 @@ Test(optim_store, segment_records_are_runs)
 		  "%s", kvf_last_error());
 	kvf_opt_close(o);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
-	cr_assert(eq(int, catalog_open(tmp_path(dir, "s/meta"), 0, 1, CATALOG_FSYNC,
+	cr_assert(eq(int, catalog_open(tmp_path(fx.dir, "s/meta"), 0, 1, CATALOG_FSYNC,
 				       &cat), KVF_OK));
 	cr_assert(eq(int, catalog_scan(cat, &tag, 1, count_runs, &c), KVF_OK));
 	catalog_close(cat);
@@ -459,11 +438,8 @@ Test(optim_store, step_without_room)
 	kvf_store *st = NULL;
 	kvf_opt *optim = NULL;
 
-	kvf_options_init(&o, &m);
-	o.segment_size = 128 * 1024;
-	o.capacity_bytes = 16 * 128 * 1024;
-	o.n_stripes = 2;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_OK), "%s",
+	o = fx_options_for(&m, 128 * 1024, 16 * 128 * 1024, 2);
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
 		  kvf_last_error());
 	for (int i = 0; i < NP; i++) {
 		init[i] = frand(&rng);
@@ -513,7 +489,7 @@ Test(optim_store, damaged_state_page)
 		int fd;
 
 		snprintf(name, sizeof(name), "s/stripe-%03d.kvf", f);
-		fd = open(tmp_path(dir, name), O_RDWR);
+		fd = open(tmp_path(fx.dir, name), O_RDWR);
 		cr_assert(fd >= 0);
 		for (off_t off = 0; pread(fd, page, sizeof(page), off) == sizeof(page);
 		     off += sizeof(page))

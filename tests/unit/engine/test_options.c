@@ -355,11 +355,6 @@ static void layers_0(kvf_options *o)
 	o->model.n_layers = 0;
 }
 
-static void head_dim_48(kvf_options *o)
-{
-	o->model.head_dim = 48;
-}
-
 static void q_heads_5(kvf_options *o)
 {
 	o->model.n_q_heads = 5;
@@ -424,7 +419,7 @@ static const struct bad_field bad_fields[] = {
 	  "are for media KVF_MEDIA_FILE" },
 	{ "model.n_layers 0", layers_0, "model.n_layers 0",
 	  "out of range (1..65535)" },
-	{ "model.head_dim 48", head_dim_48, "model.head_dim 48",
+	{ "model.head_dim 48", head_dim_odd, "model.head_dim 48",
 	  "must divide the page size 4096" },
 	{ "model.n_q_heads 5", q_heads_5, "model.n_q_heads 5",
 	  "must be a multiple of n_kv_heads 2" },

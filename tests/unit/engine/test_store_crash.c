@@ -115,7 +115,6 @@ static kvf_status append_x_model(kvf_store *st, struct model *m, uint32_t i,
 	return rc;
 }
 
-#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
 
 /* every call on a fatal handle answers KVF_EFATAL and says to reopen */
 #define FATAL(call)                                                           \

@@ -202,9 +202,9 @@ Test(store_power, syncs_beside_appends)
 		pid = spawn(&fd);
 		if (pid == 0)
 			conc_writer(path, journal);
-		sleep_us(2000 + rng_below(&rng, 40000));
+		fx_sleep_us(2000 + rng_below(&rng, 40000));
 		kill(pid, SIGKILL);
-		text = collect(fd);
+		text = fx_collect(fd);
 		cr_assert(eq(int, waitpid(pid, &status, 0), pid));
 		if (strstr(text, "E ") != NULL)
 			fail("writer (round %u): %s", r, strstr(text, "E ") + 2);

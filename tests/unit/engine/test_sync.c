@@ -2,7 +2,8 @@
  * test_sync.c - kvf_sync, kvf_close and the fatal state: NULL handles, and
  * closing a handle that went fatal (KVF_EFATAL from kvf_close, which still
  * releases everything; the reopened store has the last sync's state and
- * works again).
+ * works again).  A sync refused for space (suite sync_space) keeps the
+ * lengths it did not write, and they are there after a reopen.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -17,6 +18,8 @@
 
 TestSuite(sync, .init = fx_setup, .fini = fx_teardown, .timeout = 60);
 TestSuite(sync_fatal, .timeout = 90);
+TestSuite(sync_space, .init = fx_setup_dir, .fini = fx_teardown,
+	  .timeout = 120);
 
 Test(sync, sync_and_close_null)
 {
@@ -79,4 +82,42 @@ Test(sync_fatal, close_fatal)
 	OK(kvf_close(st));
 	free(path);
 	tmpdir_remove(dir);
+}
+
+/* A sync refused for space must not forget which lengths it did not
+ * write: they once stayed marked as synced and were lost at reopen. */
+Test(sync_space, sync_refused_for_space_keeps_lengths)
+{
+	kvf_model m1 = { 1, 1, 1, 64, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m1, 16 * 1024, 4 * 16 * 1024, 1);
+	uint16_t k[64], v[64];
+	kvf_store *st = NULL;
+	kvf_status rc = KVF_OK;
+	uint64_t n, id;
+
+	memset(k, 1, sizeof(k));
+	memset(v, 2, sizeof(v));
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_OK), "%s",
+		  kvf_last_error());
+	for (id = 0; id < 6; id++) {
+		cr_assert(eq(int, kvf_seq_create(st, id), KVF_OK));
+		cr_assert(eq(int, kvf_append(st, id, 0, 1, k, v), KVF_OK));
+	}
+	rc = kvf_sync(st);
+	/* free sequences until a sync succeeds */
+	for (id = 5; rc != KVF_OK && id > 0; id--) {
+		cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
+		cr_assert(eq(int, kvf_seq_free(st, id), KVF_OK));
+		rc = kvf_sync(st);
+	}
+	cr_assert(eq(int, rc, KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	st = NULL;
+	cr_assert(eq(int, kvf_open(fx.path, NULL, &st), KVF_OK));
+	for (uint64_t s = 0; s <= id; s++) {
+		cr_assert(eq(int, kvf_seq_len(st, s, 0, &n), KVF_OK), "seq %llu: %s",
+			  (unsigned long long)s, kvf_last_error());
+		cr_assert(eq(u64, n, 1), "seq %llu lost its length", (unsigned long long)s);
+	}
+	kvf_close(st);
 }

@@ -17,20 +17,7 @@
 #include "store_fixture.h"
 #include "testutil.h"
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("tier");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(tier, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(tier, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
 
 static kvf_options tier_opts(uint64_t budget)
 {
@@ -96,22 +83,22 @@ Test(tier, bad_budgets_refused)
 	kvf_options o = tier_opts(1000);
 	kvf_store *st = NULL;
 
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "a"), &o, &st), KVF_EINVAL));
+	cr_assert(eq(int, kvf_open(tmp_path(fx.dir, "a"), &o, &st), KVF_EINVAL));
 	cr_assert(strstr(kvf_last_error(), "dram_budget 1000") != NULL, "%s",
 		  kvf_last_error());
 	cr_assert_null(st);
 	o.dram_budget = UINT64_MAX;
-	cr_assert(eq(int, kvf_open(tmp_path(dir, "a"), &o, &st), KVF_EINVAL));
+	cr_assert(eq(int, kvf_open(tmp_path(fx.dir, "a"), &o, &st), KVF_EINVAL));
 	cr_assert(strstr(kvf_last_error(), "memory") != NULL, "%s", kvf_last_error());
-	cr_assert(fx_path_gone(tmp_path(dir, "a")), "a refused open made %s",
-		  tmp_path(dir, "a"));
+	cr_assert(fx_path_gone(tmp_path(fx.dir, "a")), "a refused open made %s",
+		  tmp_path(fx.dir, "a"));
 	o.dram_budget = 0;
-	OK(kvf_open(tmp_path(dir, "a"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "a"), &o, &st));
 	cr_assert(eq(u64, stats_of(st).dram_budget, 0));
 	OK(kvf_close(st));
 	/* the budget is the handle's, not the store's: a reopen may change it */
 	o.dram_budget = 8ull << 20;
-	OK(kvf_open(tmp_path(dir, "a"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "a"), &o, &st));
 	cr_assert(eq(u64, stats_of(st).dram_budget, 8ull << 20));
 	OK(kvf_close(st));
 }
@@ -122,7 +109,7 @@ Test(tier, results_identical_on_and_off)
 {
 	uint64_t rng = rng_seed("tier identical");
 	kvf_options o = tier_opts(0);
-	const char *p = strdup(tmp_path(dir, "s"));
+	const char *p = strdup(tmp_path(fx.dir, "s"));
 	float q[QH * DIM], off[2][QH * DIM], on[2][QH * DIM], on2[2][QH * DIM];
 	kvf_store *st;
 
@@ -159,7 +146,7 @@ Test(tier, warm_call_reads_nothing)
 {
 	uint64_t rng = rng_seed("tier warm");
 	kvf_options o = tier_opts(16ull << 20);
-	const char *p = strdup(tmp_path(dir, "s"));
+	const char *p = strdup(tmp_path(fx.dir, "s"));
 	float q[QH * DIM], out[QH * DIM];
 	kvf_stats a, b, c;
 	kvf_store *st;
@@ -199,7 +186,7 @@ Test(tier, written_pages_served)
 	kvf_stats a, b;
 	kvf_store *st;
 
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
 	OK(kvf_seq_create(st, 1));
 	OK(put(st, 1, 64 * G, &rng));
 	OK(kvf_sync(st)); /* every segment written out */
@@ -219,7 +206,7 @@ Test(tier, larger_than_budget)
 {
 	uint64_t rng = rng_seed("tier larger");
 	kvf_options o = tier_opts(2ull << 20); /* 512 pages, less its tables */
-	const char *p = strdup(tmp_path(dir, "s"));
+	const char *p = strdup(tmp_path(fx.dir, "s"));
 	uint64_t pages = 2ull * KVH * 512, step[4];
 	float q[QH * DIM], ref[QH * DIM], out[QH * DIM];
 	kvf_stats a, b;
@@ -269,7 +256,7 @@ Test(tier, group_buffers_past_the_budget)
 	uint64_t id, len;
 	kvf_store *st;
 
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
 	/* each sequence holds 8 group buffers (2 layers, K and V, 2 heads) */
 	for (id = 1; id < 1000 && rc == KVF_OK; id++) {
 		OK(kvf_seq_create(st, id));
@@ -325,7 +312,7 @@ Test(tier, budget_never_exceeded_under_concurrency)
 	kvf_store *st;
 
 	o.n_threads = 2;
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct worker){ st, (uint64_t)i + 1, o.dram_budget, 0 };
 		OK(kvf_seq_create(st, w[i].seq));
@@ -352,7 +339,7 @@ Test(tier, reused_segments_not_served)
 
 	o.dram_budget = 8ull << 20;
 	o.direct_io = 2;
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
 	query(&rng, q);
 	for (uint64_t round = 0; round < 12; round++) {
 		uint64_t id = round + 1;
@@ -370,7 +357,7 @@ Test(tier, reused_segments_not_served)
 			attend(st, id, l, q, on[id - 11][l], 0);
 	OK(kvf_close(st));
 	o.dram_budget = 0;
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
 	for (uint64_t id = 11; id <= 12; id++)
 		for (uint32_t l = 0; l < LAYERS; l++) {
 			attend(st, id, l, q, out, 0);
@@ -389,7 +376,7 @@ Test(tier, enospc_with_write_back)
 {
 	uint64_t rng = rng_seed("tier enospc"), rng0 = rng;
 	kvf_options o = fx_options(2ull * 16 * 64 * 1024, 2); /* 32 segments */
-	const char *p = strdup(tmp_path(dir, "s"));
+	const char *p = strdup(tmp_path(fx.dir, "s"));
 	uint16_t k[KVH * DIM], v[KVH * DIM], bk[DIM], bv[DIM];
 	uint64_t len[3] = { 0, 0, 0 }, got[3] = { 0, 0, 0 };
 	kvf_status rc = KVF_OK;

@@ -19,30 +19,13 @@
 #include "engine/meta.h"
 #include "engine/store_state.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define QH 4
-#define KVH 2
-#define DIM 64
 #define LEN 1000 /* tokens: not a multiple of the token group */
 
-#define OK(x) cr_assert(eq(int, (x), KVF_OK), "%s", kvf_last_error())
 
-static char *dir;
-
-static void setup(void)
-{
-	dir = tmpdir_make("vbar");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(vbar, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(vbar, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 60);
 
 static kvf_store *open_store(const char *name)
 {
@@ -56,7 +39,7 @@ static kvf_store *open_store(const char *name)
 	o.capacity_bytes = 64ull << 20;
 	o.n_threads = 2;
 	o.dram_budget = 0; /* every call's reads go to the media, counted */
-	OK(kvf_open(tmp_path(dir, name), &o, &st));
+	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
 	return st;
 }
 
@@ -196,7 +179,7 @@ Test(vbar, a_malformed_record_is_refused_at_open)
 
 	fill(st, 9, 100, &rng);
 	OK(kvf_close(st));
-	OK(catalog_open(tmp_path(dir, "s/meta"), 0, 0, CATALOG_FSYNC, &c));
+	OK(catalog_open(tmp_path(fx.dir, "s/meta"), 0, 0, CATALOG_FSYNC, &c));
 	b = catalog_batch_new();
 	cr_assert_not_null(b);
 	meta_key_u64(key, META_TAG_VBAR, 9);
@@ -213,7 +196,7 @@ Test(vbar, a_malformed_record_is_refused_at_open)
 		o.segment_size = 128 * 1024;
 		o.capacity_bytes = 64ull << 20;
 		st = NULL;
-		cr_assert(eq(int, kvf_open(tmp_path(dir, "s"), &o, &st), KVF_ECORRUPT),
+		cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_ECORRUPT),
 			  "%s", kvf_last_error());
 		cr_assert_null(st);
 		cr_assert(strstr(kvf_last_error(), "means of V of sequence 9") != NULL,

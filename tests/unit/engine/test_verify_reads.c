@@ -18,13 +18,13 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "api/status.h"
+#include "engine/openseg.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/store_state.h"
@@ -33,36 +33,17 @@
 #include "engine/seq_state.h"
 #include "engine/seq_stream.h"
 #include "kvflash.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
-#define LAYERS 2
-#define QH 4
-#define KVH 2
-#define DIM 64 /* f16: 128 bytes a token of a head, G = 32 a 4 KiB page */
-#define ROW (DIM * 2)
-#define G 32
-#define LEN0 (3 * G + 5) /* layer 0: three whole groups and a tail */
-#define LEN1 (2 * G)     /* layer 1: two whole groups */
+#define VR_LEN0 (3 * G + 5) /* layer 0: three whole groups and a tail */
+#define VR_LEN1 (2 * G)     /* layer 1: two whole groups */
 /* the byte flipped: token 3, the high byte of its element 3 */
 #define FLIP_AT (3 * ROW + 7)
 #define FLIP 0x5a
 
-static char *dir;
 
-#define OK(call) cr_assert(eq(int, (call), KVF_OK), "%s", kvf_last_error())
-
-static void setup(void)
-{
-	dir = tmpdir_make("verify");
-	cr_assert_not_null(dir);
-}
-
-static void teardown(void)
-{
-	tmpdir_remove(dir);
-}
-
-TestSuite(verify_reads, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(verify_reads, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 30);
 
 /* ---- values -------------------------------------------------------------- */
 
@@ -116,17 +97,17 @@ static void append(kvf_store *st, uint32_t layer, uint32_t n)
 	free(v);
 }
 
-/* open_filled - a store at DIR/s with sequence 1 (LEN0 and LEN1 tokens),
+/* open_filled - a store at DIR/s with sequence 1 (VR_LEN0 and VR_LEN1 tokens),
  * synced: every whole group is on the media */
 static kvf_store *open_filled(kvf_media_kind media, uint32_t verify)
 {
 	kvf_options o = opts(media, verify);
 	kvf_store *st = NULL;
 
-	OK(kvf_open(tmp_path(dir, "s"), &o, &st));
+	OK(kvf_open(fx.path, &o, &st));
 	OK(kvf_seq_create(st, 1));
-	append(st, 0, LEN0);
-	append(st, 1, LEN1);
+	append(st, 0, VR_LEN0);
+	append(st, 1, VR_LEN1);
 	OK(kvf_sync(st));
 	return st;
 }
@@ -236,13 +217,13 @@ static kvf_status attend(kvf_store *st, float *out)
 Test(verify_reads, memory_store_checks_every_read)
 {
 	kvf_store *st = open_filled(KVF_MEDIA_MEMORY, 1);
-	size_t n = (size_t)LEN0 * ROW;
+	size_t n = (size_t)VR_LEN0 * ROW;
 	unsigned char *k = malloc(n), *v = malloc(n);
 	float good[QH * DIM], out[QH * DIM];
 	struct spot at;
 
 	cr_assert(eq(u32, st->opts.verify_reads, 1));
-	read_ok(st, 0, 0, 0, LEN0);
+	read_ok(st, 0, 0, 0, VR_LEN0);
 	OK(attend(st, good));
 	at = spot_of(st, 0, 1);
 	at.p[FLIP_AT] ^= FLIP;
@@ -254,13 +235,13 @@ Test(verify_reads, memory_store_checks_every_read)
 		cr_assert(eq(u8, k[i], 0xcd),
 			  "byte %zu of the damaged page returned", i);
 	memset(k, 0xcd, n);
-	expect_corrupt(kvf_read(st, 1, 0, 0, 0, LEN0, k, NULL), &at);
+	expect_corrupt(kvf_read(st, 1, 0, 0, 0, VR_LEN0, k, NULL), &at);
 	for (size_t i = (size_t)G * ROW; i < (size_t)2 * G * ROW; i++)
 		cr_assert(eq(u8, k[i], 0xcd),
 			  "byte %zu of the damaged page returned", i);
 	/* K and V in one pass */
 	memset(k, 0xcd, n);
-	expect_corrupt(kvf_read(st, 1, 0, 0, 0, LEN0, k, v), &at);
+	expect_corrupt(kvf_read(st, 1, 0, 0, 0, VR_LEN0, k, v), &at);
 	for (size_t i = (size_t)G * ROW; i < (size_t)2 * G * ROW; i++)
 		cr_assert(eq(u8, k[i], 0xcd),
 			  "byte %zu of the damaged page returned", i);
@@ -269,17 +250,17 @@ Test(verify_reads, memory_store_checks_every_read)
 
 	/* everything else still reads */
 	read_ok(st, 0, 0, 0, G);
-	read_ok(st, 0, 0, 2 * G, LEN0);
+	read_ok(st, 0, 0, 2 * G, VR_LEN0);
 	memset(v, 0, n);
-	OK(kvf_read(st, 1, 0, 0, 0, LEN0, NULL, v));
-	rows_ok(v, 0, 1, 0, 0, LEN0, SIZE_MAX);
-	read_ok(st, 0, 1, 0, LEN0);
-	read_ok(st, 1, 0, 0, LEN1);
-	read_ok(st, 1, 1, 0, LEN1);
+	OK(kvf_read(st, 1, 0, 0, 0, VR_LEN0, NULL, v));
+	rows_ok(v, 0, 1, 0, 0, VR_LEN0, SIZE_MAX);
+	read_ok(st, 0, 1, 0, VR_LEN0);
+	read_ok(st, 1, 0, 0, VR_LEN1);
+	read_ok(st, 1, 1, 0, VR_LEN1);
 
 	/* the check is no sticky state: repaired, the page reads again */
 	at.p[FLIP_AT] ^= FLIP;
-	read_ok(st, 0, 0, 0, LEN0);
+	read_ok(st, 0, 0, 0, VR_LEN0);
 	OK(attend(st, out));
 	cr_assert(eq(int, memcmp(out, good, sizeof(good)), 0));
 	OK(kvf_close(st));
@@ -292,7 +273,7 @@ Test(verify_reads, memory_store_checks_every_read)
 Test(verify_reads, memory_store_default_reads_in_place)
 {
 	kvf_store *st;
-	size_t n = (size_t)LEN0 * ROW;
+	size_t n = (size_t)VR_LEN0 * ROW;
 	unsigned char *k = malloc(n), *v = malloc(n);
 	float good[QH * DIM], out[QH * DIM];
 	struct spot at;
@@ -314,18 +295,18 @@ Test(verify_reads, memory_store_default_reads_in_place)
 	OK(kvf_read(st, 1, 0, 0, G, 2 * G, k, NULL));
 	rows_ok(k, 0, 0, 0, G, 2 * G, FLIP_AT);
 	memset(k, 0xcd, n);
-	OK(kvf_read(st, 1, 0, 0, 0, LEN0, k, NULL));
-	rows_ok(k, 0, 0, 0, 0, LEN0, (size_t)G * ROW + FLIP_AT);
+	OK(kvf_read(st, 1, 0, 0, 0, VR_LEN0, k, NULL));
+	rows_ok(k, 0, 0, 0, 0, VR_LEN0, (size_t)G * ROW + FLIP_AT);
 	memset(k, 0xcd, n);
-	OK(kvf_read(st, 1, 0, 0, 0, LEN0, k, v));
-	rows_ok(k, 0, 0, 0, 0, LEN0, (size_t)G * ROW + FLIP_AT);
-	rows_ok(v, 0, 1, 0, 0, LEN0, SIZE_MAX);
+	OK(kvf_read(st, 1, 0, 0, 0, VR_LEN0, k, v));
+	rows_ok(k, 0, 0, 0, 0, VR_LEN0, (size_t)G * ROW + FLIP_AT);
+	rows_ok(v, 0, 1, 0, 0, VR_LEN0, SIZE_MAX);
 	OK(attend(st, out));
 	cr_assert(ne(int, memcmp(out, good, sizeof(good)), 0),
 		  "attention did not use the flipped key");
 
 	at.p[FLIP_AT] ^= FLIP;
-	read_ok(st, 0, 0, 0, LEN0);
+	read_ok(st, 0, 0, 0, VR_LEN0);
 	OK(attend(st, out));
 	cr_assert(eq(int, memcmp(out, good, sizeof(good)), 0));
 	OK(kvf_close(st));
@@ -334,29 +315,6 @@ Test(verify_reads, memory_store_default_reads_in_place)
 }
 
 /* ---- only 0 and 1 -------------------------------------------------------- */
-
-/* listing - the names in d, sorted, one per line; "(missing)" if none */
-static const char *listing(const char *d)
-{
-	static char buf[4096];
-	struct dirent **names = NULL;
-	int n = scandir(d, &names, NULL, alphasort);
-
-	buf[0] = '\0';
-	if (n < 0)
-		return "(missing)"; /* names is not set */
-	for (int i = 0; i < n; i++) {
-		if (strcmp(names[i]->d_name, ".") &&
-		    strcmp(names[i]->d_name, "..")) {
-			strncat(buf, names[i]->d_name,
-				sizeof(buf) - strlen(buf) - 2);
-			strcat(buf, "\n");
-		}
-		free(names[i]);
-	}
-	free(names);
-	return buf;
-}
 
 static void refused(const char *path, kvf_options *o, const char *text)
 {
@@ -374,9 +332,9 @@ Test(verify_reads, only_0_and_1)
 {
 	static const kvf_media_kind kinds[2] = { KVF_MEDIA_MEMORY,
 						 KVF_MEDIA_FILE };
-	char *fresh = strdup(tmp_path(dir, "fresh"));
-	char *empty = strdup(tmp_path(dir, "empty"));
-	char *store = strdup(tmp_path(dir, "s"));
+	char *fresh = strdup(tmp_path(fx.dir, "fresh"));
+	char *empty = strdup(tmp_path(fx.dir, "empty"));
+	char *store = strdup(fx.path);
 	char before[4096];
 	kvf_store *st = NULL;
 	kvf_options o;
@@ -385,30 +343,32 @@ Test(verify_reads, only_0_and_1)
 	for (int i = 0; i < 2; i++) {
 		o = opts(kinds[i], 2);
 		refused(fresh, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(fresh), "(missing)"),
-			  "a refused create made %s", fresh);
+		cr_assert(fx_path_gone(fresh), "a refused create made %s",
+			  fresh);
 		refused(empty, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(empty), ""),
-			  "a refused create left %s", listing(empty));
+		cr_assert(fx_path_exists(empty), "a refused create removed %s",
+			  empty);
+		cr_assert(eq(str, (char *)fx_dir_listing(empty), ""),
+			  "a refused create left %s", fx_dir_listing(empty));
 		o.verify_reads = UINT32_MAX;
 		refused(fresh, &o, "verify_reads 4294967295 must be 0 or 1");
-		cr_assert(eq(str, (char *)listing(fresh), "(missing)"));
+		cr_assert(fx_path_gone(fresh));
 	}
 
 	/* an existing file store: refused, unchanged, and it opens with
 	 * either value (the option is not part of the store) */
 	st = open_filled(KVF_MEDIA_FILE, 0);
 	OK(kvf_close(st));
-	snprintf(before, sizeof(before), "%s", listing(store));
+	snprintf(before, sizeof(before), "%s", fx_dir_listing(store));
 	o = opts(KVF_MEDIA_FILE, 2);
 	refused(store, &o, "kvf_open: verify_reads 2 must be 0 or 1");
-	cr_assert(eq(str, (char *)listing(store), before));
+	cr_assert(eq(str, (char *)fx_dir_listing(store), before));
 	for (uint32_t verify = 0; verify < 2; verify++) {
 		o = opts(KVF_MEDIA_FILE, verify);
 		OK(kvf_open(store, &o, &st));
 		cr_assert(eq(u32, st->opts.verify_reads, verify));
-		read_ok(st, 0, 1, 0, LEN0);
-		read_ok(st, 1, 0, 0, LEN1);
+		read_ok(st, 0, 1, 0, VR_LEN0);
+		read_ok(st, 1, 0, 0, VR_LEN1);
 		OK(kvf_close(st));
 	}
 	free(fresh);

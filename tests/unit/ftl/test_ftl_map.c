@@ -3,9 +3,9 @@
  * test (every logical page always reads its latest data, under page- and
  * block-level mapping, every GC policy, streams, TRIM, background GC and
  * static wear leveling, with every invariant checked as it runs); TRIM'd
- * pages are never copied by GC; a power cut tears only the page in
- * flight; blocks retire at the P/E limit and the device turns read-only;
- * stream hints keep lifetimes apart; block-mapping merges and padding.
+ * pages are never copied by GC; blocks retire at the P/E limit and the
+ * device turns read-only; stream hints keep lifetimes apart; block-mapping
+ * merges and padding.  Power cuts are test_ftl_power.c.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -14,63 +14,9 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "flash_fixture.h"
 #include "ftl/media_flash.h"
 #include "testutil.h"
-
-#define PAGE 4096u
-
-static struct kvf_media *open_dev(struct kvf_flash_config *fc,
-				  uint32_t stripes, uint32_t pps,
-				  uint64_t segs)
-{
-	struct kvf_media_config mc = {
-		.kind = KVF_MEDIA_FLASH,
-		.geo = { .n_stripes = stripes, .page_size = PAGE,
-			 .pages_per_segment = pps, .segs_per_stripe = segs },
-		.flash = fc,
-	};
-	struct kvf_media *m = NULL;
-
-	cr_assert(eq(int, kvf_media_open(&mc, &m), KVF_OK), "%s",
-		  kvf_last_error());
-	return m;
-}
-
-/* page contents: words derived from (stripe, lpn, version); 0 = zeros */
-static void fill(void *buf, uint32_t stripe, uint64_t lpn, uint32_t ver)
-{
-	uint64_t *w = buf, h;
-
-	if (ver == 0) {
-		memset(buf, 0, PAGE);
-		return;
-	}
-	h = (lpn * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stripe << 56) ^
-	    ((uint64_t)ver << 32);
-	for (uint32_t i = 0; i < PAGE / 8; i++)
-		w[i] = h + i;
-}
-
-static int same(const void *got, uint32_t stripe, uint64_t lpn, uint32_t ver,
-		void *scratch)
-{
-	fill(scratch, stripe, lpn, ver);
-	return memcmp(got, scratch, PAGE) == 0;
-}
-
-static void expect_msg(const char *needle)
-{
-	cr_assert(strstr(kvf_last_error(), needle) != NULL,
-		  "message '%s' lacks '%s'", kvf_last_error(), needle);
-}
-
-static struct kvf_flash_stats stats(struct kvf_media *m)
-{
-	struct kvf_flash_stats s;
-
-	cr_assert(eq(int, kvf_flash_stats(m, &s), KVF_OK));
-	return s;
-}
 
 /* ---- the model-based random test ---- */
 
@@ -105,7 +51,7 @@ static void model_write(struct model *md, uint64_t *seed)
 		n = 1;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		fill(md->buf + (size_t)i * PAGE, s, seg * md->pps + page + i,
+		ffx_fill(md->buf + (size_t)i * FFX_PAGE, s, seg * md->pps + page + i,
 		     md->next_ver + i);
 	io = (struct kvf_media_io){ .stripe = s, .seg = seg, .page = page,
 				    .n_pages = n, .buf = md->buf };
@@ -146,7 +92,7 @@ static void model_verify(struct model *md, uint32_t s, uint64_t lpn)
 
 	cr_assert(eq(int, kvf_media_read_pages(md->m, s, seg, page, 1, md->buf),
 		     KVF_OK), "%s", kvf_last_error());
-	cr_assert(same(md->buf, s, lpn, md->ver[s * md->n_lpn + lpn], md->tmp),
+	cr_assert(ffx_same(md->buf, s, lpn, md->ver[s * md->n_lpn + lpn], md->tmp),
 		  "stripe %u lpn %llu: wrong data (expected version %u)", s,
 		  (unsigned long long)lpn, md->ver[s * md->n_lpn + lpn]);
 }
@@ -159,10 +105,10 @@ static void run_model(struct kvf_flash_config *fc, uint32_t stripes,
 
 	md.streams = fc->n_streams ? fc->n_streams : 1;
 	md.n_lpn = 24 * md.pps;
-	md.m = open_dev(fc, stripes, md.pps, md.n_lpn / md.pps);
+	md.m = ffx_open_flash(fc, stripes, md.pps, md.n_lpn / md.pps);
 	md.ver = kvf_calloc(stripes * md.n_lpn, sizeof(uint32_t));
-	md.buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)md.pps * PAGE);
-	md.tmp = kvf_malloc(PAGE);
+	md.buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)md.pps * FFX_PAGE);
+	md.tmp = kvf_malloc(FFX_PAGE);
 	cr_assert(md.ver && md.buf && md.tmp);
 	for (uint32_t op = 0; op < ops; op++) {
 		uint32_t r = (uint32_t)rng_below(&seed, 100);
@@ -189,7 +135,7 @@ static void run_model(struct kvf_flash_config *fc, uint32_t stripes,
 	cr_assert(eq(int, kvf_flash_check(md.m), KVF_OK), "%s",
 		  kvf_last_error());
 	{
-		struct kvf_flash_stats st = stats(md.m);
+		struct kvf_flash_stats st = ffx_flash_stats(md.m);
 
 		/* the run did make the FTL work */
 		cr_assert(gt(u64, st.erases, 50));
@@ -281,36 +227,47 @@ Test(ftl_map, model_file_backing, .timeout = 60)
 
 /* ---- TRIM and GC ---- */
 
+/* write_segments - segments 0..n-1 of stripe 0 whole, in order, each page
+ * at version 1 (segments of 8 pages; buf holds one) */
+static void write_segments(struct kvf_media *m, uint64_t n,
+			   unsigned char *buf)
+{
+	for (uint64_t seg = 0; seg < n; seg++) {
+		for (uint32_t p = 0; p < 8; p++)
+			ffx_fill(buf + p * FFX_PAGE, 0, seg * 8 + p, 1);
+		cr_assert(eq(int,
+			     kvf_media_write_segment(m, 0, seg, buf,
+						     8 * FFX_PAGE),
+			     KVF_OK));
+	}
+}
+
+
 static void trim_never_copied(enum kvf_flash_gc_policy gc)
 {
 	struct kvf_flash_config fc;
 	struct kvf_flash_stats a, b;
-	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 8 * PAGE);
-	unsigned char *tmp = kvf_malloc(PAGE);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 8 * FFX_PAGE);
+	unsigned char *tmp = kvf_malloc(FFX_PAGE);
 	struct kvf_media *m;
 
 	kvf_flash_config_init(&fc);
 	fc.gc = gc;
 	fc.blocks_per_plane = 40;
 	fc.gc_bg_free = 14;
-	m = open_dev(&fc, 1, 8, 32);
+	m = ffx_open_flash(&fc, 1, 8, 32);
 	/* sequential fill: block i holds segment i (one die, one frontier) */
-	for (uint64_t seg = 0; seg < 32; seg++) {
-		for (uint32_t p = 0; p < 8; p++)
-			fill(buf + p * PAGE, 0, seg * 8 + p, 1);
-		cr_assert(eq(int, kvf_media_write_segment(m, 0, seg, buf, 8 * PAGE),
-			     KVF_OK));
-	}
+	write_segments(m, 32, buf);
 	/* blocks 0..3 lose every page, blocks 4..7 half of theirs */
 	for (uint64_t seg = 0; seg < 4; seg++)
 		cr_assert(eq(int, kvf_media_trim_segment(m, 0, seg), KVF_OK));
 	for (uint64_t seg = 4; seg < 8; seg++)
 		cr_assert(eq(int, kvf_flash_trim_pages(m, 0, seg * 8, 4), KVF_OK));
-	a = stats(m);
+	a = ffx_flash_stats(m);
 	cr_assert(eq(u64, a.trimmed_pages, 48));
 	/* background GC until 14 blocks are free: exactly blocks 0..7 */
 	cr_assert(eq(int, kvf_flash_idle(m, 1000000000000ull), KVF_OK));
-	b = stats(m);
+	b = ffx_flash_stats(m);
 	cr_assert(eq(u64, b.gc_victims - a.gc_victims, 8));
 	cr_assert(eq(u64, b.bg_victims - a.bg_victims, 8));
 	/* only the 16 live pages moved; none of the 48 trimmed ones */
@@ -325,7 +282,7 @@ static void trim_never_copied(enum kvf_flash_gc_policy gc)
 			  (unsigned long long)l);
 		cr_assert(eq(int, kvf_media_read_pages(m, 0, l / 8, l % 8, 1, buf),
 			     KVF_OK));
-		cr_assert(same(buf, 0, l, trimmed ? 0 : 1, tmp), "lpn %llu",
+		cr_assert(ffx_same(buf, 0, l, trimmed ? 0 : 1, tmp), "lpn %llu",
 			  (unsigned long long)l);
 	}
 	cr_assert(eq(int, kvf_flash_check(m), KVF_OK), "%s", kvf_last_error());
@@ -344,179 +301,6 @@ Test(ftl_map, trimmed_pages_never_copied_fifo)
 	trim_never_copied(KVF_FLASH_GC_FIFO);
 }
 
-/* ---- power cuts ---- */
-
-struct pc {
-	struct kvf_media *m;
-	uint32_t *ver;      /* [lpn] latest version */
-	uint64_t n_lpn;     /* logical pages */
-	unsigned char *buf; /* 8 pages */
-	unsigned char *tmp; /* 1 page */
-};
-
-static void pc_open(struct pc *p, enum kvf_flash_mapping mapping)
-{
-	struct kvf_flash_config fc;
-
-	kvf_flash_config_init(&fc);
-	fc.mapping = mapping;
-	fc.spare_factor = 0.25;
-	p->n_lpn = 32 * 8;
-	p->m = open_dev(&fc, 1, 8, 32);
-	p->ver = kvf_calloc(p->n_lpn, sizeof(uint32_t));
-	p->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 8 * PAGE);
-	p->tmp = kvf_malloc(PAGE);
-}
-
-static void pc_close(struct pc *p)
-{
-	kvf_media_free(p->m);
-	kvf_free(p->ver);
-	kvf_free(p->buf);
-	kvf_free(p->tmp);
-}
-
-static kvf_status pc_write(struct pc *p, uint64_t lpn, uint32_t n,
-			   uint32_t ver)
-{
-	for (uint32_t i = 0; i < n; i++)
-		fill(p->buf + i * PAGE, 0, lpn + i, ver);
-	return kvf_media_write(p->m, &(struct kvf_media_io){
-		.stripe = 0, .seg = lpn / 8, .page = lpn % 8, .n_pages = n,
-		.buf = p->buf }, 1);
-}
-
-/* pc_verify - every page but `torn` (UINT64_MAX: none) reads its version */
-static void pc_verify(struct pc *p, uint64_t torn)
-{
-	for (uint64_t l = 0; l < p->n_lpn; l++) {
-		kvf_status rc = kvf_media_read_pages(p->m, 0, l / 8, l % 8, 1,
-						     p->buf);
-
-		if (l == torn) {
-			cr_assert(eq(int, rc, KVF_ECORRUPT), "lpn %llu",
-				  (unsigned long long)l);
-			continue;
-		}
-		cr_assert(eq(int, rc, KVF_OK), "lpn %llu: %s",
-			  (unsigned long long)l, kvf_last_error());
-		cr_assert(same(p->buf, 0, l, p->ver[l], p->tmp), "lpn %llu",
-			  (unsigned long long)l);
-	}
-}
-
-Test(ftl_map, power_cut_tears_only_the_host_page_in_flight)
-{
-	struct pc p;
-	uint32_t blk, pg;
-	char want[96];
-
-	pc_open(&p, KVF_FLASH_MAP_PAGE);
-	for (uint64_t l = 0; l < p.n_lpn; l++) {
-		cr_assert(eq(int, pc_write(&p, l, 1, 1), KVF_OK));
-		p.ver[l] = 1;
-	}
-	cr_assert(eq(int, kvf_flash_power_cut(p.m, 3), KVF_OK));
-	/* five pages 40..44: 40 and 41 land, 42 tears, 43 and 44 never go */
-	cr_assert(eq(int, pc_write(&p, 40, 5, 2), KVF_EIO));
-	expect_msg("power cut while programming");
-	cr_assert(eq(int, pc_write(&p, 100, 1, 2), KVF_EIO));
-	expect_msg("the power is cut");
-	cr_assert(eq(int, kvf_media_read_pages(p.m, 0, 0, 0, 1, p.buf), KVF_EIO));
-	cr_assert(eq(int, kvf_flash_power_on(p.m), KVF_OK));
-	p.ver[40] = p.ver[41] = 2;
-	pc_verify(&p, 42);
-	cr_assert(eq(int, kvf_flash_locate(p.m, 0, 42, &blk, &pg), KVF_OK));
-	cr_assert(eq(int, kvf_media_read_pages(p.m, 0, 5, 2, 1, p.buf),
-		     KVF_ECORRUPT));
-	snprintf(want, sizeof(want), "block %u page %u is torn", blk, pg);
-	expect_msg(want);
-	cr_assert(eq(u64, stats(p.m).torn_pages, 1));
-	cr_assert(eq(int, kvf_flash_check(p.m), KVF_OK), "%s", kvf_last_error());
-	/* rewriting the torn page heals it */
-	cr_assert(eq(int, pc_write(&p, 42, 1, 3), KVF_OK));
-	p.ver[42] = 3;
-	pc_verify(&p, UINT64_MAX);
-	pc_close(&p);
-}
-
-Test(ftl_map, power_cut_during_gc_loses_nothing)
-{
-	uint64_t seed = rng_seed("ftl_map.power_cut_during_gc_loses_nothing");
-	uint32_t ver = 2, gc_cuts = 0;
-	struct pc p;
-
-	pc_open(&p, KVF_FLASH_MAP_PAGE);
-	for (uint64_t l = 0; l < p.n_lpn; l++) {
-		cr_assert(eq(int, pc_write(&p, l, 1, 1), KVF_OK));
-		p.ver[l] = 1;
-	}
-	/* cut the very next program, write by write, until it tears GC
-	 * copies a few times */
-	for (int i = 0; i < 4000 && gc_cuts < 5; i++) {
-		uint64_t l = rng_below(&seed, p.n_lpn);
-		struct kvf_flash_stats a = stats(p.m), b;
-		kvf_status rc;
-
-		cr_assert(eq(int, kvf_flash_power_cut(p.m, 1 + i % 3), KVF_OK));
-		rc = pc_write(&p, l, 1, ver);
-		b = stats(p.m);
-		if (rc == KVF_OK) {
-			p.ver[l] = ver++;
-			continue;
-		}
-		cr_assert(eq(int, rc, KVF_EIO), "%s", kvf_last_error());
-		cr_assert(eq(int, kvf_flash_power_on(p.m), KVF_OK));
-		if (b.gc_programs > a.gc_programs + 0 &&
-		    b.host_pages == a.host_pages) {
-			/* a GC copy tore: nothing is lost, l kept its data */
-			gc_cuts++;
-			pc_verify(&p, UINT64_MAX);
-		} else {
-			/* the host page tore: only it is corrupt */
-			pc_verify(&p, l);
-			cr_assert(eq(int, pc_write(&p, l, 1, ver), KVF_OK));
-			p.ver[l] = ver++;
-		}
-		cr_assert(eq(int, kvf_flash_check(p.m), KVF_OK), "%s",
-			  kvf_last_error());
-	}
-	cr_assert(eq(u32, gc_cuts, 5));
-	/* disarm: the last cut may still be pending */
-	cr_assert(eq(int, kvf_flash_power_cut(p.m, UINT64_MAX), KVF_OK));
-	pc_verify(&p, UINT64_MAX);
-	pc_close(&p);
-}
-
-Test(ftl_map, power_cut_block_mapping)
-{
-	struct pc p;
-
-	pc_open(&p, KVF_FLASH_MAP_BLOCK);
-	for (uint64_t l = 0; l < 8 * 8; l++) {
-		cr_assert(eq(int, pc_write(&p, l, 1, 1), KVF_OK));
-		p.ver[l] = 1;
-	}
-	/* an append (segment 10 is empty): the torn page is mapped */
-	cr_assert(eq(int, pc_write(&p, 80, 2, 1), KVF_OK));
-	p.ver[80] = p.ver[81] = 1;
-	cr_assert(eq(int, kvf_flash_power_cut(p.m, 2), KVF_OK));
-	cr_assert(eq(int, pc_write(&p, 82, 3, 1), KVF_EIO));
-	cr_assert(eq(int, kvf_flash_power_on(p.m), KVF_OK));
-	p.ver[82] = 1;
-	pc_verify(&p, 83);
-	/* a merge (rewrite inside a full block) is all or nothing: the old
-	 * block stays mapped and the half-filled new one is erased */
-	cr_assert(eq(int, kvf_flash_power_cut(p.m, 4), KVF_OK));
-	cr_assert(eq(int, pc_write(&p, 16 + 5, 1, 2), KVF_EIO));
-	cr_assert(eq(int, kvf_flash_power_on(p.m), KVF_OK));
-	cr_assert(eq(int, kvf_flash_check(p.m), KVF_OK), "%s", kvf_last_error());
-	cr_assert(eq(int, pc_write(&p, 83, 1, 1), KVF_OK));
-	p.ver[83] = 1;
-	pc_verify(&p, UINT64_MAX);
-	pc_close(&p);
-}
-
 /* ---- wear-out ---- */
 
 Test(ftl_map, retire_at_pe_limit_then_read_only, .timeout = 60)
@@ -532,23 +316,23 @@ Test(ftl_map, retire_at_pe_limit_then_read_only, .timeout = 60)
 	fc.pe_limit = 40;
 	fc.spare_factor = 0.25;
 	fc.backing = KVF_FLASH_BACKING_NONE;
-	m = open_dev(&fc, 1, 16, 64);
+	m = ffx_open_flash(&fc, 1, 16, 64);
 	for (uint64_t i = 0; i < 200000 && rc == KVF_OK; i++) {
 		for (int k = 0; k < 64; k++)
 			lpns[k] = rng_below(&seed, n_lpn);
 		rc = kvf_flash_write_lpns(m, 0, lpns, 64, 0);
-		s = stats(m);
+		s = ffx_flash_stats(m);
 		if (early.host_pages == 0 && s.erase_mean >= 8.0)
 			early = s;
 		if (first_retire == 0 && s.retired_blocks > 0)
 			first_retire = s.host_pages;
 	}
 	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
-	expect_msg("is worn out and read-only");
-	s = stats(m);
+	ffx_expect_msg("is worn out and read-only");
+	s = ffx_flash_stats(m);
 	cr_assert(eq(u32, s.worn_out, 1));
 	cr_assert(gt(u64, s.retired_blocks, 0));
-	cr_assert(eq(u64, s.lost_bytes, s.retired_blocks * 16 * PAGE));
+	cr_assert(eq(u64, s.lost_bytes, s.retired_blocks * 16 * FFX_PAGE));
 	cr_assert(le(u32, s.erase_max, 40));
 	/* every block that retired did so at exactly the limit */
 	cr_assert(eq(int, kvf_flash_check(m), KVF_OK), "%s", kvf_last_error());
@@ -557,7 +341,7 @@ Test(ftl_map, retire_at_pe_limit_then_read_only, .timeout = 60)
 	cr_assert(eq(int, kvf_flash_read_lpns(m, 0, lpns, 8), KVF_OK));
 	/* the early projection of TBW (to the first retirement) holds */
 	{
-		double want = (double)first_retire * PAGE;
+		double want = (double)first_retire * FFX_PAGE;
 		double got = early.life.host_bytes_total;
 
 		cr_assert(got > 0.75 * want && got < 1.25 * want,
@@ -586,14 +370,14 @@ Test(ftl_map, streams_keep_lifetimes_apart)
 		fc.n_streams = 2;
 		fc.spare_factor = 0.15;
 		fc.backing = KVF_FLASH_BACKING_NONE;
-		m = open_dev(&fc, 1, 16, 64);
+		m = ffx_open_flash(&fc, 1, 16, 64);
 		for (lpn = 0; lpn < n_lpn; lpn++)
 			cr_assert(eq(int, kvf_flash_write_lpns(m, 0, &lpn, 1,
 							       use && lpn >= hot),
 				     KVF_OK));
 		for (int phase = 0; phase < 2; phase++) {
 			if (phase == 1)
-				a = stats(m);
+				a = ffx_flash_stats(m);
 			for (uint64_t i = 0; i < 60 * n_lpn; i++) {
 				/* 90% of writes to the hot 1/8 */
 				int is_hot = rng_below(&seed, 10) < 9;
@@ -605,7 +389,7 @@ Test(ftl_map, streams_keep_lifetimes_apart)
 						     use && !is_hot), KVF_OK));
 			}
 		}
-		b = stats(m);
+		b = ffx_flash_stats(m);
 		wa[use] = (double)(b.nand_programs - a.nand_programs) /
 			  (double)(b.host_pages - a.host_pages);
 		/* with streams no block mixes the classes, GC copies
@@ -642,10 +426,10 @@ Test(ftl_map, stream_out_of_range_refused)
 
 	kvf_flash_config_init(&fc);
 	fc.n_streams = 2;
-	m = open_dev(&fc, 1, 8, 16);
+	m = ffx_open_flash(&fc, 1, 8, 16);
 	cr_assert(eq(int, kvf_flash_write_lpns(m, 0, &lpn, 1, 2), KVF_EINVAL));
-	expect_msg("stream 2 out of range (the device has 2 streams)");
-	cr_assert(eq(u64, stats(m).host_pages, 0));
+	ffx_expect_msg("stream 2 out of range (the device has 2 streams)");
+	cr_assert(eq(u64, ffx_flash_stats(m).host_pages, 0));
 	kvf_media_free(m);
 }
 
@@ -655,57 +439,52 @@ Test(ftl_map, block_mapping_merge_pad_trim)
 {
 	struct kvf_flash_config fc;
 	struct kvf_flash_stats a, b;
-	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 8 * PAGE);
-	unsigned char *tmp = kvf_malloc(PAGE);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 8 * FFX_PAGE);
+	unsigned char *tmp = kvf_malloc(FFX_PAGE);
 	struct kvf_media *m;
 
 	kvf_flash_config_init(&fc);
 	fc.mapping = KVF_FLASH_MAP_BLOCK;
 	fc.spare_factor = 0.2;
-	m = open_dev(&fc, 1, 8, 16);
+	m = ffx_open_flash(&fc, 1, 8, 16);
 	/* whole-segment writes program each page once: WA 1 */
-	for (uint64_t seg = 0; seg < 16; seg++) {
-		for (uint32_t p = 0; p < 8; p++)
-			fill(buf + p * PAGE, 0, seg * 8 + p, 1);
-		cr_assert(eq(int, kvf_media_write_segment(m, 0, seg, buf, 8 * PAGE),
-			     KVF_OK));
-	}
-	a = stats(m);
+	write_segments(m, 16, buf);
+	a = ffx_flash_stats(m);
 	cr_assert(eq(u64, a.nand_programs, 128));
 	cr_assert(eq(u64, a.erases, 0));
 	/* rewriting one page of a full block merges: 7 copies, 1 erase */
-	fill(buf, 0, 3 * 8 + 5, 2);
+	ffx_fill(buf, 0, 3 * 8 + 5, 2);
 	cr_assert(eq(int, kvf_media_write(m, &(struct kvf_media_io){
 			.stripe = 0, .seg = 3, .page = 5, .n_pages = 1,
 			.buf = buf }, 1), KVF_OK));
-	b = stats(m);
+	b = ffx_flash_stats(m);
 	cr_assert(eq(u64, b.gc_programs - a.gc_programs, 7));
 	cr_assert(eq(u64, b.erases - a.erases, 1));
 	cr_assert(eq(u64, b.merges - a.merges, 1));
 	cr_assert(eq(int, kvf_media_read_pages(m, 0, 3, 5, 1, buf), KVF_OK));
-	cr_assert(same(buf, 0, 3 * 8 + 5, 2, tmp));
+	cr_assert(ffx_same(buf, 0, 3 * 8 + 5, 2, tmp));
 	cr_assert(eq(int, kvf_media_read_pages(m, 0, 3, 4, 1, buf), KVF_OK));
-	cr_assert(same(buf, 0, 3 * 8 + 4, 1, tmp));
+	cr_assert(ffx_same(buf, 0, 3 * 8 + 4, 1, tmp));
 	/* trimming a whole segment erases its block at once */
 	a = b;
 	cr_assert(eq(int, kvf_media_trim_segment(m, 0, 7), KVF_OK));
-	b = stats(m);
+	b = ffx_flash_stats(m);
 	cr_assert(eq(u64, b.erases - a.erases, 1));
 	cr_assert(eq(int, kvf_media_read_pages(m, 0, 7, 0, 1, buf), KVF_OK));
-	cr_assert(same(buf, 0, 7 * 8, 0, tmp));
+	cr_assert(ffx_same(buf, 0, 7 * 8, 0, tmp));
 	/* a write past the write pointer pads the gap, in place */
 	a = b;
-	fill(buf, 0, 7 * 8 + 6, 3);
+	ffx_fill(buf, 0, 7 * 8 + 6, 3);
 	cr_assert(eq(int, kvf_media_write(m, &(struct kvf_media_io){
 			.stripe = 0, .seg = 7, .page = 6, .n_pages = 1,
 			.buf = buf }, 1), KVF_OK));
-	b = stats(m);
+	b = ffx_flash_stats(m);
 	cr_assert(eq(u64, b.pad_programs - a.pad_programs, 6));
 	cr_assert(eq(u64, b.host_pages - a.host_pages, 1));
 	cr_assert(eq(int, kvf_media_read_pages(m, 0, 7, 2, 1, buf), KVF_OK));
-	cr_assert(same(buf, 0, 7 * 8 + 2, 0, tmp)); /* padding reads zeros */
+	cr_assert(ffx_same(buf, 0, 7 * 8 + 2, 0, tmp)); /* padding reads zeros */
 	cr_assert(eq(int, kvf_media_read_pages(m, 0, 7, 6, 1, buf), KVF_OK));
-	cr_assert(same(buf, 0, 7 * 8 + 6, 3, tmp));
+	cr_assert(ffx_same(buf, 0, 7 * 8 + 6, 3, tmp));
 	cr_assert(eq(int, kvf_flash_check(m), KVF_OK), "%s", kvf_last_error());
 	kvf_media_free(m);
 	kvf_free(buf);

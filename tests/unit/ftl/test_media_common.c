@@ -11,6 +11,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "flash_fixture.h"
 #include "ftl/media.h"
 #include "testutil.h"
 
@@ -174,16 +175,6 @@ static void zeros(kvf_media_kind kind)
 
 Test(media_mem, zeros_and_trim) { zeros(KVF_MEDIA_MEMORY); }
 Test(media_file, zeros_and_trim) { zeros(KVF_MEDIA_FILE); }
-
-/* expect_refused - the call's status and message; the media's contents
- * and counters are unchanged (checked by the caller) */
-#define EXPECT(call, status, text)                                            \
-	do {                                                                  \
-		kvf_clear_error();                                            \
-		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
-		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
-			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
-	} while (0)
 
 static void refusals(kvf_media_kind kind)
 {

@@ -16,6 +16,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "flash_fixture.h"
 #include "ftl/media.h"
 #include "ftl/sysio.h"
 #include "testutil.h"
@@ -78,13 +79,6 @@ static unsigned char *filled(uint32_t n_pages, int byte)
 	return p;
 }
 
-#define EXPECT(call, status, text)                                            \
-	do {                                                                  \
-		kvf_clear_error();                                            \
-		cr_assert(eq(int, (call), (status)), "%s", kvf_last_error());  \
-		cr_assert(ne(ptr, strstr(kvf_last_error(), (text)), NULL),     \
-			  "message '%s' lacks '%s'", kvf_last_error(), (text)); \
-	} while (0)
 
 TestSuite(media_file_only, .init = setup, .fini = teardown);
 

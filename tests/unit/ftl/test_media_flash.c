@@ -13,6 +13,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "flash_fixture.h"
 #include "ftl/media_flash.h"
 #include "testutil.h"
 
@@ -33,11 +34,6 @@ static struct kvf_media_config config(struct kvf_flash_config *fc,
 	return mc;
 }
 
-static void expect_msg(const char *needle)
-{
-	cr_assert(strstr(kvf_last_error(), needle) != NULL,
-		  "message '%s' lacks '%s'", kvf_last_error(), needle);
-}
 
 static void fill(void *buf, uint32_t n_pages, uint32_t seed)
 {
@@ -70,7 +66,7 @@ Test(media_flash, defaults_open_and_round_trip)
 
 	/* flash = NULL: every default, 2 stripes need 2 dies -> refused */
 	cr_assert(eq(int, kvf_media_open(&mc, &m), KVF_EINVAL));
-	expect_msg("1 dies (1 channels x 1) cannot be shared evenly by 2 stripes");
+	ffx_expect_msg("1 dies (1 channels x 1) cannot be shared evenly by 2 stripes");
 	cr_assert_null(m);
 	mc.geo.n_stripes = 1;
 	cr_assert(eq(int, kvf_media_open(&mc, &m), KVF_OK), "%s",
@@ -168,7 +164,7 @@ static void refuse(struct kvf_media_config *mc, kvf_status want,
 
 	cr_assert(eq(int, kvf_media_open(mc, &m), want), "for '%s'", needle);
 	cr_assert_null(m);
-	expect_msg(needle);
+	ffx_expect_msg(needle);
 }
 
 Test(media_flash, bad_configs_refused)
@@ -240,7 +236,7 @@ Test(media_flash, flash_calls_refused_elsewhere)
 	cr_assert(eq(int, kvf_media_open(&mc, &m), KVF_OK));
 	cr_assert(not(kvf_media_is_flash(m)));
 	cr_assert(eq(int, kvf_flash_stats(m, &fs), KVF_EINVAL));
-	expect_msg("the media is the memory backend, not the flash emulator");
+	ffx_expect_msg("the media is the memory backend, not the flash emulator");
 	cr_assert(eq(int, kvf_flash_write_lpns(m, 0, &lpn, 1, 0), KVF_EINVAL));
 	cr_assert(eq(int, kvf_flash_power_cut(m, 1), KVF_EINVAL));
 	cr_assert(eq(int, kvf_flash_check(m), KVF_EINVAL));
@@ -260,19 +256,19 @@ Test(media_flash, flash_call_arguments_checked)
 	cr_assert(eq(int, kvf_media_open(&mc, &m), KVF_OK), "%s",
 		  kvf_last_error());
 	cr_assert(eq(int, kvf_flash_write_lpns(m, 0, &lpn, 1, 0), KVF_ERANGE));
-	expect_msg("logical pages 128..128 past the end of stripe 0 (128 pages)");
+	ffx_expect_msg("logical pages 128..128 past the end of stripe 0 (128 pages)");
 	cr_assert(eq(int, kvf_flash_write_lpns(m, 1, &lpn, 1, 0), KVF_ERANGE));
-	expect_msg("stripe 1 out of range");
+	ffx_expect_msg("stripe 1 out of range");
 	cr_assert(eq(int, kvf_flash_trim_pages(m, 0, 120, 9), KVF_ERANGE));
 	cr_assert(eq(int, kvf_flash_power_cut(m, 0), KVF_EINVAL));
 	cr_assert(eq(int, kvf_flash_write(m, &(struct kvf_media_io){
 			.stripe = 0, .seg = 0, .page = 15, .n_pages = 2, .buf = w },
 			1, 0), KVF_ERANGE));
-	expect_msg("pages 15..16 past the segment end");
+	ffx_expect_msg("pages 15..16 past the segment end");
 	cr_assert(eq(int, kvf_flash_write(m, &(struct kvf_media_io){
 			.stripe = 0, .seg = 0, .page = 0, .n_pages = 1,
 			.buf = w + 8 }, 1, 0), KVF_EINVAL));
-	expect_msg("is not 4096-byte aligned");
+	ffx_expect_msg("is not 4096-byte aligned");
 	cr_assert(eq(u64, (uint64_t)kvf_media_is_flash(m), 1));
 	{
 		struct kvf_flash_stats fs;

@@ -11,6 +11,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "flash_fixture.h"
 #include "ftl/nand.h"
 #include "testutil.h"
 
@@ -43,11 +44,6 @@ static void pattern(void *buf, uint32_t seed)
 		w[i] = seed * 2654435761u + i;
 }
 
-static void expect_msg(const char *needle)
-{
-	cr_assert(strstr(kvf_last_error(), needle) != NULL,
-		  "message '%s' lacks '%s'", kvf_last_error(), needle);
-}
 
 Test(nand, geometry_and_layout)
 {
@@ -68,13 +64,13 @@ Test(nand, program_out_of_order_refused)
 {
 	make(KVF_FLASH_BACKING_MEMORY, NULL, 0);
 	cr_assert(eq(int, nand_program(&n, 3, 2, NULL), KVF_EINVAL));
-	expect_msg("block 3 page 2");
-	expect_msg("programmed in order and the next one is page 0");
+	ffx_expect_msg("block 3 page 2");
+	ffx_expect_msg("programmed in order and the next one is page 0");
 	cr_assert(eq(u32, n.wp[3], 0));
 	cr_assert(eq(u64, n.programs, 0));
 	cr_assert(eq(int, nand_program(&n, 3, 0, NULL), KVF_OK));
 	cr_assert(eq(int, nand_program(&n, 3, 5, NULL), KVF_EINVAL));
-	expect_msg("the next one is page 1");
+	ffx_expect_msg("the next one is page 1");
 	cr_assert(eq(u32, n.wp[3], 1));
 	nand_release(&n);
 }
@@ -90,8 +86,8 @@ Test(nand, program_without_erase_refused)
 	pattern(b, 2);
 	cr_assert(eq(int, nand_program(&n, 5, 0, a), KVF_OK));
 	cr_assert(eq(int, nand_program(&n, 5, 0, b), KVF_EINVAL));
-	expect_msg("block 5 page 0");
-	expect_msg("already programmed; erase the block");
+	ffx_expect_msg("block 5 page 0");
+	ffx_expect_msg("already programmed; erase the block");
 	/* the first contents are intact */
 	cr_assert(eq(int, nand_read(&n, 5, 0, got), KVF_OK));
 	cr_assert(eq(int, memcmp(got, a, PAGE), 0));
@@ -112,9 +108,9 @@ Test(nand, partial_block_erase_refused)
 	for (uint32_t p = 0; p < PPB; p++)
 		cr_assert(eq(int, nand_program(&n, 7, p, NULL), KVF_OK));
 	cr_assert(eq(int, nand_erase_pages(&n, 7, 0, PPB - 1), KVF_EINVAL));
-	expect_msg("erase of block 7 pages 0..6 refused: erases are whole blocks");
+	ffx_expect_msg("erase of block 7 pages 0..6 refused: erases are whole blocks");
 	cr_assert(eq(int, nand_erase_pages(&n, 7, 2, PPB - 2), KVF_EINVAL));
-	expect_msg("pages 2..7");
+	ffx_expect_msg("pages 2..7");
 	cr_assert(eq(u32, n.wp[7], PPB));
 	cr_assert(eq(u32, n.erase_count[7], 0));
 	cr_assert(eq(int, nand_erase_pages(&n, 7, 0, PPB), KVF_OK));
@@ -127,9 +123,9 @@ Test(nand, out_of_range_refused)
 {
 	make(KVF_FLASH_BACKING_NONE, NULL, 0);
 	cr_assert(eq(int, nand_program(&n, 32, 0, NULL), KVF_ERANGE));
-	expect_msg("block 32 refused: the device has 32 blocks");
+	ffx_expect_msg("block 32 refused: the device has 32 blocks");
 	cr_assert(eq(int, nand_program(&n, 0, PPB, NULL), KVF_ERANGE));
-	expect_msg("page 8 refused: a block has 8 pages");
+	ffx_expect_msg("page 8 refused: a block has 8 pages");
 	cr_assert(eq(int, nand_erase(&n, 99), KVF_ERANGE));
 	cr_assert(eq(int, nand_read(&n, 0, PPB, NULL), KVF_ERANGE));
 	cr_assert(eq(u64, n.programs + n.erases + n.reads, 0));
@@ -149,7 +145,7 @@ Test(nand, erased_page_reads_ff_and_none_backing_keeps_no_data)
 	cr_assert(eq(int, nand_program(&n, 1, 0, NULL), KVF_OK));
 	cr_assert(eq(int, nand_read(&n, 1, 0, NULL), KVF_OK));
 	cr_assert(eq(int, nand_read(&n, 1, 0, buf), KVF_ENOTSUP));
-	expect_msg("keeps no data");
+	ffx_expect_msg("keeps no data");
 	kvf_free(buf);
 	nand_release(&n);
 }
@@ -165,9 +161,9 @@ Test(nand, retire_at_pe_limit)
 	cr_assert(eq(u32, n.erase_count[2], 3));
 	cr_assert(eq(u64, n.retired, 1));
 	cr_assert(eq(int, nand_program(&n, 2, 0, NULL), KVF_EINVAL));
-	expect_msg("block 2 page 0 refused: the block is retired (3 erases, P/E limit 3)");
+	ffx_expect_msg("block 2 page 0 refused: the block is retired (3 erases, P/E limit 3)");
 	cr_assert(eq(int, nand_erase(&n, 2), KVF_EINVAL));
-	expect_msg("erase of block 2 refused: the block is retired");
+	ffx_expect_msg("erase of block 2 refused: the block is retired");
 	cr_assert(eq(u32, n.erase_count[2], 3));
 	cr_assert(not(nand_is_retired(&n, 1)));
 	nand_release(&n);
@@ -182,9 +178,9 @@ Test(nand, copy_moves_bytes_and_keeps_rules)
 	pattern(a, 9);
 	cr_assert(eq(int, nand_program(&n, 0, 0, a), KVF_OK));
 	cr_assert(eq(int, nand_copy(&n, 0, 1, 4, 0), KVF_EINVAL));
-	expect_msg("block 0 page 1 refused: that page is not programmed");
+	ffx_expect_msg("block 0 page 1 refused: that page is not programmed");
 	cr_assert(eq(int, nand_copy(&n, 0, 0, 4, 1), KVF_EINVAL));
-	expect_msg("block 4 page 1");
+	ffx_expect_msg("block 4 page 1");
 	cr_assert(eq(int, nand_copy(&n, 0, 0, 4, 0), KVF_OK));
 	cr_assert(eq(int, nand_read(&n, 4, 0, got), KVF_OK));
 	cr_assert(eq(int, memcmp(got, a, PAGE), 0));
@@ -237,11 +233,11 @@ Test(nand, power_cut_tears_only_the_page_in_flight)
 	cr_assert(eq(int, nand_program(&n, 6, 1, a), KVF_OK));
 	pattern(a, 3);
 	cr_assert(eq(int, nand_program(&n, 6, 2, a), KVF_EIO));
-	expect_msg("power cut while programming block 6 page 2");
+	ffx_expect_msg("power cut while programming block 6 page 2");
 	cr_assert(eq(u64, n.torn_pages, 1));
 	/* dark until power returns */
 	cr_assert(eq(int, nand_read(&n, 6, 0, got), KVF_EIO));
-	expect_msg("the power is cut (block 6 page 2 was torn)");
+	ffx_expect_msg("the power is cut (block 6 page 2 was torn)");
 	cr_assert(eq(int, nand_program(&n, 6, 3, a), KVF_EIO));
 	cr_assert(eq(int, nand_erase(&n, 1), KVF_EIO));
 	nand_power_on(&n);
@@ -253,13 +249,13 @@ Test(nand, power_cut_tears_only_the_page_in_flight)
 	cr_assert(eq(int, nand_read(&n, 6, 1, got), KVF_OK));
 	cr_assert(eq(int, memcmp(got, a, PAGE), 0));
 	cr_assert(eq(int, nand_read(&n, 6, 2, got), KVF_ECORRUPT));
-	expect_msg("block 6 page 2 is torn");
+	ffx_expect_msg("block 6 page 2 is torn");
 	/* the block goes on in order; a copy of a torn page stays torn */
 	cr_assert(eq(u32, n.wp[6], 3));
 	cr_assert(eq(int, nand_program(&n, 6, 3, a), KVF_OK));
 	cr_assert(eq(int, nand_copy(&n, 6, 2, 7, 0), KVF_OK));
 	cr_assert(eq(int, nand_read(&n, 7, 0, got), KVF_ECORRUPT));
-	expect_msg("block 7 page 0 is torn");
+	ffx_expect_msg("block 7 page 0 is torn");
 	/* erasing clears the torn state */
 	cr_assert(eq(int, nand_erase(&n, 6), KVF_OK));
 	cr_assert(eq(int, nand_program(&n, 6, 0, a), KVF_OK));
