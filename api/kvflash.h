@@ -3,7 +3,10 @@
  *
  * This is the only public header.  Everything here is prefixed kvf_/KVF_;
  * anything not declared here is private and may change.  A call is declared
- * here only once it is implemented.
+ * here only once it is implemented.  It is longer than the house's 700
+ * lines on purpose: it is the whole contract, read as one manual, in
+ * sections (status, options, the store, sequences, attention, optimizer
+ * state, inspection), and a program needs only this one file.
  *
  * Conventions, for every call:
  *  - Fallible calls return kvf_status; KVF_OK (0) is success.  The numeric

@@ -1,6 +1,8 @@
 """kvflash.Store: a store opened from Python, its sequences, K/V, attention
 and optimizer state.  Methods are named like the C calls without the kvf_
-prefix; tensors come back as the caller's kind (torch or numpy)."""
+prefix; tensors come back as the caller's kind (torch or numpy).  One class
+of thin methods, one per C call, is a little over the house's 700 lines:
+kept whole so that it reads beside api/kvflash.h."""
 
 import ctypes
 import os
