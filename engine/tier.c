@@ -16,9 +16,11 @@
 				  * stay, fast enough that idle ones go */
 #define RECENT_SHARE 4u          /* the recent pool: a quarter of it */
 
+/* hash_of - Fibonacci hashing: the product's high bits mix every bit of
+ * the address (segment and page alike) */
 static uint32_t hash_of(const struct tier *t, uint32_t addr)
 {
-	return (uint32_t)((addr * 0x9e3779b1u) & (t->n_buckets - 1));
+	return (uint32_t)((uint64_t)(addr * 0x9e3779b1u) >> t->hash_shift);
 }
 
 static uint64_t held(kvf_store *st)
@@ -235,9 +237,12 @@ kvf_status tier_start(kvf_store *st)
 		return KVF_OK;
 	if (n > UINT32_MAX / 2)
 		n = UINT32_MAX / 2;
-	t->n_buckets = 1;
-	while (t->n_buckets < n)
+	t->n_buckets = 2;
+	t->hash_shift = 31;
+	while (t->n_buckets < n) {
 		t->n_buckets *= 2;
+		t->hash_shift--;
+	}
 	t->slot = kvf_calloc(n, sizeof(*t->slot));
 	t->bucket = kvf_malloc((size_t)t->n_buckets * sizeof(*t->bucket));
 	if (t->slot == NULL || t->bucket == NULL)

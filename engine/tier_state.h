@@ -42,6 +42,7 @@ struct tier {
 	struct tier_slot *slot;      /* [n_slots] */
 	uint32_t *bucket;            /* [n_buckets] chain heads */
 	uint32_t n_slots, n_buckets;
+	uint32_t hash_shift;         /* 32 - log2(n_buckets) */
 	uint32_t free_head;          /* free slots, via next */
 	uint32_t used;               /* slots holding a page */
 	struct tier_list pool[TIER_POOLS];
