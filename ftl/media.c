@@ -10,6 +10,21 @@
 #include "api/alloc.h"
 #include "api/status.h"
 
+void (*kvf_media_trace_hook)(const struct kvf_media *m,
+			     enum kvf_media_trace_op op, uint32_t stripe,
+			     uint64_t seg, uint32_t page, uint32_t n_pages);
+
+/* trace_writes - show n_io written requests to the trace hook */
+static void trace_writes(const struct kvf_media *m,
+			 const struct kvf_media_io *io, uint32_t n_io)
+{
+	if (kvf_media_trace_hook == NULL)
+		return;
+	for (uint32_t i = 0; i < n_io; i++)
+		kvf_media_trace_hook(m, KVF_MEDIA_TRACE_WRITE, io[i].stripe,
+				     io[i].seg, io[i].page, io[i].n_pages);
+}
+
 static int is_pow2(uint64_t x)
 {
 	return x != 0 && (x & (x - 1)) == 0;
@@ -135,7 +150,9 @@ kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
 		rc = refuse_read_only("kvf_media_write", m);
 	if (rc != KVF_OK || n_io == 0)
 		return rc;
-	return m->ops->write(m, io, n_io);
+	if ((rc = m->ops->write(m, io, n_io)) == KVF_OK)
+		trace_writes(m, io, n_io);
+	return rc;
 }
 
 kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
@@ -196,8 +213,12 @@ kvf_status kvf_media_give_segment(struct kvf_media *m, uint32_t stripe,
 	if (rc != KVF_OK)
 		return rc;
 	if (m->ops->give_segment == NULL)
-		return m->ops->write(m, &io, 1);
-	return m->ops->give_segment(m, stripe, seg, buf, len);
+		rc = m->ops->write(m, &io, 1);
+	else
+		rc = m->ops->give_segment(m, stripe, seg, buf, len);
+	if (rc == KVF_OK)
+		trace_writes(m, &io, 1);
+	return rc;
 }
 
 kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
@@ -233,6 +254,8 @@ kvf_status kvf_media_allocate_segment(struct kvf_media *m, uint32_t stripe,
 kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				  uint64_t seg)
 {
+	kvf_status rc;
+
 	if (m == NULL)
 		return kvf_fail(KVF_EINVAL, "kvf_media_trim_segment: media is NULL");
 	if (m->closed)
@@ -249,7 +272,11 @@ kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				(unsigned long long)m->geo.segs_per_stripe);
 	if (m->read_only)
 		return refuse_read_only("kvf_media_trim_segment", m);
-	return m->ops->trim_segment(m, stripe, seg);
+	rc = m->ops->trim_segment(m, stripe, seg);
+	if (rc == KVF_OK && kvf_media_trace_hook)
+		kvf_media_trace_hook(m, KVF_MEDIA_TRACE_TRIM, stripe, seg, 0,
+				     m->geo.pages_per_segment);
+	return rc;
 }
 
 kvf_status kvf_media_sync(struct kvf_media *m)

@@ -206,6 +206,20 @@ void kvf_media_close(struct kvf_media *m);
 /* kvf_media_free - close if needed and free the handle.  NULL is ignored. */
 void kvf_media_free(struct kvf_media *m);
 
+/*
+ * kvf_media_trace_hook - instrumentation: when not NULL, called after
+ * every successful write (each request: op KVF_MEDIA_TRACE_WRITE, its
+ * first page and page count) and trim (op KVF_MEDIA_TRACE_TRIM, page 0
+ * and the segment's pages) of any media, from the thread that made it.
+ * kvbench endurance takes the block trace of a store from it.  Set it
+ * only while no media is open; the hook must be thread-safe.
+ */
+enum kvf_media_trace_op { KVF_MEDIA_TRACE_WRITE, KVF_MEDIA_TRACE_TRIM };
+extern void (*kvf_media_trace_hook)(const struct kvf_media *m,
+				    enum kvf_media_trace_op op,
+				    uint32_t stripe, uint64_t seg,
+				    uint32_t page, uint32_t n_pages);
+
 /* kvf_media_segment_bytes - bytes of one segment of one stripe. */
 static inline uint64_t kvf_media_segment_bytes(const struct kvf_media_geometry *g)
 {

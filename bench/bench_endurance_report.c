@@ -1,0 +1,292 @@
+/*
+ * bench_endurance_report.c - the figures of `kvbench endurance`, its table,
+ * its JSON and its plots (gnuplot, when installed).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_common.h"
+#include "bench/bench_endurance_int.h"
+
+void end_figures(const struct end_args *a, const struct end_sys *s,
+		 const struct end_workload *w, const struct end_replay *rep,
+		 struct end_result *r)
+{
+	double user = (double)s->user_bytes;
+
+	r->user_bytes = s->user_bytes;
+	r->host_bytes = s->host_bytes;
+	r->block_bytes = s->tr.write_pages * END_PAGE;
+	r->nand_bytes = rep->nand_programs * END_PAGE;
+	r->gen_tokens = w->gen_tokens;
+	r->requests = w->requests;
+	r->host_wa = user > 0 ? (double)r->host_bytes / user : 0.0;
+	r->fs_wa = r->host_bytes ? (double)r->block_bytes / (double)r->host_bytes : 0.0;
+	r->device_wa = rep->device_wa;
+	r->total_wa = user > 0 ? (double)r->nand_bytes / user : 0.0;
+	r->nand_bytes_per_token = w->gen_tokens ?
+				  (double)r->nand_bytes / (double)w->gen_tokens : 0.0;
+	r->requests_per_pbw = end_requests_per_pbw((double)w->requests,
+						   (double)r->nand_bytes);
+	r->lifetime_years = end_lifetime_years(&a->drive, r->nand_bytes_per_token);
+	r->rated_years = w->gen_tokens ?
+			 end_rated_years(&a->drive, (double)r->block_bytes /
+						    (double)w->gen_tokens) : 0.0;
+	r->util_mean = rep->util_mean;
+	r->dram_peak = s->dram_peak;
+	r->rep = *rep;
+}
+
+static const char *sys_name(enum end_sys_kind k)
+{
+	return end_sys_ops(k)->name;
+}
+
+static const struct end_result *find(const struct end_result *r, size_t n,
+				     enum end_wl wl, enum end_sys_kind k)
+{
+	for (size_t i = 0; i < n; i++)
+		if (r[i].wl == wl && r[i].sys == k && r[i].ok)
+			return &r[i];
+	return NULL;
+}
+
+void end_print_table(const struct end_args *a, const struct end_result *r,
+		     size_t n)
+{
+	printf("kvbench endurance: %u layers, %u KV heads of %u (f16); SSD: spare %.2f, %u-page blocks, greedy GC; sync every %u steps\n",
+	       a->model.n_layers, a->model.n_kv_heads, a->model.head_dim,
+	       a->spare, a->block_pages, a->sync_every);
+	printf("drive for the lifetime: %.2f TB, %.0f P/E, %.2f DWPD over %.0f years, at %.0f generated tokens/s\n\n",
+	       a->drive.capacity_bytes / 1e12, a->drive.pe_cycles, a->drive.dwpd,
+	       a->drive.warranty_years, a->drive.tokens_per_s);
+	printf("%-8s %-15s %8s %7s %7s %7s %7s %12s %10s %9s %9s %8s %6s\n",
+	       "workload", "system", "user MiB", "host", "fs", "device", "total",
+	       "NAND B/tok", "req/PBW", "life (y)", "rated (y)", "erases", "util");
+	for (size_t i = 0; i < n; i++) {
+		const struct end_result *x = &r[i];
+
+		if (!x->ok) {
+			printf("%-8s %-15s failed: %s\n", end_wl_name(x->wl),
+			       sys_name(x->sys), x->error);
+			continue;
+		}
+		printf("%-8s %-15s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f\n",
+		       end_wl_name(x->wl), sys_name(x->sys),
+		       (double)x->user_bytes / 1048576.0, x->host_wa, x->fs_wa,
+		       x->device_wa, x->total_wa, x->nand_bytes_per_token,
+		       x->requests_per_pbw, x->lifetime_years, x->rated_years,
+		       x->rep.erase_max, x->rep.erase_mean, x->util_mean);
+	}
+	printf("\nhost = bytes handed to the file system (or media) / K/V bytes; fs = block bytes / host bytes;\n"
+	       "device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n\n");
+	for (int wl = 0; wl < WL_COUNT; wl++) {
+		const struct end_result *k = find(r, n, (enum end_wl)wl, SYS_KVFLASH);
+
+		if (k == NULL)
+			continue;
+		printf("%-8s kvflash: total WA %.3f (goal <= %s)", end_wl_name((enum end_wl)wl),
+		       k->total_wa, wl == WL_OFFLINE ? "1.05" : wl == WL_ONLINE ? "1.3" : "-");
+		for (int s = SYS_ROCKS; s < SYS_COUNT; s++) {
+			const struct end_result *b = find(r, n, (enum end_wl)wl, (enum end_sys_kind)s);
+
+			if (b && k->nand_bytes_per_token > 0)
+				printf("; %.1fx fewer NAND bytes/token than %s",
+				       b->nand_bytes_per_token / k->nand_bytes_per_token,
+				       sys_name((enum end_sys_kind)s));
+		}
+		printf(" (goal >= 10x vs rocksdb and per-token)\n");
+	}
+}
+
+void end_print_json(const struct end_args *a, const struct end_result *r,
+		    size_t n)
+{
+	struct bench_json j = { .f = stdout };
+
+	printf("[");
+	for (size_t i = 0; i < n; i++) {
+		const struct end_result *x = &r[i];
+
+		if (i)
+			printf(",");
+		bench_json_begin(&j, NULL);
+		bench_json_str(&j, "bench", "endurance");
+		bench_json_str(&j, "workload", end_wl_name(x->wl));
+		bench_json_str(&j, "system", sys_name(x->sys));
+		bench_json_u64(&j, "ok", (uint64_t)x->ok);
+		if (!x->ok) {
+			bench_json_str(&j, "error", x->error);
+			bench_json_end(&j);
+			continue;
+		}
+		bench_json_model(&j, &a->model);
+		bench_json_u64(&j, "user_bytes", x->user_bytes);
+		bench_json_u64(&j, "host_bytes", x->host_bytes);
+		bench_json_u64(&j, "block_bytes", x->block_bytes);
+		bench_json_u64(&j, "nand_bytes", x->nand_bytes);
+		bench_json_u64(&j, "generated_tokens", x->gen_tokens);
+		bench_json_u64(&j, "requests", x->requests);
+		bench_json_double(&j, "host_wa", x->host_wa);
+		bench_json_double(&j, "fs_wa", x->fs_wa);
+		bench_json_double(&j, "device_wa", x->device_wa);
+		bench_json_double(&j, "total_wa", x->total_wa);
+		bench_json_double(&j, "nand_bytes_per_token", x->nand_bytes_per_token);
+		bench_json_double(&j, "requests_per_pbw", x->requests_per_pbw);
+		bench_json_double(&j, "lifetime_years", x->lifetime_years);
+		bench_json_double(&j, "rated_lifetime_years", x->rated_years);
+		bench_json_double(&j, "spare_factor", x->rep.spare);
+		bench_json_double(&j, "utilization", x->util_mean);
+		bench_json_u64(&j, "erases", x->rep.erases);
+		bench_json_u64(&j, "erase_min", x->rep.erase_min);
+		bench_json_u64(&j, "erase_max", x->rep.erase_max);
+		bench_json_double(&j, "erase_mean", x->rep.erase_mean);
+		bench_json_double(&j, "wear_evenness", x->rep.wear_evenness);
+		bench_json_u64(&j, "dram_peak", x->dram_peak);
+		bench_json_double(&j, "wall_s", x->wall_s);
+		bench_json_end(&j);
+	}
+	printf("]\n");
+}
+
+/* ---- plots ---- */
+
+static const double sweep_spare[] = { 0.05, 0.07, 0.12, 0.2, 0.28 };
+static const double sweep_util[] = { 0.5, 0.6, 0.7, 0.8, 0.9 };
+#define N_SWEEP 5
+
+static FILE *open_in(const char *dir, const char *leaf, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/%s", dir, leaf);
+	return fopen(path, "w");
+}
+
+/* sweep - total WA of each system's online trace against spare factor
+ * (util 0) or utilization (at --spare) into f */
+static int sweep(const struct end_args *a, const struct end_result *r, size_t n,
+		 struct end_trace *const *tr, int by_util, FILE *f)
+{
+	fprintf(f, "# %s", by_util ? "utilization" : "spare");
+	for (int k = 0; k < SYS_COUNT; k++)
+		if (tr[k])
+			fprintf(f, " %s", sys_name((enum end_sys_kind)k));
+	fputc('\n', f);
+	for (int i = 0; i < N_SWEEP; i++) {
+		double x = by_util ? sweep_util[i] : sweep_spare[i];
+
+		fprintf(f, "%g", x);
+		for (int k = 0; k < SYS_COUNT; k++) {
+			const struct end_result *o = find(r, n, WL_ONLINE, (enum end_sys_kind)k);
+			struct end_replay rep;
+
+			if (!tr[k])
+				continue;
+			if (o == NULL || end_replay_run(tr[k], by_util ? a->spare : x,
+							by_util ? x : 0.0,
+							a->block_pages, &rep)) {
+				fprintf(f, " NaN");
+				continue;
+			}
+			/* below the trace's own utilization no cold data is
+			 * added: the point is not drawn */
+			if (by_util && rep.cold_pages == 0 && x > rep.util_mean + 0.01)
+				fprintf(f, " NaN");
+			else
+				fprintf(f, " %g", (double)o->block_bytes /
+					(double)o->user_bytes * rep.device_wa);
+		}
+		fputc('\n', f);
+	}
+	return 0;
+}
+
+int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
+	     struct end_trace *const *tr)
+{
+	char path[700], cmd[800];
+	FILE *f;
+	int cols = 0;
+
+	if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "kvbench endurance: gnuplot is not installed: plots skipped (Debian: apt-get install gnuplot-nox)\n");
+		return 1;
+	}
+	if (bench_make_dir("endurance", a->plot_dir, NULL))
+		return -1;
+	for (int k = 0; k < SYS_COUNT; k++)
+		cols += tr[k] != NULL;
+	if ((f = open_in(a->plot_dir, "wa_spare.dat", path, sizeof(path))) == NULL)
+		return -1;
+	sweep(a, r, n, tr, 0, f);
+	fclose(f);
+	if ((f = open_in(a->plot_dir, "wa_util.dat", path, sizeof(path))) == NULL)
+		return -1;
+	sweep(a, r, n, tr, 1, f);
+	fclose(f);
+	/* erase counts of each system's online replay, bucket by bucket */
+	if ((f = open_in(a->plot_dir, "erase_hist.dat", path, sizeof(path))) == NULL)
+		return -1;
+	for (int k = 0; k < SYS_COUNT; k++) {
+		const struct end_result *o = find(r, n, WL_ONLINE, (enum end_sys_kind)k);
+
+		if (o == NULL)
+			continue;
+		fprintf(f, "\"%s\"\n", sys_name((enum end_sys_kind)k));
+		for (int b = 0; b < 16; b++)
+			fprintf(f, "%g %llu\n",
+				o->rep.hist_lo + (b + 0.5) * o->rep.hist_width,
+				(unsigned long long)o->rep.erase_hist[b]);
+		fprintf(f, "\n\n");
+	}
+	fclose(f);
+	if ((f = open_in(a->plot_dir, "bytes_per_token.dat", path, sizeof(path))) == NULL)
+		return -1;
+	fprintf(f, "workload");
+	for (int k = 0; k < SYS_COUNT; k++)
+		fprintf(f, " %s", sys_name((enum end_sys_kind)k));
+	fputc('\n', f);
+	for (int wl = 0; wl < WL_COUNT; wl++) {
+		fprintf(f, "%s", end_wl_name((enum end_wl)wl));
+		for (int k = 0; k < SYS_COUNT; k++) {
+			const struct end_result *o = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);
+
+			fprintf(f, o ? " %.0f" : " NaN", o ? o->nand_bytes_per_token : 0.0);
+		}
+		fputc('\n', f);
+	}
+	fclose(f);
+	if ((f = open_in(a->plot_dir, "endurance.gp", path, sizeof(path))) == NULL)
+		return -1;
+	fprintf(f,
+		"set terminal pngcairo size 800,500 noenhanced\n"
+		"set key outside right\nset grid\nset logscale y\n"
+		"set output 'wa_spare.png'\n"
+		"set title 'online serving: total WA against the SSD spare factor'\n"
+		"set xlabel 'spare factor'\nset ylabel 'NAND bytes / K/V bytes'\n"
+		"plot for [i=2:%d] 'wa_spare.dat' using 1:i with linespoints title columnhead(i)\n"
+		"set output 'wa_util.png'\n"
+		"set title 'online serving: total WA against utilization (cold data added), spare %.2f'\n"
+		"set xlabel 'mean utilization of the logical space'\n"
+		"plot for [i=2:%d] 'wa_util.dat' using 1:i with linespoints title columnhead(i)\n"
+		"unset logscale y\n"
+		"set output 'erase_hist.png'\n"
+		"set title 'online serving: erase counts per block'\n"
+		"set xlabel 'erases'\nset ylabel 'blocks'\n"
+		"plot for [i=0:%d] 'erase_hist.dat' index i using 1:2 with linespoints title columnhead(1)\n"
+		"set output 'bytes_per_token.png'\nset logscale y\n"
+		"set title 'NAND bytes per generated token'\nset xlabel ''\n"
+		"set ylabel 'bytes'\nset style data histogram\n"
+		"set style histogram clustered\nset style fill solid 0.8\n"
+		"plot for [i=2:%d] 'bytes_per_token.dat' using i:xtic(1) title columnhead(i)\n",
+		cols + 1, a->spare, cols + 1, cols - 1, SYS_COUNT + 1);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot endurance.gp", a->plot_dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "kvbench endurance: gnuplot failed on %s\n", path);
+		return -1;
+	}
+	fprintf(stderr, "kvbench endurance: plots in %s: wa_spare.png wa_util.png erase_hist.png bytes_per_token.png\n",
+		a->plot_dir);
+	return 0;
+}
