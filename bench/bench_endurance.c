@@ -171,9 +171,7 @@ static int remove_tree(const char *dir)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* run_one - system k on workload w into *r; its trace is kept in *keep
- * (when not NULL) for the plots, else freed */
-static int run_one(const struct end_args *a, const struct end_workload *w,
+int end_run_system(const struct end_args *a, const struct end_workload *w,
 		   enum end_sys_kind k, const unsigned char *pool, size_t pool_bytes,
 		   uint64_t n_lpn, struct end_result *r, struct end_trace **keep)
 {
@@ -293,9 +291,9 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 	return 0;
 }
 
-int bench_endurance_main(int argc, char **argv)
+void end_args_default(struct end_args *a)
 {
-	struct end_args a = {
+	*a = (struct end_args){
 		.model = { .n_layers = 4, .n_q_heads = 32, .n_kv_heads = 8,
 			   .head_dim = 128, .dtype = KVF_DTYPE_F16 },
 		.dir = "kvbench-endurance", .systems = "all", .workloads = "all",
@@ -310,13 +308,19 @@ int bench_endurance_main(int argc, char **argv)
 			   .spare = 0.07, .dwpd = 1.0, .warranty_years = 5,
 			   .tokens_per_s = 10000 },
 	};
+}
+
+int bench_endurance_main(int argc, char **argv)
+{
+	struct end_args a;
 	struct end_result res[WL_COUNT * SYS_COUNT];
 	struct end_trace *online[SYS_COUNT] = { NULL };
 	size_t n_res = 0, pool_bytes;
 	unsigned char *pool;
-	int rc = parse_args(argc, argv, &a);
+	int rc;
 
-	if (rc)
+	end_args_default(&a);
+	if ((rc = parse_args(argc, argv, &a)) != 0)
 		return rc == 1 ? 0 : 2;
 	a.drive.spare = a.spare;
 	if (bench_make_dir("endurance", a.dir, NULL))
@@ -365,7 +369,7 @@ int bench_endurance_main(int argc, char **argv)
 
 			if (!in_list(a.systems, ops->name))
 				continue;
-			run_one(&a, &w, (enum end_sys_kind)k, pool, pool_bytes, n_lpn,
+			end_run_system(&a, &w, (enum end_sys_kind)k, pool, pool_bytes, n_lpn,
 				&res[n_res++],
 				wl == WL_ONLINE && a.plot_dir ? &online[k] : NULL);
 		}

@@ -292,6 +292,19 @@ struct end_result {
 	struct end_replay rep;
 };
 
+/* end_args_default - the defaults of every argument */
+void end_args_default(struct end_args *a);
+/*
+ * end_run_system - system k runs workload w in a->dir/WORKLOAD-SYSTEM (made
+ * afresh, removed after) on a device of n_lpn pages, its trace replayed
+ * at a->spare; the figures into *r (r->ok, or r->error).  Its trace is
+ * handed to *keep (malloc'd; end_trace_free and free it) when keep is
+ * not NULL and the run succeeded.  Always returns 0.
+ */
+int end_run_system(const struct end_args *a, const struct end_workload *w,
+		   enum end_sys_kind k, const unsigned char *pool,
+		   size_t pool_bytes, uint64_t n_lpn, struct end_result *r,
+		   struct end_trace **keep);
 /* end_figures - the figures of a run from its counters and replay */
 void end_figures(const struct end_args *a, const struct end_sys *s,
 		 const struct end_workload *w, const struct end_replay *rep,

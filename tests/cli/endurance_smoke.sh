@@ -1,0 +1,25 @@
+#!/bin/sh
+# endurance_smoke.sh KVBENCH DIR - kvbench endurance end to end at a small
+# size, every system on every workload: each of the 15 JSON objects ran
+# and carries the figures' keys.
+set -eu
+kvbench=$1 dir=$2
+out=$dir.json
+"$kvbench" endurance --dir "$dir" --quiet --json --layers 2 --q-heads 4 \
+	--kv-heads 2 --head-dim 64 --batch 2 --rounds 1 --prompt 64 --gen 24 \
+	--steps 60 --rate 0.2 --on-prompt 32 --on-gen 16 --convs 3 --turns 2 \
+	--chat-prompt 16 --chat-gen 16 --think 5 --sync-every 8 > "$out"
+for k in host_wa device_wa total_wa nand_bytes_per_token requests_per_pbw \
+	lifetime_years; do
+	n=$(grep -c "\"$k\": " "$out" || true)
+	if [ "$n" != 15 ]; then
+		echo "\"$k\" in $n objects, not 15"
+		exit 1
+	fi
+done
+n=$(grep -c '"ok": 1' "$out" || true)
+[ "$n" = 15 ] || { echo "$n of 15 runs succeeded"; exit 1; }
+if command -v python3 >/dev/null; then
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==15' "$out"
+fi
+echo keys-ok
