@@ -165,7 +165,7 @@ struct end_replay {
 	double spare;            /* spare factor replayed at */
 	double util_target;      /* cold data added to reach it; 0 = none */
 	uint64_t cold_pages;     /* pages of cold data written first */
-	uint64_t host_pages;     /* trace pages written (replay only) */
+	uint64_t host_pages;     /* trace pages written while measured */
 	uint64_t nand_programs;  /* NAND programs during the replay */
 	uint64_t erases;         /* erases during the replay */
 	double device_wa;        /* nand_programs / host_pages */
@@ -180,7 +180,9 @@ struct end_replay {
 
 /* end_replay_run - replay t on a fresh emulated SSD (page mapping, greedy
  * GC, 256-page blocks unless block_pages says) at spare factor spare,
- * first filling cold data up to mean utilization util (0: none); 0 or -1 */
+ * first filling cold data up to mean utilization util (0: none), in
+ * steady state: passes of t until two drive writes have warmed it up,
+ * then passes measured until two more (at least one pass); 0 or -1 */
 int end_replay_run(const struct end_trace *t, double spare, double util,
 		   uint32_t block_pages, struct end_replay *out);
 

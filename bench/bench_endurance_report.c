@@ -18,7 +18,9 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 	r->user_bytes = s->user_bytes;
 	r->host_bytes = s->host_bytes;
 	r->block_bytes = s->tr.write_pages * END_PAGE;
-	r->nand_bytes = rep->nand_programs * END_PAGE;
+	/* the replay measured device WA in steady state, over passes of the
+	 * trace: one pass's NAND bytes at that WA */
+	r->nand_bytes = (uint64_t)((double)r->block_bytes * rep->device_wa + 0.5);
 	r->gen_tokens = w->gen_tokens;
 	r->requests = w->requests;
 	r->host_wa = user > 0 ? (double)r->host_bytes / user : 0.0;
