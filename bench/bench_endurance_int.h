@@ -9,7 +9,8 @@
  * bench_endurance_work.c the workloads (seeded operation lists)
  * bench_endurance_trace.c block traces, the file system model, the FTL
  *                        replay, the lifetime arithmetic
- * bench_endurance_sys.c  kvflash and the RocksDB baselines
+ * bench_endurance_sys.c  kvflash, shared helpers, the table of systems
+ * bench_endurance_rocks.c RocksDB (default and tuned)
  * bench_endurance_files.c file-per-block and per-token baselines
  * bench_endurance_report.c table, JSON, plots
  * Nothing outside bench_endurance*.c and its unit test includes it.
@@ -245,6 +246,9 @@ extern const struct end_sys_ops end_ops_kvflash, end_ops_rocks,
 /* end_sys_fail - record why s failed (printf format); returns -1 */
 int end_sys_fail(struct end_sys *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* end_kv_data - n bytes of test data for (seq, layer, t0) from s's pool */
+const void *end_kv_data(const struct end_sys *s, uint64_t seq, uint32_t layer,
+			uint64_t t0, size_t n);
 /* end_kv_bytes_per_token_layer - K and V bytes of one token in one layer */
 uint64_t end_token_layer_bytes(const kvf_model *m);
 /* end_wchar - /proc/self/io's wchar (bytes handed to write calls); 0 when
