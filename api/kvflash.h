@@ -186,6 +186,21 @@ typedef struct {
 				   * 0 = no tier: nothing cached, pages
 				   * written as they fill, no limit on
 				   * group buffers and index */
+	uint64_t admit_tokens;    /* endurance-aware admission (docs/
+				   * store.md, "Admission"): 0 = off (the
+				   * default); N = a sequence's K, V and X
+				   * pages stay in the memory tier, off the
+				   * media, until the sequence holds N
+				   * tokens (in the layer appended), so a
+				   * sequence freed sooner never costs a
+				   * media write.  Such a sequence is not
+				   * covered by kvf_sync until admitted (a
+				   * crash may bring it back with fewer
+				   * tokens, as few as none); kvf_close and
+				   * kvf_seq_fork admit it, and so does a
+				   * tier with no room for its pages.
+				   * Needs dram_budget > 0 and file or
+				   * flash media */
 } kvf_options;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
@@ -307,6 +322,9 @@ typedef struct {
 	uint64_t attend_calls;       /* attention calls (kvf_attend*,
 				      * kvf_scores) */
 	uint64_t attend_bytes_read;  /* bytes those calls read from media */
+	uint64_t dram_only_bytes;    /* pages freed while they waited in DRAM
+				      * (write-back or admission): never
+				      * written to the media; since open */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */

@@ -294,8 +294,10 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 					 (size_t)h * st->row_bytes;
 				x->stride = (size_t)H * st->row_bytes;
 			}
-		rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
-				    n_tokens, layer, call);
+		rc = wb_admit(st, seq, seq->len[layer] + n_tokens, call);
+		if (rc == KVF_OK)
+			rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
+					    n_tokens, layer, call);
 		if (rc == KVF_OK) {
 			vbar_fold(st, seq, layer, n_tokens, v);
 			seq->len[layer] += n_tokens;
@@ -336,8 +338,10 @@ static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 				     (size_t)q * st->row_bytes;
 			src[q].stride = (size_t)Q * st->row_bytes;
 		}
-		rc = append_streams(st, seq, src, Q, seq->x_len[layer],
-				    n_tokens, UINT32_MAX, call);
+		rc = wb_admit(st, seq, seq->x_len[layer] + n_tokens, call);
+		if (rc == KVF_OK)
+			rc = append_streams(st, seq, src, Q, seq->x_len[layer],
+					    n_tokens, UINT32_MAX, call);
 		if (rc == KVF_OK) {
 			seq->x_len[layer] += n_tokens;
 			seq->changes++;

@@ -121,6 +121,7 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	seq->id = id;
 	seq->family = id;
 	seq->parent = SEQ_NO_PARENT;
+	seq->admitted = 1;
 	atomic_init(&seq->refs, 1);
 	pthread_mutex_init(&seq->lock, NULL);
 	seq->len = kvf_calloc(nl, sizeof(uint64_t));

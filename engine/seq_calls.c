@@ -73,6 +73,7 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 		goto out;
 	}
 	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
+	seq->admitted = st->opts.admit_tokens == 0; /* writeback.h */
 	if ((rc = seq_record(st, seq, b)) != KVF_OK ||
 	    (rc = seq_insert(st, seq)) != KVF_OK) {
 		catalog_batch_free(b);
@@ -304,6 +305,7 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 	if ((rc = wb_flush_seq(st, parent, call)) != KVF_OK ||
 	    (rc = openseg_flush_all(st, parent)) != KVF_OK)
 		goto out_child;
+	parent->admitted = 1; /* its pages are on media now, the child's too */
 	child->family = parent->family;
 	child->parent = parent_id;
 	for (uint32_t i = 0; i < n_streams; i++) {

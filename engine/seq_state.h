@@ -59,8 +59,10 @@ struct wb_run {
 	uint32_t stripe;              /* where they go; their room there is
 				       * promised (segtab.promised) */
 	uint32_t n_spare;             /* pages made ahead (wb_prepare) */
-	unsigned char *page[WB_RUN];  /* page_size bytes each */
-	unsigned char *spare[WB_RUN];
+	uint32_t cap;                 /* entries of page and of spare: WB_RUN,
+				       * more for a sequence not admitted */
+	unsigned char **page;         /* [cap], n of them page_size bytes */
+	unsigned char **spare;        /* [cap], n_spare of them */
 };
 
 /* stream_waiting - group g's page if it waits for write-back, else NULL */
@@ -157,6 +159,9 @@ struct seq {
 	uint64_t vbar_capture_gen; /* that sync (st->dur.gen) */
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
+	int admitted;          /* its pages may go to the media (kvf_options.
+				* admit_tokens; engine/writeback.h); 1 unless
+				* created by kvf_seq_create with admission on */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
 };
 

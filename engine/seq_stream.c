@@ -211,6 +211,8 @@ void stream_wb_free(kvf_store *st, struct stream *s)
 		return;
 	if (s->wb->n)
 		seg_promise(st, s->wb->stripe, -(int32_t)s->wb->n);
+	atomic_fetch_add(&st->c.dram_only_bytes,
+			 (uint64_t)s->wb->n * st->hdr.page_size);
 	for (uint32_t i = 0; i < s->wb->n; i++) {
 		kvf_free(s->wb->page[i]);
 		tier_release(st, st->hdr.page_size);
@@ -220,6 +222,9 @@ void stream_wb_free(kvf_store *st, struct stream *s)
 		kvf_free(s->wb->spare[i]);
 		tier_release(st, st->hdr.page_size);
 	}
+	tier_release(st, (size_t)s->wb->cap * 2 * sizeof(s->wb->page[0]));
+	kvf_free(s->wb->page);
+	kvf_free(s->wb->spare);
 	kvf_free(s->wb);
 	tier_release(st, sizeof(*s->wb));
 	s->wb = NULL;

@@ -521,6 +521,16 @@ fail:
 	return rc;
 }
 
+/* admit_seq - kvf_close admits every sequence (writeback.h) */
+static void admit_seq(kvf_store *st, struct seq *seq, void *arg)
+{
+	(void)st;
+	(void)arg;
+	pthread_mutex_lock(&seq->lock);
+	seq->admitted = 1;
+	pthread_mutex_unlock(&seq->lock);
+}
+
 kvf_status kvf_close(kvf_store *st)
 {
 	kvf_status rc = KVF_OK;
@@ -530,8 +540,11 @@ kvf_status kvf_close(kvf_store *st)
 	attend_async_drain(st); /* background attention on st ends first */
 	cleaner_stop(st);
 	/* a handle that went fatal may have lost its last writes: say so */
-	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only)
+	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only) {
+		/* what the handle held off the media goes now */
+		(void)seq_foreach(st, admit_seq, NULL);
 		rc = kvf_sync(st);
+	}
 	optim_detach_all(st);
 	store_release(st, 0, 0, 0);
 	return rc;

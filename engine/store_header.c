@@ -162,6 +162,14 @@ static kvf_status check_options(const kvf_options *o)
 				"kvf_open: dram_budget %llu is more than this machine's %llu bytes of memory",
 				(unsigned long long)o->dram_budget,
 				(unsigned long long)physical_memory());
+	if (o->admit_tokens != 0 && o->dram_budget == 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: admit_tokens %llu keeps sequences in the memory tier, but dram_budget is 0 (no tier)",
+				(unsigned long long)o->admit_tokens);
+	if (o->admit_tokens != 0 && o->media == KVF_MEDIA_MEMORY)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: admit_tokens %llu keeps sequences off the media, but a memory store has none to keep them off",
+				(unsigned long long)o->admit_tokens);
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;

@@ -78,6 +78,7 @@ struct store_counters {
 					       * have read and SparF did not */
 	_Atomic uint64_t wb_bytes;           /* pages waiting for write-back */
 	_Atomic uint64_t wb_runs;            /* runs written back */
+	_Atomic uint64_t dram_only_bytes;    /* waiting pages freed unwritten */
 	_Atomic uint64_t attend_calls;       /* attention calls */
 	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
 };

@@ -74,6 +74,7 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.n_syncs = st->dur.n_syncs;
 	s.writeback_bytes = atomic_load(&st->c.wb_bytes);
 	s.writeback_runs = atomic_load(&st->c.wb_runs);
+	s.dram_only_bytes = atomic_load(&st->c.dram_only_bytes);
 	s.attend_calls = atomic_load(&st->c.attend_calls);
 	s.attend_bytes_read = atomic_load(&st->c.attend_bytes_read);
 	tier_figures(st, &s);

@@ -36,7 +36,8 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	if (c->rc != KVF_OK)
 		return;
 	pthread_mutex_lock(&seq->lock);
-	if (!seq->dead) {
+	/* a sequence not admitted stays off the media (writeback.h) */
+	if (!seq->dead && seq->admitted) {
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = openseg_flush_all(st, seq);

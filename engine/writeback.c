@@ -131,6 +131,34 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 	return rc;
 }
 
+/* wb_grow - room in w's arrays for need pages, the tier holding it;
+ * KVF_OK, KVF_ENOMEM (the tier's refusal included: then nothing waits) */
+static kvf_status wb_grow(kvf_store *st, struct wb_run *w, uint64_t need)
+{
+	size_t ptr = sizeof(w->page[0]);
+	uint32_t cap = w->cap ? w->cap : WB_RUN;
+	unsigned char **p, **q;
+
+	while (cap < need)
+		cap *= 2;
+	if (cap == w->cap)
+		return KVF_OK;
+	if (tier_hold(st, (size_t)(cap - w->cap) * 2 * ptr, "write-back") != KVF_OK)
+		return KVF_ENOMEM;
+	p = kvf_realloc(w->page, cap * ptr);
+	if (p)
+		w->page = p;
+	q = p ? kvf_realloc(w->spare, cap * ptr) : NULL;
+	if (q)
+		w->spare = q;
+	if (p == NULL || q == NULL) {
+		tier_release(st, (size_t)(cap - w->cap) * 2 * ptr);
+		return KVF_ENOMEM;
+	}
+	w->cap = cap;
+	return KVF_OK;
+}
+
 kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 		      uint32_t sid, uint64_t k, int *waits)
 {
@@ -138,25 +166,37 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 	struct wb_run *w;
 
 	*waits = 0;
-	if (k == 0 || !wb_enabled(st, seq, sid) || wb_long(k) ||
+	/* a sequence not admitted keeps every page waiting, long appends
+	 * too, as long as the tier has room */
+	if (k == 0 || !wb_enabled(st, seq, sid) || (wb_long(k) && seq->admitted) ||
 	    tier_fixed(st) + (k + 1) * ps + sizeof(*w) > st->tier.budget / WB_SHARE ||
 	    !seg_plenty(st))
-		return KVF_OK; /* written as they fill */
+		goto out; /* written as they fill */
 	if (s->wb == NULL) {
 		if (tier_hold(st, sizeof(*w), "write-back") != KVF_OK)
-			return KVF_OK;
+			goto out;
 		if ((s->wb = kvf_calloc(1, sizeof(*w))) == NULL) {
 			tier_release(st, sizeof(*w));
 			return kvf_fail(KVF_ENOMEM, "out of memory for write-back");
 		}
 	}
 	w = s->wb;
+	if (wb_grow(st, w, w->n + k > WB_RUN ? w->n + k : WB_RUN) != KVF_OK) {
+		if (w->cap == 0) { /* never used: give it back */
+			kvf_free(w->page);
+			kvf_free(w->spare);
+			kvf_free(w);
+			s->wb = NULL;
+			tier_release(st, sizeof(*w));
+		}
+		goto out;
+	}
 	while (w->n_spare < k) {
 		unsigned char *p;
 
 		if (tier_hold(st, ps, "a page waiting for write-back") != KVF_OK) {
 			wb_unprepare(st, s);
-			return KVF_OK; /* no room after all: written as they fill */
+			goto out; /* no room after all: written as they fill */
 		}
 		if ((p = kvf_malloc(ps)) == NULL) {
 			tier_release(st, ps);
@@ -166,6 +206,11 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 		w->spare[w->n_spare++] = p;
 	}
 	*waits = 1;
+	return KVF_OK;
+out:
+	/* a sequence whose pages go to the media is admitted from now */
+	if (k > 0 && !seq->admitted && wb_enabled(st, seq, sid))
+		seq->admitted = 1;
 	return KVF_OK;
 }
 
@@ -223,7 +268,19 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	seg_promise(st, w->stripe, 1);
 	if (g >= s->n_groups)
 		s->n_groups = (uint32_t)g + 1;
-	if (w->n == WB_RUN)
+	if (w->n >= WB_RUN && seq->admitted)
 		return wb_flush(st, seq, s, sid);
 	return KVF_OK;
+}
+
+kvf_status wb_admit(kvf_store *st, struct seq *seq, uint64_t tokens,
+		    const char *call)
+{
+	kvf_status rc;
+
+	if (seq->admitted || tokens < st->opts.admit_tokens)
+		return KVF_OK;
+	if ((rc = wb_flush_seq(st, seq, call)) == KVF_OK)
+		seq->admitted = 1;
+	return rc;
 }

@@ -59,6 +59,23 @@ void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 		   uint32_t sid, uint64_t g);
 
+/*
+ * Admission (kvf_options.admit_tokens): a sequence kvf_seq_create made
+ * with admission on starts not admitted: its sealed pages all wait (long
+ * appends too, past WB_RUN), kvf_sync leaves it alone, and kvf_seq_free
+ * drops its pages unwritten.  It is admitted, for good, when it reaches
+ * admit_tokens (wb_admit: everything waiting goes out), when the tier
+ * has no room for its pages (wb_prepare: they are written as they fill),
+ * at a fork and at kvf_close.
+ *
+ * wb_admit - before an append that leaves seq holding tokens tokens: if
+ * that reaches admit_tokens, seq is admitted and its waiting pages are
+ * placed.  Return: KVF_OK; the placement's error (then seq stays as it
+ * was, its pages still waiting).
+ */
+kvf_status wb_admit(kvf_store *st, struct seq *seq, uint64_t tokens,
+		    const char *call);
+
 /* wb_flush - place s's waiting run now (s may be NULL: a stream not made
  * yet), in room reserved with wb_flush_plan's count on pages and own */
 kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,

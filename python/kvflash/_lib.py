@@ -45,7 +45,7 @@ class Options(ctypes.Structure):
                 ("read_only", c_u32), ("flash_channels", c_u32),
                 ("flash_cell", c_u32), ("flash_spare", c_f32),
                 ("trim", c_u32), ("verify_reads", c_u32),
-                ("dram_budget", c_u64)]
+                ("dram_budget", c_u64), ("admit_tokens", c_u64)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -75,7 +75,7 @@ STATS_FIELDS = [
     ("cache_hits", c_u64), ("cache_misses", c_u64),
     ("cache_evictions", c_u64), ("writeback_bytes", c_u64),
     ("writeback_runs", c_u64), ("attend_calls", c_u64),
-    ("attend_bytes_read", c_u64)]
+    ("attend_bytes_read", c_u64), ("dram_only_bytes", c_u64)]
 
 
 class Stats(ctypes.Structure):
