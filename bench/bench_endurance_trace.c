@@ -246,6 +246,8 @@ int fsm_flush_if(struct fsm *f, int (*pick)(const char *name))
 
 	/* by file and page: delayed allocation places each file's new
 	 * pages together, and the device sees them in address order */
+	if (f->n_dirty == 0)
+		return f->full ? -1 : 0;
 	qsort(f->dirty, f->n_dirty, sizeof(f->dirty[0]), cmp_dirty);
 	for (size_t i = 0; i < f->n_dirty; i++) {
 		struct fsm_file *fl = &f->files[f->dirty[i][0]];
