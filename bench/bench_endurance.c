@@ -27,7 +27,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kvbench endurance [options]\n"
 		"  --dir DIR              work directory (default ./kvbench-endurance)\n"
-		"  --systems LIST         kvflash,rocksdb,rocksdb-tuned,file-per-block,per-token or all\n"
+		"  --systems LIST         kvflash,rocksdb,rocksdb-tuned,file-per-block,per-token,\n"
+		"                         kvflash-admit or all (default all)\n"
+		"  --admit-tokens N       kvflash-admit: sequences stay in DRAM until N tokens (512)\n"
+		"  --dram-budget BYTES    kvflash's memory tier (default 1G)\n"
 		"  --workloads LIST       offline,online,chat or all (default all)\n"
 		"  --layers N --q-heads N --kv-heads N --head-dim N   model (default 4 layers, 32/8 heads of 128, f16)\n"
 		"  --seed N               workload seed (default 1)\n"
@@ -236,7 +239,8 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 static int parse_args(int argc, char **argv, struct end_args *a)
 {
 	static const char *const sys_names[] = { "kvflash", "rocksdb", "rocksdb-tuned",
-						 "file-per-block", "per-token" };
+						 "file-per-block", "per-token",
+						 "kvflash-admit" };
 	static const char *const wl_names[] = { "offline", "online", "chat" };
 	const struct bench_opt opts[] = {
 		BENCH_STR("--dir", a->dir), BENCH_STR("--plot", a->plot_dir),
@@ -267,6 +271,8 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 		BENCH_DOUBLE("--dwpd", a->drive.dwpd),
 		BENCH_DOUBLE("--warranty", a->drive.warranty_years),
 		BENCH_DOUBLE("--tokens-per-s", a->drive.tokens_per_s),
+		BENCH_U64("--admit-tokens", a->admit_tokens, 1, UINT64_MAX),
+		BENCH_U64("--dram-budget", a->dram_budget, 0, UINT64_MAX),
 		BENCH_BOOL("--json", a->json), BENCH_BOOL("--quiet", a->quiet),
 		{ .name = NULL },
 	};
@@ -276,7 +282,7 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 		return rc == 1 ? 1 : 2;
 	if (bench_check_heads("endurance", &a->model))
 		return 2;
-	if (check_list("--systems", a->systems, sys_names, 5) ||
+	if (check_list("--systems", a->systems, sys_names, 6) ||
 	    check_list("--workloads", a->workloads, wl_names, 3))
 		return 2;
 	if (!(a->spare > 0.0 && a->spare < 0.9))
@@ -298,6 +304,7 @@ void end_args_default(struct end_args *a)
 			   .head_dim = 128, .dtype = KVF_DTYPE_F16 },
 		.dir = "kvbench-endurance", .systems = "all", .workloads = "all",
 		.seed = 1, .sync_every = 64, .spare = 0.07, .util = 0.25,
+		.admit_tokens = 512, .dram_budget = 1ull << 30,
 		.block_pages = 256,
 		.off_batch = 8, .off_rounds = 2, .off_prompt = 1024, .off_gen = 128,
 		.on_steps = 1000, .on_rate = 0.08, .on_max_batch = 32,

@@ -204,6 +204,7 @@ double end_requests_per_pbw(double requests, double nand_bytes);
 
 enum end_sys_kind {
 	SYS_KVFLASH, SYS_ROCKS, SYS_ROCKS_TUNED, SYS_FILES, SYS_TOKEN,
+	SYS_KVFLASH_ADMIT, /* kvflash with admission (--admit-tokens) */
 	SYS_COUNT
 };
 
@@ -235,6 +236,7 @@ struct end_sys {
 	uint64_t host_bytes;     /* bytes handed to the file system or media */
 	uint64_t wchar0;         /* /proc/self/io wchar at open */
 	uint64_t dram_peak;      /* kvflash: the tier's peak (bytes) */
+	uint64_t dram_only;      /* kvflash: pages freed unwritten (bytes) */
 	uint64_t padding_bytes, cleaner_bytes; /* kvflash: by cause */
 	void *impl;              /* the system's own state */
 	char error[256];         /* why it failed, "" if it did not */
@@ -242,7 +244,7 @@ struct end_sys {
 
 const struct end_sys_ops *end_sys_ops(enum end_sys_kind k);
 extern const struct end_sys_ops end_ops_kvflash, end_ops_rocks,
-	end_ops_rocks_tuned, end_ops_files, end_ops_token;
+	end_ops_rocks_tuned, end_ops_files, end_ops_token, end_ops_kvflash_admit;
 /* end_sys_fail - record why s failed (printf format); returns -1 */
 int end_sys_fail(struct end_sys *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -277,7 +279,8 @@ struct end_args {
 	uint32_t chat_convs, chat_turns, chat_prompt, chat_gen, chat_think;
 	uint32_t chat_max_batch;
 	struct end_drive drive;
-	uint64_t admit_tokens;   /* kvflash admission (0 off) */
+	uint64_t admit_tokens;   /* kvflash-admit: kvf_options.admit_tokens */
+	uint64_t dram_budget;    /* kvflash: kvf_options.dram_budget */
 	int json;
 	int quiet;               /* no progress line */
 };
@@ -293,7 +296,7 @@ struct end_result {
 	double nand_bytes_per_token, requests_per_pbw;
 	double lifetime_years, rated_years;
 	double util_mean;
-	uint64_t dram_peak;
+	uint64_t dram_peak, dram_only;
 	double wall_s;
 	struct end_replay rep;
 };

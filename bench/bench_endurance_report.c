@@ -37,6 +37,7 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 						    (double)w->gen_tokens) : 0.0;
 	r->util_mean = rep->util_mean;
 	r->dram_peak = s->dram_peak;
+	r->dram_only = s->dram_only;
 	r->rep = *rep;
 }
 
@@ -63,9 +64,10 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 	printf("drive for the lifetime: %.2f TB, %.0f P/E, %.2f DWPD over %.0f years, at %.0f generated tokens/s\n\n",
 	       a->drive.capacity_bytes / 1e12, a->drive.pe_cycles, a->drive.dwpd,
 	       a->drive.warranty_years, a->drive.tokens_per_s);
-	printf("%-8s %-15s %8s %7s %7s %7s %7s %12s %10s %9s %9s %8s %6s\n",
+	printf("%-8s %-15s %8s %7s %7s %7s %7s %12s %10s %9s %9s %8s %6s %8s\n",
 	       "workload", "system", "user MiB", "host", "fs", "device", "total",
-	       "NAND B/tok", "req/PBW", "life (y)", "rated (y)", "erases", "util");
+	       "NAND B/tok", "req/PBW", "life (y)", "rated (y)", "erases", "util",
+	       "DRAM MiB");
 	for (size_t i = 0; i < n; i++) {
 		const struct end_result *x = &r[i];
 
@@ -74,12 +76,16 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 			       sys_name(x->sys), x->error);
 			continue;
 		}
-		printf("%-8s %-15s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f\n",
+		printf("%-8s %-15s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f ",
 		       end_wl_name(x->wl), sys_name(x->sys),
 		       (double)x->user_bytes / 1048576.0, x->host_wa, x->fs_wa,
 		       x->device_wa, x->total_wa, x->nand_bytes_per_token,
 		       x->requests_per_pbw, x->lifetime_years, x->rated_years,
 		       x->rep.erase_max, x->rep.erase_mean, x->util_mean);
+		if (x->sys == SYS_KVFLASH || x->sys == SYS_KVFLASH_ADMIT)
+			printf("%8.1f\n", (double)x->dram_peak / 1048576.0);
+		else
+			printf("%8s\n", "-");
 	}
 	printf("\nhost = bytes handed to the file system (or media) / K/V bytes; fs = block bytes / host bytes;\n"
 	       "device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n\n");
@@ -90,7 +96,7 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 			continue;
 		printf("%-8s kvflash: total WA %.3f (goal <= %s)", end_wl_name((enum end_wl)wl),
 		       k->total_wa, wl == WL_OFFLINE ? "1.05" : wl == WL_ONLINE ? "1.3" : "-");
-		for (int s = SYS_ROCKS; s < SYS_COUNT; s++) {
+		for (int s = SYS_ROCKS; s <= SYS_TOKEN; s++) {
 			const struct end_result *b = find(r, n, (enum end_wl)wl, (enum end_sys_kind)s);
 
 			if (b && k->nand_bytes_per_token > 0)
@@ -99,6 +105,19 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 				       sys_name((enum end_sys_kind)s));
 		}
 		printf(" (goal >= 10x vs rocksdb and per-token)\n");
+	}
+	for (int wl = 0; wl < WL_COUNT; wl++) {
+		const struct end_result *k = find(r, n, (enum end_wl)wl, SYS_KVFLASH);
+		const struct end_result *m = find(r, n, (enum end_wl)wl, SYS_KVFLASH_ADMIT);
+
+		if (k == NULL || m == NULL || k->nand_bytes == 0)
+			continue;
+		printf("%-8s admission at %llu tokens: %.1f MiB (%.1f%%) fewer NAND bytes than kvflash (%.1f MiB of pages freed unwritten against %.1f), DRAM peak %.1f MiB against %.1f MiB\n",
+		       end_wl_name((enum end_wl)wl), (unsigned long long)a->admit_tokens,
+		       ((double)k->nand_bytes - (double)m->nand_bytes) / 1048576.0,
+		       100.0 * (1.0 - (double)m->nand_bytes / (double)k->nand_bytes),
+		       (double)m->dram_only / 1048576.0, (double)k->dram_only / 1048576.0,
+		       (double)m->dram_peak / 1048576.0, (double)k->dram_peak / 1048576.0);
 	}
 }
 
@@ -146,6 +165,7 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_double(&j, "erase_mean", x->rep.erase_mean);
 		bench_json_double(&j, "wear_evenness", x->rep.wear_evenness);
 		bench_json_u64(&j, "dram_peak", x->dram_peak);
+		bench_json_u64(&j, "dram_only_bytes", x->dram_only);
 		bench_json_double(&j, "wall_s", x->wall_s);
 		bench_json_end(&j);
 	}

@@ -82,7 +82,7 @@ static void media_hook(const struct kvf_media *m, enum kvf_media_trace_op op,
 		      lpn, n_pages);
 }
 
-static int kvf_open_sys(struct end_sys *s)
+static int kvf_open_with(struct end_sys *s, uint64_t admit_tokens)
 {
 	const struct end_args *a = s->a;
 	struct kvf_impl *k = calloc(1, sizeof(*k));
@@ -107,7 +107,8 @@ static int kvf_open_sys(struct end_sys *s)
 	o.n_threads = 1;
 	o.trim = 1; /* the SSD is told what died, as fstrim/discard would */
 	o.direct_io = 0;
-	(void)a->admit_tokens; /* see docs/endurance.md, "Admission" */
+	o.dram_budget = a->dram_budget;
+	o.admit_tokens = admit_tokens;
 	traced = s;
 	kvf_media_trace_hook = media_hook;
 	if ((rc = kvf_open(s->dir, &o, &k->st)) != KVF_OK)
@@ -116,6 +117,16 @@ static int kvf_open_sys(struct end_sys *s)
 	if ((k->mark = fsm_create(&s->fs, "")) < 0)
 		return end_sys_fail(s, "out of memory");
 	return 0;
+}
+
+static int kvf_open_sys(struct end_sys *s)
+{
+	return kvf_open_with(s, 0);
+}
+
+static int kvf_open_admit(struct end_sys *s)
+{
+	return kvf_open_with(s, s->a->admit_tokens);
 }
 
 static int kvf_append_sys(struct end_sys *s, uint64_t seq, uint32_t n)
@@ -187,6 +198,7 @@ static int kvf_close_sys(struct end_sys *s)
 		if (kvf_stats_get(k->st, &st) == KVF_OK) {
 			s->host_bytes = st.host_bytes_written + st.metadata_bytes;
 			s->dram_peak = st.dram_peak;
+			s->dram_only = st.dram_only_bytes;
 			s->padding_bytes = st.padding_bytes;
 			s->cleaner_bytes = st.cleaner_bytes;
 		}
@@ -210,11 +222,17 @@ const struct end_sys_ops end_ops_kvflash = {
 	.close = kvf_close_sys,
 };
 
+const struct end_sys_ops end_ops_kvflash_admit = {
+	.name = "kvflash-admit", .open = kvf_open_admit,
+	.append = kvf_append_sys, .end_seq = kvf_end_sys, .step = kvf_step_sys,
+	.sync = kvf_sync_sys, .close = kvf_close_sys,
+};
+
 const struct end_sys_ops *end_sys_ops(enum end_sys_kind k)
 {
 	static const struct end_sys_ops *const t[SYS_COUNT] = {
 		&end_ops_kvflash, &end_ops_rocks, &end_ops_rocks_tuned,
-		&end_ops_files, &end_ops_token,
+		&end_ops_files, &end_ops_token, &end_ops_kvflash_admit,
 	};
 
 	return k < SYS_COUNT ? t[k] : NULL;
