@@ -395,7 +395,9 @@ KVF_API kvf_status kvf_close(kvf_store *st);
 /*
  * kvf_sync - make everything appended so far durable: partial token
  * groups are written as padded pages, open segments are written, and the
- * catalog is committed with its log on stable storage.
+ * catalog is committed with its log on stable storage.  With admission
+ * on (kvf_options.admit_tokens), a sequence not yet admitted is left in
+ * DRAM and not made durable.
  * Return: KVF_OK; KVF_ENOSPC (no room for the partial pages; nothing
  * lost, free sequences and retry); KVF_EFATAL.
  * Concurrency: any thread; appends and reads may run alongside.
@@ -432,7 +434,8 @@ KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
 
 /*
  * kvf_seq_free - delete a sequence; its pages become garbage (segments
- * they empty are reused after the next kvf_sync).
+ * they empty are reused after the next kvf_sync); its pages still in
+ * DRAM are dropped unwritten (kvf_stats.dram_only_bytes).
  * Return: KVF_OK; KVF_ENOENT; KVF_ENOTSUP (read-only); KVF_EFATAL.
  * Concurrency: any thread; a call on seq running meanwhile either finishes
  * first or answers KVF_ENOENT.

@@ -237,6 +237,8 @@ struct end_sys {
 	uint64_t wchar0;         /* /proc/self/io wchar at open */
 	uint64_t dram_peak;      /* kvflash: the tier's peak (bytes) */
 	uint64_t dram_only;      /* kvflash: pages freed unwritten (bytes) */
+	uint64_t wait_peak;      /* kvflash: most bytes of pages waiting in
+				  * DRAM at a step's end (bytes) */
 	uint64_t padding_bytes, cleaner_bytes; /* kvflash: by cause */
 	void *impl;              /* the system's own state */
 	char error[256];         /* why it failed, "" if it did not */
@@ -296,7 +298,7 @@ struct end_result {
 	double nand_bytes_per_token, requests_per_pbw;
 	double lifetime_years, rated_years;
 	double util_mean;
-	uint64_t dram_peak, dram_only;
+	uint64_t dram_peak, dram_only, wait_peak;
 	double wall_s;
 	struct end_replay rep;
 };

@@ -38,6 +38,7 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 	r->util_mean = rep->util_mean;
 	r->dram_peak = s->dram_peak;
 	r->dram_only = s->dram_only;
+	r->wait_peak = s->wait_peak;
 	r->rep = *rep;
 }
 
@@ -112,11 +113,12 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 
 		if (k == NULL || m == NULL || k->nand_bytes == 0)
 			continue;
-		printf("%-8s admission at %llu tokens: %.1f MiB (%.1f%%) fewer NAND bytes than kvflash (%.1f MiB of pages freed unwritten against %.1f), DRAM peak %.1f MiB against %.1f MiB\n",
+		printf("%-8s admission at %llu tokens: %.1f MiB (%.1f%%) fewer NAND bytes than kvflash (%.1f MiB of pages freed unwritten against %.1f); DRAM for waiting pages, peak %.1f MiB against %.1f MiB (the tier's whole peak %.1f against %.1f)\n",
 		       end_wl_name((enum end_wl)wl), (unsigned long long)a->admit_tokens,
 		       ((double)k->nand_bytes - (double)m->nand_bytes) / 1048576.0,
 		       100.0 * (1.0 - (double)m->nand_bytes / (double)k->nand_bytes),
 		       (double)m->dram_only / 1048576.0, (double)k->dram_only / 1048576.0,
+		       (double)m->wait_peak / 1048576.0, (double)k->wait_peak / 1048576.0,
 		       (double)m->dram_peak / 1048576.0, (double)k->dram_peak / 1048576.0);
 	}
 }
@@ -166,6 +168,7 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_double(&j, "wear_evenness", x->rep.wear_evenness);
 		bench_json_u64(&j, "dram_peak", x->dram_peak);
 		bench_json_u64(&j, "dram_only_bytes", x->dram_only);
+		bench_json_u64(&j, "dram_waiting_peak", x->wait_peak);
 		bench_json_double(&j, "wall_s", x->wall_s);
 		bench_json_end(&j);
 	}

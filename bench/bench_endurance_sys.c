@@ -159,7 +159,14 @@ static int kvf_end_sys(struct end_sys *s, uint64_t seq)
 
 static int kvf_step_sys(struct end_sys *s)
 {
-	(void)s;
+	struct kvf_impl *k = s->impl;
+	kvf_stats st = { .struct_size = sizeof(st) };
+
+	/* the DRAM that waiting pages (write-back, admission) cost */
+	if (kvf_stats_get(k->st, &st) != KVF_OK)
+		return end_sys_fail(s, "kvf_stats_get: %s", kvf_last_error());
+	if (st.writeback_bytes > s->wait_peak)
+		s->wait_peak = st.writeback_bytes;
 	return 0;
 }
 
