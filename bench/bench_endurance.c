@@ -211,7 +211,7 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 	fsm_free(&s->fs);
 	if (rc == 0 && end_trace_check(&s->tr))
 		rc = end_sys_fail(s, "the block trace is not well formed");
-	if (rc == 0 && end_replay_run(&s->tr, a->spare, 0.0, a->block_pages, &rep))
+	if (rc == 0 && end_replay_run(&s->tr, a->spare, 0.0, a->block_pages, 1, &rep))
 		rc = end_sys_fail(s, "replaying the trace on the emulated SSD");
 	r->wall_s = (double)(bench_now_ns() - t0) / 1e9;
 	if (rc == 0) {

@@ -183,9 +183,11 @@ struct end_replay {
  * GC, 256-page blocks unless block_pages says) at spare factor spare,
  * first filling cold data up to mean utilization util (0: none), in
  * steady state: passes of t until two drive writes have warmed it up,
- * then passes measured until two more (at least one pass); 0 or -1 */
+ * then passes measured until two more (at least one pass); discard 0
+ * leaves the trims out (a file system mounted without discard, no
+ * fstrim); 0 or -1 */
 int end_replay_run(const struct end_trace *t, double spare, double util,
-		   uint32_t block_pages, struct end_replay *out);
+		   uint32_t block_pages, int discard, struct end_replay *out);
 
 /* Lifetime arithmetic (docs/endurance.md, "Lifetime"). */
 /* end_nand_budget - bytes the drive's cells can take: its physical

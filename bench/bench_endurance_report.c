@@ -188,11 +188,11 @@ static FILE *open_in(const char *dir, const char *leaf, char *path, size_t cap)
 }
 
 /* sweep - total WA of each system's online trace against spare factor
- * (util 0) or utilization (at --spare) into f */
+ * (util 0) or utilization (at --spare) into f, the trims replayed or not */
 static int sweep(const struct end_args *a, const struct end_result *r, size_t n,
-		 struct end_trace *const *tr, int by_util, FILE *f)
+		 struct end_trace *const *tr, int by_util, int discard, FILE *f)
 {
-	fprintf(f, "# %s", by_util ? "utilization" : "spare");
+	fprintf(f, "%s", by_util ? "utilization" : "spare");
 	for (int k = 0; k < SYS_COUNT; k++)
 		if (tr[k])
 			fprintf(f, " %s", sys_name((enum end_sys_kind)k));
@@ -209,7 +209,7 @@ static int sweep(const struct end_args *a, const struct end_result *r, size_t n,
 				continue;
 			if (o == NULL || end_replay_run(tr[k], by_util ? a->spare : x,
 							by_util ? x : 0.0,
-							a->block_pages, &rep)) {
+							a->block_pages, discard, &rep)) {
 				fprintf(f, " NaN");
 				continue;
 			}
@@ -233,6 +233,7 @@ int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 	FILE *f;
 	int cols = 0;
 
+	fflush(stdout); /* the table before the plots' messages */
 	if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
 		fprintf(stderr, "kvbench endurance: gnuplot is not installed: plots skipped (Debian: apt-get install gnuplot-nox)\n");
 		return 1;
@@ -243,11 +244,15 @@ int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 		cols += tr[k] != NULL;
 	if ((f = open_in(a->plot_dir, "wa_spare.dat", path, sizeof(path))) == NULL)
 		return -1;
-	sweep(a, r, n, tr, 0, f);
+	sweep(a, r, n, tr, 0, 1, f);
+	fclose(f);
+	if ((f = open_in(a->plot_dir, "wa_spare_nodiscard.dat", path, sizeof(path))) == NULL)
+		return -1;
+	sweep(a, r, n, tr, 0, 0, f);
 	fclose(f);
 	if ((f = open_in(a->plot_dir, "wa_util.dat", path, sizeof(path))) == NULL)
 		return -1;
-	sweep(a, r, n, tr, 1, f);
+	sweep(a, r, n, tr, 1, 1, f);
 	fclose(f);
 	/* erase counts of each system's online replay, bucket by bucket */
 	if ((f = open_in(a->plot_dir, "erase_hist.dat", path, sizeof(path))) == NULL)
@@ -290,6 +295,9 @@ int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 		"set title 'online serving: total WA against the SSD spare factor'\n"
 		"set xlabel 'spare factor'\nset ylabel 'NAND bytes / K/V bytes'\n"
 		"plot for [i=2:%d] 'wa_spare.dat' using 1:i with linespoints title columnhead(i)\n"
+		"set output 'wa_spare_nodiscard.png'\n"
+		"set title 'online serving, the SSD never told of deletions: total WA against spare factor'\n"
+		"plot for [i=2:%d] 'wa_spare_nodiscard.dat' using 1:i with linespoints title columnhead(i)\n"
 		"set output 'wa_util.png'\n"
 		"set title 'online serving: total WA against utilization (cold data added), spare %.2f'\n"
 		"set xlabel 'mean utilization of the logical space'\n"
@@ -304,14 +312,14 @@ int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 		"set ylabel 'bytes'\nset style data histogram\n"
 		"set style histogram clustered\nset style fill solid 0.8\n"
 		"plot for [i=2:%d] 'bytes_per_token.dat' using i:xtic(1) title columnhead(i)\n",
-		cols + 1, a->spare, cols + 1, cols - 1, SYS_COUNT + 1);
+		cols + 1, cols + 1, a->spare, cols + 1, cols - 1, SYS_COUNT + 1);
 	fclose(f);
 	snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot endurance.gp", a->plot_dir);
 	if (system(cmd) != 0) {
 		fprintf(stderr, "kvbench endurance: gnuplot failed on %s\n", path);
 		return -1;
 	}
-	fprintf(stderr, "kvbench endurance: plots in %s: wa_spare.png wa_util.png erase_hist.png bytes_per_token.png\n",
+	fprintf(stderr, "kvbench endurance: plots in %s: wa_spare.png wa_spare_nodiscard.png wa_util.png erase_hist.png bytes_per_token.png\n",
 		a->plot_dir);
 	return 0;
 }

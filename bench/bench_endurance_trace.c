@@ -437,22 +437,24 @@ static double mean_live(const struct end_trace *t)
 
 /* replay_pass - the trace once; *done += its pages written */
 static kvf_status replay_pass(struct kvf_media *m, const struct end_trace *t,
-			      uint64_t *buf, uint64_t *done)
+			      int discard, uint64_t *buf, uint64_t *done)
 {
 	kvf_status rc = KVF_OK;
 
 	for (size_t i = 0; i < t->n && rc == KVF_OK; i++) {
 		const struct end_tev *e = &t->ev[i];
 
-		rc = e->op == TR_WRITE ? write_run(m, e->lpn, e->n, buf) :
-		     kvf_flash_trim_pages(m, 0, e->lpn, e->n);
+		if (e->op == TR_WRITE)
+			rc = write_run(m, e->lpn, e->n, buf);
+		else if (discard)
+			rc = kvf_flash_trim_pages(m, 0, e->lpn, e->n);
 	}
 	*done += t->write_pages;
 	return rc;
 }
 
 int end_replay_run(const struct end_trace *t, double spare, double util,
-		   uint32_t block_pages, struct end_replay *out)
+		   uint32_t block_pages, int discard, struct end_replay *out)
 {
 	uint32_t ppb = block_pages ? block_pages : 256;
 	double u0 = mean_live(t);
@@ -485,7 +487,7 @@ int end_replay_run(const struct end_trace *t, double spare, double util,
 			rc = kvf_flash_stats(m, &s0);
 		while (rc == KVF_OK && (done < want || (phase == 1 && done == 0)) &&
 		       t->write_pages > 0)
-			rc = replay_pass(m, t, buf, &done);
+			rc = replay_pass(m, t, discard, buf, &done);
 	}
 	if (rc == KVF_OK)
 		rc = kvf_flash_stats(m, &s1);

@@ -116,7 +116,7 @@ Test(bench_endurance, replay_sequential_is_wa_one)
 		end_trace_add(&t, TR_WRITE, 0, 4096);
 		end_trace_add(&t, TR_TRIM, 0, 4096);
 	}
-	cr_assert(eq(int, end_replay_run(&t, 0.07, 0.0, 64, &r), 0));
+	cr_assert(eq(int, end_replay_run(&t, 0.07, 0.0, 64, 1, &r), 0));
 	cr_assert(eq(u64, r.host_pages % (6 * 4096), 0));
 	cr_assert(r.host_pages >= 2 * 4096);
 	cr_assert(r.device_wa >= 1.0 && r.device_wa < 1.001, "WA %g", r.device_wa);
@@ -136,11 +136,11 @@ Test(bench_endurance, replay_random_overwrites_amplify)
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
 		end_trace_add(&t, TR_WRITE, (x >> 33) % 4096, 1);
 	}
-	cr_assert(eq(int, end_replay_run(&t, 0.1, 0.0, 64, &r), 0));
+	cr_assert(eq(int, end_replay_run(&t, 0.1, 0.0, 64, 1, &r), 0));
 	cr_assert(r.device_wa > 2.0, "WA %g", r.device_wa);
 	cr_assert(r.util_mean > 0.99);
 	/* cold data beside it at a target utilization: more WA, not less */
-	cr_assert(eq(int, end_replay_run(&t, 0.3, 0.0, 64, &hot), 0));
+	cr_assert(eq(int, end_replay_run(&t, 0.3, 0.0, 64, 1, &hot), 0));
 	cr_assert(hot.device_wa < r.device_wa);
 	end_trace_free(&t);
 }
@@ -289,4 +289,28 @@ Test(bench_endurance, systems_small_runs)
 	end_workload_free(&w);
 	tmpdir_remove(td);
 	free(pool);
+}
+
+/* data that dies at once costs the SSD nothing when it is told (discard),
+ * and garbage collection when it is not */
+Test(bench_endurance, replay_without_discard_copies)
+{
+	struct end_trace t;
+	struct end_replay told, untold;
+	uint64_t x = 11;
+
+	end_trace_init(&t, 4096);
+	for (int i = 0; i < 20000; i++) {
+		uint64_t p;
+
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		p = (x >> 33) % 4096;
+		end_trace_add(&t, TR_WRITE, p, 1);
+		end_trace_add(&t, TR_TRIM, p, 1);
+	}
+	cr_assert(eq(int, end_replay_run(&t, 0.1, 0.0, 64, 1, &told), 0));
+	cr_assert(eq(int, end_replay_run(&t, 0.1, 0.0, 64, 0, &untold), 0));
+	cr_assert(told.device_wa < 1.01, "WA %g", told.device_wa);
+	cr_assert(untold.device_wa > 1.5, "WA %g", untold.device_wa);
+	end_trace_free(&t);
 }
