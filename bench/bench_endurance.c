@@ -31,7 +31,7 @@ static void usage(FILE *f)
 		"                         kvflash-admit or all (default all)\n"
 		"  --admit-tokens N       kvflash-admit: sequences stay in DRAM until N tokens (512)\n"
 		"  --dram-budget BYTES    kvflash's memory tier (default 1G)\n"
-		"  --workloads LIST       offline,online,chat or all (default all)\n"
+		"  --workloads LIST       offline,online,chat,train or all (default all)\n"
 		"  --layers N --q-heads N --kv-heads N --head-dim N   model (default 4 layers, 32/8 heads of 128, f16)\n"
 		"  --seed N               workload seed (default 1)\n"
 		"  --sync-every N         steps between sync points (default 64)\n"
@@ -43,6 +43,8 @@ static void usage(FILE *f)
 		"           (default 1000 steps, 0.08 arrivals a step, 32, mean 256 and 192)\n"
 		"  chat:    --convs N --turns N --chat-prompt N --chat-gen N --think N --chat-batch N\n"
 		"           (default 24, 4, mean 96 and 160, 150 steps, 32)\n"
+		"  train:   --train-params N --train-steps N --train-steps-per-s F\n"
+		"           (Adam on 4M fp32 parameters, 16 steps; 1 step/s for the lifetime)\n"
 		"  drive:   --capacity BYTES (3.84T) --pe N (3000) --dwpd F (1) --warranty Y (5)\n"
 		"           --tokens-per-s F (10000): the lifetime figures\n"
 		"  --plot DIR             gnuplot PNGs: WA vs spare and utilization, erase\n"
@@ -147,6 +149,11 @@ static int run_ops(struct end_sys *s, const struct end_workload *w,
 		case OP_END:
 			rc = s->ops->end_seq(s, o->seq);
 			break;
+		case OP_TRAIN:
+			rc = s->ops->train_step(s);
+			s->user_bytes += 12 * a->train_params;
+			progress(a, wl, s->ops->name, i, w->n_ops);
+			break;
 		case OP_STEP:
 			rc = s->ops->step(s);
 			if (rc == 0 && a->sync_every && ++steps % a->sync_every == 0)
@@ -241,7 +248,7 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 	static const char *const sys_names[] = { "kvflash", "rocksdb", "rocksdb-tuned",
 						 "file-per-block", "per-token",
 						 "kvflash-admit" };
-	static const char *const wl_names[] = { "offline", "online", "chat" };
+	static const char *const wl_names[] = { "offline", "online", "chat", "train" };
 	const struct bench_opt opts[] = {
 		BENCH_STR("--dir", a->dir), BENCH_STR("--plot", a->plot_dir),
 		BENCH_STR("--systems", a->systems),
@@ -266,6 +273,9 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 		BENCH_U32("--chat-gen", a->chat_gen, 1, 1u << 20),
 		BENCH_U32("--think", a->chat_think, 0, 1u << 24),
 		BENCH_U32("--chat-batch", a->chat_max_batch, 1, 4096),
+		BENCH_U64("--train-params", a->train_params, 1024, 1ull << 30),
+		BENCH_U32("--train-steps", a->train_steps, 1, 1u << 24),
+		BENCH_DOUBLE("--train-steps-per-s", a->train_steps_per_s),
 		BENCH_FUNC("--capacity", parse_capacity, &a->drive.capacity_bytes),
 		BENCH_DOUBLE("--pe", a->drive.pe_cycles),
 		BENCH_DOUBLE("--dwpd", a->drive.dwpd),
@@ -283,7 +293,7 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 	if (bench_check_heads("endurance", &a->model))
 		return 2;
 	if (check_list("--systems", a->systems, sys_names, 6) ||
-	    check_list("--workloads", a->workloads, wl_names, 3))
+	    check_list("--workloads", a->workloads, wl_names, 4))
 		return 2;
 	if (!(a->spare > 0.0 && a->spare < 0.9))
 		return bench_usage_error("endurance", "--spare %g: use a value in (0, 0.9)", a->spare);
@@ -292,8 +302,9 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 	if (!(a->on_rate > 0.0 && a->on_rate < 100.0))
 		return bench_usage_error("endurance", "--rate %g: use a value in (0, 100)", a->on_rate);
 	if (!(a->drive.pe_cycles >= 1 && a->drive.dwpd > 0 &&
-	      a->drive.warranty_years > 0 && a->drive.tokens_per_s > 0))
-		return bench_usage_error("endurance", "--pe, --dwpd, --warranty and --tokens-per-s must be positive");
+	      a->drive.warranty_years > 0 && a->drive.tokens_per_s > 0 &&
+	      a->train_steps_per_s > 0))
+		return bench_usage_error("endurance", "--pe, --dwpd, --warranty, --tokens-per-s and --train-steps-per-s must be positive");
 	return 0;
 }
 
@@ -311,6 +322,7 @@ void end_args_default(struct end_args *a)
 		.on_prompt = 256, .on_gen = 192,
 		.chat_convs = 24, .chat_turns = 4, .chat_prompt = 96,
 		.chat_gen = 160, .chat_think = 150, .chat_max_batch = 32,
+		.train_params = 4u << 20, .train_steps = 16, .train_steps_per_s = 1.0,
 		.drive = { .capacity_bytes = 3.84e12, .pe_cycles = 3000,
 			   .spare = 0.07, .dwpd = 1.0, .warranty_years = 5,
 			   .tokens_per_s = 10000 },
@@ -368,13 +380,15 @@ int bench_endurance_main(int argc, char **argv)
 		}
 		/* one device for every system: the peak of live K/V at
 		 * --util, whole erase blocks */
-		n_lpn = (uint64_t)((double)w.peak_live_tokens * (double)lbytes /
+		n_lpn = (uint64_t)(((double)w.peak_live_tokens * (double)lbytes +
+				    2.0 * (double)w.state_bytes) /
 				   a.util / END_PAGE);
 		n_lpn = (n_lpn / a.block_pages + 16) * a.block_pages;
 		for (int k = 0; k < SYS_COUNT; k++) {
 			const struct end_sys_ops *ops = end_sys_ops((enum end_sys_kind)k);
 
-			if (!in_list(a.systems, ops->name))
+			if (!in_list(a.systems, ops->name) ||
+			    (wl == WL_TRAIN && ops->train_step == NULL))
 				continue;
 			end_run_system(&a, &w, (enum end_sys_kind)k, pool, pool_bytes, n_lpn,
 				&res[n_res++],

@@ -31,6 +31,8 @@ struct files_impl {
 	long **block_file;  /* per sequence: fs model file of each block */
 	uint64_t *n_blocks; /* per sequence: blocks written */
 	long *tok_file;     /* per-token: [seq][layer][K, V] fs model files */
+	long train_file[3]; /* train: params, m, v (fs model files) */
+	int train_fd[3];    /* the same, real descriptors */
 	int *tok_fd;        /* per-token: the same, real descriptors */
 };
 
@@ -42,6 +44,8 @@ static int files_open_common(struct end_sys *s)
 		return end_sys_fail(s, "out of memory");
 	s->impl = f;
 	f->dirfd = -1;
+	for (int i = 0; i < 3; i++)
+		f->train_fd[i] = -1;
 	if (fsm_init(&s->fs, &s->tr, 0, s->tr.n_lpn))
 		return end_sys_fail(s, "out of memory");
 	if ((f->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY)) < 0)
@@ -177,6 +181,9 @@ static int files_close(struct end_sys *s)
 		return -1;
 	if (f->dirfd >= 0 && s->error[0] == 0)
 		rc = files_sync(s);
+	for (int i = 0; i < 3; i++)
+		if (f->train_fd[i] >= 0)
+			close(f->train_fd[i]);
 	if (f->tok_fd)
 		for (size_t i = 0; i < n; i++)
 			if (f->tok_fd[i] >= 0)
@@ -195,10 +202,41 @@ static int files_close(struct end_sys *s)
 	return rc;
 }
 
+/* files_train - params, m and v in a file each, rewritten in place every
+ * step and synced (the step is durable, as kvf_opt_step's is) */
+static int files_train(struct end_sys *s)
+{
+	struct files_impl *f = s->impl;
+	uint64_t bytes = 4 * s->a->train_params, chunk = 1u << 20;
+
+	for (int i = 0; i < 3; i++) {
+		if (f->train_fd[i] < 0) {
+			char name[16], path[700];
+
+			snprintf(name, sizeof(name), "state%d", i);
+			snprintf(path, sizeof(path), "%s/%s", s->dir, name);
+			f->train_fd[i] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			if (f->train_fd[i] < 0)
+				return end_sys_fail(s, "open %s: %s", path, strerror(errno));
+			if ((f->train_file[i] = fsm_create(&s->fs, name)) < 0)
+				return end_sys_fail(s, "out of memory");
+		}
+		for (uint64_t off = 0; off < bytes; off += chunk) {
+			uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+
+			if (write_all(s, f->train_fd[i], pool_at(s, off + (uint64_t)i, n),
+				      n, off) ||
+			    fsm_write(&s->fs, f->train_file[i], off, n))
+				return end_sys_fail(s, "writing the training state");
+		}
+	}
+	return files_sync(s);
+}
+
 const struct end_sys_ops end_ops_files = {
 	.name = "file-per-block", .open = files_open, .append = files_append,
 	.end_seq = files_end, .step = files_nop, .sync = files_sync,
-	.close = files_close,
+	.close = files_close, .train_step = files_train,
 };
 
 /* ---- per-token ---- */

@@ -29,7 +29,7 @@
 
 /* ---- workloads ---------------------------------------------------------- */
 
-enum end_wl { WL_OFFLINE, WL_ONLINE, WL_CHAT, WL_COUNT };
+enum end_wl { WL_OFFLINE, WL_ONLINE, WL_CHAT, WL_TRAIN, WL_COUNT };
 
 enum end_op_kind {
 	OP_PREFILL, /* n tokens appended to seq (a prompt or a chat turn) */
@@ -37,6 +37,7 @@ enum end_op_kind {
 	OP_STEP,    /* the end of one decode step of the batch */
 	OP_END,     /* seq finished: freed */
 	OP_REQUEST, /* a request (sequence or chat turn) completed */
+	OP_TRAIN,   /* one optimizer step (Adam) over the whole state */
 };
 
 struct end_op {
@@ -57,6 +58,7 @@ struct end_workload {
 	uint64_t peak_live_tokens; /* most tokens alive at once */
 	double mean_life_steps; /* mean steps from a sequence's first
 				 * append to its end */
+	uint64_t state_bytes;   /* train: fp32 params, m and v (bytes) */
 };
 
 struct end_args;
@@ -219,6 +221,9 @@ struct end_sys_ops {
 	int (*step)(struct end_sys *s);
 	int (*sync)(struct end_sys *s);
 	int (*close)(struct end_sys *s);
+	/* one optimizer step over the training state; NULL: the system
+	 * has no form for it (it does not run the train workload) */
+	int (*train_step)(struct end_sys *s);
 };
 
 /* One system under test on one workload. */
@@ -257,6 +262,9 @@ const void *end_kv_data(const struct end_sys *s, uint64_t seq, uint32_t layer,
 			uint64_t t0, size_t n);
 /* end_kv_bytes_per_token_layer - K and V bytes of one token in one layer */
 uint64_t end_token_layer_bytes(const kvf_model *m);
+/* end_train_grad - the train workload's gradient: n small finite fp32
+ * values (malloc'd), the same for every system */
+float *end_train_grad(uint64_t n);
 /* end_wchar - /proc/self/io's wchar (bytes handed to write calls); 0 when
  * unreadable */
 uint64_t end_wchar(void);
@@ -282,6 +290,10 @@ struct end_args {
 	/* chat */
 	uint32_t chat_convs, chat_turns, chat_prompt, chat_gen, chat_think;
 	uint32_t chat_max_batch;
+	/* train */
+	uint64_t train_params;   /* fp32 parameters of the one tensor */
+	uint32_t train_steps;    /* optimizer steps */
+	double train_steps_per_s; /* for the lifetime */
 	struct end_drive drive;
 	uint64_t admit_tokens;   /* kvflash-admit: kvf_options.admit_tokens */
 	uint64_t dram_budget;    /* kvflash: kvf_options.dram_budget */
@@ -298,6 +310,7 @@ struct end_result {
 	uint64_t gen_tokens, requests;
 	double host_wa, fs_wa, device_wa, total_wa;
 	double nand_bytes_per_token, requests_per_pbw;
+	double nand_bytes_per_step; /* train: NAND bytes of one step */
 	double lifetime_years, rated_years;
 	double util_mean;
 	uint64_t dram_peak, dram_only, wait_peak;

@@ -27,14 +27,27 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 	r->fs_wa = r->host_bytes ? (double)r->block_bytes / (double)r->host_bytes : 0.0;
 	r->device_wa = rep->device_wa;
 	r->total_wa = user > 0 ? (double)r->nand_bytes / user : 0.0;
-	r->nand_bytes_per_token = w->gen_tokens ?
-				  (double)r->nand_bytes / (double)w->gen_tokens : 0.0;
 	r->requests_per_pbw = end_requests_per_pbw((double)w->requests,
 						   (double)r->nand_bytes);
-	r->lifetime_years = end_lifetime_years(&a->drive, r->nand_bytes_per_token);
-	r->rated_years = w->gen_tokens ?
-			 end_rated_years(&a->drive, (double)r->block_bytes /
-						    (double)w->gen_tokens) : 0.0;
+	if (w->wl == WL_TRAIN) {
+		/* per optimizer step, at --train-steps-per-s */
+		struct end_drive d = a->drive;
+		double steps = (double)(w->requests ? w->requests : 1);
+
+		d.tokens_per_s = a->train_steps_per_s;
+		r->nand_bytes_per_token = NAN;
+		r->nand_bytes_per_step = (double)r->nand_bytes / steps;
+		r->lifetime_years = end_lifetime_years(&d, r->nand_bytes_per_step);
+		r->rated_years = end_rated_years(&d, (double)r->block_bytes / steps);
+	} else {
+		r->nand_bytes_per_token = w->gen_tokens ?
+			(double)r->nand_bytes / (double)w->gen_tokens : 0.0;
+		r->nand_bytes_per_step = NAN;
+		r->lifetime_years = end_lifetime_years(&a->drive, r->nand_bytes_per_token);
+		r->rated_years = w->gen_tokens ?
+			end_rated_years(&a->drive, (double)r->block_bytes /
+						   (double)w->gen_tokens) : 0.0;
+	}
 	r->util_mean = rep->util_mean;
 	r->dram_peak = s->dram_peak;
 	r->dram_only = s->dram_only;
@@ -80,7 +93,8 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 		printf("%-8s %-15s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f ",
 		       end_wl_name(x->wl), sys_name(x->sys),
 		       (double)x->user_bytes / 1048576.0, x->host_wa, x->fs_wa,
-		       x->device_wa, x->total_wa, x->nand_bytes_per_token,
+		       x->device_wa, x->total_wa,
+		       x->wl == WL_TRAIN ? x->nand_bytes_per_step : x->nand_bytes_per_token,
 		       x->requests_per_pbw, x->lifetime_years, x->rated_years,
 		       x->rep.erase_max, x->rep.erase_mean, x->util_mean);
 		if (x->sys == SYS_KVFLASH || x->sys == SYS_KVFLASH_ADMIT)
@@ -88,8 +102,9 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 		else
 			printf("%8s\n", "-");
 	}
-	printf("\nhost = bytes handed to the file system (or media) / K/V bytes; fs = block bytes / host bytes;\n"
-	       "device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n\n");
+	printf("\nhost = bytes handed to the file system (or media) / K/V bytes (train: params, m and v each step); fs = block bytes / host bytes;\n"
+	       "NAND B/tok: per generated token (train: per optimizer step, life at %g steps/s);\n", a->train_steps_per_s);
+	printf("device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n\n");
 	for (int wl = 0; wl < WL_COUNT; wl++) {
 		const struct end_result *k = find(r, n, (enum end_wl)wl, SYS_KVFLASH);
 
@@ -100,9 +115,10 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 		for (int s = SYS_ROCKS; s <= SYS_TOKEN; s++) {
 			const struct end_result *b = find(r, n, (enum end_wl)wl, (enum end_sys_kind)s);
 
-			if (b && k->nand_bytes_per_token > 0)
-				printf("; %.1fx fewer NAND bytes/token than %s",
-				       b->nand_bytes_per_token / k->nand_bytes_per_token,
+			if (b && k->nand_bytes > 0)
+				printf("; %.1fx fewer NAND bytes/%s than %s",
+				       (double)b->nand_bytes / (double)k->nand_bytes,
+				       wl == WL_TRAIN ? "step" : "token",
 				       sys_name((enum end_sys_kind)s));
 		}
 		printf(" (goal >= 10x vs rocksdb and per-token)\n");
@@ -156,6 +172,7 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_double(&j, "device_wa", x->device_wa);
 		bench_json_double(&j, "total_wa", x->total_wa);
 		bench_json_double(&j, "nand_bytes_per_token", x->nand_bytes_per_token);
+		bench_json_double(&j, "nand_bytes_per_step", x->nand_bytes_per_step);
 		bench_json_double(&j, "requests_per_pbw", x->requests_per_pbw);
 		bench_json_double(&j, "lifetime_years", x->lifetime_years);
 		bench_json_double(&j, "rated_lifetime_years", x->rated_years);
@@ -276,7 +293,7 @@ int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 	for (int k = 0; k < SYS_COUNT; k++)
 		fprintf(f, " %s", sys_name((enum end_sys_kind)k));
 	fputc('\n', f);
-	for (int wl = 0; wl < WL_COUNT; wl++) {
+	for (int wl = 0; wl < WL_TRAIN; wl++) { /* train has no tokens */
 		fprintf(f, "%s", end_wl_name((enum end_wl)wl));
 		for (int k = 0; k < SYS_COUNT; k++) {
 			const struct end_result *o = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);

@@ -214,15 +214,48 @@ static int rocks_close(struct end_sys *s)
 	return rc;
 }
 
+/* rocks_train - the state of one step written back: a key per 64 KiB
+ * chunk of params, m and v, then the WAL synced (the step is durable,
+ * as kvf_opt_step's is) */
+static int rocks_train(struct end_sys *s)
+{
+	struct rocks_impl *r = s->impl;
+	uint64_t bytes = 4 * s->a->train_params, chunk = 64u << 10;
+	unsigned char key[20];
+	char *err = NULL;
+
+	for (uint32_t state = 0; state < 3; state++) {
+		rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+
+		if (wb == NULL)
+			return end_sys_fail(s, "out of memory");
+		for (uint64_t off = 0; off < bytes; off += chunk) {
+			uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+
+			rocks_key(key, UINT64_MAX, state, 0, (uint32_t)(off / chunk));
+			rocksdb_writebatch_put(wb, (const char *)key, sizeof(key),
+					       end_kv_data(s, off, state, 0, n), n);
+		}
+		rocksdb_write(r->db, r->wo, wb, &err);
+		rocksdb_writebatch_destroy(wb);
+		if (err) {
+			end_sys_fail(s, "rocksdb_write: %s", err);
+			free(err);
+			return -1;
+		}
+	}
+	return rocks_sync(s);
+}
+
 const struct end_sys_ops end_ops_rocks = {
 	.name = "rocksdb", .open = rocks_open, .append = rocks_append,
 	.end_seq = rocks_end, .step = rocks_step, .sync = rocks_sync,
-	.close = rocks_close,
+	.close = rocks_close, .train_step = rocks_train,
 };
 
 const struct end_sys_ops end_ops_rocks_tuned = {
 	.name = "rocksdb-tuned", .open = rocks_open_tuned,
 	.append = rocks_append, .end_seq = rocks_end, .step = rocks_step,
-	.sync = rocks_sync, .close = rocks_close,
+	.sync = rocks_sync, .close = rocks_close, .train_step = rocks_train,
 };
 

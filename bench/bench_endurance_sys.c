@@ -65,6 +65,8 @@ struct kvf_impl {
 	uint64_t media_pages;  /* the media's region of the device */
 	char meta[600];        /* the catalog's directory */
 	long mark;             /* the durable-point mark, in the fs model */
+	kvf_opt *opt;          /* train: the optimizer, made at its first step */
+	float *grad;           /* train: the gradient every step hands over */
 };
 
 static struct end_sys *traced; /* the kvflash run the hook feeds */
@@ -170,6 +172,40 @@ static int kvf_step_sys(struct end_sys *s)
 	return 0;
 }
 
+/* end_train_grad - a fixed gradient of n small finite values (malloc'd) */
+float *end_train_grad(uint64_t n)
+{
+	float *g = malloc(n * sizeof(*g));
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (uint64_t i = 0; g && i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		g[i] = ((float)(x >> 40) / 16777216.0f - 0.5f) * 1e-3f;
+	}
+	return g;
+}
+
+static int kvf_train_sys(struct end_sys *s)
+{
+	struct kvf_impl *k = s->impl;
+	uint64_t n = s->a->train_params;
+	kvf_grad g = { .dtype = KVF_DTYPE_F32, .n = n };
+
+	if (k->opt == NULL) {
+		kvf_opt_config c;
+
+		kvf_opt_config_init(&c, KVF_OPT_ADAM);
+		if ((k->grad = end_train_grad(n)) == NULL)
+			return end_sys_fail(s, "out of memory");
+		if (kvf_opt_create(k->st, "endurance", n, &c, NULL, &k->opt) != KVF_OK)
+			return end_sys_fail(s, "kvf_opt_create: %s", kvf_last_error());
+	}
+	g.values = k->grad;
+	if (kvf_opt_step(k->opt, &g, NULL) != KVF_OK)
+		return end_sys_fail(s, "kvf_opt_step: %s", kvf_last_error());
+	return 0;
+}
+
 static int meta_skip(const char *name)
 {
 	(void)name;
@@ -201,6 +237,9 @@ static int kvf_close_sys(struct end_sys *s)
 
 	if (k == NULL)
 		return -1;
+	if (k->opt && kvf_opt_close(k->opt) != KVF_OK)
+		rc = end_sys_fail(s, "kvf_opt_close: %s", kvf_last_error());
+	free(k->grad);
 	if (k->st) {
 		if (kvf_stats_get(k->st, &st) == KVF_OK) {
 			s->host_bytes = st.host_bytes_written + st.metadata_bytes;
@@ -209,7 +248,7 @@ static int kvf_close_sys(struct end_sys *s)
 			s->padding_bytes = st.padding_bytes;
 			s->cleaner_bytes = st.cleaner_bytes;
 		}
-		if (kvf_close(k->st) != KVF_OK)
+		if (kvf_close(k->st) != KVF_OK && rc == 0)
 			rc = end_sys_fail(s, "kvf_close: %s", kvf_last_error());
 		k->st = NULL;
 		if (rc == 0 && (fsm_poll_dir(&s->fs, k->meta, meta_skip) ||
@@ -226,7 +265,7 @@ static int kvf_close_sys(struct end_sys *s)
 const struct end_sys_ops end_ops_kvflash = {
 	.name = "kvflash", .open = kvf_open_sys, .append = kvf_append_sys,
 	.end_seq = kvf_end_sys, .step = kvf_step_sys, .sync = kvf_sync_sys,
-	.close = kvf_close_sys,
+	.close = kvf_close_sys, .train_step = kvf_train_sys,
 };
 
 const struct end_sys_ops end_ops_kvflash_admit = {

@@ -14,6 +14,9 @@
  *   to the conversation's sequence (a prefill) and generates a reply;
  *   between turns the conversation thinks (exponential, --think steps
  *   mean) and keeps its KV; it is freed after its last turn.
+ * train: --train-steps optimizer steps (Adam) over one tensor of
+ *   --train-params fp32 parameters kept in the store: params, m and v
+ *   (12 bytes a parameter) read and written back each step.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -321,9 +324,16 @@ int end_workload_make(const struct end_args *a, enum end_wl wl,
 
 	memset(w, 0, sizeof(*w));
 	w->wl = wl;
-	rc = wl == WL_OFFLINE ? make_offline(a, &r, &g) :
-	     wl == WL_ONLINE  ? make_online(a, &r, &g) :
-				make_chat(a, &r, &g);
+	if (wl == WL_TRAIN) {
+		rc = 0;
+		w->state_bytes = 12 * a->train_params;
+		for (uint32_t i = 0; i < a->train_steps && rc == 0; i++)
+			rc = push(w, OP_TRAIN, 0, 0) || push(w, OP_REQUEST, 0, 0);
+	} else {
+		rc = wl == WL_OFFLINE ? make_offline(a, &r, &g) :
+		     wl == WL_ONLINE  ? make_online(a, &r, &g) :
+					make_chat(a, &r, &g);
+	}
 	w->mean_life_steps = g.life_n ? g.life_sum / (double)g.life_n : 0.0;
 	free(g.act);
 	if (rc) {
@@ -343,7 +353,7 @@ void end_workload_free(struct end_workload *w)
 
 const char *end_wl_name(enum end_wl wl)
 {
-	static const char *const names[] = { "offline", "online", "chat" };
+	static const char *const names[] = { "offline", "online", "chat", "train" };
 
 	return wl < WL_COUNT ? names[wl] : "?";
 }

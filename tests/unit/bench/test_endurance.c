@@ -167,6 +167,8 @@ static void small_args(struct end_args *a, const char *dir)
 	a->chat_prompt = 20;
 	a->chat_gen = 20;
 	a->chat_think = 10;
+	a->train_params = 100000; /* not a whole number of pages */
+	a->train_steps = 3;
 	a->quiet = 1;
 }
 
@@ -204,7 +206,10 @@ Test(bench_endurance, workloads_are_seeded_and_whole)
 		cr_assert(eq(u64, ends, w1.n_seqs), "%s: every sequence ends (%llu of %llu)",
 			  end_wl_name(w1.wl), (unsigned long long)ends,
 			  (unsigned long long)w1.n_seqs);
-		cr_assert(w1.requests >= w1.n_seqs && w1.peak_live_tokens > 0);
+		cr_assert(w1.requests >= w1.n_seqs);
+		cr_assert(w1.wl == WL_TRAIN ? w1.requests == a.train_steps &&
+					      w1.state_bytes == 12 * a.train_params
+					    : w1.peak_live_tokens > 0);
 		free(ended);
 		end_workload_free(&w1);
 		end_workload_free(&w2);
@@ -313,4 +318,55 @@ Test(bench_endurance, replay_without_discard_copies)
 	cr_assert(told.device_wa < 1.01, "WA %g", told.device_wa);
 	cr_assert(untold.device_wa > 1.5, "WA %g", untold.device_wa);
 	end_trace_free(&t);
+}
+
+/* the systems that hold optimizer state, on a few steps: bytes accounted
+ * for (params, m and v each step), traces well formed */
+Test(bench_endurance, train_small_runs)
+{
+	char *td = tmpdir_make("endurance-train");
+	struct end_args a;
+	struct end_workload w;
+	size_t pool_bytes = 8u << 20;
+	unsigned char *pool = calloc(1, pool_bytes);
+	uint64_t user, n_lpn;
+	int ran = 0;
+
+	cr_assert(td != NULL && pool != NULL);
+	small_args(&a, td);
+	cr_assert(eq(int, end_workload_make(&a, WL_TRAIN, &w), 0));
+	user = 12ull * a.train_params * a.train_steps;
+	n_lpn = (2 * w.state_bytes * 4 / END_PAGE / 256 + 16) * 256;
+	for (int k = 0; k < SYS_COUNT; k++) {
+		struct end_result r;
+		struct end_trace *t = NULL;
+
+		if (end_sys_ops(k)->train_step == NULL)
+			continue;
+		ran++;
+		end_run_system(&a, &w, (enum end_sys_kind)k, pool, pool_bytes,
+			       n_lpn, &r, &t);
+		cr_assert(r.ok, "%s: %s", end_sys_ops(k)->name, r.error);
+		cr_assert(eq(int, end_trace_check(t), 0));
+		cr_assert(eq(u64, r.user_bytes, user));
+		cr_assert(eq(u64, r.requests, a.train_steps));
+		cr_assert(r.nand_bytes_per_step > 0 && isnan(r.nand_bytes_per_token));
+		if (k == SYS_FILES) { /* rewritten in place: whole pages again */
+			cr_assert(eq(u64, r.host_bytes, user));
+			cr_assert(eq(u64, r.block_bytes,
+				     3ull * a.train_steps *
+				     ((4 * a.train_params + END_PAGE - 1) / END_PAGE) * END_PAGE));
+		} else {
+			cr_assert(r.host_bytes >= user, "%s: %llu < %llu",
+				  end_sys_ops(k)->name,
+				  (unsigned long long)r.host_bytes,
+				  (unsigned long long)user);
+		}
+		end_trace_free(t);
+		free(t);
+	}
+	cr_assert(eq(int, ran, 4));
+	end_workload_free(&w);
+	tmpdir_remove(td);
+	free(pool);
 }
