@@ -1,0 +1,323 @@
+/*
+ * test_mpi.c - kvflash_mpi under mpirun -np 4: results equal to a single
+ * store's (within 1e-5 relative), for head and token sharding, before
+ * and after a reopen; and every bad placement or argument refused with
+ * its status and message on every rank, changing nothing.
+ *
+ * Usage: mpirun -np 4 test_mpi DIR   (DIR is emptied first by rank 0)
+ */
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mpi_test.h"
+
+static const kvf_model model = { 2, 8, 4, 32, KVF_DTYPE_F32 };
+static const uint32_t chunks[] = { 37, 1, 1, 1, 1, 1, 1, 50, 3, 17 };
+#define N_CHUNKS (sizeof(chunks) / sizeof(chunks[0]))
+
+static int rm_entry(const char *p, const struct stat *sb, int f, struct FTW *w)
+{
+	(void)sb;
+	(void)f;
+	(void)w;
+	return remove(p);
+}
+
+static kvf_options store_opts(void)
+{
+	kvf_options so;
+
+	kvf_options_init(&so, NULL);
+	so.n_threads = 1;
+	so.capacity_bytes = 64ull << 20;
+	so.dram_budget = 16ull << 20;
+	return so;
+}
+
+static kvf_status open_sharded(const char *dir, kvf_mpi_shard shard,
+			       uint32_t block, const kvf_model *m,
+			       kvf_mpi_store **st)
+{
+	kvf_options so = store_opts();
+	kvf_mpi_options o;
+
+	kvf_mpi_options_init(&o, m);
+	o.shard = shard;
+	o.block_tokens = block;
+	o.store = &so;
+	return kvf_mpi_open(MPI_COMM_WORLD, dir, &o, st);
+}
+
+/* Attention of every (seq, layer) against the reference, with and
+ * without a window; reads of one head against the reference. */
+static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
+{
+	uint32_t nq = model.n_q_heads, hd = model.head_dim;
+	float q[8 * 32], out[8 * 32], want[8 * 32], lse[8], lse_want[8];
+	float kr[120 * 32], vr[120 * 32], kw[120 * 32], vw[120 * 32];
+	uint64_t windows[] = { 0, 40, 1 };
+	kvf_attn_opts o, ro;
+	kvf_status rc;
+
+	for (uint64_t seq = 1; seq <= 2; seq++)
+		for (uint32_t l = 0; l < model.n_layers; l++)
+			for (int w = 0; w < 3; w++) {
+				for (uint32_t i = 0; i < nq * hd; i++)
+					q[i] = tok_val(seq + 100, l, (uint64_t)w,
+						       0, i, 2);
+				kvf_attn_opts_init(&o);
+				o.lse = lse;
+				o.window = windows[w];
+				rc = kvf_mpi_attend(st, seq, l, q, out, &o);
+				CHECK(rc == KVF_OK, "%s attend: %s", what,
+				      kvf_mpi_last_error());
+				if (!ref || rc != KVF_OK)
+					continue;
+				kvf_attn_opts_init(&ro);
+				ro.lse = lse_want;
+				ro.window = windows[w];
+				rc = kvf_attend(ref, seq, l, q, want, &ro);
+				CHECK(rc == KVF_OK, "ref: %s", kvf_last_error());
+				double e = rel_err(out, want, nq, hd);
+				double el = rel_err(lse, lse_want, 1, nq);
+				CHECK(e <= 1e-5 && el <= 1e-5, "%s seq %llu layer %u "
+				      "window %llu: error %.3g, lse %.3g", what,
+				      (unsigned long long)seq, l,
+				      (unsigned long long)windows[w], e, el);
+			}
+	for (uint32_t h = 0; h < model.n_kv_heads; h++) {
+		rc = kvf_mpi_read(st, 1, 1, h, 5, 115, kr, vr);
+		CHECK(rc == KVF_OK, "%s read: %s", what, kvf_mpi_last_error());
+		if (!ref || rc != KVF_OK)
+			continue;
+		kvf_read(ref, 1, 1, h, 5, 115, kw, vw);
+		CHECK(!memcmp(kr, kw, 110 * hd * 4) && !memcmp(vr, vw, 110 * hd * 4),
+		      "%s read of head %u differs", what, h);
+	}
+}
+
+static void good_path(const char *base, kvf_mpi_shard shard)
+{
+	char dir[4096];
+	kvf_mpi_store *st = NULL;
+	kvf_store *ref = NULL;
+	float k[50 * 4 * 32], v[50 * 4 * 32];
+	uint64_t len;
+	kvf_status rc;
+
+	snprintf(dir, sizeof(dir), "%s/%s", base, kvf_mpi_shard_name(shard));
+	rc = open_sharded(dir, shard, 16, &model, &st);
+	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	if (test_rank == 0) {
+		kvf_options ro;
+		kvf_options_init(&ro, &model);
+		ro.media = KVF_MEDIA_MEMORY;
+		ro.n_threads = 1;
+		snprintf(dir, sizeof(dir), "%s/ref-%s", base,
+			 kvf_mpi_shard_name(shard));
+		CHECK(kvf_open(dir, &ro, &ref) == KVF_OK, "ref: %s",
+		      kvf_last_error());
+	}
+	for (uint64_t seq = 1; seq <= 2; seq++) {
+		CHECK(kvf_mpi_seq_create(st, seq) == KVF_OK, "%s",
+		      kvf_mpi_last_error());
+		if (ref)
+			kvf_seq_create(ref, seq);
+		for (uint32_t l = 0; l < model.n_layers; l++) {
+			uint64_t t = 0;
+			/* layer 1 of seq 2 gets fewer tokens than layer 0 */
+			for (size_t c = 0; c < N_CHUNKS - (seq == 2 && l == 1); c++) {
+				tok_fill(&model, seq, l, t, chunks[c], k, v);
+				rc = kvf_mpi_append(st, seq, l, chunks[c],
+						    test_rank == 0 ? k : NULL,
+						    test_rank == 0 ? v : NULL);
+				CHECK(rc == KVF_OK, "append: %s",
+				      kvf_mpi_last_error());
+				if (ref)
+					kvf_append(ref, seq, l, chunks[c], k, v);
+				t += chunks[c];
+			}
+			rc = kvf_mpi_seq_len(st, seq, l, &len);
+			CHECK(rc == KVF_OK && len == t, "len %llu, want %llu",
+			      (unsigned long long)len, (unsigned long long)t);
+		}
+	}
+	compare(st, ref, kvf_mpi_shard_name(shard));
+	CHECK(kvf_mpi_sync(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	/* reopened, every rank's store gives the same answers */
+	snprintf(dir, sizeof(dir), "%s/%s", base, kvf_mpi_shard_name(shard));
+	rc = open_sharded(dir, shard, 16, &model, &st);
+	CHECK(rc == KVF_OK, "reopen: %s", kvf_mpi_last_error());
+	if (rc == KVF_OK) {
+		kvf_mpi_stats s = { .struct_size = sizeof(s) };
+		compare(st, ref, "reopened");
+		CHECK(kvf_mpi_stats_get(st, &s) == KVF_OK && s.repaired_seqs == 0 &&
+		      s.n_ranks == 4, "stats: repaired %llu",
+		      (unsigned long long)s.repaired_seqs);
+		/* attention moved no KV: only appends and reads count there */
+		CHECK(s.q_bytes_sent + s.q_bytes_recv > 0, "no q bytes counted");
+		CHECK(kvf_mpi_seq_free(st, 2) == KVF_OK, "%s", kvf_mpi_last_error());
+		rc = kvf_mpi_seq_len(st, 2, 0, &len);
+		CHECK_RC(rc, KVF_ENOENT, "rank 0");
+		CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	}
+	kvf_close(ref);
+}
+
+/* A directory holds no file of a failed create. */
+static int empty_dir(const char *dir)
+{
+	char p[4200];
+	struct stat sb;
+
+	snprintf(p, sizeof(p), "%s/rank-%d.placement", dir, test_rank);
+	if (stat(p, &sb) == 0)
+		return 0;
+	snprintf(p, sizeof(p), "%s/rank-%d", dir, test_rank);
+	return stat(p, &sb) != 0;
+}
+
+static void refusals(const char *base)
+{
+	char dir[4096], good[4096];
+	kvf_model two = model, other = model;
+	kvf_mpi_store *st = (kvf_mpi_store *)1;
+	float q[8 * 32] = { 0 }, out[8 * 32], k[4 * 32] = { 0 }, v[4 * 32] = { 0 };
+	uint8_t mask[4] = { 1, 1, 1, 1 };
+	uint64_t len = 0;
+	kvf_attn_opts o;
+	kvf_status rc;
+	int root = test_rank == 0;
+
+	/* head sharding over more ranks than KV heads */
+	two.n_kv_heads = 2;
+	snprintf(dir, sizeof(dir), "%s/few-heads", base);
+	rc = open_sharded(dir, KVF_MPI_SHARD_HEAD, 0, &two, &st);
+	CHECK_RC(rc, KVF_EINVAL, "4 ranks, 2 KV heads");
+	CHECK(st == NULL && empty_dir(dir), "a refused open left something");
+	/* ranks that disagree on the model */
+	if (test_rank == 3)
+		other.head_dim = 64;
+	rc = open_sharded(dir, KVF_MPI_SHARD_TOKEN, 16, &other, &st);
+	CHECK_RC(rc, KVF_EMISMATCH, "rank 3 passed another model");
+	CHECK(st == NULL && empty_dir(dir), "a refused open left something");
+
+	snprintf(good, sizeof(good), "%s/placed", base);
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	CHECK(kvf_mpi_seq_create(st, 1) == KVF_OK, "%s", kvf_mpi_last_error());
+	CHECK(kvf_mpi_append(st, 1, 0, 1, root ? k : NULL, root ? v : NULL) ==
+	      KVF_OK, "%s", kvf_mpi_last_error());
+	rc = kvf_mpi_seq_create(st, 1);
+	CHECK_RC(rc, KVF_EEXIST, "sequence 1 exists");
+	rc = kvf_mpi_seq_create(st, KVF_MPI_SEQ_RESERVED);
+	CHECK_RC(rc, KVF_EINVAL, "reserved");
+	/* unknown sequence: every call, every rank */
+	rc = kvf_mpi_append(st, 7, 0, 1, root ? k : NULL, root ? v : NULL);
+	CHECK_RC(rc, KVF_ENOENT, "kvf_mpi_append: rank 0");
+	rc = kvf_mpi_attend(st, 7, 0, q, out, NULL);
+	CHECK_RC(rc, KVF_ENOENT, "kvf_mpi_attend: rank 0");
+	rc = kvf_mpi_read(st, 7, 0, 0, 0, 1, k, v);
+	CHECK_RC(rc, KVF_ENOENT, "kvf_mpi_read");
+	rc = kvf_mpi_seq_free(st, 7);
+	CHECK_RC(rc, KVF_ENOENT, "kvf_mpi_seq_free");
+	/* arguments */
+	rc = kvf_mpi_append(st, 1, 5, 1, root ? k : NULL, root ? v : NULL);
+	CHECK_RC(rc, KVF_ERANGE, "layer 5 out of range");
+	rc = kvf_mpi_append(st, 1, 0, 1, NULL, NULL);
+	CHECK_RC(rc, KVF_EINVAL, "NULL k on the root");
+	rc = kvf_mpi_attend(st, 1, 0, NULL, out, NULL);
+	CHECK_RC(rc, KVF_EINVAL, "NULL q on the root");
+	kvf_attn_opts_init(&o);
+	o.mask = mask;
+	o.mask_len = 4;
+	rc = kvf_mpi_attend(st, 1, 0, q, out, &o);
+	CHECK_RC(rc, KVF_ENOTSUP, "mask");
+	kvf_attn_opts_init(&o);
+	o.sparse = 1;
+	rc = kvf_mpi_attend(st, 1, 0, q, out, &o);
+	CHECK_RC(rc, KVF_ENOTSUP, "token sharding");
+	rc = kvf_mpi_read(st, 1, 0, 0, 0, 2, k, v);
+	CHECK_RC(rc, KVF_ERANGE, "past the end");
+	rc = kvf_mpi_read(st, 1, 0, 9, 0, 1, k, v);
+	CHECK_RC(rc, KVF_ERANGE, "KV head 9");
+	/* nothing changed */
+	rc = kvf_mpi_seq_len(st, 1, 0, &len);
+	CHECK(rc == KVF_OK && len == 1, "len %llu after refusals",
+	      (unsigned long long)len);
+	rc = kvf_mpi_seq_len(st, 7, 0, &len);
+	CHECK_RC(rc, KVF_ENOENT, "7");
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+
+	/* reopen against the stored placement */
+	rc = open_sharded(good, KVF_MPI_SHARD_HEAD, 0, &model, &st);
+	CHECK_RC(rc, KVF_EMISMATCH, "shard token");
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 32, &model, &st);
+	CHECK_RC(rc, KVF_EMISMATCH, "block_tokens 16");
+	other = model;
+	other.n_layers = 3;
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &other, &st);
+	CHECK_RC(rc, KVF_EMISMATCH, "model 2 8 4 32");
+	{
+		/* two of the four ranks reopen what four made */
+		MPI_Comm half;
+		kvf_options so = store_opts();
+		kvf_mpi_options mo;
+		MPI_Comm_split(MPI_COMM_WORLD, test_rank < 2 ? 0 : MPI_UNDEFINED,
+			       test_rank, &half);
+		if (half != MPI_COMM_NULL) {
+			kvf_mpi_options_init(&mo, &model);
+			mo.shard = KVF_MPI_SHARD_TOKEN;
+			mo.block_tokens = 16;
+			mo.store = &so;
+			rc = kvf_mpi_open(half, good, &mo, &st);
+			CHECK_RC(rc, KVF_EMISMATCH, "ranks 4");
+			MPI_Comm_free(&half);
+		}
+	}
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK(rc == KVF_OK, "reopen after refusals: %s", kvf_mpi_last_error());
+	if (rc == KVF_OK) {
+		rc = kvf_mpi_seq_len(st, 1, 0, &len);
+		CHECK(rc == KVF_OK && len == 1, "len %llu after reopen",
+		      (unsigned long long)len);
+		kvf_mpi_close(st);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &test_rank);
+	if (argc != 2) {
+		if (test_rank == 0)
+			fprintf(stderr, "usage: mpirun -np 4 %s DIR\n", argv[0]);
+		MPI_Finalize();
+		return 2;
+	}
+	int n;
+	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	if (n != 4) {
+		if (test_rank == 0)
+			fprintf(stderr, "%s: run with 4 ranks, not %d\n", argv[0], n);
+		MPI_Finalize();
+		return 2;
+	}
+	if (test_rank == 0) {
+		nftw(argv[1], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		mkdir(argv[1], 0755);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	good_path(argv[1], KVF_MPI_SHARD_HEAD);
+	good_path(argv[1], KVF_MPI_SHARD_TOKEN);
+	refusals(argv[1]);
+	if (test_rank == 0)
+		printf("test_mpi: %s\n", test_failed ? "FAILED" : "ok");
+	return test_exit();
+}
