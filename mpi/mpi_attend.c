@@ -111,7 +111,7 @@ static kvf_status attend_head(struct kvf_mpi_store *s, const struct op_hdr *h,
 	local_opts(h, &o, h->want ? llse : NULL);
 	local = kvf_attend(s->local, h->seq, h->layer, lq, lout, &o);
 	if (local != KVF_OK)
-		mpi_fail_store(local, call);
+		mpi_fail_store(s, local, call);
 	rc = agree(s, local, call);
 	if (rc == KVF_OK)
 		rc = c_gatherv(s, lout, cnt[s->rank], out, cnt, dsp, CAT_OUT);
@@ -163,7 +163,7 @@ static kvf_status attend_token(struct kvf_mpi_store *s, const struct op_hdr *h,
 	} else {
 		local = kvf_attend(s->local, h->seq, h->layer, q, mine, &o);
 		if (local != KVF_OK)
-			mpi_fail_store(local, call);
+			mpi_fail_store(s, local, call);
 	}
 	rc = agree(s, local, call);
 	if (rc != KVF_OK)

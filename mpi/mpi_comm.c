@@ -35,9 +35,11 @@ kvf_status mpi_fail(kvf_status status, const char *fmt, ...)
 }
 
 /* The local store failed: keep its message under the call's name. */
-kvf_status mpi_fail_store(kvf_status status, const char *call)
+kvf_status mpi_fail_store(const struct kvf_mpi_store *s, kvf_status status,
+			  const char *call)
 {
-	return mpi_fail(status, "%s: %s", call, kvf_last_error());
+	return mpi_fail(status, "%s: rank %d: %s", call, s->rank,
+			kvf_last_error());
 }
 
 kvf_status mpi_call_failed(int rc, const char *what)
@@ -161,7 +163,8 @@ static kvf_status agree_known(struct kvf_mpi_store *s, const int32_t *st,
 		return rc;
 	msg[sizeof(msg) - 1] = '\0';
 	if (strncmp(msg, call, strlen(call)) == 0)
-		return mpi_fail((kvf_status)st[bad], "%s (rank %d)", msg, bad);
+		return mpi_fail((kvf_status)st[bad], "%s", msg);
+	/* a message of another call (the repair at open, say) */
 	return mpi_fail((kvf_status)st[bad], "%s: rank %d: %s", call, bad,
 			msg);
 }
@@ -228,7 +231,7 @@ kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
 	memset(&mine, 0, sizeof(mine));
 	mine.status = kvf_seq_len(s->local, h->seq, h->layer, &mine.len);
 	if (mine.status != KVF_OK)
-		mpi_fail_store((kvf_status)mine.status, call);
+		mpi_fail_store(s, (kvf_status)mine.status, call);
 	all = malloc((sizeof(*all) + sizeof(int32_t)) * (size_t)s->n_ranks);
 	if (!all)
 		return mpi_fail(KVF_ENOMEM, "%s: out of memory", call);

@@ -58,7 +58,8 @@ struct kvf_mpi_store {
 /* mpi_comm.c */
 kvf_status mpi_fail(kvf_status status, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-kvf_status mpi_fail_store(kvf_status status, const char *call);
+kvf_status mpi_fail_store(const struct kvf_mpi_store *s, kvf_status status,
+			  const char *call);
 kvf_status mpi_call_failed(int rc, const char *what);
 kvf_status c_bcast(struct kvf_mpi_store *s, void *buf, int bytes,
 		   enum mpi_cat cat);

@@ -285,7 +285,7 @@ static kvf_status open_local(struct kvf_mpi_store *s, const char *dir,
 	lo.model = s->local_model;
 	rc = kvf_open(sd, &lo, &s->local);
 	if (rc != KVF_OK) {
-		mpi_fail_store(rc, "kvf_mpi_open");
+		mpi_fail_store(s, rc, "kvf_mpi_open");
 		if (*created)
 			unlink(pl);
 		*created = 0;
@@ -442,7 +442,7 @@ kvf_status kvf_mpi_close(kvf_mpi_store *s)
 	local = kvf_close(s->local);
 	s->local = NULL;
 	if (local != KVF_OK)
-		mpi_fail_store(local, "kvf_mpi_close");
+		mpi_fail_store(s, local, "kvf_mpi_close");
 	if (rc == KVF_OK)
 		rc = agree(s, local, "kvf_mpi_close");
 	release(s);
@@ -463,7 +463,7 @@ kvf_status kvf_mpi_sync(kvf_mpi_store *s)
 		return rc;
 	local = kvf_sync(s->local);
 	if (local != KVF_OK)
-		mpi_fail_store(local, "kvf_mpi_sync");
+		mpi_fail_store(s, local, "kvf_mpi_sync");
 	return agree(s, local, "kvf_mpi_sync");
 }
 

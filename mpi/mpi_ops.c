@@ -44,14 +44,14 @@ static kvf_status seq_change(struct kvf_mpi_store *s, uint64_t seq,
 	else if (op == OP_SEQ_CREATE && local == KVF_ENOENT)
 		local = KVF_OK;
 	else if (local != KVF_OK)
-		mpi_fail_store(local, call);
+		mpi_fail_store(s, local, call);
 	rc = agree(s, local, call);
 	if (rc != KVF_OK)
 		return rc;
 	local = op == OP_SEQ_CREATE ? kvf_seq_create(s->local, h.seq) :
 				      kvf_seq_free(s->local, h.seq);
 	if (local != KVF_OK)
-		mpi_fail_store(local, call);
+		mpi_fail_store(s, local, call);
 	return agree(s, local, call);
 }
 
@@ -266,7 +266,7 @@ kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 		local = kvf_append(s->local, h.seq, h.layer,
 				   (uint32_t)p.tok[s->rank], mine, mine + half);
 		if (local != KVF_OK)
-			mpi_fail_store(local, call);
+			mpi_fail_store(s, local, call);
 	}
 	rc = agree(s, local, call);
 out:
@@ -333,7 +333,7 @@ static kvf_status read_part(struct kvf_mpi_store *s, const struct op_hdr *h,
 		      (h->want & 1) ? mine : NULL,
 		      (h->want & 2) ? mine + ((h->want & 1) ? (b - a) * row : 0) :
 		      NULL);
-	return rc == KVF_OK ? rc : mpi_fail_store(rc, "kvf_mpi_read");
+	return rc == KVF_OK ? rc : mpi_fail_store(s, rc, "kvf_mpi_read");
 }
 
 kvf_status kvf_mpi_read(kvf_mpi_store *s, uint64_t seq, uint32_t layer,

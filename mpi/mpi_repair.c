@@ -71,7 +71,7 @@ static kvf_status copy_tokens(struct kvf_mpi_store *s, uint64_t src_seq,
 	free(hk);
 	free(k);
 	if (rc != KVF_OK)
-		mpi_fail_store(rc, "kvf_mpi_open: repair");
+		mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	return rc;
 }
 
@@ -86,12 +86,12 @@ static kvf_status rebuild(struct kvf_mpi_store *s, uint64_t src,
 		n = target[l] < n ? target[l] : n;
 	rc = kvf_seq_fork(s->local, src, dst, n);
 	if (rc != KVF_OK)
-		return mpi_fail_store(rc, "kvf_mpi_open: repair");
+		return mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	for (uint32_t l = 0; l < s->model.n_layers && rc == KVF_OK; l++)
 		if (target[l] > n)
 			rc = copy_tokens(s, src, dst, l, n, target[l]);
 	if (rc == KVF_OK && (rc = kvf_sync(s->local)) != KVF_OK)
-		mpi_fail_store(rc, "kvf_mpi_open: repair");
+		mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	return rc;
 }
 
@@ -103,7 +103,7 @@ static kvf_status layer_lens(struct kvf_mpi_store *s, uint64_t seq,
 	for (uint32_t l = 0; l < s->model.n_layers && rc == KVF_OK; l++)
 		rc = kvf_seq_len(s->local, seq, l, &lens[l]);
 	if (rc != KVF_OK)
-		mpi_fail_store(rc, "kvf_mpi_open: repair");
+		mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	return rc;
 }
 
@@ -116,12 +116,12 @@ static kvf_status finish(struct kvf_mpi_store *s, const char *rec,
 	if (rc == KVF_OK && (rc = kvf_seq_free(s->local, seq)) == KVF_ENOENT)
 		rc = KVF_OK;
 	if (rc != KVF_OK)
-		return mpi_fail_store(rc, "kvf_mpi_open: repair");
+		return mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	rc = rebuild(s, TMP_SEQ, seq, lens);
 	if (rc == KVF_OK && (rc = kvf_seq_free(s->local, TMP_SEQ)) == KVF_OK)
 		rc = kvf_sync(s->local);
 	if (rc != KVF_OK)
-		return mpi_fail_store(rc, "kvf_mpi_open: repair");
+		return mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 	if (unlink(rec) != 0)
 		return mpi_fail(KVF_EIO, "kvf_mpi_open: cannot remove %s: %s",
 				rec, strerror(errno));
@@ -171,7 +171,7 @@ kvf_status repair_resume(struct kvf_mpi_store *s, const char *dir)
 			return KVF_OK;
 		if (rc == KVF_OK && (rc = kvf_seq_free(s->local, TMP_SEQ)) == KVF_OK)
 			rc = kvf_sync(s->local);
-		return rc == KVF_OK ? rc : mpi_fail_store(rc, "kvf_mpi_open");
+		return rc == KVF_OK ? rc : mpi_fail_store(s, rc, "kvf_mpi_open");
 	}
 	if (!fgets(text, sizeof(text), f) || sscanf(text, "%llu", &seq) != 1 ||
 	    seq >= TMP_SEQ) {
@@ -220,7 +220,7 @@ static kvf_status common_seqs(struct kvf_mpi_store *s, uint64_t **ids,
 	if (rc == KVF_OK)
 		rc = kvf_seq_list(s->local, mine, cap, &n);
 	if (rc != KVF_OK)
-		mpi_fail_store(rc, "kvf_mpi_open");
+		mpi_fail_store(s, rc, "kvf_mpi_open");
 	n = n < cap ? n : cap;
 	rc = agree(s, rc, "kvf_mpi_open");
 	counts = calloc((size_t)s->n_ranks, sizeof(*counts));
@@ -263,7 +263,7 @@ static kvf_status common_seqs(struct kvf_mpi_store *s, uint64_t **ids,
 		if (everywhere) {
 			mine[kept++] = mine[i];
 		} else if ((rc = kvf_seq_free(s->local, mine[i])) != KVF_OK) {
-			mpi_fail_store(rc, "kvf_mpi_open: repair");
+			mpi_fail_store(s, rc, "kvf_mpi_open: repair");
 		} else {
 			s->stats.repaired_seqs++;
 		}

@@ -4,7 +4,9 @@
  *   mpirun -np 4 crash_mpi write DIR head|token   appends to three
  *       sequences until killed; after each kvf_mpi_sync rank 0 records
  *       the synced lengths in DIR/synced (atomically), and every rank
- *       writes its pid to DIR/pid-R.
+ *       writes its pid to DIR/pid-R.  Every seventh step one rank also
+ *       syncs its own store halfway through a step, so the ranks hold
+ *       different prefixes when they die.
  *   mpirun -np 4 crash_mpi verify DIR head|token  reopens every rank's
  *       store: each layer holds at least its synced tokens, every token
  *       read back is the one appended, attention equals a single store's
@@ -76,6 +78,14 @@ static int do_write(const char *dir, kvf_mpi_shard shard)
 				kvf_status rc = kvf_mpi_append(st, s, l, n,
 						root ? k : NULL, root ? v : NULL);
 				CHECK(rc == KVF_OK, "%s", kvf_mpi_last_error());
+				/* one rank makes a step durable that the others
+				 * do not, halfway through its layers (as its
+				 * own write-back might): after the kill the
+				 * ranks disagree, and the open must cut back */
+				if (step % 7 == 3 && s == 2 && l == 0 &&
+				    test_rank == (int)(step / 7 % 4))
+					CHECK(kvf_sync(kvf_mpi_local(st)) == KVF_OK,
+					      "%s", kvf_last_error());
 			}
 			len[s] += n;
 		}
