@@ -76,38 +76,52 @@ static void local_opts(const struct op_hdr *h, kvf_attn_opts *o, float *lse)
 	o->lse = lse;
 }
 
+/* Work space of one call, allocated before the ranks agree to go on. */
+struct work {
+	int *cnt, *dsp, *lcnt, *ldsp; /* [n_ranks] each: HEAD's byte counts */
+	float *f;       /* q and out here, [2 * qn + nq]; at the root of
+			 * TOKEN then [n_ranks][qn + nq] of the parts */
+};
+
+static kvf_status work_alloc(struct kvf_mpi_store *s, struct work *w,
+			     const char *call)
+{
+	size_t qn = (size_t)s->model.n_q_heads * s->model.head_dim;
+	size_t part = qn + s->model.n_q_heads;
+	size_t nf = qn + part;
+
+	if (s->rank == s->root && s->shard == KVF_MPI_SHARD_TOKEN)
+		nf += part * (size_t)s->n_ranks;
+	w->cnt = calloc(4 * (size_t)s->n_ranks, sizeof(int));
+	w->f = malloc(nf * sizeof(float));
+	if (!w->cnt || !w->f)
+		return mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	w->dsp = w->cnt + s->n_ranks;
+	w->lcnt = w->cnt + 2 * s->n_ranks;
+	w->ldsp = w->cnt + 3 * s->n_ranks;
+	return KVF_OK;
+}
+
 static kvf_status attend_head(struct kvf_mpi_store *s, const struct op_hdr *h,
-			      const float *q, float *out, float *lse_out,
-			      const char *call)
+			      struct work *w, const float *q, float *out,
+			      float *lse_out, const char *call)
 {
 	uint32_t hd = s->model.head_dim, g = s->group;
-	int n = s->n_ranks, *cnt, *dsp, *lcnt, *ldsp;
 	size_t mine_q = (size_t)s->nkv[s->rank] * g;
-	float *lq, *lout, *llse;
+	int *cnt = w->cnt, *dsp = w->dsp, *lcnt = w->lcnt, *ldsp = w->ldsp;
+	float *lq = w->f, *lout = lq + mine_q * hd, *llse = lout + mine_q * hd;
 	kvf_attn_opts o;
-	kvf_status rc, local = KVF_OK;
+	kvf_status rc, local;
 
-	cnt = calloc(4 * (size_t)n, sizeof(int));
-	lq = malloc((mine_q * hd * 2 + mine_q + 1) * sizeof(float));
-	if (!cnt || !lq)
-		local = mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
-	rc = agree(s, local, call);
-	if (rc != KVF_OK)
-		goto out;
-	dsp = cnt + n;
-	lcnt = cnt + 2 * n;
-	ldsp = cnt + 3 * n;
-	for (int r = 0; r < n; r++) {
+	for (int r = 0; r < s->n_ranks; r++) {
 		cnt[r] = (int)((size_t)s->nkv[r] * g * hd * sizeof(float));
 		dsp[r] = (int)((size_t)s->kv0[r] * g * hd * sizeof(float));
 		lcnt[r] = (int)((size_t)s->nkv[r] * g * sizeof(float));
 		ldsp[r] = (int)((size_t)s->kv0[r] * g * sizeof(float));
 	}
-	lout = lq + mine_q * hd;
-	llse = lout + mine_q * hd;
 	rc = c_scatterv(s, q, cnt, dsp, lq, cnt[s->rank], CAT_Q);
 	if (rc != KVF_OK)
-		goto out;
+		return rc;
 	local_opts(h, &o, h->want ? llse : NULL);
 	local = kvf_attend(s->local, h->seq, h->layer, lq, lout, &o);
 	if (local != KVF_OK)
@@ -118,39 +132,29 @@ static kvf_status attend_head(struct kvf_mpi_store *s, const struct op_hdr *h,
 	if (rc == KVF_OK && h->want)
 		rc = c_gatherv(s, llse, lcnt[s->rank], lse_out, lcnt, ldsp,
 			       CAT_OUT);
-out:
-	free(cnt);
-	free(lq);
 	return rc;
 }
 
 static kvf_status attend_token(struct kvf_mpi_store *s, const struct op_hdr *h,
-			       const uint64_t *lens, const float *q_root,
-			       float *out, float *lse_out, const char *call)
+			       struct work *wk, const uint64_t *lens,
+			       const float *q_root, float *out, float *lse_out,
+			       const char *call)
 {
 	uint32_t nq = s->model.n_q_heads, hd = s->model.head_dim;
 	size_t qn = (size_t)nq * hd, part = qn + nq;
-	float *q, *mine, *all = NULL;
+	float *q = wk->f, *mine = q + qn, *all = mine + part;
 	uint64_t L = 0, w = 0, len = lens[s->rank];
 	kvf_attn_opts o;
 	kvf_status rc, local = KVF_OK;
+	int mrc;
 
 	for (int r = 0; r < s->n_ranks; r++)
 		L += lens[r];
-	q = malloc((qn + part) * sizeof(float));
-	if (s->rank == s->root && q)
-		all = malloc(part * (size_t)s->n_ranks * sizeof(float));
-	if (!q || (s->rank == s->root && !all))
-		local = mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
-	rc = agree(s, local, call);
-	if (rc != KVF_OK)
-		goto out;
-	mine = q + qn;
 	if (s->rank == s->root)
 		memcpy(q, q_root, qn * sizeof(float));
 	rc = c_bcast(s, q, (int)(qn * sizeof(float)), CAT_Q);
 	if (rc != KVF_OK)
-		goto out;
+		return rc;
 	/* window: this rank's tokens among the last h->window of L */
 	if (h->window && h->window < L)
 		w = len - token_share(s, s->rank, L - h->window);
@@ -167,24 +171,20 @@ static kvf_status attend_token(struct kvf_mpi_store *s, const struct op_hdr *h,
 	}
 	rc = agree(s, local, call);
 	if (rc != KVF_OK)
-		goto out;
-	{
-		int mrc = MPI_Gather(mine, (int)(part * sizeof(float)), MPI_BYTE,
-				     all, (int)(part * sizeof(float)), MPI_BYTE,
-				     s->root, s->comm);
-		uint64_t b = part * sizeof(float);
-		if (s->rank == s->root)
-			s->stats.out_bytes_recv += b * (uint64_t)(s->n_ranks - 1);
-		else
-			s->stats.out_bytes_sent += b;
-		if (mrc != MPI_SUCCESS) {
-			s->fatal = 1;
-			rc = mpi_call_failed(mrc, "MPI_Gather");
-			goto out;
-		}
+		return rc;
+	mrc = MPI_Gather(mine, (int)(part * sizeof(float)), MPI_BYTE, all,
+			 (int)(part * sizeof(float)), MPI_BYTE, s->root, s->comm);
+	if (s->rank == s->root)
+		s->stats.out_bytes_recv += part * sizeof(float) *
+					   (uint64_t)(s->n_ranks - 1);
+	else
+		s->stats.out_bytes_sent += part * sizeof(float);
+	if (mrc != MPI_SUCCESS) {
+		s->fatal = 1;
+		return mpi_call_failed(mrc, "MPI_Gather");
 	}
 	if (s->rank != s->root)
-		goto out;
+		return KVF_OK;
 	/* merge in rank order, so the result does not depend on timing */
 	for (int r = 1; r < s->n_ranks; r++) {
 		float *p = all + (size_t)r * part;
@@ -193,10 +193,7 @@ static kvf_status attend_token(struct kvf_mpi_store *s, const struct op_hdr *h,
 	memcpy(out, all, qn * sizeof(float));
 	if (lse_out)
 		memcpy(lse_out, all + qn, nq * sizeof(float));
-out:
-	free(q);
-	free(all);
-	return rc;
+	return KVF_OK;
 }
 
 kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
@@ -204,8 +201,9 @@ kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 {
 	const char *call = "kvf_mpi_attend";
 	struct op_hdr h;
+	struct work w = { 0 };
 	uint64_t *lens;
-	kvf_status rc;
+	kvf_status rc, local;
 
 	if (!s)
 		return mpi_fail(KVF_EINVAL, "%s: NULL store", call);
@@ -229,16 +227,18 @@ kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 		return rc;
 	s->stats.attend_calls++;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	rc = agree(s, lens ? KVF_OK : mpi_fail(KVF_ENOMEM, "%s: out of memory",
-		   call), call);
-	if (rc == KVF_OK)
-		rc = lookup_lens(s, &h, lens, call);
+	local = lens ? work_alloc(s, &w, call) :
+		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc == KVF_OK && s->shard == KVF_MPI_SHARD_HEAD)
-		rc = attend_head(s, &h, q, out, opts ? opts->lse : NULL, call);
+		rc = attend_head(s, &h, &w, q, out, opts ? opts->lse : NULL,
+				 call);
 	else if (rc == KVF_OK)
-		rc = attend_token(s, &h, lens, q, out,
+		rc = attend_token(s, &h, &w, lens, q, out,
 				  s->rank == s->root && opts ? opts->lse : NULL,
 				  call);
+	free(w.cnt);
+	free(w.f);
 	free(lens);
 	return rc;
 }

@@ -219,26 +219,32 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
 /*
  * lookup_lens - each rank's length of (h->seq, h->layer), or the first
  * rank's reason why it has none (unknown seq: KVF_ENOENT).
- * @lens: [n_ranks] out.
+ * @lens: [n_ranks] out (NULL only where local is not KVF_OK).
+ * @local: this rank's status so far (an allocation that failed, say):
+ *         agreed on in the same exchange, saving a round.
  */
 kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
-		       uint64_t *lens, const char *call)
+		       uint64_t *lens, kvf_status local, const char *call)
 {
 	struct { int32_t status; uint32_t pad; uint64_t len; } mine, *all;
 	int32_t *st;
 	kvf_status rc;
 
 	memset(&mine, 0, sizeof(mine));
-	mine.status = kvf_seq_len(s->local, h->seq, h->layer, &mine.len);
-	if (mine.status != KVF_OK)
-		mpi_fail_store(s, (kvf_status)mine.status, call);
+	mine.status = local;
+	if (local == KVF_OK) {
+		mine.status = kvf_seq_len(s->local, h->seq, h->layer, &mine.len);
+		if (mine.status != KVF_OK)
+			mpi_fail_store(s, (kvf_status)mine.status, call);
+	}
 	all = malloc((sizeof(*all) + sizeof(int32_t)) * (size_t)s->n_ranks);
 	if (!all)
 		return mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	st = (int32_t *)(all + s->n_ranks);
 	rc = c_allgather(s, &mine, (int)sizeof(mine), all, CAT_CTL);
 	for (int r = 0; rc == KVF_OK && r < s->n_ranks; r++) {
-		lens[r] = all[r].len;
+		if (lens)
+			lens[r] = all[r].len;
 		st[r] = all[r].status;
 	}
 	if (rc == KVF_OK)

@@ -76,7 +76,7 @@ kvf_status agree(struct kvf_mpi_store *s, kvf_status local,
 kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
 		    enum mpi_op op, const char *call);
 kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
-		       uint64_t *lens, const char *call);
+		       uint64_t *lens, kvf_status local, const char *call);
 
 /* mpi_open.c: placement arithmetic */
 uint64_t token_share(const struct kvf_mpi_store *s, int r, uint64_t n);

@@ -107,10 +107,8 @@ kvf_status kvf_mpi_seq_len(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	if (rc != KVF_OK)
 		return rc;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	rc = agree(s, lens ? KVF_OK : mpi_fail(KVF_ENOMEM, "%s: out of memory",
-		   call), call);
-	if (rc == KVF_OK)
-		rc = lookup_lens(s, &h, lens, call);
+	rc = lookup_lens(s, &h, lens, lens ? KVF_OK : mpi_fail(KVF_ENOMEM,
+			 "%s: out of memory", call), call);
 	if (rc == KVF_OK && n_tokens)
 		*n_tokens = global_len(s, lens);
 	free(lens);
@@ -240,9 +238,7 @@ kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
 	local = lens ? plan_alloc(s, &p, call) :
 		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
-	rc = agree(s, local, call);
-	if (rc == KVF_OK)
-		rc = lookup_lens(s, &h, lens, call);
+	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
 	L = global_len(s, lens);
@@ -376,9 +372,7 @@ kvf_status kvf_mpi_read(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
 	local = lens ? plan_alloc(s, &p, call) :
 		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
-	rc = agree(s, local, call);
-	if (rc == KVF_OK)
-		rc = lookup_lens(s, &h, lens, call);
+	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
 	L = s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] : global_len(s, lens);

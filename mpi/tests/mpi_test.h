@@ -29,11 +29,18 @@ static int test_rank;
 		}                                                             \
 	} while (0)
 
-/* status and message, on every rank */
+/* status and message, on every rank (KVF_TEST_VERBOSE=1: rank 0 prints
+ * each message) */
 #define CHECK_RC(rc, want, substr)                                            \
-	CHECK((rc) == (want) && strstr(kvf_mpi_last_error(), (substr)),     \
-	      "status %d (%s), want %d; message '%s', want '%s'", (int)(rc),  \
-	      kvf_strerror(rc), (int)(want), kvf_mpi_last_error(), (substr))
+	do {                                                                  \
+		if (test_rank == 0 && getenv("KVF_TEST_VERBOSE"))             \
+			printf("%s: %s\n", kvf_strerror(rc),                 \
+			       kvf_mpi_last_error());                         \
+		CHECK((rc) == (want) && strstr(kvf_mpi_last_error(), (substr)), \
+		      "status %d (%s), want %d; message '%s', want '%s'",     \
+		      (int)(rc), kvf_strerror(rc), (int)(want),               \
+		      kvf_mpi_last_error(), (substr));                        \
+	} while (0)
 
 static inline float tok_val(uint64_t seq, uint32_t layer, uint64_t t,
 			    uint32_t h, uint32_t d, int kind)
