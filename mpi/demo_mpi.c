@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvflash_mpi.h"
 
@@ -88,7 +89,10 @@ static int demo(const char *base, kvf_mpi_shard shard, int rank, int n,
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == 0)
-		printf("  root: largest difference from one local store: %.2g\n",
+		printf("  root (rank 0): sent %llu B of q, received %llu B of "
+		       "outputs; largest difference from one local store: %.2g\n",
+		       (unsigned long long)(s.q_bytes_sent - a.q_bytes_sent),
+		       (unsigned long long)(s.out_bytes_recv - a.out_bytes_recv),
 		       err);
 	kvf_mpi_close(st);
 	return err > 1e-5 ? 1 : 0;
@@ -113,11 +117,14 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 16 * 64; i++)
 		q[i] = val((uint64_t)i * 3, 1);
+	mkdir(base, 0755);
 	if (rank == 0) {
 		/* the same attention on one local store, for comparison */
+		char rdir[4096];
+		snprintf(rdir, sizeof(rdir), "%s/single", base);
 		kvf_options_init(&ro, &model);
 		ro.media = KVF_MEDIA_MEMORY;
-		if (kvf_open("demo-ref", &ro, &ref) != KVF_OK ||
+		if (kvf_open(rdir, &ro, &ref) != KVF_OK ||
 		    kvf_seq_create(ref, 1) != KVF_OK ||
 		    kvf_append(ref, 1, 0, PROMPT, k, v) != KVF_OK ||
 		    kvf_attend(ref, 1, 0, q, want, NULL) != KVF_OK) {

@@ -222,13 +222,14 @@ kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 		else
 			take_opts(s, &h, opts, call);
 	}
-	rc = start_op(s, &h, OP_ATTEND, call);
+	rc = start_op(s, &h, OP_ATTEND, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	s->stats.attend_calls++;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	local = lens ? work_alloc(s, &w, call) :
-		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	if (local == KVF_OK)
+		local = lens ? work_alloc(s, &w, call) :
+			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc == KVF_OK && s->shard == KVF_MPI_SHARD_HEAD)
 		rc = attend_head(s, &h, &w, q, out, opts ? opts->lse : NULL,

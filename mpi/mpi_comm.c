@@ -189,15 +189,20 @@ kvf_status agree(struct kvf_mpi_store *s, kvf_status local, const char *call)
 }
 
 /*
- * start_op - broadcast the root's header; every rank then checks it made
- * the same call and takes the root's arguments.  h holds the root's on
- * entry at the root, the root's everywhere on return.
+ * start_op - broadcast the root's header: the root's arguments, and its
+ * own argument check.  A refusal there ends the call on every rank
+ * (returned, with the root's message).  Otherwise *local says whether
+ * this rank made the same call; the caller agrees on it in its next
+ * exchange (lookup_lens or agree), saving a round per call.
+ * h holds the root's on entry at the root, the root's everywhere after.
  */
 kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
-		    enum mpi_op op, const char *call)
+		    enum mpi_op op, const char *call, kvf_status *local)
 {
-	kvf_status rc, local = KVF_OK;
+	kvf_status rc;
+	int32_t *st;
 
+	*local = KVF_OK;
 	if (s->fatal)
 		return mpi_fail(KVF_EFATAL, "%s: an earlier MPI call failed; "
 				"close and reopen", call);
@@ -206,14 +211,24 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
 	rc = c_bcast(s, h, (int)sizeof(*h), CAT_CTL);
 	if (rc != KVF_OK)
 		return rc;
+	if (h->status != KVF_OK) {
+		/* every rank knows the root refused; only its message moves */
+		st = calloc((size_t)s->n_ranks, sizeof(*st));
+		if (!st) {
+			s->fatal = 1;
+			return mpi_fail(KVF_EFATAL, "%s: out of memory", call);
+		}
+		st[s->root] = h->status;
+		rc = agree_known(s, st, call);
+		free(st);
+		return rc;
+	}
 	if (h->op != (uint32_t)op)
-		local = mpi_fail(KVF_EINVAL, "%s: rank %d made this call while "
-				 "the root made call %u: every rank must make "
-				 "the same collective calls in the same order",
-				 call, s->rank, h->op);
-	else if (s->rank == s->root && h->status != KVF_OK)
-		local = (kvf_status)h->status; /* its message is set */
-	return agree(s, local, call);
+		*local = mpi_fail(KVF_EINVAL, "%s: rank %d made this call while "
+				  "the root made call %u: every rank must make "
+				  "the same collective calls in the same order",
+				  call, s->rank, h->op);
+	return KVF_OK;
 }
 
 /*

@@ -7,8 +7,11 @@
  * Every collective call starts the same way: the root broadcasts a
  * struct op_hdr (its arguments and the result of its own argument
  * checks), then every rank looks the sequence up and the ranks exchange
- * {status, local length} (lookup_lens).  So ranks that made different
- * calls, or a sequence one rank lacks, are caught before anything moves.
+ * {status, local length} (lookup_lens), or just their status (agree).
+ * So a refused argument, a sequence one rank lacks, or a rank that made
+ * another call is caught before anything moves.  A call that every rank
+ * passes takes: attention, 5 collectives (header, lookup, q, status,
+ * outputs; a sixth for LSE under head sharding); append, 4.
  */
 #ifndef KVF_MPI_INT_H
 #define KVF_MPI_INT_H
@@ -74,7 +77,7 @@ kvf_status c_gatherv(struct kvf_mpi_store *s, const void *src, int bytes,
 kvf_status agree(struct kvf_mpi_store *s, kvf_status local,
 		 const char *call);
 kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
-		    enum mpi_op op, const char *call);
+		    enum mpi_op op, const char *call, kvf_status *local);
 kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
 		       uint64_t *lens, kvf_status local, const char *call);
 

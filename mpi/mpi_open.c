@@ -432,19 +432,19 @@ fail:
 kvf_status kvf_mpi_close(kvf_mpi_store *s)
 {
 	struct op_hdr h;
-	kvf_status rc, local;
+	kvf_status rc, local, other;
 
 	if (!s)
 		return KVF_OK;
 	memset(&h, 0, sizeof(h));
 	h.op = OP_CLOSE;
-	rc = start_op(s, &h, OP_CLOSE, "kvf_mpi_close");
+	rc = start_op(s, &h, OP_CLOSE, "kvf_mpi_close", &other);
 	local = kvf_close(s->local);
 	s->local = NULL;
 	if (local != KVF_OK)
 		mpi_fail_store(s, local, "kvf_mpi_close");
 	if (rc == KVF_OK)
-		rc = agree(s, local, "kvf_mpi_close");
+		rc = agree(s, other != KVF_OK ? other : local, "kvf_mpi_close");
 	release(s);
 	return rc;
 }
@@ -458,11 +458,10 @@ kvf_status kvf_mpi_sync(kvf_mpi_store *s)
 		return mpi_fail(KVF_EINVAL, "kvf_mpi_sync: NULL store");
 	memset(&h, 0, sizeof(h));
 	h.op = OP_SYNC;
-	rc = start_op(s, &h, OP_SYNC, "kvf_mpi_sync");
+	rc = start_op(s, &h, OP_SYNC, "kvf_mpi_sync", &local);
 	if (rc != KVF_OK)
 		return rc;
-	local = kvf_sync(s->local);
-	if (local != KVF_OK)
+	if (local == KVF_OK && (local = kvf_sync(s->local)) != KVF_OK)
 		mpi_fail_store(s, local, "kvf_mpi_sync");
 	return agree(s, local, "kvf_mpi_sync");
 }

@@ -33,12 +33,14 @@ static kvf_status seq_change(struct kvf_mpi_store *s, uint64_t seq,
 				    "reserved (ids from %llu up)", call,
 				    (unsigned long long)seq,
 				    (unsigned long long)KVF_MPI_SEQ_RESERVED);
-	rc = start_op(s, &h, op, call);
+	rc = start_op(s, &h, op, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	/* checked everywhere first, so a refusal changes nothing */
-	local = kvf_seq_len(s->local, h.seq, 0, &n);
-	if (op == OP_SEQ_CREATE && local == KVF_OK)
+	if (local != KVF_OK)
+		; /* a rank that made another call: its message is set */
+	else if ((local = kvf_seq_len(s->local, h.seq, 0, &n)) == KVF_OK &&
+		 op == OP_SEQ_CREATE)
 		local = mpi_fail(KVF_EEXIST, "%s: sequence %llu exists", call,
 				 (unsigned long long)h.seq);
 	else if (op == OP_SEQ_CREATE && local == KVF_ENOENT)
@@ -93,7 +95,7 @@ kvf_status kvf_mpi_seq_len(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	const char *call = "kvf_mpi_seq_len";
 	struct op_hdr h;
 	uint64_t *lens;
-	kvf_status rc;
+	kvf_status rc, local;
 
 	if ((rc = check_store(s, call)) != KVF_OK)
 		return rc;
@@ -103,12 +105,13 @@ kvf_status kvf_mpi_seq_len(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	h.layer = layer;
 	if (layer_check(s, &h, call) == KVF_OK && !n_tokens && s->rank == s->root)
 		h.status = mpi_fail(KVF_EINVAL, "%s: NULL n_tokens", call);
-	rc = start_op(s, &h, OP_SEQ_LEN, call);
+	rc = start_op(s, &h, OP_SEQ_LEN, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	rc = lookup_lens(s, &h, lens, lens ? KVF_OK : mpi_fail(KVF_ENOMEM,
-			 "%s: out of memory", call), call);
+	if (local == KVF_OK && !lens)
+		local = mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc == KVF_OK && n_tokens)
 		*n_tokens = global_len(s, lens);
 	free(lens);
@@ -231,13 +234,14 @@ kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	    (!k || !v))
 		h.status = mpi_fail(KVF_EINVAL, "%s: NULL %s on the root", call,
 				    !k ? "k" : "v");
-	rc = start_op(s, &h, OP_APPEND, call);
+	rc = start_op(s, &h, OP_APPEND, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	s->stats.append_calls++;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	local = lens ? plan_alloc(s, &p, call) :
-		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	if (local == KVF_OK)
+		local = lens ? plan_alloc(s, &p, call) :
+			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
@@ -366,12 +370,13 @@ kvf_status kvf_mpi_read(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	else if (s->rank == s->root && !h.want)
 		h.status = mpi_fail(KVF_EINVAL, "%s: k_out and v_out both NULL "
 				    "on the root", call);
-	rc = start_op(s, &h, OP_READ, call);
+	rc = start_op(s, &h, OP_READ, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
-	local = lens ? plan_alloc(s, &p, call) :
-		       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+	if (local == KVF_OK)
+		local = lens ? plan_alloc(s, &p, call) :
+			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
