@@ -1,8 +1,9 @@
 /*
  * test_mpi.c - kvflash_mpi under mpirun -np 4: results equal to a single
  * store's (within 1e-5 relative), for head and token sharding, before
- * and after a reopen; and every bad placement or argument refused with
- * its status and message on every rank, changing nothing.
+ * and after a reopen; every bad placement or argument refused with its
+ * status and message on every rank, changing nothing; and a repair cut
+ * short by a crash finished at the next open.
  *
  * Usage: mpirun -np 4 test_mpi DIR   (DIR is emptied first by rank 0)
  */
@@ -58,8 +59,10 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 	float kr[120 * 32], vr[120 * 32], kw[120 * 32], vw[120 * 32];
 	uint64_t windows[] = { 0, 40, 1 };
 	kvf_attn_opts o, ro;
+	kvf_mpi_stats before = { .struct_size = sizeof(before) }, after = before;
 	kvf_status rc;
 
+	kvf_mpi_stats_get(st, &before);
 	for (uint64_t seq = 1; seq <= 2; seq++)
 		for (uint32_t l = 0; l < model.n_layers; l++)
 			for (int w = 0; w < 3; w++) {
@@ -86,6 +89,16 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 				      (unsigned long long)seq, l,
 				      (unsigned long long)windows[w], e, el);
 			}
+	/* attention moved q and outputs, never K or V */
+	kvf_mpi_stats_get(st, &after);
+	CHECK(after.kv_bytes_sent == before.kv_bytes_sent &&
+	      after.kv_bytes_recv == before.kv_bytes_recv &&
+	      after.attend_calls == before.attend_calls + 12 &&
+	      (test_rank == 0 ? after.q_bytes_sent > before.q_bytes_sent :
+	       after.q_bytes_recv > before.q_bytes_recv),
+	      "%s: attention moved %llu bytes of KV",
+	      what, (unsigned long long)(after.kv_bytes_sent + after.kv_bytes_recv -
+					 before.kv_bytes_sent - before.kv_bytes_recv));
 	for (uint32_t h = 0; h < model.n_kv_heads; h++) {
 		rc = kvf_mpi_read(st, 1, 1, h, 5, 110, kr, vr);
 		CHECK(rc == KVF_OK, "%s read: %s", what, kvf_mpi_last_error());
@@ -291,6 +304,80 @@ static void refusals(const char *base)
 	}
 }
 
+/*
+ * The state a crash in the middle of the open's repair leaves: on rank 1
+ * the original freed, its copy in the reserved sequence and the record
+ * naming it; on rank 2 a half-made copy without a record.  The next open
+ * rebuilds rank 1's sequence from the copy and drops rank 2's.
+ */
+static void repair_resume(const char *base)
+{
+	char dir[4096], rec[4200];
+	float k[40 * 4 * 32], v[40 * 4 * 32], kr[40 * 32], vr[40 * 32];
+	kvf_mpi_store *st = NULL;
+	uint64_t len = 0;
+	kvf_status rc;
+
+	snprintf(dir, sizeof(dir), "%s/resume", base);
+	rc = open_sharded(dir, KVF_MPI_SHARD_TOKEN, 8, &model, &st);
+	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	CHECK(kvf_mpi_seq_create(st, 5) == KVF_OK, "%s", kvf_mpi_last_error());
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		tok_fill(&model, 5, l, 0, 40, k, v);
+		CHECK(kvf_mpi_append(st, 5, l, 40, k, v) == KVF_OK, "%s",
+		      kvf_mpi_last_error());
+	}
+	CHECK(kvf_mpi_sync(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	if (test_rank == 1 || test_rank == 2) {
+		kvf_store *lo = kvf_mpi_local(st);
+		kvf_seq_len(lo, 5, 0, &len);
+		CHECK(kvf_seq_fork(lo, 5, KVF_MPI_SEQ_RESERVED,
+				   test_rank == 1 ? len : 3) == KVF_OK, "%s",
+		      kvf_last_error());
+		if (test_rank == 1) {
+			FILE *f;
+			CHECK(kvf_seq_free(lo, 5) == KVF_OK, "%s", kvf_last_error());
+			snprintf(rec, sizeof(rec), "%s/rank-1.repair", dir);
+			f = fopen(rec, "w");
+			CHECK(f != NULL, "cannot write %s", rec);
+			if (f) {
+				fputs("5\n", f);
+				fclose(f);
+			}
+		}
+		CHECK(kvf_sync(lo) == KVF_OK, "%s", kvf_last_error());
+	}
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	rc = open_sharded(dir, KVF_MPI_SHARD_TOKEN, 8, &model, &st);
+	CHECK(rc == KVF_OK, "reopen: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		rc = kvf_mpi_seq_len(st, 5, l, &len);
+		CHECK(rc == KVF_OK && len == 40, "layer %u: %llu tokens (%s)", l,
+		      (unsigned long long)len, kvf_mpi_last_error());
+		tok_fill(&model, 5, l, 0, 40, k, v);
+		for (uint32_t h = 0; rc == KVF_OK && h < model.n_kv_heads; h++) {
+			rc = kvf_mpi_read(st, 5, l, h, 0, 40, kr, vr);
+			CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
+			for (uint32_t t = 0; test_rank == 0 && rc == KVF_OK && t < 40; t++)
+				if (memcmp(kr + t * 32, k + (t * 4 + h) * 32, 128) ||
+				    memcmp(vr + t * 32, v + (t * 4 + h) * 32, 128)) {
+					CHECK(0, "layer %u head %u token %u differs "
+					      "after the resumed repair", l, h, t);
+					break;
+				}
+		}
+	}
+	rc = kvf_seq_len(kvf_mpi_local(st), KVF_MPI_SEQ_RESERVED, 0, &len);
+	CHECK(rc == KVF_ENOENT, "the repair's copy is still there");
+	snprintf(rec, sizeof(rec), "%s/rank-%d.repair", dir, test_rank);
+	CHECK(access(rec, F_OK) != 0, "%s is still there", rec);
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -317,6 +404,7 @@ int main(int argc, char **argv)
 	good_path(argv[1], KVF_MPI_SHARD_HEAD);
 	good_path(argv[1], KVF_MPI_SHARD_TOKEN);
 	refusals(argv[1]);
+	repair_resume(argv[1]);
 	if (test_rank == 0)
 		printf("test_mpi: %s\n", test_failed ? "FAILED" : "ok");
 	return test_exit();
