@@ -15,6 +15,9 @@
  * --tokens tokens appended per layer in chunks of 256 (append rate), a
  * sync, then --steps decode steps, each attending every layer (attention
  * rate) and appending one token per layer (not timed with attention).
+ * --budget is each rank's memory tier (kvf_options.dram_budget; 1 GiB
+ * holds the default sizes, so attention runs from DRAM); --budget 0 reads
+ * every page from the media at every step (O_DIRECT where allowed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,10 +317,10 @@ static void report(const struct cfg *c, const struct row *r, int n)
 	       "%u, %s; %llu tokens, %u decode steps\n", m->n_layers,
 	       m->n_q_heads, m->n_kv_heads, m->head_dim, kvf_dtype_name(m->dtype),
 	       (unsigned long long)c->tokens, c->steps);
-	printf("%-5s %5s | %11s %10s %5s | %9s %11s %10s %5s %9s | %7s %7s "
-	       "%7s %4s | %6s\n", "shard", "ranks", "append/s", "per rank",
+	printf("%-5s %5s | %11s %10s %5s | %9s %11s %10s %5s %9s %9s | %7s "
+	       "%7s %7s %4s | %6s\n", "shard", "ranks", "append/s", "per rank",
 	       "vs 1", "attend ms", "attend/s", "per rank", "vs 1", "GB/s/rank",
-	       "q B", "out B", "ctl B", "KV B", "app B/t");
+	       "media MiB", "q B", "out B", "ctl B", "KV B", "app B/t");
 	for (int i = 0; i < n; i++) {
 		const struct row *x = &r[i];
 		double app = (double)x->tokens * m->n_layers / x->append_s;
@@ -325,16 +328,19 @@ static void report(const struct cfg *c, const struct row *r, int n)
 		double b_app, b_att;
 		base_rates(c, r, n, x->shard, &b_app, &b_att);
 		printf("%-5s %5d | %11.0f %10.0f %5.2f | %9.3f %11.0f %10.0f %5.2f "
-		       "%9.3f | %7.0f %7.0f %7.0f %4.0f | %6.0f\n",
+		       "%9.3f %9.1f | %7.0f %7.0f %7.0f %4.0f | %6.0f\n",
 		       x->shard ? "token" : "head", x->ranks, app, app / x->ranks,
 		       ratio(app / x->ranks, b_app), x->attend_s * 1e3 / x->steps,
 		       att, att / x->ranks, ratio(att / x->ranks, b_att),
-		       att * kv_tok / x->ranks / 1e9, x->q, x->out, x->ctl, x->kv,
-		       x->kv_append);
+		       att * kv_tok / x->ranks / 1e9,
+		       (double)x->media_read / x->steps / 1048576.0, x->q, x->out,
+		       x->ctl, x->kv, x->kv_append);
 	}
-	printf("(append/s: tokens appended per second, all layers; attend/s: "
-	       "context tokens attended per second, all layers; vs 1: per-rank "
-	       "rate against the one-rank run's)\n");
+	printf("(append/s: tokens appended per second, all layers, with the "
+	       "sync; attend/s: context tokens attended per second, all layers; "
+	       "vs 1: per-rank rate against the one-rank run's; GB/s/rank: KV "
+	       "bytes attended per second per rank; media MiB: read from the "
+	       "ranks' media per step, all ranks)\n");
 	printf("(bytes per decode step over MPI, summed over the ranks that "
 	       "received them, all %u layers; KV B is always 0: attention moves "
 	       "only q and outputs)\n", m->n_layers);
