@@ -13,13 +13,20 @@
  *                        block): context parallelism; partial attention
  *                        results are merged by log-sum-exp.
  *
- * Every call below except kvf_mpi_stats_get, kvf_mpi_local and
- * kvf_mpi_last_error is collective: every rank of the communicator makes
- * it, in the same order, with the same scalar arguments.  Buffers matter
- * only on the root rank (kvf_mpi_options.root, "the caller's rank"): the
- * root hands in K/V and q and receives outputs; the other ranks pass NULL.
+ * The calls on a store handle are collective (all but kvf_mpi_stats_get
+ * and kvf_mpi_local): every rank of the communicator makes them, in the
+ * same order.  Scalar arguments are the root's; buffers matter only on
+ * the root rank (kvf_mpi_options.root, "the caller's rank"): the root
+ * hands in K/V and q and receives outputs; the other ranks pass NULL.
  * Every rank returns the same status.  Attention moves only q in and
  * outputs out; K and V never cross the network after their append.
+ *
+ * Concurrency: one call at a time per handle (its calls are collectives
+ * on one communicator); separate handles from separate threads only if
+ * MPI was initialized with MPI_THREAD_MULTIPLE.  MPI_Init must come
+ * first.  Each rank's local store is a kvflash store: kvf_mpi_local may
+ * be read (kvf_stats_get, kvf_seq_len, kvf_read) from any thread while no
+ * collective call runs.
  *
  * The library keeps its own thread-local message (kvf_mpi_last_error):
  * when a rank's store fails, every rank's message names that rank and
@@ -127,6 +134,7 @@ KVF_MPI_API kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
  * kvf_mpi_close - close every rank's store (collective).  NULL on every
  * rank is a no-op.  Everything is released even on failure.
  * Return: KVF_OK or the first failing rank's kvf_close status.
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_close(kvf_mpi_store *st);
 
@@ -134,6 +142,7 @@ KVF_MPI_API kvf_status kvf_mpi_close(kvf_mpi_store *st);
  * kvf_mpi_sync - kvf_sync on every rank (collective): everything appended
  * before it survives a crash of any rank.
  * Return: KVF_OK or the first failing rank's status.
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_sync(kvf_mpi_store *st);
 
@@ -142,6 +151,7 @@ KVF_MPI_API kvf_status kvf_mpi_sync(kvf_mpi_store *st);
  * (collective).  Checked on every rank before any changes.
  * Return: KVF_OK; KVF_EEXIST / KVF_ENOENT (naming a rank); KVF_EINVAL
  * (a reserved id); a rank's store status.
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_seq_create(kvf_mpi_store *st, uint64_t seq);
 KVF_MPI_API kvf_status kvf_mpi_seq_free(kvf_mpi_store *st, uint64_t seq);
@@ -150,6 +160,7 @@ KVF_MPI_API kvf_status kvf_mpi_seq_free(kvf_mpi_store *st, uint64_t seq);
  * kvf_mpi_seq_len - tokens of one layer of a sequence (collective); every
  * rank receives it in *n_tokens (may be NULL off the root).
  * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer); KVF_EINVAL.
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_seq_len(kvf_mpi_store *st, uint64_t seq,
 				       uint32_t layer, uint64_t *n_tokens);
@@ -164,6 +175,7 @@ KVF_MPI_API kvf_status kvf_mpi_seq_len(kvf_mpi_store *st, uint64_t seq,
  * first; a rank's store failing after the check (KVF_ENOSPC, KVF_EIO)
  * leaves the other ranks' appends in place: free the sequence, or reopen
  * (the open cuts the layer back to the longest common prefix).
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_append(kvf_mpi_store *st, uint64_t seq,
 				      uint32_t layer, uint32_t n_tokens,
@@ -175,6 +187,7 @@ KVF_MPI_API kvf_status kvf_mpi_append(kvf_mpi_store *st, uint64_t seq,
  * Return: KVF_OK; KVF_EINVAL (NULL outputs on the root, t0 > t1);
  * KVF_ENOENT; KVF_ERANGE (layer, head, t1 past the end); a rank's
  * kvf_read status (KVF_ECORRUPT, KVF_EIO).
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_read(kvf_mpi_store *st, uint64_t seq,
 				    uint32_t layer, uint32_t kv_head,
@@ -195,6 +208,7 @@ KVF_MPI_API kvf_status kvf_mpi_read(kvf_mpi_store *st, uint64_t seq,
  * Return: KVF_OK; KVF_EINVAL (NULL q or out on the root, bad option);
  * KVF_ENOTSUP (mask with either policy; sparse or h2o with TOKEN);
  * KVF_ENOENT; KVF_ERANGE; KVF_EVERSION; a rank's kvf_attend status.
+ * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_attend(kvf_mpi_store *st, uint64_t seq,
 				      uint32_t layer, const float *q,
@@ -203,6 +217,7 @@ KVF_MPI_API kvf_status kvf_mpi_attend(kvf_mpi_store *st, uint64_t seq,
 /*
  * kvf_mpi_stats_get - this rank's figures (local, not collective).  Set
  * out->struct_size first.  Return: KVF_OK; KVF_EINVAL; KVF_EVERSION.
+ * Concurrency: any thread, while no collective call runs on st.
  */
 KVF_MPI_API kvf_status kvf_mpi_stats_get(kvf_mpi_store *st,
 					 kvf_mpi_stats *out);
