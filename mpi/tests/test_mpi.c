@@ -36,9 +36,9 @@ static kvf_options store_opts(void)
 	return so;
 }
 
-static kvf_status open_sharded(const char *dir, kvf_mpi_shard shard,
-			       uint32_t block, const kvf_model *m,
-			       kvf_mpi_store **st)
+static kvf_status open_on(MPI_Comm comm, const char *dir,
+			  kvf_mpi_shard shard, uint32_t block,
+			  const kvf_model *m, kvf_mpi_store **st)
 {
 	kvf_options so = store_opts();
 	kvf_mpi_options o;
@@ -47,14 +47,52 @@ static kvf_status open_sharded(const char *dir, kvf_mpi_shard shard,
 	o.shard = shard;
 	o.block_tokens = block;
 	o.store = &so;
-	return kvf_mpi_open(MPI_COMM_WORLD, dir, &o, st);
+	return kvf_mpi_open(comm, dir, &o, st);
+}
+
+static kvf_status open_sharded(const char *dir, kvf_mpi_shard shard,
+			       uint32_t block, const kvf_model *m,
+			       kvf_mpi_store **st)
+{
+	return open_on(MPI_COMM_WORLD, dir, shard, block, m, st);
+}
+
+/* One good-path run: its ranks, model and name. */
+struct run {
+	MPI_Comm comm;
+	int n_ranks;
+	kvf_model m;
+	char name[64];
+};
+
+/* k, v as floats to the store's dtype (f16 by truncation: the sharded
+ * and the single store get the same bytes, which is all that counts) */
+static const void *as_dtype(const kvf_model *m, const float *x, size_t n,
+			    uint16_t *buf)
+{
+	if (m->dtype == KVF_DTYPE_F32)
+		return x;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t b, sign, mant;
+		int32_t e;
+		memcpy(&b, &x[i], 4);
+		sign = (b >> 16) & 0x8000u;
+		e = (int32_t)((b >> 23) & 0xff) - 127 + 15;
+		mant = (b & 0x7fffffu) >> 13;
+		buf[i] = (uint16_t)(e <= 0 ? sign : e >= 31 ? sign | 0x7c00u :
+				    sign | ((uint32_t)e << 10) | mant);
+	}
+	return buf;
 }
 
 /* Attention of every (seq, layer) against the reference, with and
  * without a window; reads of one head against the reference. */
-static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
+static void compare(kvf_mpi_store *st, kvf_store *ref, const struct run *run,
+		    const char *what)
 {
-	uint32_t nq = model.n_q_heads, hd = model.head_dim;
+	const kvf_model *m = &run->m;
+	uint32_t nq = m->n_q_heads, hd = m->head_dim;
+	size_t row = (size_t)hd * (m->dtype == KVF_DTYPE_F32 ? 4 : 2);
 	float q[8 * 32], out[8 * 32], want[8 * 32], lse[8], lse_want[8];
 	float kr[120 * 32], vr[120 * 32], kw[120 * 32], vw[120 * 32];
 	uint64_t windows[] = { 0, 40, 1 };
@@ -64,7 +102,7 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 
 	kvf_mpi_stats_get(st, &before);
 	for (uint64_t seq = 1; seq <= 2; seq++)
-		for (uint32_t l = 0; l < model.n_layers; l++)
+		for (uint32_t l = 0; l < m->n_layers; l++)
 			for (int w = 0; w < 3; w++) {
 				for (uint32_t i = 0; i < nq * hd; i++)
 					q[i] = tok_val(seq + 100, l, (uint64_t)w,
@@ -73,7 +111,7 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 				o.lse = lse;
 				o.window = windows[w];
 				rc = kvf_mpi_attend(st, seq, l, q, out, &o);
-				CHECK(rc == KVF_OK, "%s attend: %s", what,
+				CHECK(rc == KVF_OK, "%s %s attend: %s", run->name, what,
 				      kvf_mpi_last_error());
 				if (!ref || rc != KVF_OK)
 					continue;
@@ -84,8 +122,9 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 				CHECK(rc == KVF_OK, "ref: %s", kvf_last_error());
 				double e = rel_err(out, want, nq, hd);
 				double el = rel_err(lse, lse_want, 1, nq);
-				CHECK(e <= 1e-5 && el <= 1e-5, "%s seq %llu layer %u "
-				      "window %llu: error %.3g, lse %.3g", what,
+				CHECK(e <= 1e-5 && el <= 1e-5, "%s %s seq %llu layer "
+				      "%u window %llu: error %.3g, lse %.3g",
+				      run->name, what,
 				      (unsigned long long)seq, l,
 				      (unsigned long long)windows[w], e, el);
 			}
@@ -99,37 +138,46 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const char *what)
 	      "%s: attention moved %llu bytes of KV",
 	      what, (unsigned long long)(after.kv_bytes_sent + after.kv_bytes_recv -
 					 before.kv_bytes_sent - before.kv_bytes_recv));
-	for (uint32_t h = 0; h < model.n_kv_heads; h++) {
+	for (uint32_t h = 0; h < m->n_kv_heads; h++) {
 		rc = kvf_mpi_read(st, 1, 1, h, 5, 110, kr, vr);
 		CHECK(rc == KVF_OK, "%s read: %s", what, kvf_mpi_last_error());
 		if (!ref || rc != KVF_OK)
 			continue;
 		kvf_read(ref, 1, 1, h, 5, 110, kw, vw);
-		CHECK(!memcmp(kr, kw, 105 * hd * 4) && !memcmp(vr, vw, 105 * hd * 4),
+		CHECK(!memcmp(kr, kw, 105 * row) && !memcmp(vr, vw, 105 * row),
 		      "%s read of head %u differs", what, h);
 	}
 }
 
-static void good_path(const char *base, kvf_mpi_shard shard)
+static void good_path(const char *base, kvf_mpi_shard shard,
+		      const struct run *run)
 {
+	const kvf_model *m = &run->m;
 	char dir[4096];
 	kvf_mpi_store *st = NULL;
 	kvf_store *ref = NULL;
 	float k[50 * 4 * 32], v[50 * 4 * 32];
+	uint16_t kh[50 * 4 * 32], vh[50 * 4 * 32];
+	const void *kb, *vb;
 	uint64_t len;
 	kvf_status rc;
+	int rank;
 
-	snprintf(dir, sizeof(dir), "%s/%s", base, kvf_mpi_shard_name(shard));
-	rc = open_sharded(dir, shard, 16, &model, &st);
+	if (run->comm == MPI_COMM_NULL)
+		return;
+	MPI_Comm_rank(run->comm, &rank);
+	snprintf(dir, sizeof(dir), "%s/%s-%s", base, run->name,
+		 kvf_mpi_shard_name(shard));
+	rc = open_on(run->comm, dir, shard, 16, m, &st);
 	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
 	if (rc != KVF_OK)
 		return;
-	if (test_rank == 0) {
+	if (rank == 0) {
 		kvf_options ro;
-		kvf_options_init(&ro, &model);
+		kvf_options_init(&ro, m);
 		ro.media = KVF_MEDIA_MEMORY;
 		ro.n_threads = 1;
-		snprintf(dir, sizeof(dir), "%s/ref-%s", base,
+		snprintf(dir, sizeof(dir), "%s/ref-%s-%s", base, run->name,
 			 kvf_mpi_shard_name(shard));
 		CHECK(kvf_open(dir, &ro, &ref) == KVF_OK, "ref: %s",
 		      kvf_last_error());
@@ -139,18 +187,22 @@ static void good_path(const char *base, kvf_mpi_shard shard)
 		      kvf_mpi_last_error());
 		if (ref)
 			kvf_seq_create(ref, seq);
-		for (uint32_t l = 0; l < model.n_layers; l++) {
+		for (uint32_t l = 0; l < m->n_layers; l++) {
 			uint64_t t = 0;
 			/* layer 1 of seq 2 gets fewer tokens than layer 0 */
 			for (size_t c = 0; c < N_CHUNKS - (seq == 2 && l == 1); c++) {
-				tok_fill(&model, seq, l, t, chunks[c], k, v);
+				size_t nv = (size_t)chunks[c] * m->n_kv_heads *
+					    m->head_dim;
+				tok_fill(m, seq, l, t, chunks[c], k, v);
+				kb = as_dtype(m, k, nv, kh);
+				vb = as_dtype(m, v, nv, vh);
 				rc = kvf_mpi_append(st, seq, l, chunks[c],
-						    test_rank == 0 ? k : NULL,
-						    test_rank == 0 ? v : NULL);
+						    rank == 0 ? kb : NULL,
+						    rank == 0 ? vb : NULL);
 				CHECK(rc == KVF_OK, "append: %s",
 				      kvf_mpi_last_error());
 				if (ref)
-					kvf_append(ref, seq, l, chunks[c], k, v);
+					kvf_append(ref, seq, l, chunks[c], kb, vb);
 				t += chunks[c];
 			}
 			rc = kvf_mpi_seq_len(st, seq, l, &len);
@@ -158,18 +210,19 @@ static void good_path(const char *base, kvf_mpi_shard shard)
 			      (unsigned long long)len, (unsigned long long)t);
 		}
 	}
-	compare(st, ref, kvf_mpi_shard_name(shard));
+	compare(st, ref, run, kvf_mpi_shard_name(shard));
 	CHECK(kvf_mpi_sync(st) == KVF_OK, "%s", kvf_mpi_last_error());
 	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
 	/* reopened, every rank's store gives the same answers */
-	snprintf(dir, sizeof(dir), "%s/%s", base, kvf_mpi_shard_name(shard));
-	rc = open_sharded(dir, shard, 16, &model, &st);
+	snprintf(dir, sizeof(dir), "%s/%s-%s", base, run->name,
+		 kvf_mpi_shard_name(shard));
+	rc = open_on(run->comm, dir, shard, 16, m, &st);
 	CHECK(rc == KVF_OK, "reopen: %s", kvf_mpi_last_error());
 	if (rc == KVF_OK) {
 		kvf_mpi_stats s = { .struct_size = sizeof(s) };
-		compare(st, ref, "reopened");
+		compare(st, ref, run, "reopened");
 		CHECK(kvf_mpi_stats_get(st, &s) == KVF_OK && s.repaired_seqs == 0 &&
-		      s.n_ranks == 4, "stats: repaired %llu",
+		      s.n_ranks == run->n_ranks, "stats: repaired %llu",
 		      (unsigned long long)s.repaired_seqs);
 		/* attention moved no KV: only appends and reads count there */
 		CHECK(s.q_bytes_sent + s.q_bytes_recv > 0, "no q bytes counted");
@@ -401,8 +454,19 @@ int main(int argc, char **argv)
 		mkdir(argv[1], 0755);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	good_path(argv[1], KVF_MPI_SHARD_HEAD);
-	good_path(argv[1], KVF_MPI_SHARD_TOKEN);
+	/* 4 ranks, f32; 3 ranks (4 KV heads split 2, 1, 1), f16 */
+	struct run four = { MPI_COMM_WORLD, 4, model, "f32x4" };
+	struct run three = { MPI_COMM_NULL, 3, model, "f16x3" };
+	three.m.dtype = KVF_DTYPE_F16;
+	MPI_Comm_split(MPI_COMM_WORLD, test_rank < 3 ? 0 : MPI_UNDEFINED,
+		       test_rank, &three.comm);
+	for (int shard = 0; shard < 2; shard++) {
+		good_path(argv[1], (kvf_mpi_shard)shard, &four);
+		good_path(argv[1], (kvf_mpi_shard)shard, &three);
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
+	if (three.comm != MPI_COMM_NULL)
+		MPI_Comm_free(&three.comm);
 	refusals(argv[1]);
 	repair_resume(argv[1]);
 	if (test_rank == 0)
