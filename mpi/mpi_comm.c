@@ -232,8 +232,41 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
 }
 
 /*
+ * check_shares - whether the ranks' lengths are the shares of one sharded
+ * length (every rank computes the same verdict from the same lengths, so
+ * no exchange is needed).  They are not after one rank's store refused an
+ * append the others took, or after local calls that bypassed the
+ * placement; appending or attending then would misplace tokens or mix
+ * prefixes, so the sequence is refused until a reopen cuts it back.
+ */
+static kvf_status check_shares(struct kvf_mpi_store *s,
+			       const struct op_hdr *h, const uint64_t *lens,
+			       const char *call)
+{
+	uint64_t total = 0, want;
+
+	for (int r = 0; r < s->n_ranks; r++)
+		total += lens[r];
+	for (int r = 0; r < s->n_ranks; r++) {
+		want = s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] :
+			token_share(s, r, total);
+		if (lens[r] != want)
+			return mpi_fail(KVF_ECORRUPT, "%s: sequence %llu layer "
+					"%u: rank %d holds %llu tokens, its share "
+					"is %llu: the ranks disagree (an append "
+					"failed on some rank); close and reopen "
+					"to cut back to the common prefix", call,
+					(unsigned long long)h->seq, h->layer, r,
+					(unsigned long long)lens[r],
+					(unsigned long long)want);
+	}
+	return KVF_OK;
+}
+
+/*
  * lookup_lens - each rank's length of (h->seq, h->layer), or the first
- * rank's reason why it has none (unknown seq: KVF_ENOENT).
+ * rank's reason why it has none (unknown seq: KVF_ENOENT), or
+ * KVF_ECORRUPT when the lengths are not the shares of one length.
  * @lens: [n_ranks] out (NULL only where local is not KVF_OK).
  * @local: this rank's status so far (an allocation that failed, say):
  *         agreed on in the same exchange, saving a round.
@@ -265,5 +298,7 @@ kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
 	if (rc == KVF_OK)
 		rc = agree_known(s, st, call);
 	free(all);
+	if (rc == KVF_OK && lens)
+		rc = check_shares(s, h, lens, call);
 	return rc;
 }

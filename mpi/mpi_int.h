@@ -11,7 +11,7 @@
  * So a refused argument, a sequence one rank lacks, or a rank that made
  * another call is caught before anything moves.  A call that every rank
  * passes takes: attention, 5 collectives (header, lookup, q, status,
- * outputs; a sixth for LSE under head sharding); append, 4.
+ * outputs; a sixth for LSE under head sharding); append, 5.
  */
 #ifndef KVF_MPI_INT_H
 #define KVF_MPI_INT_H

@@ -2,8 +2,9 @@
  * test_mpi.c - kvflash_mpi under mpirun -np 4: results equal to a single
  * store's (within 1e-5 relative), for head and token sharding, before
  * and after a reopen; every bad placement or argument refused with its
- * status and message on every rank, changing nothing; and a repair cut
- * short by a crash finished at the next open.
+ * status and message on every rank, changing nothing; ranks that
+ * disagree on a length refused until a reopen cuts them back; and a
+ * repair cut short by a crash finished at the next open.
  *
  * Usage: mpirun -np 4 test_mpi DIR   (DIR is emptied first by rank 0)
  */
@@ -431,6 +432,79 @@ static void repair_resume(const char *base)
 	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
 }
 
+/*
+ * Ranks that disagree: one rank's store takes a token the others do not
+ * (as when a rank's append fails with KVF_ENOSPC after the checks).  The
+ * layer is refused until a reopen cuts it back; the other layer goes on.
+ */
+static void disagree(const char *base, kvf_mpi_shard shard)
+{
+	char dir[4096];
+	float k[21 * 4 * 32], v[21 * 4 * 32], kr[21 * 32], vr[21 * 32];
+	float q[8 * 32] = { 0 }, out[8 * 32];
+	kvf_mpi_store *st = NULL;
+	kvf_mpi_stats stats = { .struct_size = sizeof(stats) };
+	unsigned long long cuts = 0, mine;
+	uint64_t len = 0;
+	kvf_status rc;
+
+	snprintf(dir, sizeof(dir), "%s/disagree-%s", base,
+		 kvf_mpi_shard_name(shard));
+	rc = open_sharded(dir, shard, 8, &model, &st);
+	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	CHECK(kvf_mpi_seq_create(st, 3) == KVF_OK, "%s", kvf_mpi_last_error());
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		tok_fill(&model, 3, l, 0, 20, k, v);
+		CHECK(kvf_mpi_append(st, 3, l, 20, k, v) == KVF_OK, "%s",
+		      kvf_mpi_last_error());
+	}
+	/* rank 1: with token sharding (blocks of 8) the next token is rank
+	 * 2's, so an extra token there would look like a valid length */
+	if (test_rank == 1)
+		CHECK(kvf_append(kvf_mpi_local(st), 3, 0, 1, k, v) == KVF_OK,
+		      "%s", kvf_last_error());
+	rc = kvf_mpi_append(st, 3, 0, 1, k, v);
+	CHECK_RC(rc, KVF_ECORRUPT, "rank 1 holds");
+	rc = kvf_mpi_attend(st, 3, 0, q, out, NULL);
+	CHECK_RC(rc, KVF_ECORRUPT, "close and reopen");
+	tok_fill(&model, 3, 1, 20, 1, k, v);
+	CHECK(kvf_mpi_append(st, 3, 1, 1, k, v) == KVF_OK, "other layer: %s",
+	      kvf_mpi_last_error());
+	CHECK(kvf_mpi_sync(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	rc = open_sharded(dir, shard, 8, &model, &st);
+	CHECK(rc == KVF_OK, "reopen: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK)
+		return;
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		uint64_t want = 20 + l;
+		rc = kvf_mpi_seq_len(st, 3, l, &len);
+		CHECK(rc == KVF_OK && len == want, "layer %u: %llu tokens, want "
+		      "%llu (%s)", l, (unsigned long long)len,
+		      (unsigned long long)want, kvf_mpi_last_error());
+		tok_fill(&model, 3, l, 0, (uint32_t)want, k, v);
+		for (uint32_t h = 0; h < model.n_kv_heads; h++) {
+			rc = kvf_mpi_read(st, 3, l, h, 0, want, kr, vr);
+			CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
+			for (uint32_t t = 0; test_rank == 0 && rc == KVF_OK &&
+			     t < want; t++)
+				CHECK(!memcmp(kr + t * 32, k + (t * 4 + h) * 32, 128) &&
+				      !memcmp(vr + t * 32, v + (t * 4 + h) * 32, 128),
+				      "layer %u head %u token %u differs", l, h, t);
+		}
+	}
+	rc = kvf_mpi_attend(st, 3, 0, q, out, NULL);
+	CHECK(rc == KVF_OK, "attend after the cut: %s", kvf_mpi_last_error());
+	kvf_mpi_stats_get(st, &stats);
+	mine = stats.repaired_seqs;
+	MPI_Allreduce(&mine, &cuts, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+		      MPI_COMM_WORLD);
+	CHECK(cuts == 1, "%llu cuts, want 1 (on rank 1)", cuts);
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -469,6 +543,8 @@ int main(int argc, char **argv)
 		MPI_Comm_free(&three.comm);
 	refusals(argv[1]);
 	repair_resume(argv[1]);
+	disagree(argv[1], KVF_MPI_SHARD_HEAD);
+	disagree(argv[1], KVF_MPI_SHARD_TOKEN);
 	if (test_rank == 0)
 		printf("test_mpi: %s\n", test_failed ? "FAILED" : "ok");
 	return test_exit();
