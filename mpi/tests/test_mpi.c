@@ -39,7 +39,7 @@ static kvf_options store_opts(void)
 
 static kvf_status open_on(MPI_Comm comm, const char *dir,
 			  kvf_mpi_shard shard, uint32_t block,
-			  const kvf_model *m, kvf_mpi_store **st)
+			  const kvf_model *m, int root, kvf_mpi_store **st)
 {
 	kvf_options so = store_opts();
 	kvf_mpi_options o;
@@ -48,6 +48,7 @@ static kvf_status open_on(MPI_Comm comm, const char *dir,
 	o.shard = shard;
 	o.block_tokens = block;
 	o.store = &so;
+	o.root = root;
 	return kvf_mpi_open(comm, dir, &o, st);
 }
 
@@ -55,13 +56,14 @@ static kvf_status open_sharded(const char *dir, kvf_mpi_shard shard,
 			       uint32_t block, const kvf_model *m,
 			       kvf_mpi_store **st)
 {
-	return open_on(MPI_COMM_WORLD, dir, shard, block, m, st);
+	return open_on(MPI_COMM_WORLD, dir, shard, block, m, 0, st);
 }
 
-/* One good-path run: its ranks, model and name. */
+/* One good-path run: its ranks, root, model and name. */
 struct run {
 	MPI_Comm comm;
 	int n_ranks;
+	int root;
 	kvf_model m;
 	char name[64];
 };
@@ -134,7 +136,7 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const struct run *run,
 	CHECK(after.kv_bytes_sent == before.kv_bytes_sent &&
 	      after.kv_bytes_recv == before.kv_bytes_recv &&
 	      after.attend_calls == before.attend_calls + 12 &&
-	      (test_rank == 0 ? after.q_bytes_sent > before.q_bytes_sent :
+	      (before.rank == run->root ? after.q_bytes_sent > before.q_bytes_sent :
 	       after.q_bytes_recv > before.q_bytes_recv),
 	      "%s: attention moved %llu bytes of KV",
 	      what, (unsigned long long)(after.kv_bytes_sent + after.kv_bytes_recv -
@@ -169,11 +171,11 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 	MPI_Comm_rank(run->comm, &rank);
 	snprintf(dir, sizeof(dir), "%s/%s-%s", base, run->name,
 		 kvf_mpi_shard_name(shard));
-	rc = open_on(run->comm, dir, shard, 16, m, &st);
+	rc = open_on(run->comm, dir, shard, 16, m, run->root, &st);
 	CHECK(rc == KVF_OK, "open: %s", kvf_mpi_last_error());
 	if (rc != KVF_OK)
 		return;
-	if (rank == 0) {
+	if (rank == run->root) {
 		kvf_options ro;
 		kvf_options_init(&ro, m);
 		ro.media = KVF_MEDIA_MEMORY;
@@ -198,8 +200,8 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 				kb = as_dtype(m, k, nv, kh);
 				vb = as_dtype(m, v, nv, vh);
 				rc = kvf_mpi_append(st, seq, l, chunks[c],
-						    rank == 0 ? kb : NULL,
-						    rank == 0 ? vb : NULL);
+						    rank == run->root ? kb : NULL,
+						    rank == run->root ? vb : NULL);
 				CHECK(rc == KVF_OK, "append: %s",
 				      kvf_mpi_last_error());
 				if (ref)
@@ -217,7 +219,7 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 	/* reopened, every rank's store gives the same answers */
 	snprintf(dir, sizeof(dir), "%s/%s-%s", base, run->name,
 		 kvf_mpi_shard_name(shard));
-	rc = open_on(run->comm, dir, shard, 16, m, &st);
+	rc = open_on(run->comm, dir, shard, 16, m, run->root, &st);
 	CHECK(rc == KVF_OK, "reopen: %s", kvf_mpi_last_error());
 	if (rc == KVF_OK) {
 		kvf_mpi_stats s = { .struct_size = sizeof(s) };
@@ -528,9 +530,10 @@ int main(int argc, char **argv)
 		mkdir(argv[1], 0755);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	/* 4 ranks, f32; 3 ranks (4 KV heads split 2, 1, 1), f16 */
-	struct run four = { MPI_COMM_WORLD, 4, model, "f32x4" };
-	struct run three = { MPI_COMM_NULL, 3, model, "f16x3" };
+	/* 4 ranks, f32, root 0; 3 ranks (4 KV heads split 2, 1, 1), f16,
+	 * root 2 */
+	struct run four = { MPI_COMM_WORLD, 4, 0, model, "f32x4" };
+	struct run three = { MPI_COMM_NULL, 3, 2, model, "f16x3" };
 	three.m.dtype = KVF_DTYPE_F16;
 	MPI_Comm_split(MPI_COMM_WORLD, test_rank < 3 ? 0 : MPI_UNDEFINED,
 		       test_rank, &three.comm);
