@@ -28,7 +28,8 @@ static float val(uint64_t i, int kind)
 }
 
 static int demo(const char *base, kvf_mpi_shard shard, int rank, int n,
-		const float *k, const float *v, const float *q, const float *want)
+		const float *k, const float *v, const float *q,
+		const float *want)
 {
 	char dir[4096];
 	kvf_options so;
@@ -62,29 +63,38 @@ static int demo(const char *base, kvf_mpi_shard shard, int rank, int n,
 	if (rank == 0) {
 		for (int i = 0; i < 16 * 64; i++)
 			err = fmax(err, fabs(out[i] - want[i]));
-		printf("\n%s sharding over %d ranks:\n", kvf_mpi_shard_name(shard), n);
+		printf("\n%s sharding over %d ranks:\n",
+		       kvf_mpi_shard_name(shard), n);
 	}
 	for (int r = 0; r < n; r++) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		if (r == rank && shard == KVF_MPI_SHARD_HEAD)
 			printf("  rank %d: KV heads %u..%u, %llu tokens each; the "
 			       "step moved %llu B of q in, %llu B of output out, "
-			       "%llu B of KV\n", rank, s.kv_head0,
-			       s.kv_head0 + s.n_kv_heads - 1,
+			       "%llu B of KV\n",
+			       rank, s.kv_head0, s.kv_head0 + s.n_kv_heads - 1,
 			       (unsigned long long)held,
-			       (unsigned long long)(s.q_bytes_recv - a.q_bytes_recv),
-			       (unsigned long long)(s.out_bytes_sent - a.out_bytes_sent),
-			       (unsigned long long)(s.kv_bytes_recv - a.kv_bytes_recv +
-						    s.kv_bytes_sent - a.kv_bytes_sent));
+			       (unsigned long long)(s.q_bytes_recv -
+						    a.q_bytes_recv),
+			       (unsigned long long)(s.out_bytes_sent -
+						    a.out_bytes_sent),
+			       (unsigned long long)(s.kv_bytes_recv -
+						    a.kv_bytes_recv +
+						    s.kv_bytes_sent -
+						    a.kv_bytes_sent));
 		else if (r == rank)
 			printf("  rank %d: token blocks %d, %d, ... (64 tokens each), "
 			       "%llu tokens of all heads; the step moved %llu B of q "
 			       "in, %llu B of output and LSE out, %llu B of KV\n",
 			       rank, rank, rank + n, (unsigned long long)held,
-			       (unsigned long long)(s.q_bytes_recv - a.q_bytes_recv),
-			       (unsigned long long)(s.out_bytes_sent - a.out_bytes_sent),
-			       (unsigned long long)(s.kv_bytes_recv - a.kv_bytes_recv +
-						    s.kv_bytes_sent - a.kv_bytes_sent));
+			       (unsigned long long)(s.q_bytes_recv -
+						    a.q_bytes_recv),
+			       (unsigned long long)(s.out_bytes_sent -
+						    a.out_bytes_sent),
+			       (unsigned long long)(s.kv_bytes_recv -
+						    a.kv_bytes_recv +
+						    s.kv_bytes_sent -
+						    a.kv_bytes_sent));
 		fflush(stdout);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -92,7 +102,8 @@ static int demo(const char *base, kvf_mpi_shard shard, int rank, int n,
 		printf("  root (rank 0): sent %llu B of q, received %llu B of "
 		       "outputs; largest difference from one local store: %.2g\n",
 		       (unsigned long long)(s.q_bytes_sent - a.q_bytes_sent),
-		       (unsigned long long)(s.out_bytes_recv - a.out_bytes_recv),
+		       (unsigned long long)(s.out_bytes_recv -
+					    a.out_bytes_recv),
 		       err);
 	kvf_mpi_close(st);
 	return err > 1e-5 ? 1 : 0;
@@ -133,8 +144,8 @@ int main(int argc, char **argv)
 		}
 		kvf_close(ref);
 		printf("demo_mpi: one sequence of %d tokens, %u KV heads, head_dim "
-		       "%u, over %d ranks; stores in %s/\n", PROMPT,
-		       model.n_kv_heads, model.head_dim, n, base);
+		       "%u, over %d ranks; stores in %s/\n",
+		       PROMPT, model.n_kv_heads, model.head_dim, n, base);
 	}
 	bad |= demo(base, KVF_MPI_SHARD_HEAD, rank, n, k, v, q, want);
 	bad |= demo(base, KVF_MPI_SHARD_TOKEN, rank, n, k, v, q, want);

@@ -30,7 +30,7 @@
 struct cfg {
 	const char *dir;
 	int ranks[8], n_ranks_list;
-	int shards;        /* bit 0 head, bit 1 token */
+	int shards; /* bit 0 head, bit 1 token */
 	uint64_t tokens;
 	uint32_t steps, block, threads;
 	uint64_t budget;
@@ -40,19 +40,21 @@ struct cfg {
 
 struct row {
 	int shard, ranks;
-	double append_s, attend_s;   /* wall seconds, on the root */
+	double append_s, attend_s; /* wall seconds, on the root */
 	uint64_t tokens, steps;
-	double q, out, ctl, kv;      /* bytes over MPI per decode step */
-	double kv_append;            /* bytes over MPI per appended token */
-	uint64_t media_read;         /* bytes read from media, attention */
+	double q, out, ctl, kv; /* bytes over MPI per decode step */
+	double kv_append;       /* bytes over MPI per appended token */
+	uint64_t media_read;    /* bytes read from media, attention */
 };
 
 static int usage(const char *argv0)
 {
-	fprintf(stderr, "usage: mpirun -np N %s [--dir DIR] [--ranks 1,2,4] "
+	fprintf(stderr,
+		"usage: mpirun -np N %s [--dir DIR] [--ranks 1,2,4] "
 		"[--shard head|token|both] [--tokens N] [--steps N] "
 		"[--layers N] [--q-heads N] [--kv-heads N] [--head-dim N] "
-		"[--block N] [--budget BYTES] [--threads N] [--json]\n", argv0);
+		"[--block N] [--budget BYTES] [--threads N] [--json]\n",
+		argv0);
 	return 2;
 }
 
@@ -83,7 +85,8 @@ static int parse(int argc, char **argv, struct cfg *c)
 		else if (!strcmp(a, "--ranks")) {
 			char *e;
 			c->n_ranks_list = 0;
-			for (const char *p = v; *p && c->n_ranks_list < 8; p = e) {
+			for (const char *p = v; *p && c->n_ranks_list < 8;
+			     p = e) {
 				long r = strtol(p, &e, 10);
 				if (e == p || r < 1)
 					return -1;
@@ -92,8 +95,10 @@ static int parse(int argc, char **argv, struct cfg *c)
 					e++;
 			}
 		} else if (!strcmp(a, "--shard"))
-			c->shards = !strcmp(v, "head") ? 1 : !strcmp(v, "token") ? 2 :
-				    !strcmp(v, "both") ? 3 : -1;
+			c->shards = !strcmp(v, "head")  ? 1 :
+				    !strcmp(v, "token") ? 2 :
+				    !strcmp(v, "both")  ? 3 :
+							  -1;
 		else if (!strcmp(a, "--tokens"))
 			c->tokens = strtoull(v, NULL, 10);
 		else if (!strcmp(a, "--steps"))
@@ -125,24 +130,24 @@ static void sum_recv(MPI_Comm comm, const kvf_mpi_stats *a,
 		     const kvf_mpi_stats *b, double *q, double *out,
 		     double *ctl, double *kv)
 {
-	double mine[4] = {
-		(double)(b->q_bytes_recv - a->q_bytes_recv),
-		(double)(b->out_bytes_recv - a->out_bytes_recv),
-		(double)(b->ctl_bytes_recv - a->ctl_bytes_recv),
-		(double)(b->kv_bytes_recv - a->kv_bytes_recv) }, all[4];
+	double mine[4] = { (double)(b->q_bytes_recv - a->q_bytes_recv),
+			   (double)(b->out_bytes_recv - a->out_bytes_recv),
+			   (double)(b->ctl_bytes_recv - a->ctl_bytes_recv),
+			   (double)(b->kv_bytes_recv - a->kv_bytes_recv) },
+	       all[4];
 
 	MPI_Reduce(mine, all, 4, MPI_DOUBLE, MPI_SUM, 0, comm);
 	*q = all[0], *out = all[1], *ctl = all[2], *kv = all[3];
 }
 
-#define CK(expr)                                                             \
-	do {                                                                 \
-		kvf_status rc_ = (expr);                                     \
-		if (rc_ != KVF_OK) {                                         \
-			fprintf(stderr, "kvbench_mpi: %s: %s\n", #expr,      \
-				kvf_mpi_last_error());                       \
-			return rc_;                                          \
-		}                                                            \
+#define CK(expr)                                                        \
+	do {                                                            \
+		kvf_status rc_ = (expr);                                \
+		if (rc_ != KVF_OK) {                                    \
+			fprintf(stderr, "kvbench_mpi: %s: %s\n", #expr, \
+				kvf_mpi_last_error());                  \
+			return rc_;                                     \
+		}                                                       \
 	} while (0)
 
 static kvf_status run(const struct cfg *c, MPI_Comm comm, int shard,
@@ -166,12 +171,14 @@ static kvf_status run(const struct cfg *c, MPI_Comm comm, int shard,
 
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &n);
-	snprintf(dir, sizeof(dir), "%s/%s-%d", c->dir, shard ? "token" : "head", n);
+	snprintf(dir, sizeof(dir), "%s/%s-%d", c->dir, shard ? "token" : "head",
+		 n);
 	if (rank == 0) {
 		char cmd[4200];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 		if (system(cmd) != 0)
-			fprintf(stderr, "kvbench_mpi: could not empty %s\n", dir);
+			fprintf(stderr, "kvbench_mpi: could not empty %s\n",
+				dir);
 	}
 	MPI_Barrier(comm);
 	mkdir(c->dir, 0755);
@@ -208,7 +215,9 @@ static kvf_status run(const struct cfg *c, MPI_Comm comm, int shard,
 	t0 = MPI_Wtime();
 	for (uint32_t l = 0; l < m->n_layers; l++)
 		for (uint64_t t = 0; t < c->tokens; t += 256) {
-			uint32_t nt = c->tokens - t < 256 ? (uint32_t)(c->tokens - t) : 256;
+			uint32_t nt = c->tokens - t < 256 ?
+					      (uint32_t)(c->tokens - t) :
+					      256;
 			CK(kvf_mpi_append(st, 1, l, nt, k, v));
 		}
 	CK(kvf_mpi_sync(st));
@@ -259,9 +268,10 @@ static void base_rates(const struct cfg *c, const struct row *r, int n,
 	*app = *att = 0;
 	for (int i = 0; i < n; i++)
 		if (r[i].shard == shard && r[i].ranks == 1) {
-			*app = (double)r[i].tokens * c->m.n_layers / r[i].append_s;
-			*att = (double)r[i].tokens * c->m.n_layers * r[i].steps /
-			       r[i].attend_s;
+			*app = (double)r[i].tokens * c->m.n_layers /
+			       r[i].append_s;
+			*att = (double)r[i].tokens * c->m.n_layers *
+			       r[i].steps / r[i].attend_s;
 		}
 }
 
@@ -280,14 +290,17 @@ static void report(const struct cfg *c, const struct row *r, int n)
 		printf("{\n  \"model\": {\"layers\": %u, \"q_heads\": %u, "
 		       "\"kv_heads\": %u, \"head_dim\": %u, \"dtype\": \"%s\"},\n"
 		       "  \"tokens\": %llu, \"steps\": %u, \"block_tokens\": %u,\n"
-		       "  \"runs\": [\n", m->n_layers, m->n_q_heads, m->n_kv_heads,
-		       m->head_dim, kvf_dtype_name(m->dtype),
-		       (unsigned long long)c->tokens, c->steps, c->block);
+		       "  \"runs\": [\n",
+		       m->n_layers, m->n_q_heads, m->n_kv_heads, m->head_dim,
+		       kvf_dtype_name(m->dtype), (unsigned long long)c->tokens,
+		       c->steps, c->block);
 		for (int i = 0; i < n; i++) {
 			const struct row *x = &r[i];
-			double app = (double)x->tokens * m->n_layers / x->append_s;
-			double att = (double)x->tokens * m->n_layers * x->steps /
-				     x->attend_s, b_app, b_att;
+			double app =
+				(double)x->tokens * m->n_layers / x->append_s;
+			double att = (double)x->tokens * m->n_layers *
+				     x->steps / x->attend_s,
+			       b_app, b_att;
 			base_rates(c, r, n, x->shard, &b_app, &b_att);
 			printf("    {\"shard\": \"%s\", \"ranks\": %d, "
 			       "\"append_tokens_per_s\": %.0f, "
@@ -303,38 +316,44 @@ static void report(const struct cfg *c, const struct row *r, int n)
 			       "\"append_per_rank_vs_1_rank\": %.3f, "
 			       "\"attend_per_rank_vs_1_rank\": %.3f}%s\n",
 			       x->shard ? "token" : "head", x->ranks, app,
-			       app / x->ranks, x->attend_s * 1e3 / x->steps, att,
-			       att / x->ranks, att * kv_tok / x->ranks / 1e9, x->q,
-			       x->out, x->ctl, x->kv, x->kv_append,
+			       app / x->ranks, x->attend_s * 1e3 / x->steps,
+			       att, att / x->ranks,
+			       att * kv_tok / x->ranks / 1e9, x->q, x->out,
+			       x->ctl, x->kv, x->kv_append,
 			       (unsigned long long)x->media_read,
 			       ratio(app / x->ranks, b_app),
-			       ratio(att / x->ranks, b_att), i + 1 < n ? "," : "");
+			       ratio(att / x->ranks, b_att),
+			       i + 1 < n ? "," : "");
 		}
 		printf("  ]\n}\n");
 		return;
 	}
 	printf("kvbench_mpi: %u layers, %u query heads, %u KV heads, head_dim "
-	       "%u, %s; %llu tokens, %u decode steps\n", m->n_layers,
-	       m->n_q_heads, m->n_kv_heads, m->head_dim, kvf_dtype_name(m->dtype),
-	       (unsigned long long)c->tokens, c->steps);
+	       "%u, %s; %llu tokens, %u decode steps\n",
+	       m->n_layers, m->n_q_heads, m->n_kv_heads, m->head_dim,
+	       kvf_dtype_name(m->dtype), (unsigned long long)c->tokens,
+	       c->steps);
 	printf("%-5s %5s | %11s %10s %5s | %9s %11s %10s %5s %9s %9s | %7s "
-	       "%7s %7s %4s | %6s\n", "shard", "ranks", "append/s", "per rank",
-	       "vs 1", "attend ms", "attend/s", "per rank", "vs 1", "GB/s/rank",
-	       "media MiB", "q B", "out B", "ctl B", "KV B", "app B/t");
+	       "%7s %7s %4s | %6s\n",
+	       "shard", "ranks", "append/s", "per rank", "vs 1", "attend ms",
+	       "attend/s", "per rank", "vs 1", "GB/s/rank", "media MiB", "q B",
+	       "out B", "ctl B", "KV B", "app B/t");
 	for (int i = 0; i < n; i++) {
 		const struct row *x = &r[i];
 		double app = (double)x->tokens * m->n_layers / x->append_s;
-		double att = (double)x->tokens * m->n_layers * x->steps / x->attend_s;
+		double att = (double)x->tokens * m->n_layers * x->steps /
+			     x->attend_s;
 		double b_app, b_att;
 		base_rates(c, r, n, x->shard, &b_app, &b_att);
 		printf("%-5s %5d | %11.0f %10.0f %5.2f | %9.3f %11.0f %10.0f %5.2f "
 		       "%9.3f %9.1f | %7.0f %7.0f %7.0f %4.0f | %6.0f\n",
-		       x->shard ? "token" : "head", x->ranks, app, app / x->ranks,
-		       ratio(app / x->ranks, b_app), x->attend_s * 1e3 / x->steps,
-		       att, att / x->ranks, ratio(att / x->ranks, b_att),
+		       x->shard ? "token" : "head", x->ranks, app,
+		       app / x->ranks, ratio(app / x->ranks, b_app),
+		       x->attend_s * 1e3 / x->steps, att, att / x->ranks,
+		       ratio(att / x->ranks, b_att),
 		       att * kv_tok / x->ranks / 1e9,
-		       (double)x->media_read / x->steps / 1048576.0, x->q, x->out,
-		       x->ctl, x->kv, x->kv_append);
+		       (double)x->media_read / x->steps / 1048576.0, x->q,
+		       x->out, x->ctl, x->kv, x->kv_append);
 	}
 	printf("(append/s: tokens appended per second, all layers, with the "
 	       "sync; attend/s: context tokens attended per second, all layers; "
@@ -343,7 +362,8 @@ static void report(const struct cfg *c, const struct row *r, int n)
 	       "ranks' media per step, all ranks)\n");
 	printf("(bytes per decode step over MPI, summed over the ranks that "
 	       "received them, all %u layers; KV B is always 0: attention moves "
-	       "only q and outputs)\n", m->n_layers);
+	       "only q and outputs)\n",
+	       m->n_layers);
 }
 
 /*
@@ -386,14 +406,17 @@ int main(int argc, char **argv)
 			MPI_Comm sub;
 			if (n > world) {
 				if (rank == 0)
-					fprintf(stderr, "kvbench_mpi: %d ranks skipped "
-						"(started with %d)\n", n, world);
+					fprintf(stderr,
+						"kvbench_mpi: %d ranks skipped "
+						"(started with %d)\n",
+						n, world);
 				continue;
 			}
 			if (shard == 0 && (uint32_t)n > c.m.n_kv_heads)
 				continue;
-			MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED,
-				       rank, &sub);
+			MPI_Comm_split(MPI_COMM_WORLD,
+				       rank < n ? 0 : MPI_UNDEFINED, rank,
+				       &sub);
 			if (sub != MPI_COMM_NULL) {
 				struct row r;
 				memset(&r, 0, sizeof(r));

@@ -52,8 +52,8 @@ extern "C" {
 #endif
 
 typedef enum {
-	KVF_MPI_SHARD_HEAD = 0,  /* KV heads split over ranks */
-	KVF_MPI_SHARD_TOKEN = 1  /* token blocks dealt round-robin */
+	KVF_MPI_SHARD_HEAD = 0, /* KV heads split over ranks */
+	KVF_MPI_SHARD_TOKEN = 1 /* token blocks dealt round-robin */
 } kvf_mpi_shard;
 
 /* Sequence ids from KVF_MPI_SEQ_RESERVED up are the library's (the
@@ -63,11 +63,11 @@ typedef enum {
 
 /* Options of a sharded store.  Fill with kvf_mpi_options_init. */
 typedef struct {
-	size_t struct_size;   /* sizeof(kvf_mpi_options), set by _init */
-	kvf_model model;      /* the whole model; same on every rank */
-	kvf_mpi_shard shard;  /* placement policy; default HEAD */
+	size_t struct_size;    /* sizeof(kvf_mpi_options), set by _init */
+	kvf_model model;       /* the whole model; same on every rank */
+	kvf_mpi_shard shard;   /* placement policy; default HEAD */
 	uint32_t block_tokens; /* TOKEN: tokens per block; 0 = 256 */
-	int root;             /* the rank that passes and gets buffers; 0 */
+	int root;              /* the rank that passes and gets buffers; 0 */
 	/* options of each rank's local store, or NULL for kvf_options
 	 * defaults; its model is ignored (the rank's share is used) */
 	const kvf_options *store;
@@ -219,8 +219,7 @@ KVF_MPI_API kvf_status kvf_mpi_attend(kvf_mpi_store *st, uint64_t seq,
  * out->struct_size first.  Return: KVF_OK; KVF_EINVAL; KVF_EVERSION.
  * Concurrency: any thread, while no collective call runs on st.
  */
-KVF_MPI_API kvf_status kvf_mpi_stats_get(kvf_mpi_store *st,
-					 kvf_mpi_stats *out);
+KVF_MPI_API kvf_status kvf_mpi_stats_get(kvf_mpi_store *st, kvf_mpi_stats *out);
 
 /*
  * kvf_mpi_local - this rank's local store, for kvf_stats_get and

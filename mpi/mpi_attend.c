@@ -24,28 +24,38 @@ static void take_opts(struct kvf_mpi_store *s, struct op_hdr *h,
 		return;
 	if (o->struct_size < offsetof(kvf_attn_opts, h2o) + sizeof(o->h2o) ||
 	    o->struct_size > sizeof(*o)) {
-		h->status = mpi_fail(o->struct_size > sizeof(*o) ? KVF_EVERSION :
-				     KVF_EINVAL, "%s: opts->struct_size %zu not "
-				     "supported (this library's is %zu)", call,
-				     o->struct_size, sizeof(*o));
+		h->status = mpi_fail(o->struct_size > sizeof(*o) ?
+					     KVF_EVERSION :
+					     KVF_EINVAL,
+				     "%s: opts->struct_size %zu not "
+				     "supported (this library's is %zu)",
+				     call, o->struct_size, sizeof(*o));
 		return;
 	}
 	if (o->mask) {
-		h->status = mpi_fail(KVF_ENOTSUP, "%s: a mask is not supported "
-				     "over MPI (it would move a byte per token); "
-				     "use window", call);
+		h->status =
+			mpi_fail(KVF_ENOTSUP,
+				 "%s: a mask is not supported "
+				 "over MPI (it would move a byte per token); "
+				 "use window",
+				 call);
 		return;
 	}
 	if (s->shard == KVF_MPI_SHARD_TOKEN && (o->sparse || o->h2o)) {
-		h->status = mpi_fail(KVF_ENOTSUP, "%s: %s with token sharding: "
-				     "each rank would choose its top tokens or "
-				     "normalize its probabilities alone; use head "
-				     "sharding", call, o->sparse ? "sparse" : "h2o");
+		h->status =
+			mpi_fail(KVF_ENOTSUP,
+				 "%s: %s with token sharding: "
+				 "each rank would choose its top tokens or "
+				 "normalize its probabilities alone; use head "
+				 "sharding",
+				 call, o->sparse ? "sparse" : "h2o");
 		return;
 	}
 	if (!(o->scale >= 0.0f) || isinf(o->scale)) {
-		h->status = mpi_fail(KVF_EINVAL, "%s: scale %g is not a finite "
-				     "number >= 0", call, (double)o->scale);
+		h->status = mpi_fail(KVF_EINVAL,
+				     "%s: scale %g is not a finite "
+				     "number >= 0",
+				     call, (double)o->scale);
 		return;
 	}
 	h->scale = o->scale;
@@ -54,8 +64,8 @@ static void take_opts(struct kvf_mpi_store *s, struct op_hdr *h,
 	h->sparse = o->sparse;
 	h->top_r = o->top_r;
 	h->top_k = o->top_k;
-	if (o->struct_size >= offsetof(kvf_attn_opts, recent_tokens) +
-	    sizeof(o->recent_tokens)) {
+	if (o->struct_size >=
+	    offsetof(kvf_attn_opts, recent_tokens) + sizeof(o->recent_tokens)) {
 		h->sink = o->sink_tokens;
 		h->recent = o->recent_tokens;
 	}
@@ -79,7 +89,7 @@ static void local_opts(const struct op_hdr *h, kvf_attn_opts *o, float *lse)
 /* Work space of one call, allocated before the ranks agree to go on. */
 struct work {
 	int *cnt, *dsp, *lcnt, *ldsp; /* [n_ranks] each: HEAD's byte counts */
-	float *f;       /* q and out here, [2 * qn + nq]; at the root of
+	float *f; /* q and out here, [2 * qn + nq]; at the root of
 			 * TOKEN then [n_ranks][qn + nq] of the parts */
 };
 
@@ -173,10 +183,11 @@ static kvf_status attend_token(struct kvf_mpi_store *s, const struct op_hdr *h,
 	if (rc != KVF_OK)
 		return rc;
 	mrc = MPI_Gather(mine, (int)(part * sizeof(float)), MPI_BYTE, all,
-			 (int)(part * sizeof(float)), MPI_BYTE, s->root, s->comm);
+			 (int)(part * sizeof(float)), MPI_BYTE, s->root,
+			 s->comm);
 	if (s->rank == s->root)
-		s->stats.out_bytes_recv += part * sizeof(float) *
-					   (uint64_t)(s->n_ranks - 1);
+		s->stats.out_bytes_recv +=
+			part * sizeof(float) * (uint64_t)(s->n_ranks - 1);
 	else
 		s->stats.out_bytes_sent += part * sizeof(float);
 	if (mrc != MPI_SUCCESS) {
@@ -213,12 +224,14 @@ kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	h.layer = layer;
 	if (s->rank == s->root) {
 		if (layer >= s->model.n_layers)
-			h.status = mpi_fail(KVF_ERANGE, "%s: layer %u out of "
+			h.status = mpi_fail(KVF_ERANGE,
+					    "%s: layer %u out of "
 					    "range (the store has %u layers)",
 					    call, layer, s->model.n_layers);
 		else if (!q || !out)
-			h.status = mpi_fail(KVF_EINVAL, "%s: NULL %s on the root",
-					    call, !q ? "q" : "out");
+			h.status = mpi_fail(KVF_EINVAL,
+					    "%s: NULL %s on the root", call,
+					    !q ? "q" : "out");
 		else
 			take_opts(s, &h, opts, call);
 	}
@@ -229,7 +242,7 @@ kvf_status kvf_mpi_attend(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
 	if (local == KVF_OK)
 		local = lens ? work_alloc(s, &w, call) :
-			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+			       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc == KVF_OK && s->shard == KVF_MPI_SHARD_HEAD)
 		rc = attend_head(s, &h, &w, q, out, opts ? opts->lse : NULL,

@@ -58,10 +58,22 @@ static void count(struct kvf_mpi_store *s, enum mpi_cat cat, uint64_t sent,
 	kvf_mpi_stats *t = &s->stats;
 
 	switch (cat) {
-	case CAT_Q: t->q_bytes_sent += sent; t->q_bytes_recv += recv; break;
-	case CAT_OUT: t->out_bytes_sent += sent; t->out_bytes_recv += recv; break;
-	case CAT_KV: t->kv_bytes_sent += sent; t->kv_bytes_recv += recv; break;
-	case CAT_CTL: t->ctl_bytes_sent += sent; t->ctl_bytes_recv += recv; break;
+	case CAT_Q:
+		t->q_bytes_sent += sent;
+		t->q_bytes_recv += recv;
+		break;
+	case CAT_OUT:
+		t->out_bytes_sent += sent;
+		t->out_bytes_recv += recv;
+		break;
+	case CAT_KV:
+		t->kv_bytes_sent += sent;
+		t->kv_bytes_recv += recv;
+		break;
+	case CAT_CTL:
+		t->ctl_bytes_sent += sent;
+		t->ctl_bytes_recv += recv;
+		break;
 	}
 }
 
@@ -165,8 +177,7 @@ static kvf_status agree_known(struct kvf_mpi_store *s, const int32_t *st,
 	if (strncmp(msg, call, strlen(call)) == 0)
 		return mpi_fail((kvf_status)st[bad], "%s", msg);
 	/* a message of another call (the repair at open, say) */
-	return mpi_fail((kvf_status)st[bad], "%s: rank %d: %s", call, bad,
-			msg);
+	return mpi_fail((kvf_status)st[bad], "%s: rank %d: %s", call, bad, msg);
 }
 
 /*
@@ -196,16 +207,18 @@ kvf_status agree(struct kvf_mpi_store *s, kvf_status local, const char *call)
  * exchange (lookup_lens or agree), saving a round per call.
  * h holds the root's on entry at the root, the root's everywhere after.
  */
-kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
-		    enum mpi_op op, const char *call, kvf_status *local)
+kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h, enum mpi_op op,
+		    const char *call, kvf_status *local)
 {
 	kvf_status rc;
 	int32_t *st;
 
 	*local = KVF_OK;
 	if (s->fatal)
-		return mpi_fail(KVF_EFATAL, "%s: an earlier MPI call failed; "
-				"close and reopen", call);
+		return mpi_fail(KVF_EFATAL,
+				"%s: an earlier MPI call failed; "
+				"close and reopen",
+				call);
 	if (s->rank != s->root)
 		memset(h, 0, sizeof(*h));
 	rc = c_bcast(s, h, (int)sizeof(*h), CAT_CTL);
@@ -224,7 +237,8 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
 		return rc;
 	}
 	if (h->op != (uint32_t)op)
-		*local = mpi_fail(KVF_EINVAL, "%s: rank %d made this call while "
+		*local = mpi_fail(KVF_EINVAL,
+				  "%s: rank %d made this call while "
 				  "the root made call %u: every rank must make "
 				  "the same collective calls in the same order",
 				  call, s->rank, h->op);
@@ -239,24 +253,26 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h,
  * placement; appending or attending then would misplace tokens or mix
  * prefixes, so the sequence is refused until a reopen cuts it back.
  */
-static kvf_status check_shares(struct kvf_mpi_store *s,
-			       const struct op_hdr *h, const uint64_t *lens,
-			       const char *call)
+static kvf_status check_shares(struct kvf_mpi_store *s, const struct op_hdr *h,
+			       const uint64_t *lens, const char *call)
 {
 	uint64_t total = 0, want;
 
 	for (int r = 0; r < s->n_ranks; r++)
 		total += lens[r];
 	for (int r = 0; r < s->n_ranks; r++) {
-		want = s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] :
-			token_share(s, r, total);
+		want = s->shard == KVF_MPI_SHARD_HEAD ?
+			       lens[s->root] :
+			       token_share(s, r, total);
 		if (lens[r] != want)
-			return mpi_fail(KVF_ECORRUPT, "%s: sequence %llu layer "
+			return mpi_fail(KVF_ECORRUPT,
+					"%s: sequence %llu layer "
 					"%u: rank %d holds %llu tokens, its share "
 					"is %llu: the ranks disagree (an append "
 					"failed on some rank); close and reopen "
-					"to cut back to the common prefix", call,
-					(unsigned long long)h->seq, h->layer, r,
+					"to cut back to the common prefix",
+					call, (unsigned long long)h->seq,
+					h->layer, r,
 					(unsigned long long)lens[r],
 					(unsigned long long)want);
 	}
@@ -274,14 +290,19 @@ static kvf_status check_shares(struct kvf_mpi_store *s,
 kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
 		       uint64_t *lens, kvf_status local, const char *call)
 {
-	struct { int32_t status; uint32_t pad; uint64_t len; } mine, *all;
+	struct {
+		int32_t status;
+		uint32_t pad;
+		uint64_t len;
+	} mine, *all;
 	int32_t *st;
 	kvf_status rc;
 
 	memset(&mine, 0, sizeof(mine));
 	mine.status = local;
 	if (local == KVF_OK) {
-		mine.status = kvf_seq_len(s->local, h->seq, h->layer, &mine.len);
+		mine.status =
+			kvf_seq_len(s->local, h->seq, h->layer, &mine.len);
 		if (mine.status != KVF_OK)
 			mpi_fail_store(s, (kvf_status)mine.status, call);
 	}

@@ -48,8 +48,10 @@ void kvf_mpi_options_init_sized(kvf_mpi_options *o, const kvf_model *m,
 const char *kvf_mpi_shard_name(kvf_mpi_shard shard)
 {
 	switch (shard) {
-	case KVF_MPI_SHARD_HEAD: return "head";
-	case KVF_MPI_SHARD_TOKEN: return "token";
+	case KVF_MPI_SHARD_HEAD:
+		return "head";
+	case KVF_MPI_SHARD_TOKEN:
+		return "token";
 	}
 	return "unknown";
 }
@@ -84,40 +86,48 @@ static kvf_status check_args(const kvf_mpi_options *o, int n_ranks,
 
 	if (o->struct_size < sizeof(*o)) {
 		if (o->struct_size < offsetof(kvf_mpi_options, store))
-			return mpi_fail(KVF_EINVAL, "kvf_mpi_open: "
+			return mpi_fail(KVF_EINVAL,
+					"kvf_mpi_open: "
 					"opts->struct_size %zu is too small",
 					o->struct_size);
 	} else if (o->struct_size > sizeof(*o)) {
-		return mpi_fail(KVF_EVERSION, "kvf_mpi_open: opts->struct_size "
+		return mpi_fail(KVF_EVERSION,
+				"kvf_mpi_open: opts->struct_size "
 				"%zu is newer than this library's %zu",
 				o->struct_size, sizeof(*o));
 	}
 	if (o->shard != KVF_MPI_SHARD_HEAD && o->shard != KVF_MPI_SHARD_TOKEN)
-		return mpi_fail(KVF_EINVAL, "kvf_mpi_open: shard %d is not "
+		return mpi_fail(KVF_EINVAL,
+				"kvf_mpi_open: shard %d is not "
 				"KVF_MPI_SHARD_HEAD or KVF_MPI_SHARD_TOKEN",
 				(int)o->shard);
 	if (m->n_layers == 0 || m->n_kv_heads == 0 || m->head_dim == 0 ||
 	    m->n_q_heads == 0 || m->n_q_heads % m->n_kv_heads != 0 ||
 	    (unsigned)m->dtype > KVF_DTYPE_F32)
-		return mpi_fail(KVF_EINVAL, "kvf_mpi_open: model %u layers, "
+		return mpi_fail(KVF_EINVAL,
+				"kvf_mpi_open: model %u layers, "
 				"%u query heads, %u KV heads, head_dim %u, dtype "
 				"%d is not a model (each nonzero, query heads a "
-				"multiple of KV heads)", m->n_layers,
-				m->n_q_heads, m->n_kv_heads, m->head_dim,
-				(int)m->dtype);
+				"multiple of KV heads)",
+				m->n_layers, m->n_q_heads, m->n_kv_heads,
+				m->head_dim, (int)m->dtype);
 	if (o->root < 0 || o->root >= n_ranks)
-		return mpi_fail(KVF_EINVAL, "kvf_mpi_open: root %d out of range "
-				"(%d ranks)", o->root, n_ranks);
-	if (o->shard == KVF_MPI_SHARD_HEAD &&
-	    (uint32_t)n_ranks > m->n_kv_heads)
-		return mpi_fail(KVF_EINVAL, "kvf_mpi_open: head sharding needs "
+		return mpi_fail(KVF_EINVAL,
+				"kvf_mpi_open: root %d out of range "
+				"(%d ranks)",
+				o->root, n_ranks);
+	if (o->shard == KVF_MPI_SHARD_HEAD && (uint32_t)n_ranks > m->n_kv_heads)
+		return mpi_fail(KVF_EINVAL,
+				"kvf_mpi_open: head sharding needs "
 				"a KV head for every rank: %d ranks, %u KV heads "
-				"(use fewer ranks or token sharding)", n_ranks,
-				m->n_kv_heads);
+				"(use fewer ranks or token sharding)",
+				n_ranks, m->n_kv_heads);
 	if (o->store && o->store->struct_size != sizeof(kvf_options))
-		return mpi_fail(KVF_EVERSION, "kvf_mpi_open: opts->store has "
+		return mpi_fail(KVF_EVERSION,
+				"kvf_mpi_open: opts->store has "
 				"struct_size %zu, this library's kvf_options has "
-				"%zu", o->store->struct_size, sizeof(kvf_options));
+				"%zu",
+				o->store->struct_size, sizeof(kvf_options));
 	memset(a, 0, sizeof(*a));
 	a->n_layers = m->n_layers;
 	a->n_q_heads = m->n_q_heads;
@@ -126,7 +136,8 @@ static kvf_status check_args(const kvf_mpi_options *o, int n_ranks,
 	a->dtype = (uint32_t)m->dtype;
 	a->shard = (uint32_t)o->shard;
 	a->block = o->shard == KVF_MPI_SHARD_TOKEN ?
-		(o->block_tokens ? o->block_tokens : BLOCK_DEFAULT) : 0;
+			   (o->block_tokens ? o->block_tokens : BLOCK_DEFAULT) :
+			   0;
 	a->root = o->root;
 	return KVF_OK;
 }
@@ -148,14 +159,15 @@ static const char *args_differ(const struct open_args *a,
 	return NULL;
 }
 
-static void placement_text(const struct kvf_mpi_store *s, char *buf,
-			   size_t cap)
+static void placement_text(const struct kvf_mpi_store *s, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s\nshard %s\nranks %d\nrank %d\nblock_tokens %u\n"
-		 "model %u %u %u %u %s\n", PLACEMENT_MAGIC,
-		 kvf_mpi_shard_name(s->shard), s->n_ranks, s->rank, s->block,
-		 s->model.n_layers, s->model.n_q_heads, s->model.n_kv_heads,
-		 s->model.head_dim, kvf_dtype_name(s->model.dtype));
+	snprintf(buf, cap,
+		 "%s\nshard %s\nranks %d\nrank %d\nblock_tokens %u\n"
+		 "model %u %u %u %u %s\n",
+		 PLACEMENT_MAGIC, kvf_mpi_shard_name(s->shard), s->n_ranks,
+		 s->rank, s->block, s->model.n_layers, s->model.n_q_heads,
+		 s->model.n_kv_heads, s->model.head_dim,
+		 kvf_dtype_name(s->model.dtype));
 }
 
 static kvf_status write_placement(const char *path, const char *text)
@@ -206,7 +218,8 @@ static kvf_status check_placement(const char *path, const char *want,
 	fclose(f);
 	have[n] = '\0';
 	if (strncmp(have, PLACEMENT_MAGIC "\n", strlen(PLACEMENT_MAGIC) + 1))
-		return mpi_fail(KVF_ECORRUPT, "kvf_mpi_open: %s is not a "
+		return mpi_fail(KVF_ECORRUPT,
+				"kvf_mpi_open: %s is not a "
 				"kvflash_mpi placement file (no '%s' line)",
 				path, PLACEMENT_MAGIC);
 	if (strcmp(have, want) != 0) {
@@ -220,10 +233,11 @@ static kvf_status check_placement(const char *path, const char *want,
 			a--;
 			b--;
 		}
-		return mpi_fail(KVF_EMISMATCH, "kvf_mpi_open: %s says '%.*s', "
-				"this open asks '%.*s'", path,
-				(int)strcspn(a, "\n"), a, (int)strcspn(b, "\n"),
-				b);
+		return mpi_fail(KVF_EMISMATCH,
+				"kvf_mpi_open: %s says '%.*s', "
+				"this open asks '%.*s'",
+				path, (int)strcspn(a, "\n"), a,
+				(int)strcspn(b, "\n"), b);
 	}
 	return KVF_OK;
 }
@@ -271,8 +285,10 @@ static kvf_status open_local(struct kvf_mpi_store *s, const char *dir,
 	if (!found) {
 		struct stat sb;
 		if (stat(sd, &sb) == 0)
-			return mpi_fail(KVF_ECORRUPT, "kvf_mpi_open: %s exists "
-					"without its placement file %s", sd, pl);
+			return mpi_fail(KVF_ECORRUPT,
+					"kvf_mpi_open: %s exists "
+					"without its placement file %s",
+					sd, pl);
 		rc = write_placement(pl, text);
 		if (rc != KVF_OK)
 			return rc;
@@ -347,7 +363,8 @@ static kvf_status setup(struct kvf_mpi_store *s, const struct open_args *a)
 	s->stats.rank = s->rank;
 	s->stats.n_ranks = s->n_ranks;
 	s->stats.shard = s->shard;
-	s->stats.kv_head0 = s->shard == KVF_MPI_SHARD_HEAD ? s->kv0[s->rank] : 0;
+	s->stats.kv_head0 = s->shard == KVF_MPI_SHARD_HEAD ? s->kv0[s->rank] :
+							     0;
 	s->stats.n_kv_heads = s->local_model.n_kv_heads;
 	return KVF_OK;
 }
@@ -379,7 +396,10 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 	memset(&mine, 0, sizeof(mine));
 	if (!dir || !opts || !out)
 		local = mpi_fail(KVF_EINVAL, "kvf_mpi_open: NULL %s on rank %d",
-				 !dir ? "dir" : !opts ? "opts" : "out", s->rank);
+				 !dir  ? "dir" :
+				 !opts ? "opts" :
+					 "out",
+				 s->rank);
 	else
 		local = check_args(opts, s->n_ranks, &mine);
 	rc = agree(s, local, "kvf_mpi_open");
@@ -397,10 +417,12 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 	for (int r = 1; r < s->n_ranks && local == KVF_OK; r++) {
 		const char *f = args_differ(&all[0], &all[r]);
 		if (f && s->rank == 0)
-			local = mpi_fail(KVF_EMISMATCH, "kvf_mpi_open: rank %d "
+			local = mpi_fail(KVF_EMISMATCH,
+					 "kvf_mpi_open: rank %d "
 					 "passed another %s than rank 0: every "
 					 "rank must open the store with the "
-					 "same model and options", r, f);
+					 "same model and options",
+					 r, f);
 		else if (f)
 			local = KVF_EMISMATCH;
 	}
@@ -410,8 +432,12 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 		   "kvf_mpi_open");
 	if (rc != KVF_OK)
 		goto fail;
-	local = open_local(s, dir, opts->struct_size > offsetof(kvf_mpi_options,
-			   store) ? opts->store : NULL, &created);
+	local = open_local(s, dir,
+			   opts->struct_size >
+					   offsetof(kvf_mpi_options, store) ?
+				   opts->store :
+				   NULL,
+			   &created);
 	rc = agree(s, local, "kvf_mpi_open");
 	if (rc == KVF_OK)
 		rc = repair_all(s, dir);
@@ -474,10 +500,13 @@ kvf_status kvf_mpi_stats_get(kvf_mpi_store *s, kvf_mpi_stats *out)
 		return mpi_fail(KVF_EINVAL, "kvf_mpi_stats_get: NULL %s",
 				!s ? "store" : "out");
 	if (out->struct_size < sizeof(size_t) + 2 * sizeof(int))
-		return mpi_fail(KVF_EINVAL, "kvf_mpi_stats_get: struct_size %zu "
-				"too small", out->struct_size);
+		return mpi_fail(KVF_EINVAL,
+				"kvf_mpi_stats_get: struct_size %zu "
+				"too small",
+				out->struct_size);
 	if (out->struct_size > sizeof(t))
-		return mpi_fail(KVF_EVERSION, "kvf_mpi_stats_get: struct_size "
+		return mpi_fail(KVF_EVERSION,
+				"kvf_mpi_stats_get: struct_size "
 				"%zu is newer than this library's %zu",
 				out->struct_size, sizeof(t));
 	t = s->stats;

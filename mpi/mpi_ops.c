@@ -29,9 +29,10 @@ static kvf_status seq_change(struct kvf_mpi_store *s, uint64_t seq,
 	h.op = op;
 	h.seq = seq;
 	if (seq >= KVF_MPI_SEQ_RESERVED)
-		h.status = mpi_fail(KVF_EINVAL, "%s: sequence id %llu is "
-				    "reserved (ids from %llu up)", call,
-				    (unsigned long long)seq,
+		h.status = mpi_fail(KVF_EINVAL,
+				    "%s: sequence id %llu is "
+				    "reserved (ids from %llu up)",
+				    call, (unsigned long long)seq,
 				    (unsigned long long)KVF_MPI_SEQ_RESERVED);
 	rc = start_op(s, &h, op, call, &local);
 	if (rc != KVF_OK)
@@ -83,9 +84,10 @@ static kvf_status layer_check(struct kvf_mpi_store *s, struct op_hdr *h,
 			      const char *call)
 {
 	if (h->layer >= s->model.n_layers)
-		h->status = mpi_fail(KVF_ERANGE, "%s: layer %u out of range "
-				     "(the store has %u layers)", call,
-				     h->layer, s->model.n_layers);
+		h->status = mpi_fail(KVF_ERANGE,
+				     "%s: layer %u out of range "
+				     "(the store has %u layers)",
+				     call, h->layer, s->model.n_layers);
 	return (kvf_status)h->status;
 }
 
@@ -103,7 +105,8 @@ kvf_status kvf_mpi_seq_len(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	h.op = OP_SEQ_LEN;
 	h.seq = seq;
 	h.layer = layer;
-	if (layer_check(s, &h, call) == KVF_OK && !n_tokens && s->rank == s->root)
+	if (layer_check(s, &h, call) == KVF_OK && !n_tokens &&
+	    s->rank == s->root)
 		h.status = mpi_fail(KVF_EINVAL, "%s: NULL n_tokens", call);
 	rc = start_op(s, &h, OP_SEQ_LEN, call, &local);
 	if (rc != KVF_OK)
@@ -152,8 +155,8 @@ static void plan_free(struct plan *p)
  * per rank, K then V.  KVF_ERANGE past INT_MAX bytes for one rank.
  */
 static kvf_status plan_bytes(struct kvf_mpi_store *s, struct plan *p,
-			     uint64_t t0, uint64_t n, uint32_t heads,
-			     int kinds, const char *call)
+			     uint64_t t0, uint64_t n, uint32_t heads, int kinds,
+			     const char *call)
 {
 	size_t row = (size_t)s->model.head_dim * s->elt;
 	uint64_t off = 0;
@@ -164,15 +167,19 @@ static kvf_status plan_bytes(struct kvf_mpi_store *s, struct plan *p,
 			p->tok[r] = n;
 			b = n * (heads ? heads : s->nkv[r]) * row;
 		} else {
-			p->tok[r] = token_share(s, r, t0 + n) - token_share(s, r, t0);
-			b = p->tok[r] * (heads ? heads : s->model.n_kv_heads) * row;
+			p->tok[r] = token_share(s, r, t0 + n) -
+				    token_share(s, r, t0);
+			b = p->tok[r] * (heads ? heads : s->model.n_kv_heads) *
+			    row;
 		}
 		b *= (uint64_t)kinds;
 		if (b > INT_MAX || off > INT_MAX)
-			return mpi_fail(KVF_ERANGE, "%s: %llu bytes for rank %d "
+			return mpi_fail(KVF_ERANGE,
+					"%s: %llu bytes for rank %d "
 					"in one call, more than MPI's %d; use "
-					"fewer tokens per call", call,
-					(unsigned long long)b, r, INT_MAX);
+					"fewer tokens per call",
+					call, (unsigned long long)b, r,
+					INT_MAX);
 		p->cnt[r] = (int)b;
 		p->dsp[r] = (int)off;
 		off += b;
@@ -193,9 +200,10 @@ static void pack_append(struct kvf_mpi_store *s, const struct plan *p,
 			size_t part = row * s->nkv[r], half = part * n;
 			char *d = dst + p->dsp[r];
 			for (uint32_t i = 0; i < n; i++) {
-				memcpy(d + i * part, k + i * tok + s->kv0[r] * row, part);
-				memcpy(d + half + i * part, v + i * tok + s->kv0[r] * row,
-				       part);
+				memcpy(d + i * part,
+				       k + i * tok + s->kv0[r] * row, part);
+				memcpy(d + half + i * part,
+				       v + i * tok + s->kv0[r] * row, part);
 			}
 		}
 		return;
@@ -241,15 +249,17 @@ kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
 	if (local == KVF_OK)
 		local = lens ? plan_alloc(s, &p, call) :
-			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+			       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
 	L = global_len(s, lens);
 	local = plan_bytes(s, &p, L, h.n_tokens, 0, 2, call);
 	total = local == KVF_OK ? (size_t)p.dsp[s->n_ranks - 1] +
-			(size_t)p.cnt[s->n_ranks - 1] : 0;
-	if (local == KVF_OK && s->rank == s->root && !(send = malloc(total + 1)))
+					  (size_t)p.cnt[s->n_ranks - 1] :
+				  0;
+	if (local == KVF_OK && s->rank == s->root &&
+	    !(send = malloc(total + 1)))
 		local = mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	if (local == KVF_OK && !(mine = malloc((size_t)p.cnt[s->rank] + 1)))
 		local = mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
@@ -303,8 +313,10 @@ static void unpack_read(struct kvf_mpi_store *s, const struct plan *p,
 		if (k_out)
 			memcpy(k_out + i * row, base + fill[r] * row, row);
 		if (v_out)
-			memcpy(v_out + i * row, base + (k_out ? p->tok[r] * row : 0) +
-			       fill[r] * row, row);
+			memcpy(v_out + i * row,
+			       base + (k_out ? p->tok[r] * row : 0) +
+				       fill[r] * row,
+			       row);
 		fill[r]++;
 	}
 }
@@ -320,7 +332,8 @@ static kvf_status read_part(struct kvf_mpi_store *s, const struct op_hdr *h,
 
 	if (s->shard == KVF_MPI_SHARD_HEAD) {
 		if (head < s->kv0[s->rank] ||
-		    head >= s->kv0[s->rank] + s->nkv[s->rank] || !p->cnt[s->rank])
+		    head >= s->kv0[s->rank] + s->nkv[s->rank] ||
+		    !p->cnt[s->rank])
 			return KVF_OK;
 		head -= s->kv0[s->rank];
 	} else {
@@ -331,8 +344,9 @@ static kvf_status read_part(struct kvf_mpi_store *s, const struct op_hdr *h,
 	}
 	rc = kvf_read(s->local, h->seq, h->layer, head, a, b,
 		      (h->want & 1) ? mine : NULL,
-		      (h->want & 2) ? mine + ((h->want & 1) ? (b - a) * row : 0) :
-		      NULL);
+		      (h->want & 2) ?
+			      mine + ((h->want & 1) ? (b - a) * row : 0) :
+			      NULL);
 	return rc == KVF_OK ? rc : mpi_fail_store(s, rc, "kvf_mpi_read");
 }
 
@@ -360,31 +374,37 @@ kvf_status kvf_mpi_read(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 	if (layer_check(s, &h, call) != KVF_OK)
 		;
 	else if (kv_head >= s->model.n_kv_heads)
-		h.status = mpi_fail(KVF_ERANGE, "%s: KV head %u out of range "
-				    "(the model has %u)", call, kv_head,
-				    s->model.n_kv_heads);
+		h.status = mpi_fail(KVF_ERANGE,
+				    "%s: KV head %u out of range "
+				    "(the model has %u)",
+				    call, kv_head, s->model.n_kv_heads);
 	else if (t0 > t1)
-		h.status = mpi_fail(KVF_EINVAL, "%s: reversed range [%llu, %llu)",
-				    call, (unsigned long long)t0,
+		h.status = mpi_fail(KVF_EINVAL,
+				    "%s: reversed range [%llu, %llu)", call,
+				    (unsigned long long)t0,
 				    (unsigned long long)t1);
 	else if (s->rank == s->root && !h.want)
-		h.status = mpi_fail(KVF_EINVAL, "%s: k_out and v_out both NULL "
-				    "on the root", call);
+		h.status = mpi_fail(KVF_EINVAL,
+				    "%s: k_out and v_out both NULL "
+				    "on the root",
+				    call);
 	rc = start_op(s, &h, OP_READ, call, &local);
 	if (rc != KVF_OK)
 		return rc;
 	lens = malloc(sizeof(*lens) * (size_t)s->n_ranks);
 	if (local == KVF_OK)
 		local = lens ? plan_alloc(s, &p, call) :
-			mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
+			       mpi_fail(KVF_ENOMEM, "%s: out of memory", call);
 	rc = lookup_lens(s, &h, lens, local, call);
 	if (rc != KVF_OK)
 		goto out;
-	L = s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] : global_len(s, lens);
+	L = s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] :
+					     global_len(s, lens);
 	if (h.t1 > L)
-		local = mpi_fail(KVF_ERANGE, "%s: range [%llu, %llu) past the "
-				 "end of layer %u (%llu tokens)", call,
-				 (unsigned long long)h.t0,
+		local = mpi_fail(KVF_ERANGE,
+				 "%s: range [%llu, %llu) past the "
+				 "end of layer %u (%llu tokens)",
+				 call, (unsigned long long)h.t0,
 				 (unsigned long long)h.t1, h.layer,
 				 (unsigned long long)L);
 	else
@@ -392,7 +412,8 @@ kvf_status kvf_mpi_read(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 				   (h.want & 1) + (h.want >> 1), call);
 	if (local == KVF_OK && s->shard == KVF_MPI_SHARD_HEAD)
 		for (int r = 0; r < s->n_ranks; r++)
-			if (h.kv_head < s->kv0[r] || h.kv_head >= s->kv0[r] + s->nkv[r])
+			if (h.kv_head < s->kv0[r] ||
+			    h.kv_head >= s->kv0[r] + s->nkv[r])
 				p.cnt[r] = 0;
 	if (local == KVF_OK && s->shard == KVF_MPI_SHARD_HEAD)
 		for (int r = 0, off = 0; r < s->n_ranks; r++) {

@@ -56,13 +56,16 @@ static kvf_status copy_tokens(struct kvf_mpi_store *s, uint64_t src_seq,
 	}
 	hv = hk + row * COPY_TOKENS;
 	for (uint64_t t = from; t < to && rc == KVF_OK; t += COPY_TOKENS) {
-		uint32_t n = (uint32_t)(to - t < COPY_TOKENS ? to - t : COPY_TOKENS);
+		uint32_t n =
+			(uint32_t)(to - t < COPY_TOKENS ? to - t : COPY_TOKENS);
 		for (uint32_t h = 0; h < nkv && rc == KVF_OK; h++) {
-			rc = kvf_read(s->local, src_seq, layer, h, t, t + n,
-				      hk, hv);
+			rc = kvf_read(s->local, src_seq, layer, h, t, t + n, hk,
+				      hv);
 			for (uint32_t i = 0; rc == KVF_OK && i < n; i++) {
-				memcpy(k + i * tok + h * row, hk + i * row, row);
-				memcpy(v + i * tok + h * row, hv + i * row, row);
+				memcpy(k + i * tok + h * row, hk + i * row,
+				       row);
+				memcpy(v + i * tok + h * row, hv + i * row,
+				       row);
 			}
 		}
 		if (rc == KVF_OK)
@@ -76,8 +79,8 @@ static kvf_status copy_tokens(struct kvf_mpi_store *s, uint64_t src_seq,
 }
 
 /* dst becomes src's first target[l] tokens of each layer l. */
-static kvf_status rebuild(struct kvf_mpi_store *s, uint64_t src,
-			  uint64_t dst, const uint64_t *target)
+static kvf_status rebuild(struct kvf_mpi_store *s, uint64_t src, uint64_t dst,
+			  const uint64_t *target)
 {
 	uint64_t n = UINT64_MAX;
 	kvf_status rc;
@@ -108,8 +111,8 @@ static kvf_status layer_lens(struct kvf_mpi_store *s, uint64_t seq,
 }
 
 /* Second half of a cut: seq from TMP, then TMP and the record go. */
-static kvf_status finish(struct kvf_mpi_store *s, const char *rec,
-			 uint64_t seq, uint64_t *lens)
+static kvf_status finish(struct kvf_mpi_store *s, const char *rec, uint64_t seq,
+			 uint64_t *lens)
 {
 	kvf_status rc = layer_lens(s, TMP_SEQ, lens);
 
@@ -169,15 +172,19 @@ kvf_status repair_resume(struct kvf_mpi_store *s, const char *dir)
 		rc = kvf_seq_len(s->local, TMP_SEQ, 0, &n);
 		if (rc == KVF_ENOENT)
 			return KVF_OK;
-		if (rc == KVF_OK && (rc = kvf_seq_free(s->local, TMP_SEQ)) == KVF_OK)
+		if (rc == KVF_OK &&
+		    (rc = kvf_seq_free(s->local, TMP_SEQ)) == KVF_OK)
 			rc = kvf_sync(s->local);
-		return rc == KVF_OK ? rc : mpi_fail_store(s, rc, "kvf_mpi_open");
+		return rc == KVF_OK ? rc :
+				      mpi_fail_store(s, rc, "kvf_mpi_open");
 	}
 	if (!fgets(text, sizeof(text), f) || sscanf(text, "%llu", &seq) != 1 ||
 	    seq >= TMP_SEQ) {
 		fclose(f);
-		return mpi_fail(KVF_ECORRUPT, "kvf_mpi_open: %s does not name "
-				"a sequence", rec);
+		return mpi_fail(KVF_ECORRUPT,
+				"kvf_mpi_open: %s does not name "
+				"a sequence",
+				rec);
 	}
 	fclose(f);
 	lens = calloc(s->model.n_layers, sizeof(*lens));
@@ -194,7 +201,8 @@ static uint64_t longest(const struct kvf_mpi_store *s, int r, uint64_t len)
 	if (s->shard == KVF_MPI_SHARD_HEAD)
 		return len;
 	return ((len / s->block) * (uint64_t)s->n_ranks + (uint64_t)r) *
-	       s->block + len % s->block;
+		       s->block +
+	       len % s->block;
 }
 
 static uint64_t share(const struct kvf_mpi_store *s, int r, uint64_t n)
@@ -226,8 +234,10 @@ static kvf_status common_seqs(struct kvf_mpi_store *s, uint64_t **ids,
 	counts = calloc((size_t)s->n_ranks, sizeof(*counts));
 	cnt = calloc((size_t)s->n_ranks, sizeof(*cnt));
 	dsp = calloc((size_t)s->n_ranks, sizeof(*dsp));
-	rc = agree(s, rc == KVF_OK && (!counts || !cnt || !dsp) ?
-		   mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory") : rc,
+	rc = agree(s,
+		   rc == KVF_OK && (!counts || !cnt || !dsp) ?
+			   mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory") :
+			   rc,
 		   "kvf_mpi_open");
 	n64 = n;
 	if (rc == KVF_OK)
@@ -239,11 +249,15 @@ static kvf_status common_seqs(struct kvf_mpi_store *s, uint64_t **ids,
 	}
 	all = malloc((total + 1) * sizeof(*all));
 	if (rc == KVF_OK)
-		rc = agree(s, all ? KVF_OK : mpi_fail(KVF_ENOMEM, "kvf_mpi_open: "
-			   "out of memory"), "kvf_mpi_open");
+		rc = agree(s,
+			   all ? KVF_OK :
+				 mpi_fail(KVF_ENOMEM, "kvf_mpi_open: "
+						      "out of memory"),
+			   "kvf_mpi_open");
 	if (rc == KVF_OK) {
-		mrc = MPI_Allgatherv(mine, (int)(n * sizeof(uint64_t)), MPI_BYTE,
-				     all, cnt, dsp, MPI_BYTE, s->comm);
+		mrc = MPI_Allgatherv(mine, (int)(n * sizeof(uint64_t)),
+				     MPI_BYTE, all, cnt, dsp, MPI_BYTE,
+				     s->comm);
 		s->stats.ctl_bytes_sent += n * 8 * (uint64_t)(s->n_ranks - 1);
 		s->stats.ctl_bytes_recv += (total - n) * 8;
 		if (mrc != MPI_SUCCESS)
@@ -308,8 +322,10 @@ kvf_status repair_all(struct kvf_mpi_store *s, const char *dir)
 		for (uint32_t l = 0; l < nl; l++) {
 			uint64_t g = UINT64_MAX;
 			for (int r = 0; r < s->n_ranks; r++) {
-				uint64_t x = longest(s, r,
-					all[(size_t)r * (n * nl + 1) + i * nl + l]);
+				uint64_t x =
+					longest(s, r,
+						all[(size_t)r * (n * nl + 1) +
+						    i * nl + l]);
 				g = x < g ? x : g;
 			}
 			target[l] = share(s, s->rank, g);

@@ -76,7 +76,8 @@ static int do_write(const char *dir, kvf_mpi_shard shard)
 			for (uint32_t l = 0; l < model.n_layers; l++) {
 				tok_fill(&model, s, l, len[s], n, k, v);
 				kvf_status rc = kvf_mpi_append(st, s, l, n,
-						root ? k : NULL, root ? v : NULL);
+							       root ? k : NULL,
+							       root ? v : NULL);
 				CHECK(rc == KVF_OK, "%s", kvf_mpi_last_error());
 				/* one rank makes a step durable that the others
 				 * do not, halfway through its layers (as its
@@ -84,16 +85,19 @@ static int do_write(const char *dir, kvf_mpi_shard shard)
 				 * ranks disagree, and the open must cut back */
 				if (step % 7 == 3 && s == 2 && l == 0 &&
 				    test_rank == (int)(step / 7 % 4))
-					CHECK(kvf_sync(kvf_mpi_local(st)) == KVF_OK,
+					CHECK(kvf_sync(kvf_mpi_local(st)) ==
+						      KVF_OK,
 					      "%s", kvf_last_error());
 			}
 			len[s] += n;
 		}
 		if (step % 7 == 6) {
 			char text[256], name[32];
-			CHECK(kvf_mpi_sync(st) == KVF_OK, "%s", kvf_mpi_last_error());
+			CHECK(kvf_mpi_sync(st) == KVF_OK, "%s",
+			      kvf_mpi_last_error());
 			snprintf(text, sizeof(text), "%llu %llu %llu %llu\n",
-				 (unsigned long long)step, (unsigned long long)len[1],
+				 (unsigned long long)step,
+				 (unsigned long long)len[1],
 				 (unsigned long long)len[2],
 				 (unsigned long long)len[3]);
 			if (root)
@@ -117,10 +121,11 @@ static void verify_seq(kvf_mpi_store *st, kvf_store *ref, uint64_t s,
 
 	for (uint32_t l = 0; l < model.n_layers; l++) {
 		kvf_status rc = kvf_mpi_seq_len(st, s, l, &len);
-		CHECK(rc == KVF_OK && len >= synced, "seq %llu layer %u: %llu "
-		      "tokens, %llu were synced (%s)", (unsigned long long)s, l,
-		      (unsigned long long)len, (unsigned long long)synced,
-		      kvf_mpi_last_error());
+		CHECK(rc == KVF_OK && len >= synced,
+		      "seq %llu layer %u: %llu "
+		      "tokens, %llu were synced (%s)",
+		      (unsigned long long)s, l, (unsigned long long)len,
+		      (unsigned long long)synced, kvf_mpi_last_error());
 		if (rc != KVF_OK || len == 0)
 			continue;
 		k = realloc(k, len * hd * 4);
@@ -131,12 +136,13 @@ static void verify_seq(kvf_mpi_store *st, kvf_store *ref, uint64_t s,
 		for (uint32_t h = 0; h < model.n_kv_heads; h++) {
 			rc = kvf_mpi_read(st, s, l, h, 0, len, k, v);
 			CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
-			for (uint64_t t = 0; test_rank == 0 && rc == KVF_OK &&
-			     t < len; t++) {
+			for (uint64_t t = 0;
+			     test_rank == 0 && rc == KVF_OK && t < len; t++) {
 				size_t o = (t * model.n_kv_heads + h) * hd;
 				if (memcmp(k + t * hd, kw + o, hd * 4) ||
 				    memcmp(v + t * hd, vw + o, hd * 4)) {
-					CHECK(0, "seq %llu layer %u head %u token "
+					CHECK(0,
+					      "seq %llu layer %u head %u token "
 					      "%llu is not the one appended",
 					      (unsigned long long)s, l, h,
 					      (unsigned long long)t);
@@ -153,7 +159,8 @@ static void verify_seq(kvf_mpi_store *st, kvf_store *ref, uint64_t s,
 			kvf_append(ref, s * 10 + l, 0, (uint32_t)len, kw, vw);
 			kvf_attend(ref, s * 10 + l, 0, q, want, NULL);
 			double e = rel_err(out, want, nq, hd);
-			CHECK(e <= 1e-5, "seq %llu layer %u: attention error %.3g",
+			CHECK(e <= 1e-5,
+			      "seq %llu layer %u: attention error %.3g",
 			      (unsigned long long)s, l, e);
 		}
 	}
@@ -174,7 +181,8 @@ static int do_verify(const char *dir, kvf_mpi_shard shard)
 	snprintf(p, sizeof(p), "%s/synced", dir);
 	f = fopen(p, "r");
 	CHECK(f && fscanf(f, "%llu %llu %llu %llu", &step, &syn[1], &syn[2],
-			  &syn[3]) == 4, "no synced lengths in %s", p);
+			  &syn[3]) == 4,
+	      "no synced lengths in %s", p);
 	if (f)
 		fclose(f);
 	st = open_store(dir, shard);
@@ -227,15 +235,18 @@ int main(int argc, char **argv)
 
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &test_rank);
-	if (argc != 4 || (strcmp(argv[1], "write") && strcmp(argv[1], "verify")) ||
+	if (argc != 4 ||
+	    (strcmp(argv[1], "write") && strcmp(argv[1], "verify")) ||
 	    (strcmp(argv[3], "head") && strcmp(argv[3], "token"))) {
 		if (test_rank == 0)
-			fprintf(stderr, "usage: %s write|verify DIR head|token\n",
+			fprintf(stderr,
+				"usage: %s write|verify DIR head|token\n",
 				argv[0]);
 		MPI_Finalize();
 		return 2;
 	}
-	shard = strcmp(argv[3], "head") ? KVF_MPI_SHARD_TOKEN : KVF_MPI_SHARD_HEAD;
+	shard = strcmp(argv[3], "head") ? KVF_MPI_SHARD_TOKEN :
+					  KVF_MPI_SHARD_HEAD;
 	if (!strcmp(argv[1], "write"))
 		return do_write(argv[2], shard);
 	return do_verify(argv[2], shard);

@@ -31,15 +31,16 @@ static int test_rank;
 
 /* status and message, on every rank (KVF_TEST_VERBOSE=1: rank 0 prints
  * each message) */
-#define CHECK_RC(rc, want, substr)                                            \
-	do {                                                                  \
-		if (test_rank == 0 && getenv("KVF_TEST_VERBOSE"))             \
-			printf("%s: %s\n", kvf_strerror(rc),                 \
-			       kvf_mpi_last_error());                         \
-		CHECK((rc) == (want) && strstr(kvf_mpi_last_error(), (substr)), \
-		      "status %d (%s), want %d; message '%s', want '%s'",     \
-		      (int)(rc), kvf_strerror(rc), (int)(want),               \
-		      kvf_mpi_last_error(), (substr));                        \
+#define CHECK_RC(rc, want, substr)                                        \
+	do {                                                              \
+		if (test_rank == 0 && getenv("KVF_TEST_VERBOSE"))         \
+			printf("%s: %s\n", kvf_strerror(rc),              \
+			       kvf_mpi_last_error());                     \
+		CHECK((rc) == (want) &&                                   \
+			      strstr(kvf_mpi_last_error(), (substr)),     \
+		      "status %d (%s), want %d; message '%s', want '%s'", \
+		      (int)(rc), kvf_strerror(rc), (int)(want),           \
+		      kvf_mpi_last_error(), (substr));                    \
 	} while (0)
 
 static inline float tok_val(uint64_t seq, uint32_t layer, uint64_t t,
@@ -64,7 +65,8 @@ static inline void tok_fill(const kvf_model *m, uint64_t seq, uint32_t layer,
 		for (uint32_t h = 0; h < m->n_kv_heads; h++)
 			for (uint32_t d = 0; d < m->head_dim; d++) {
 				size_t o = ((size_t)i * m->n_kv_heads + h) *
-					   m->head_dim + d;
+						   m->head_dim +
+					   d;
 				k[o] = tok_val(seq, layer, t0 + i, h, d, 0);
 				v[o] = tok_val(seq, layer, t0 + i, h, d, 1);
 			}

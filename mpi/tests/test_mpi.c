@@ -37,9 +37,9 @@ static kvf_options store_opts(void)
 	return so;
 }
 
-static kvf_status open_on(MPI_Comm comm, const char *dir,
-			  kvf_mpi_shard shard, uint32_t block,
-			  const kvf_model *m, int root, kvf_mpi_store **st)
+static kvf_status open_on(MPI_Comm comm, const char *dir, kvf_mpi_shard shard,
+			  uint32_t block, const kvf_model *m, int root,
+			  kvf_mpi_store **st)
 {
 	kvf_options so = store_opts();
 	kvf_mpi_options o;
@@ -82,8 +82,10 @@ static const void *as_dtype(const kvf_model *m, const float *x, size_t n,
 		sign = (b >> 16) & 0x8000u;
 		e = (int32_t)((b >> 23) & 0xff) - 127 + 15;
 		mant = (b & 0x7fffffu) >> 13;
-		buf[i] = (uint16_t)(e <= 0 ? sign : e >= 31 ? sign | 0x7c00u :
-				    sign | ((uint32_t)e << 10) | mant);
+		buf[i] = (uint16_t)(e <= 0 ? sign :
+				    e >= 31 ?
+					     sign | 0x7c00u :
+					     sign | ((uint32_t)e << 10) | mant);
 	}
 	return buf;
 }
@@ -100,7 +102,8 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const struct run *run,
 	float kr[120 * 32], vr[120 * 32], kw[120 * 32], vw[120 * 32];
 	uint64_t windows[] = { 0, 40, 1 };
 	kvf_attn_opts o, ro;
-	kvf_mpi_stats before = { .struct_size = sizeof(before) }, after = before;
+	kvf_mpi_stats before = { .struct_size = sizeof(before) },
+		      after = before;
 	kvf_status rc;
 
 	kvf_mpi_stats_get(st, &before);
@@ -108,39 +111,42 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const struct run *run,
 		for (uint32_t l = 0; l < m->n_layers; l++)
 			for (int w = 0; w < 3; w++) {
 				for (uint32_t i = 0; i < nq * hd; i++)
-					q[i] = tok_val(seq + 100, l, (uint64_t)w,
-						       0, i, 2);
+					q[i] = tok_val(seq + 100, l,
+						       (uint64_t)w, 0, i, 2);
 				kvf_attn_opts_init(&o);
 				o.lse = lse;
 				o.window = windows[w];
 				rc = kvf_mpi_attend(st, seq, l, q, out, &o);
-				CHECK(rc == KVF_OK, "%s %s attend: %s", run->name, what,
-				      kvf_mpi_last_error());
+				CHECK(rc == KVF_OK, "%s %s attend: %s",
+				      run->name, what, kvf_mpi_last_error());
 				if (!ref || rc != KVF_OK)
 					continue;
 				kvf_attn_opts_init(&ro);
 				ro.lse = lse_want;
 				ro.window = windows[w];
 				rc = kvf_attend(ref, seq, l, q, want, &ro);
-				CHECK(rc == KVF_OK, "ref: %s", kvf_last_error());
+				CHECK(rc == KVF_OK, "ref: %s",
+				      kvf_last_error());
 				double e = rel_err(out, want, nq, hd);
 				double el = rel_err(lse, lse_want, 1, nq);
-				CHECK(e <= 1e-5 && el <= 1e-5, "%s %s seq %llu layer "
+				CHECK(e <= 1e-5 && el <= 1e-5,
+				      "%s %s seq %llu layer "
 				      "%u window %llu: error %.3g, lse %.3g",
-				      run->name, what,
-				      (unsigned long long)seq, l,
-				      (unsigned long long)windows[w], e, el);
+				      run->name, what, (unsigned long long)seq,
+				      l, (unsigned long long)windows[w], e, el);
 			}
 	/* attention moved q and outputs, never K or V */
 	kvf_mpi_stats_get(st, &after);
 	CHECK(after.kv_bytes_sent == before.kv_bytes_sent &&
-	      after.kv_bytes_recv == before.kv_bytes_recv &&
-	      after.attend_calls == before.attend_calls + 12 &&
-	      (before.rank == run->root ? after.q_bytes_sent > before.q_bytes_sent :
-	       after.q_bytes_recv > before.q_bytes_recv),
-	      "%s: attention moved %llu bytes of KV",
-	      what, (unsigned long long)(after.kv_bytes_sent + after.kv_bytes_recv -
-					 before.kv_bytes_sent - before.kv_bytes_recv));
+		      after.kv_bytes_recv == before.kv_bytes_recv &&
+		      after.attend_calls == before.attend_calls + 12 &&
+		      (before.rank == run->root ?
+			       after.q_bytes_sent > before.q_bytes_sent :
+			       after.q_bytes_recv > before.q_bytes_recv),
+	      "%s: attention moved %llu bytes of KV", what,
+	      (unsigned long long)(after.kv_bytes_sent + after.kv_bytes_recv -
+				   before.kv_bytes_sent -
+				   before.kv_bytes_recv));
 	for (uint32_t h = 0; h < m->n_kv_heads; h++) {
 		rc = kvf_mpi_read(st, 1, 1, h, 5, 110, kr, vr);
 		CHECK(rc == KVF_OK, "%s read: %s", what, kvf_mpi_last_error());
@@ -193,19 +199,23 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 		for (uint32_t l = 0; l < m->n_layers; l++) {
 			uint64_t t = 0;
 			/* layer 1 of seq 2 gets fewer tokens than layer 0 */
-			for (size_t c = 0; c < N_CHUNKS - (seq == 2 && l == 1); c++) {
+			for (size_t c = 0; c < N_CHUNKS - (seq == 2 && l == 1);
+			     c++) {
 				size_t nv = (size_t)chunks[c] * m->n_kv_heads *
 					    m->head_dim;
 				tok_fill(m, seq, l, t, chunks[c], k, v);
 				kb = as_dtype(m, k, nv, kh);
 				vb = as_dtype(m, v, nv, vh);
 				rc = kvf_mpi_append(st, seq, l, chunks[c],
-						    rank == run->root ? kb : NULL,
-						    rank == run->root ? vb : NULL);
+						    rank == run->root ? kb :
+									NULL,
+						    rank == run->root ? vb :
+									NULL);
 				CHECK(rc == KVF_OK, "append: %s",
 				      kvf_mpi_last_error());
 				if (ref)
-					kvf_append(ref, seq, l, chunks[c], kb, vb);
+					kvf_append(ref, seq, l, chunks[c], kb,
+						   vb);
 				t += chunks[c];
 			}
 			rc = kvf_mpi_seq_len(st, seq, l, &len);
@@ -224,12 +234,15 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 	if (rc == KVF_OK) {
 		kvf_mpi_stats s = { .struct_size = sizeof(s) };
 		compare(st, ref, run, "reopened");
-		CHECK(kvf_mpi_stats_get(st, &s) == KVF_OK && s.repaired_seqs == 0 &&
-		      s.n_ranks == run->n_ranks, "stats: repaired %llu",
+		CHECK(kvf_mpi_stats_get(st, &s) == KVF_OK &&
+			      s.repaired_seqs == 0 && s.n_ranks == run->n_ranks,
+		      "stats: repaired %llu",
 		      (unsigned long long)s.repaired_seqs);
 		/* attention moved no KV: only appends and reads count there */
-		CHECK(s.q_bytes_sent + s.q_bytes_recv > 0, "no q bytes counted");
-		CHECK(kvf_mpi_seq_free(st, 2) == KVF_OK, "%s", kvf_mpi_last_error());
+		CHECK(s.q_bytes_sent + s.q_bytes_recv > 0,
+		      "no q bytes counted");
+		CHECK(kvf_mpi_seq_free(st, 2) == KVF_OK, "%s",
+		      kvf_mpi_last_error());
 		rc = kvf_mpi_seq_len(st, 2, 0, &len);
 		CHECK_RC(rc, KVF_ENOENT, "rank 0");
 		CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
@@ -255,7 +268,8 @@ static void refusals(const char *base)
 	char dir[4096], good[4096];
 	kvf_model two = model, other = model;
 	kvf_mpi_store *st = (kvf_mpi_store *)1;
-	float q[8 * 32] = { 0 }, out[8 * 32], k[4 * 32] = { 0 }, v[4 * 32] = { 0 };
+	float q[8 * 32] = { 0 }, out[8 * 32], k[4 * 32] = { 0 },
+		    v[4 * 32] = { 0 };
 	uint8_t mask[4] = { 1, 1, 1, 1 };
 	uint64_t len = 0;
 	kvf_attn_opts o;
@@ -282,7 +296,8 @@ static void refusals(const char *base)
 		return;
 	CHECK(kvf_mpi_seq_create(st, 1) == KVF_OK, "%s", kvf_mpi_last_error());
 	CHECK(kvf_mpi_append(st, 1, 0, 1, root ? k : NULL, root ? v : NULL) ==
-	      KVF_OK, "%s", kvf_mpi_last_error());
+		      KVF_OK,
+	      "%s", kvf_mpi_last_error());
 	rc = kvf_mpi_seq_create(st, 1);
 	CHECK_RC(rc, KVF_EEXIST, "sequence 1 exists");
 	rc = kvf_mpi_seq_create(st, KVF_MPI_SEQ_RESERVED);
@@ -338,8 +353,9 @@ static void refusals(const char *base)
 		MPI_Comm half;
 		kvf_options so = store_opts();
 		kvf_mpi_options mo;
-		MPI_Comm_split(MPI_COMM_WORLD, test_rank < 2 ? 0 : MPI_UNDEFINED,
-			       test_rank, &half);
+		MPI_Comm_split(MPI_COMM_WORLD,
+			       test_rank < 2 ? 0 : MPI_UNDEFINED, test_rank,
+			       &half);
 		if (half != MPI_COMM_NULL) {
 			kvf_mpi_options_init(&mo, &model);
 			mo.shard = KVF_MPI_SHARD_TOKEN;
@@ -390,11 +406,12 @@ static void repair_resume(const char *base)
 		kvf_store *lo = kvf_mpi_local(st);
 		kvf_seq_len(lo, 5, 0, &len);
 		CHECK(kvf_seq_fork(lo, 5, KVF_MPI_SEQ_RESERVED,
-				   test_rank == 1 ? len : 3) == KVF_OK, "%s",
-		      kvf_last_error());
+				   test_rank == 1 ? len : 3) == KVF_OK,
+		      "%s", kvf_last_error());
 		if (test_rank == 1) {
 			FILE *f;
-			CHECK(kvf_seq_free(lo, 5) == KVF_OK, "%s", kvf_last_error());
+			CHECK(kvf_seq_free(lo, 5) == KVF_OK, "%s",
+			      kvf_last_error());
 			snprintf(rec, sizeof(rec), "%s/rank-1.repair", dir);
 			f = fopen(rec, "w");
 			CHECK(f != NULL, "cannot write %s", rec);
@@ -412,17 +429,23 @@ static void repair_resume(const char *base)
 		return;
 	for (uint32_t l = 0; l < model.n_layers; l++) {
 		rc = kvf_mpi_seq_len(st, 5, l, &len);
-		CHECK(rc == KVF_OK && len == 40, "layer %u: %llu tokens (%s)", l,
-		      (unsigned long long)len, kvf_mpi_last_error());
+		CHECK(rc == KVF_OK && len == 40, "layer %u: %llu tokens (%s)",
+		      l, (unsigned long long)len, kvf_mpi_last_error());
 		tok_fill(&model, 5, l, 0, 40, k, v);
-		for (uint32_t h = 0; rc == KVF_OK && h < model.n_kv_heads; h++) {
+		for (uint32_t h = 0; rc == KVF_OK && h < model.n_kv_heads;
+		     h++) {
 			rc = kvf_mpi_read(st, 5, l, h, 0, 40, kr, vr);
 			CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
-			for (uint32_t t = 0; test_rank == 0 && rc == KVF_OK && t < 40; t++)
-				if (memcmp(kr + t * 32, k + (t * 4 + h) * 32, 128) ||
-				    memcmp(vr + t * 32, v + (t * 4 + h) * 32, 128)) {
-					CHECK(0, "layer %u head %u token %u differs "
-					      "after the resumed repair", l, h, t);
+			for (uint32_t t = 0;
+			     test_rank == 0 && rc == KVF_OK && t < 40; t++)
+				if (memcmp(kr + t * 32, k + (t * 4 + h) * 32,
+					   128) ||
+				    memcmp(vr + t * 32, v + (t * 4 + h) * 32,
+					   128)) {
+					CHECK(0,
+					      "layer %u head %u token %u differs "
+					      "after the resumed repair",
+					      l, h, t);
 					break;
 				}
 		}
@@ -483,18 +506,24 @@ static void disagree(const char *base, kvf_mpi_shard shard)
 	for (uint32_t l = 0; l < model.n_layers; l++) {
 		uint64_t want = 20 + l;
 		rc = kvf_mpi_seq_len(st, 3, l, &len);
-		CHECK(rc == KVF_OK && len == want, "layer %u: %llu tokens, want "
-		      "%llu (%s)", l, (unsigned long long)len,
-		      (unsigned long long)want, kvf_mpi_last_error());
+		CHECK(rc == KVF_OK && len == want,
+		      "layer %u: %llu tokens, want "
+		      "%llu (%s)",
+		      l, (unsigned long long)len, (unsigned long long)want,
+		      kvf_mpi_last_error());
 		tok_fill(&model, 3, l, 0, (uint32_t)want, k, v);
 		for (uint32_t h = 0; h < model.n_kv_heads; h++) {
 			rc = kvf_mpi_read(st, 3, l, h, 0, want, kr, vr);
 			CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
-			for (uint32_t t = 0; test_rank == 0 && rc == KVF_OK &&
-			     t < want; t++)
-				CHECK(!memcmp(kr + t * 32, k + (t * 4 + h) * 32, 128) &&
-				      !memcmp(vr + t * 32, v + (t * 4 + h) * 32, 128),
-				      "layer %u head %u token %u differs", l, h, t);
+			for (uint32_t t = 0;
+			     test_rank == 0 && rc == KVF_OK && t < want; t++)
+				CHECK(!memcmp(kr + t * 32, k + (t * 4 + h) * 32,
+					      128) &&
+					      !memcmp(vr + t * 32,
+						      v + (t * 4 + h) * 32,
+						      128),
+				      "layer %u head %u token %u differs", l, h,
+				      t);
 		}
 	}
 	rc = kvf_mpi_attend(st, 3, 0, q, out, NULL);
@@ -513,7 +542,8 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &test_rank);
 	if (argc != 2) {
 		if (test_rank == 0)
-			fprintf(stderr, "usage: mpirun -np 4 %s DIR\n", argv[0]);
+			fprintf(stderr, "usage: mpirun -np 4 %s DIR\n",
+				argv[0]);
 		MPI_Finalize();
 		return 2;
 	}
@@ -521,7 +551,8 @@ int main(int argc, char **argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
 	if (n != 4) {
 		if (test_rank == 0)
-			fprintf(stderr, "%s: run with 4 ranks, not %d\n", argv[0], n);
+			fprintf(stderr, "%s: run with 4 ranks, not %d\n",
+				argv[0], n);
 		MPI_Finalize();
 		return 2;
 	}
