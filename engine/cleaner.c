@@ -508,15 +508,13 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	return rc;
 }
 
-/* evict_for_room - eviction is on: evict down to evict_low, and at least
- * want segments a stripe of pages; whether anything went */
+/* evict_for_room - evict down to evict_low, and at least want segments a
+ * stripe of pages; whether anything went */
 static int evict_for_room(kvf_store *st, uint32_t want, uint64_t keep)
 {
 	uint64_t pages = (uint64_t)want * st->hdr.n_stripes * st->data_per_seg;
 	uint64_t over = evict_pages_over_low(st);
 
-	if (st->opts.evict_policy == KVF_EVICT_NONE || st->read_only)
-		return 0;
 	return evict_run(st, st->opts.evict_policy, over > pages ? over : pages,
 			 KVF_EVICTED_FULL, keep) > 0;
 }
@@ -532,11 +530,18 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		return 0; /* the file system is full: the message says so */
 	if (attempt < CLEANER_TRIES && (crc = cleaner_run(st, want)) == KVF_OK)
 		return 1;
-	/* cleaning alone gives no room: evict, then reclaim.  Each round
-	 * drops sequences, so the rounds end when none is left to drop */
-	if (crc == KVF_ENOSPC && evict_for_room(st, want, keep)) {
+	/* cleaning alone gives no room: evict, then reclaim (what this
+	 * call evicted, or what another thread's eviction left dying).  A
+	 * round that drops sequences may always go again, as there are
+	 * finitely many; one that drops none, only a few times */
+	if (crc == KVF_ENOSPC && st->opts.evict_policy != KVF_EVICT_NONE &&
+	    !st->read_only) {
+		int evicted = evict_for_room(st, want, keep);
+
 		crc = cleaner_run(st, want);
-		if (crc == KVF_OK || crc == KVF_ENOSPC)
+		if (evicted && (crc == KVF_OK || crc == KVF_ENOSPC))
+			return 1;
+		if (crc == KVF_OK && attempt < EVICT_TRIES)
 			return 1;
 	}
 	if (crc != KVF_ENOSPC) {

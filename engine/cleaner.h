@@ -40,6 +40,7 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want);
  * data", or the cleaner's fatal status).  The caller holds no store lock.
  */
 #define CLEANER_TRIES 4
+#define EVICT_TRIES 16 /* rounds that evict nothing but find room */
 int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		      const char *what, kvf_status *rc);
 
