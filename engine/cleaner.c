@@ -543,6 +543,9 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 			return 1;
 		if (crc == KVF_OK && attempt < EVICT_TRIES)
 			return 1;
+		if (crc == KVF_OK)
+			crc = KVF_ENOSPC; /* free segments, yet not enough for
+					   * this call */
 	}
 	if (crc != KVF_ENOSPC) {
 		*rc = crc;

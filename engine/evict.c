@@ -16,6 +16,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
@@ -81,9 +82,18 @@ uint64_t evict_pages_over_low(kvf_store *st)
 	return live > low ? live - low : 0;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 int evict_over_high(kvf_store *st)
 {
 	return st->opts.evict_policy != KVF_EVICT_NONE && !st->read_only &&
+	       now_ns() >= atomic_load(&st->evict.quiet_until) &&
 	       evict_live_share(st) > (double)st->opts.evict_high;
 }
 
@@ -228,6 +238,8 @@ static int by_key(const void *a, const void *b)
 /* order - sort the candidates, first to go first */
 static void order(struct scan *sc, uint32_t policy)
 {
+	if (sc->n == 0)
+		return;
 	qsort(sc->c, sc->n, sizeof(*sc->c), by_last_use);
 	if (policy == KVF_EVICT_LFU) {
 		qsort(sc->c, sc->n, sizeof(*sc->c), by_uses);
@@ -305,6 +317,8 @@ uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 		freed += sc.c[i].pages;
 		log_victim(st, &sc.c[i], policy, reason, now);
 	}
+	if (freed == 0 && reason == KVF_EVICTED_WATERMARK)
+		atomic_store(&st->evict.quiet_until, now_ns() + 1000000000ull);
 out:
 	pthread_mutex_unlock(&st->evict.lock);
 	kvf_free(sc.c);

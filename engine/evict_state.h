@@ -24,6 +24,10 @@ struct evictor {
 	kvf_evict_event *log;  /* [EVICT_LOG_CAP] */
 	uint32_t log_head, log_n;
 	uint64_t lost;
+	_Atomic uint64_t quiet_until; /* ns (CLOCK_MONOTONIC): a watermark run
+				       * found nothing to evict; the next
+				       * waits, as a scan costs a walk of
+				       * every index */
 	_Atomic uint64_t runs, runs_full, runs_watermark;
 	_Atomic uint64_t seqs, bytes, copy_bytes;
 };
