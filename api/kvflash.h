@@ -189,8 +189,8 @@ typedef struct {
 	/* Eviction (docs/store.md, "Eviction"): when live data passes
 	 * evict_high of the media (or an append finds no room), whole
 	 * sequences are dropped by the policy until it is below evict_low.
-	 * Pinned sequences (kvf_seq_pin), sequences with a call in flight
-	 * and optimizer state are never evicted.  Handle options: a
+	 * Pinned sequences (kvf_seq_pin) and optimizer state are never
+	 * evicted; a call running on a sequence finishes first.  Handle options: a
 	 * reopen may change them */
 	uint32_t evict_policy;    /* kvf_evict_policy; default
 				   * KVF_EVICT_NONE: a full store answers

@@ -555,7 +555,7 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		       "%s: the store is full of live data (%u segments; this needs %u free on a stripe, and cleaning freed none%s); free sequences or optimizers and retry",
 		       what, st->n_segments, want,
 		       st->opts.evict_policy != KVF_EVICT_NONE
-			       ? ", and no sequence could be evicted: each is pinned, in use or shares all its pages"
+			       ? ", and no sequence could be evicted: each is pinned, or shares all its pages"
 			       : "");
 	return 0;
 }

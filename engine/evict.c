@@ -8,9 +8,10 @@
  * looked at too: their other live pages are what the cleaner must copy
  * before the segment can be reused, the write that eviction causes.
  *
- * Locking: evictor.lock for a whole run; each sequence's lock while it is
- * scored (segtab.lock inside, per page); each victim is freed by
- * seq_free_id, which takes dur.lock, world and its lock.
+ * Locking: evictor.lock for a whole run; world shared while the
+ * sequences are scored, each under its lock (segtab.lock inside, per
+ * page); then each victim is freed by seq_free_id, which takes dur.lock,
+ * world and its lock.
  */
 #include "engine/evict.h"
 
@@ -291,6 +292,7 @@ uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 {
 	struct scan sc = { .st = st, .keep = keep };
 	uint64_t freed = 0, now;
+	kvf_status rc;
 
 	pthread_mutex_lock(&st->evict.lock);
 	if (want_pages == 0)
@@ -299,10 +301,16 @@ uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 		goto out;
 	sc.seg_own = kvf_calloc(st->n_segments, sizeof(uint32_t));
 	sc.touched = kvf_calloc(st->n_segments, sizeof(uint32_t));
-	if (sc.seg_own == NULL || sc.touched == NULL ||
-	    seq_foreach(st, score_one, &sc) != KVF_OK)
+	if (sc.seg_own == NULL || sc.touched == NULL)
 		goto out; /* out of memory: evict nothing (the caller's
 			   * KVF_ENOSPC stands) */
+	/* world shared: the cleaner moves pages and their references with
+	 * it held exclusive, so no index is scored half moved */
+	pthread_rwlock_rdlock(&st->world);
+	rc = seq_foreach(st, score_one, &sc);
+	pthread_rwlock_unlock(&st->world);
+	if (rc != KVF_OK || sc.nomem)
+		goto out;
 	order(&sc, policy);
 	atomic_fetch_add(&st->evict.runs, 1);
 	if (reason == KVF_EVICTED_FULL)

@@ -3,8 +3,8 @@
  * sequences by kvf_options.evict_policy (LRU, LFU or endurance-aware)
  * instead of refusing appends.  See docs/store.md, "Eviction".
  *
- * A run scores every sequence that may go (a caller's, not pinned, no
- * call in flight, holding at least one page nobody else references), frees
+ * A run scores every sequence that may go (a caller's, not pinned,
+ * holding at least one page nobody else references), frees
  * the best victims with seq_free_id until enough pages are given back, and
  * logs each one.  Freed pages become garbage; the cleaner reclaims their
  * segments (the caller runs it: cleaner.c comes after this file).

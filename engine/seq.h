@@ -49,8 +49,9 @@ void seq_drop_all(kvf_store *st, struct seq *seq);
 /*
  * seq_free_id - delete sequence id (its records, then its page
  * references), as kvf_seq_free does for call.  evicting: only if it is
- * neither pinned nor used by a call in flight (else KVF_EBUSY, nothing
- * changed), and remember the id so KVF_ENOENT can say it was evicted.
+ * not pinned (else KVF_EBUSY, nothing changed), and remember the id so
+ * KVF_ENOENT can say it was evicted.  A call running on the sequence
+ * finishes first (it holds the sequence's lock).
  */
 kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		       int evicting);

@@ -49,11 +49,12 @@ void seq_drop_all(kvf_store *st, struct seq *seq)
 	drop_refs(st, seq);
 }
 
-/* evictable - nobody but the table and this call holds seq, and it is not
- * pinned (caller holds seq->lock) */
+/* evictable - seq is not pinned (caller holds seq->lock, so no call is
+ * running on it: a call holds the lock throughout; internal passes that
+ * hold a reference without it, such as a sync's, do not count) */
 static int evictable(struct seq *seq)
 {
-	return seq->pins == 0 && atomic_load(&seq->refs) == 2;
+	return seq->pins == 0;
 }
 
 kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
@@ -72,7 +73,7 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		goto out;
 	if (evicting && !evictable(seq)) {
 		seq_unlock_put(st, seq);
-		rc = kvf_fail(KVF_EBUSY, "%s: sequence %llu is pinned or in use",
+		rc = kvf_fail(KVF_EBUSY, "%s: sequence %llu is pinned",
 			      call, (unsigned long long)id);
 		goto out;
 	}
