@@ -186,6 +186,19 @@ typedef struct {
 				   * 0 = no tier: nothing cached, pages
 				   * written as they fill, no limit on
 				   * group buffers and index */
+	/* Eviction (docs/store.md, "Eviction"): when live data passes
+	 * evict_high of the media (or an append finds no room), whole
+	 * sequences are dropped by the policy until it is below evict_low.
+	 * Pinned sequences (kvf_seq_pin) and optimizer state are never
+	 * evicted; a call running on a sequence finishes first.  Handle options: a
+	 * reopen may change them */
+	uint32_t evict_policy;    /* kvf_evict_policy; default
+				   * KVF_EVICT_NONE: a full store answers
+				   * KVF_ENOSPC */
+	float evict_high;         /* share of the media's pages live that
+				   * starts eviction; default 0.90 */
+	float evict_low;          /* share eviction brings it down to;
+				   * default 0.80; 0 < low < high <= 1 */
 	uint64_t admit_tokens;    /* endurance-aware admission (docs/
 				   * store.md, "Admission"): 0 = off (the
 				   * default); N = a sequence's K, V and X
@@ -202,6 +215,20 @@ typedef struct {
 				   * Needs dram_budget > 0 and file or
 				   * flash media */
 } kvf_options;
+
+/* kvf_options.evict_policy: which sequences eviction drops first.  Every
+ * policy skips a sequence whose every page is shared with another (a fork
+ * family member): dropping it would give no room back. */
+typedef enum {
+	KVF_EVICT_NONE = 0,      /* never evict */
+	KVF_EVICT_LRU = 1,       /* least recently used first */
+	KVF_EVICT_LFU = 2,       /* least often used first (ties: LRU) */
+	KVF_EVICT_ENDURANCE = 3  /* prefer dropping to rewriting: LRU rank
+				  * plus the share of the pages the cleaner
+				  * would have to copy to reclaim the
+				  * sequence's segments (kept live by
+				  * others); see docs/store.md */
+} kvf_evict_policy;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
 KVF_API void kvf_options_init_sized(kvf_options *o, const kvf_model *m,
@@ -322,6 +349,18 @@ typedef struct {
 	uint64_t attend_calls;       /* attention calls (kvf_attend*,
 				      * kvf_scores) */
 	uint64_t attend_bytes_read;  /* bytes those calls read from media */
+	/* eviction (kvf_options.evict_policy); counts since open */
+	uint64_t evict_runs;         /* times eviction ran */
+	uint64_t evict_runs_full;    /* of them, because an append or a
+				      * kvf_sync found no room */
+	uint64_t evict_runs_watermark; /* because live data passed
+				      * evict_high */
+	uint64_t evicted_seqs;       /* sequences evicted */
+	uint64_t evicted_bytes;      /* media bytes they alone held */
+	uint64_t evict_copy_bytes;   /* bytes of other sequences' pages left
+				      * in the victims' segments (the
+				      * cleaner copies them to reclaim) */
+	double live_share;           /* live pages / the media's data pages */
 	uint64_t dram_only_bytes;    /* pages freed while they waited in DRAM
 				      * (write-back or admission): never
 				      * written to the media; since open */
@@ -449,6 +488,63 @@ KVF_API kvf_status kvf_seq_free(kvf_store *st, uint64_t seq);
  */
 KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
 			       uint64_t *n_tokens);
+
+/*
+ * kvf_seq_pin, kvf_seq_unpin - keep a sequence out of eviction while the
+ * caller uses it (a request being served).  Pins count: a sequence pinned
+ * twice needs two unpins.  Pins belong to the handle: a reopen starts
+ * with none.
+ * Return: KVF_OK; KVF_ENOENT; KVF_EINVAL (st NULL; unpin of a sequence
+ * not pinned); KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_pin(kvf_store *st, uint64_t seq);
+KVF_API kvf_status kvf_seq_unpin(kvf_store *st, uint64_t seq);
+
+/* why a sequence was evicted (kvf_evict_event.reason) */
+typedef enum {
+	KVF_EVICTED_FULL = 1,      /* an append or sync found no room */
+	KVF_EVICTED_WATERMARK = 2, /* live data passed evict_high */
+	KVF_EVICTED_CALL = 3       /* kvf_evict */
+} kvf_evict_reason;
+
+/* One evicted sequence, from kvf_evict_log. */
+typedef struct {
+	uint64_t seq;         /* its id; calls on it answer KVF_ENOENT */
+	uint32_t reason;      /* kvf_evict_reason */
+	uint32_t policy;      /* kvf_evict_policy that chose it */
+	uint64_t bytes;       /* media bytes only it held (given back once
+			       * the cleaner reclaims its segments) */
+	uint64_t copy_bytes;  /* other live bytes in its segments */
+	uint64_t uses;        /* calls on it since open (LFU's count) */
+	uint64_t idle;        /* calls on other sequences since its last
+			       * (LRU's age) */
+} kvf_evict_event;
+
+/*
+ * kvf_evict - evict sequences now, by policy (0 = the store's
+ * evict_policy), until at least bytes of media are given back or nothing
+ * more can be; then reclaim their segments as kvf_sync would.
+ * @freed: NULL, or receives the bytes given back (may be below bytes).
+ * Return: KVF_OK (also when less could be freed: see *freed); KVF_EINVAL
+ * (st NULL, policy unknown, or 0 on a store without a policy);
+ * KVF_ENOTSUP (read-only); KVF_EIO; KVF_EFATAL.
+ * Concurrency: any thread; as kvf_seq_free for each victim.
+ */
+KVF_API kvf_status kvf_evict(kvf_store *st, uint32_t policy, uint64_t bytes,
+			     uint64_t *freed);
+
+/*
+ * kvf_evict_log - take the records of sequences evicted since the last
+ * call, oldest first (the store keeps the latest 4096; older ones are
+ * counted in *lost).
+ * @out: [cap] records; @n: receives how many were written; @lost: NULL,
+ *       or receives the records dropped for room since the last call.
+ * Return: KVF_OK; KVF_EINVAL (st or n NULL, out NULL with cap > 0).
+ * Concurrency: any thread; each record goes to one caller.
+ */
+KVF_API kvf_status kvf_evict_log(kvf_store *st, kvf_evict_event *out,
+				 uint32_t cap, uint32_t *n, uint64_t *lost);
 
 /*
  * kvf_append - append n_tokens tokens of K and V to one layer.

@@ -365,7 +365,7 @@ static int make_room(kvf_store *st, int attempt, const char *call,
 		return 0;
 	snprintf(what, sizeof(what), "%s: sequence %llu", call,
 		 (unsigned long long)seq_id);
-	return cleaner_make_room(st, attempt, 1, what, rc);
+	return cleaner_make_room(st, attempt, 1, seq_id, what, rc);
 }
 
 kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,

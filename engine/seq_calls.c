@@ -1,8 +1,8 @@
 /*
  * seq_calls.c - the public sequence calls: kvf_seq_create, kvf_seq_free,
  * kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
- * and copies its partial tail group), and seq_drop_all, which gives up a
- * freed sequence's page references.  A file of its own: these are the
+ * and copies its partial tail group); freeing itself is seq_drop.c's, as
+ * eviction frees too.  A file of its own: these are the
  * calls a caller makes on sequences, apart from the table (seq.c) and
  * the streams (seq_stream.c) they use.
  *
@@ -90,87 +90,9 @@ out:
 	return rc;
 }
 
-static void drop_refs(kvf_store *st, struct seq *seq);
-void seq_drop_all(kvf_store *st, struct seq *seq)
-{
-	(void)seq_jobs_reap(st, seq, 1); /* every page committed first */
-	drop_refs(st, seq);
-}
-
-/* drop_refs - give up every page reference of seq's index (at free) */
-static void drop_refs(kvf_store *st, struct seq *seq)
-{
-	uint32_t n = seq_n_streams(st);
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t sid;
-		struct stream *s = seq_stream_at(st, seq, i, &sid);
-
-		if (s == NULL)
-			continue;
-		for (uint32_t g = 0; g < s->n_groups; g++) {
-			uint32_t a = stream_page(s, g).addr;
-
-			if (a != ADDR_NONE && openseg_page(st, seq, a) == NULL)
-				seg_ref_dec(st, a);
-		}
-	}
-	openseg_release(st, seq);
-}
-
 kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 {
-	const char *call = "kvf_seq_free";
-	struct catalog_batch *b;
-	unsigned char key[9];
-	struct seq *seq;
-	kvf_status rc;
-
-	if ((rc = store_writable(st, call)) != KVF_OK)
-		return rc;
-	/* dur.lock first: a sync in progress must not write back the
-	 * record of a sequence freed after it captured it */
-	pthread_mutex_lock(&st->dur.lock);
-	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
-		goto out;
-	/* every page must be committed before its reference is dropped */
-	if ((rc = seq_jobs_reap(st, seq, 1)) != KVF_OK) {
-		seq_unlock_put(st, seq);
-		goto out;
-	}
-	b = catalog_batch_new();
-	if (b == NULL) {
-		seq_unlock_put(st, seq);
-		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-		goto out;
-	}
-	meta_key_u64(key, META_TAG_SEQ, id);
-	catalog_batch_delete(b, key, sizeof(key));
-	if (seq->vbar) {
-		meta_key_u64(key, META_TAG_VBAR, id);
-		catalog_batch_delete(b, key, sizeof(key));
-	}
-	if (seq->has_ref_record) {
-		meta_key_u64(key, META_TAG_REF, id);
-		catalog_batch_delete(b, key, sizeof(key));
-	}
-	rc = commit_batch(st, b, call);
-	catalog_batch_free(b);
-	if (rc == KVF_OK) {
-		seq->dead = 1;
-		seq_table_remove(st, seq);
-		drop_refs(st, seq);
-		pthread_mutex_unlock(&seq->lock);
-		seq_put(st, seq); /* the table's reference */
-		seq_put(st, seq); /* ours */
-	} else {
-		seq_unlock_put(st, seq);
-	}
-out:
-	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->dur.lock);
-	return rc;
+	return seq_free_id(st, "kvf_seq_free", id, 0);
 }
 
 kvf_status kvf_seq_len(kvf_store *st, uint64_t id, uint32_t layer,

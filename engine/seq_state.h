@@ -163,6 +163,9 @@ struct seq {
 				* admit_tokens; engine/writeback.h); 1 unless
 				* created by kvf_seq_create with admission on */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
+	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */
+	_Atomic uint64_t last_use; /* seqtab.use_clock at its last lookup */
+	_Atomic uint64_t uses;     /* lookups by calls since open */
 };
 
 /*
@@ -171,11 +174,19 @@ struct seq {
  * sequences in it.  Locking: lock (read for lookups, write to insert or
  * remove); taken inside a sequence's lock, never around one.
  */
+#define SEQ_EVICTED_MEMORY 256u /* evicted ids remembered for messages */
+
 struct seq_table {
 	pthread_rwlock_t lock;
 	struct seq **slot;  /* [cap] */
 	uint32_t cap;       /* a power of two */
 	uint32_t n;         /* live sequences */
+	_Atomic uint64_t use_clock; /* ticks at each lookup of a caller's
+				     * sequence: eviction's notion of time */
+	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring
+				     * (KVF_SEQ_NONE = empty), so that
+				     * KVF_ENOENT can say "evicted" */
+	uint32_t evicted_next;
 };
 
 #endif /* KVF_ENGINE_SEQ_STATE_H */

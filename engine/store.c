@@ -29,6 +29,7 @@
 #include "engine/catalog.h"
 #include "engine/cleaner.h"
 #include "engine/durable.h"
+#include "engine/evict.h"
 #include "engine/fatal.h"
 #include "engine/optim_store.h"
 #include "engine/pool.h"
@@ -220,6 +221,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	read_spares_free(st);
 	optim_registry_free(st);
 	tier_free(st);
+	evict_free(st);
 	fatal_destroy(&st->fatal);
 	pthread_rwlock_destroy(&st->world);
 	kvf_free(st->dir);
@@ -368,6 +370,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	optim_registry_init(st);
 	tier_init(st);
 	if ((rc = durable_init(st)) != KVF_OK ||
+	    (rc = evict_init(st)) != KVF_OK ||
 	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
 	st->read_only = st->opts.read_only != 0;

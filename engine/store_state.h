@@ -42,6 +42,7 @@
 #include "engine/catalog.h"
 #include "engine/cleaner_state.h"
 #include "engine/durable_state.h"
+#include "engine/evict_state.h"
 #include "engine/fatal.h"
 #include "engine/key.h"
 #include "engine/meta.h"
@@ -127,6 +128,7 @@ struct kvf_store {
 	struct cleaner cleaner;       /* engine/cleaner.h */
 	struct optim_registry optims; /* engine/optim_store.h */
 	struct tier tier;             /* engine/tier.h */
+	struct evictor evict;         /* engine/evict.h */
 };
 
 /* seg_stripe - the stripe of a global segment id */

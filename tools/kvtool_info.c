@@ -104,6 +104,8 @@ static void print_text(const struct info *in)
 	       human_bytes(b[2], sizeof(b[2]), s->bytes_read),
 	       human_bytes(b[3], sizeof(b[3]), s->metadata_bytes));
 	print_tier(s);
+	printf("live         %.1f%% of the media's data pages (a writer with kvf_options.evict_policy evicts past its evict_high)\n",
+	       100.0 * s->live_share);
 }
 
 static void print_json(const struct info *in)
@@ -134,9 +136,9 @@ static void print_json(const struct info *in)
 	printf(", \"segments\": {\"total\": %u, \"free\": %u, \"open\": %u, \"sealed\": %u, \"dying\": %u, \"corrupt\": %u}",
 	       s->segments_total, s->segments_free, s->segments_open,
 	       s->segments_sealed, s->segments_dying, s->segments_corrupt);
-	printf(", \"live_pages\": %llu, \"n_syncs\": %llu, \"index_bytes\": %llu",
-	       (unsigned long long)s->live_pages, (unsigned long long)s->n_syncs,
-	       (unsigned long long)s->index_bytes);
+	printf(", \"live_pages\": %llu, \"live_share\": %.6f, \"n_syncs\": %llu, \"index_bytes\": %llu",
+	       (unsigned long long)s->live_pages, s->live_share,
+	       (unsigned long long)s->n_syncs, (unsigned long long)s->index_bytes);
 	printf(", \"since_create\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu",
 	       (unsigned long long)s->user_bytes,
 	       (unsigned long long)s->host_bytes_written,
