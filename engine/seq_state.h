@@ -109,6 +109,7 @@ static inline void stream_set_group(struct stream *s, uint64_t g,
 struct open_seg;
 struct flush_job;
 struct catalog_batch;
+struct prefix_seq;
 
 /* H2O heavy-hitter scores of one (layer, KV head): accumulated attention
  * probability per token (kept in memory only; not persisted or forked). */
@@ -158,6 +159,9 @@ struct seq {
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
+	struct prefix_seq *prefix; /* its token ids and published chunks
+				    * (engine/prefix_state.h); NULL if it
+				    * registered none */
 };
 
 /*
