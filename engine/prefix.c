@@ -548,3 +548,26 @@ kvf_status prefix_chunks(kvf_store *st, struct prefix_chunk_info **out,
 	*n = k;
 	return KVF_OK;
 }
+
+kvf_status prefix_tokens_copy(kvf_store *st, const char *call, uint64_t id,
+			      uint32_t **out, uint64_t *n)
+{
+	uint32_t *t = NULL;
+	struct seq *seq;
+	uint64_t k = 0;
+	kvf_status rc;
+
+	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
+		return rc;
+	if (seq->prefix && seq->prefix->n_tokens > 0) {
+		k = seq->prefix->n_tokens;
+		if ((t = kvf_malloc(k * sizeof(*t))) != NULL)
+			memcpy(t, seq->prefix->tokens, k * sizeof(*t));
+	}
+	seq_unlock_put(st, seq);
+	if (k > 0 && t == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	*out = t;
+	*n = k;
+	return KVF_OK;
+}

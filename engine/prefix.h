@@ -111,6 +111,12 @@ struct prefix_chunk_info {
 kvf_status prefix_chunks(kvf_store *st, struct prefix_chunk_info **out,
 			 size_t *n);
 
+/* prefix_tokens_copy - a kvf_malloc'd copy of sequence id's registered
+ * token ids (*out NULL and *n 0 when it has none).  KVF_OK, KVF_ENOENT
+ * (message names `call`), KVF_ENOMEM. */
+kvf_status prefix_tokens_copy(kvf_store *st, const char *call, uint64_t id,
+			      uint32_t **out, uint64_t *n);
+
 /* prefix_count_reuse - a creation asked for n tokens and reused n_reused */
 void prefix_count_reuse(kvf_store *st, uint64_t n, uint64_t n_reused);
 
