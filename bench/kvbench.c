@@ -32,6 +32,8 @@ static const struct bench_cmd cmds[] = {
 	  "kvf_attend dense and SparF, in memory and cold, vs plain reads and the FlexGen way" },
 	{ "decode", bench_decode_main,
 	  "a batch decoding step by step (append + attend_batch), memory tier on and off" },
+	{ "prefix", bench_prefix_main,
+	  "a chat workload (shared system prompts, multi-turn) with prefix reuse and without" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };
