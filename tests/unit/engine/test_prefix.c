@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "api/alloc.h"
 #include "engine/prefix.h"
 #include "powercut.h"
 #include "prefix_fixture.h"
@@ -182,6 +183,23 @@ Test(prefix, freed_holder)
 	px_tokens(a, 3 * G, 40);
 	make(st, 1, a, 3 * G, 0);
 	make(st, 2, a, 2 * G, 2 * G);
+	/* what an evictor sees: three chunks, the first two held twice */
+	{
+		struct prefix_chunk_info *ci;
+		uint32_t held[3] = { 0 };
+		size_t n;
+
+		OK(prefix_chunks(st, &ci, &n));
+		cr_assert(eq(sz, n, 3));
+		for (size_t i = 0; i < n; i++) {
+			cr_assert(lt(u32, ci[i].depth, 3));
+			held[ci[i].depth] = ci[i].n_holders;
+			cr_assert(ci[i].last_use_ns > 0);
+			cr_assert(eq(u64, ci[i].holder, ci[i].depth < 2 ? 2 : 1));
+		}
+		cr_assert(held[0] == 2 && held[1] == 2 && held[2] == 1);
+		kvf_free(ci);
+	}
 	OK(kvf_seq_free(st, 1));
 	/* 2 still holds two chunks; the third went with 1 */
 	make(st, 3, a, 3 * G, 2 * G);
