@@ -36,6 +36,10 @@ static const struct bench_cmd cmds[] = {
 	  "NAND bytes per token, WA, wear, lifetime: kvflash vs RocksDB, files, per-token" },
 	{ "evict", bench_evict_main,
 	  "eviction policies (LRU, LFU, endurance) vs caller frees on a chat workload: hits, NAND bytes" },
+	{ "prefix", bench_prefix_main,
+	  "a chat workload (shared system prompts, multi-turn) with prefix reuse and without" },
+	{ "export", bench_export_main,
+	  "lz4 on f16/bf16 K/V (alone, byte planes) and kvf_seq_export/import speed" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };

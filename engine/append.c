@@ -22,6 +22,7 @@
 #include "engine/key.h"
 #include "engine/kt.h"
 #include "engine/openseg.h"
+#include "engine/prefix.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/seq_state.h"
@@ -302,6 +303,8 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			vbar_fold(st, seq, layer, n_tokens, v);
 			seq->len[layer] += n_tokens;
 			seq->changes++;
+			if (seq->prefix) /* whole chunks become reusable */
+				prefix_publish(st, seq);
 		}
 	}
 	seq_unlock_put(st, seq);

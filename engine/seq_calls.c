@@ -22,6 +22,7 @@
 #include "engine/kt_read.h"
 #include "engine/meta.h"
 #include "engine/openseg.h"
+#include "engine/prefix.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
@@ -46,7 +47,12 @@ static kvf_status commit_batch(kvf_store *st, struct catalog_batch *b,
 
 kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 {
-	const char *call = "kvf_seq_create";
+	return seq_create_with(st, "kvf_seq_create", id, NULL);
+}
+
+kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
+			   struct prefix_seq *tok)
+{
 	struct catalog_batch *b;
 	struct seq *seq, *old;
 	kvf_status rc;
@@ -73,9 +79,21 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 		goto out;
 	}
 	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
-	seq->admitted = st->opts.admit_tokens == 0; /* writeback.h */
+	/* writeback.h; a sequence in the prefix index is there to be
+	 * shared from the media: admitted at once */
+	seq->admitted = tok != NULL || st->opts.admit_tokens == 0;
+	if (tok && prefix_record(b, id, seq->create_seqno, tok->tokens,
+				tok->n_tokens, NULL, 0) != KVF_OK) {
+		catalog_batch_free(b);
+		seq_destroy(st, seq);
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out;
+	}
+	/* locked before it is visible: it takes tok before any call sees it */
+	pthread_mutex_lock(&seq->lock);
 	if ((rc = seq_record(st, seq, b)) != KVF_OK ||
 	    (rc = seq_insert(st, seq)) != KVF_OK) {
+		pthread_mutex_unlock(&seq->lock);
 		catalog_batch_free(b);
 		seq_destroy(st, seq);
 		if (rc == KVF_EEXIST) /* created by another thread meanwhile */
@@ -85,6 +103,9 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 	}
 	rc = commit_batch(st, b, call);
 	catalog_batch_free(b);
+	if (rc == KVF_OK && tok)
+		prefix_attach(st, seq, tok);
+	pthread_mutex_unlock(&seq->lock);
 out:
 	pthread_rwlock_unlock(&st->world);
 	return rc;
@@ -171,7 +192,14 @@ static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
 kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
-	const char *call = "kvf_seq_fork";
+	return seq_fork_with(st, "kvf_seq_fork", parent_id, child_id, n_tokens,
+			     NULL);
+}
+
+kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
+			 uint64_t child_id, uint64_t n_tokens,
+			 struct prefix_seq *tok)
+{
 	unsigned char *ref_rec = NULL; /* struct meta_ref + entries */
 	struct meta_ref_entry *refs = NULL;
 	struct catalog_batch *b = NULL;
@@ -293,6 +321,11 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		}
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
+	if (tok && prefix_record(b, child_id, child->create_seqno, tok->tokens,
+				tok->n_tokens, NULL, 0) != KVF_OK) {
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out_child;
+	}
 	/* the shared pages' references first, then the child appears in
 	 * the table already locked: no call can reach it half made */
 	for (uint64_t i = 0; i < n_refs; i++)
@@ -326,6 +359,8 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
+	if (rc == KVF_OK && tok)
+		prefix_attach(st, child, tok);
 	pthread_mutex_unlock(&child->lock);
 	child = NULL;
 out_child:

@@ -1,6 +1,6 @@
 /*
- * seq_drop.c - giving a sequence up: the deletion of its records, then of
- * its page references.  kvf_seq_free and eviction (engine/evict.c) both
+ * seq_drop.c - giving a sequence up: the deletion of its records (and of
+ * its token ids in the prefix index), then of its page references.  kvf_seq_free and eviction (engine/evict.c) both
  * free through seq_free_id; the optimizer plane drops its state's pages
  * with seq_drop_all.
  *
@@ -14,6 +14,7 @@
 #include "engine/key.h"
 #include "engine/meta.h"
 #include "engine/openseg.h"
+#include "engine/prefix.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/seq_int.h"
@@ -98,6 +99,7 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		meta_key_u64(key, META_TAG_REF, id);
 		catalog_batch_delete(b, key, sizeof(key));
 	}
+	prefix_record_delete(b, id); /* token ids, if it registered any */
 	rc = catalog_commit(st->cat, b, 0);
 	catalog_batch_free(b);
 	if (rc != KVF_OK) {
@@ -106,6 +108,7 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		goto out;
 	}
 	seq->dead = 1;
+	prefix_forget(st, seq);
 	seq_table_remove(st, seq);
 	drop_refs(st, seq);
 	pthread_mutex_unlock(&seq->lock);

@@ -111,6 +111,7 @@ static inline void stream_set_group(struct stream *s, uint64_t g,
 struct open_seg;
 struct flush_job;
 struct catalog_batch;
+struct prefix_seq;
 
 /* H2O heavy-hitter scores of one (layer, KV head): accumulated attention
  * probability per token (kept in memory only; not persisted or forked). */
@@ -166,6 +167,9 @@ struct seq {
 	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */
 	_Atomic uint64_t last_use; /* seqtab.use_clock at its last lookup */
 	_Atomic uint64_t uses;     /* lookups by calls since open */
+	struct prefix_seq *prefix; /* its token ids and published chunks
+				    * (engine/prefix_state.h); NULL if it
+				    * registered none */
 };
 
 /*

@@ -33,6 +33,7 @@
 #include "engine/fatal.h"
 #include "engine/optim_store.h"
 #include "engine/pool.h"
+#include "engine/prefix.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"
 #include "engine/segfmt.h"
@@ -183,6 +184,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 		kvf_media_free(st->media);
 	catalog_close(st->cat);
 	seq_table_free(st);
+	prefix_free(st);
 	if (created && st->dir) {
 		/* stack paths: this also runs when memory has run out */
 		char p[4096];
@@ -369,6 +371,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	read_spares_init(st);
 	optim_registry_init(st);
 	tier_init(st);
+	prefix_init(st);
 	if ((rc = durable_init(st)) != KVF_OK ||
 	    (rc = evict_init(st)) != KVF_OK ||
 	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
@@ -501,7 +504,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (created)
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK ||
-		 (rc = check_mark(st)) != KVF_OK)
+		 (rc = check_mark(st)) != KVF_OK ||
+		 (rc = prefix_load(st)) != KVF_OK)
 		goto fail;
 	if ((rc = pool_create(compute_threads(&st->opts), &st->pool)) != KVF_OK)
 		goto fail;

@@ -48,6 +48,7 @@
 #include "engine/meta.h"
 #include "engine/openseg_state.h"
 #include "engine/optim_state.h"
+#include "engine/prefix_state.h"
 #include "engine/readpath_state.h"
 #include "engine/segfmt.h"
 #include "engine/segtable_state.h"
@@ -129,6 +130,7 @@ struct kvf_store {
 	struct optim_registry optims; /* engine/optim_store.h */
 	struct tier tier;             /* engine/tier.h */
 	struct evictor evict;         /* engine/evict.h */
+	struct prefix_index prefix;   /* engine/prefix.h */
 };
 
 /* seg_stripe - the stripe of a global segment id */

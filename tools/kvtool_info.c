@@ -55,6 +55,21 @@ static void print_tier(const kvf_stats *s)
 				 ? s->attend_bytes_read / s->attend_calls : 0));
 }
 
+/* print_prefix - the prefix index (kvf_seq_create_tokens): its chunks
+ * now, and this open's reuse */
+static void print_prefix(const kvf_stats *s)
+{
+	char b[16];
+
+	printf("prefix       %llu chunks in the index; since open %llu lookups, %llu hits, %llu of %llu tokens reused, %s not rewritten\n",
+	       (unsigned long long)s->prefix_chunks,
+	       (unsigned long long)s->prefix_lookups,
+	       (unsigned long long)s->prefix_hits,
+	       (unsigned long long)s->prefix_tokens_reused,
+	       (unsigned long long)s->prefix_tokens_asked,
+	       human_bytes(b, sizeof(b), s->prefix_bytes_saved));
+}
+
 static void print_text(const struct info *in)
 {
 	const kvf_store_info *si = &in->si;
@@ -106,6 +121,7 @@ static void print_text(const struct info *in)
 	print_tier(s);
 	printf("live         %.1f%% of the media's data pages (a writer with kvf_options.evict_policy evicts past its evict_high)\n",
 	       100.0 * s->live_share);
+	print_prefix(s);
 }
 
 static void print_json(const struct info *in)
@@ -152,7 +168,7 @@ static void print_json(const struct info *in)
 	printf(", \"this_open\": {\"bytes_read\": %llu, \"metadata_bytes\": %llu}",
 	       (unsigned long long)s->bytes_read,
 	       (unsigned long long)s->metadata_bytes);
-	printf(", \"memory_tier\": {\"dram_budget\": %llu, \"dram_bytes\": %llu, \"dram_peak\": %llu, \"cache_bytes\": %llu, \"cache_recent_bytes\": %llu, \"cache_hot_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_evictions\": %llu, \"writeback_bytes\": %llu, \"writeback_runs\": %llu, \"attend_calls\": %llu, \"attend_bytes_read\": %llu}}\n",
+	printf(", \"memory_tier\": {\"dram_budget\": %llu, \"dram_bytes\": %llu, \"dram_peak\": %llu, \"cache_bytes\": %llu, \"cache_recent_bytes\": %llu, \"cache_hot_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_evictions\": %llu, \"writeback_bytes\": %llu, \"writeback_runs\": %llu, \"attend_calls\": %llu, \"attend_bytes_read\": %llu}",
 	       (unsigned long long)s->dram_budget, (unsigned long long)s->dram_bytes,
 	       (unsigned long long)s->dram_peak, (unsigned long long)s->cache_bytes,
 	       (unsigned long long)s->cache_recent_bytes,
@@ -163,6 +179,13 @@ static void print_json(const struct info *in)
 	       (unsigned long long)s->writeback_runs,
 	       (unsigned long long)s->attend_calls,
 	       (unsigned long long)s->attend_bytes_read);
+	printf(", \"prefix\": {\"chunks\": %llu, \"lookups\": %llu, \"hits\": %llu, \"tokens_asked\": %llu, \"tokens_reused\": %llu, \"bytes_saved\": %llu}}\n",
+	       (unsigned long long)s->prefix_chunks,
+	       (unsigned long long)s->prefix_lookups,
+	       (unsigned long long)s->prefix_hits,
+	       (unsigned long long)s->prefix_tokens_asked,
+	       (unsigned long long)s->prefix_tokens_reused,
+	       (unsigned long long)s->prefix_bytes_saved);
 }
 
 int cmd_info(const struct cmd *c, int argc, char **argv)

@@ -84,7 +84,10 @@ STATS_FIELDS = [
     ("evict_runs_full", c_u64), ("evict_runs_watermark", c_u64),
     ("evicted_seqs", c_u64), ("evicted_bytes", c_u64),
     ("evict_copy_bytes", c_u64), ("live_share", c_f64),
-    ("dram_only_bytes", c_u64)]
+    ("prefix_lookups", c_u64),
+    ("prefix_hits", c_u64), ("prefix_tokens_asked", c_u64),
+    ("prefix_tokens_reused", c_u64), ("prefix_bytes_saved", c_u64),
+    ("prefix_chunks", c_u64), ("dram_only_bytes", c_u64)]
 
 
 class Stats(ctypes.Structure):
@@ -105,7 +108,9 @@ class StoreInfo(ctypes.Structure):
 class SeqInfo(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("id", c_u64), ("family", c_u64),
                 ("parent", c_u64), ("tokens", c_u64), ("x_tokens", c_u64),
-                ("pages", c_u64), ("shared_pages", c_u64)]
+                ("pages", c_u64), ("shared_pages", c_u64),
+                ("prefix_tokens", c_u64), ("prefix_chunks", c_u64),
+                ("prefix_shared_chunks", c_u64), ("prefix_hash", c_u64)]
 
 
 class OptConfig(ctypes.Structure):
@@ -169,6 +174,10 @@ SIGNATURES = {
     "kvf_seq_x_len": (S, [c_ptr, c_u64, c_u32, P(c_u64)]),
     "kvf_seq_list": (S, [c_ptr, P(c_u64), c_size_t, P(c_size_t)]),
     "kvf_seq_info_get": (S, [c_ptr, c_u64, P(SeqInfo)]),
+    "kvf_seq_create_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64, P(c_u64)]),
+    "kvf_seq_add_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64]),
+    "kvf_seq_export": (S, [c_ptr, c_u64, c_char_p]),
+    "kvf_seq_import": (S, [c_ptr, c_char_p, c_u64, P(c_u64)]),
     "kvf_append_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor), P(Tensor)]),
     "kvf_append_x_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor)]),
     "kvf_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr, c_ptr]),

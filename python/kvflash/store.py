@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import _lib
+from ._reuse import ReuseCalls
 from ._lib import lib
 from .errors import (Closed, InvalidArgument, ECLOSED, EINVAL, error)
 
@@ -59,7 +60,7 @@ def _evict_policy(value, call):
     return value
 
 
-class Store:
+class Store(ReuseCalls):
     """A kvflash store in directory `path`, created for a model shape or
     reopened (give no shape to take the stored one).
 
