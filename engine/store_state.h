@@ -48,6 +48,7 @@
 #include "engine/openseg_state.h"
 #include "engine/optim_state.h"
 #include "engine/readpath_state.h"
+#include "engine/recompute_state.h"
 #include "engine/segfmt.h"
 #include "engine/segtable_state.h"
 #include "engine/seq_state.h"
@@ -126,6 +127,7 @@ struct kvf_store {
 	struct cleaner cleaner;       /* engine/cleaner.h */
 	struct optim_registry optims; /* engine/optim_store.h */
 	struct tier tier;             /* engine/tier.h */
+	struct recompute_registry recomp; /* engine/recompute.h */
 };
 
 /* seg_stripe - the stripe of a global segment id */
