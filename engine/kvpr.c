@@ -29,7 +29,7 @@ static kvf_status kvpr_run(void *arg)
 		rc = kvf_read(j->st, j->seq, j->layer, h, j->l, j->s,
 			      j->k + h * head_bytes, j->v + h * head_bytes);
 	if (rc != KVF_OK)
-		kvf_fail(rc, "kvf_kvpr_start: %s", kvf_last_error());
+		kvf_fail_wrap(rc, "kvf_kvpr_start");
 	return rc;
 }
 
@@ -63,7 +63,7 @@ kvf_status kvf_kvpr_start(kvf_store *st, uint64_t seq, uint32_t layer,
 				: k_out == NULL ? "k_out" : "v_out");
 	if ((rc = kvf_seq_len(st, seq, layer, &len)) != KVF_OK ||
 	    (rc = kvf_seq_x_len(st, seq, layer, &x_len)) != KVF_OK)
-		return kvf_fail(rc, "%s: %s", call, kvf_last_error());
+		return kvf_fail_wrap(rc, call);
 	if (s > len)
 		return kvf_fail(KVF_ERANGE,
 				"%s: s %llu is past the end of sequence %llu layer %u (%llu tokens)",
@@ -75,7 +75,7 @@ kvf_status kvf_kvpr_start(kvf_store *st, uint64_t seq, uint32_t layer,
 				call, (unsigned long long)l, (unsigned long long)seq,
 				layer, (unsigned long long)x_len);
 	if (l && (rc = kvf_read_x(st, seq, layer, 0, l, x_out)) != KVF_OK)
-		return kvf_fail(rc, "%s: %s", call, kvf_last_error());
+		return kvf_fail_wrap(rc, call);
 	j = kvf_calloc(1, sizeof(*j));
 	if (j == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);

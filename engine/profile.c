@@ -435,7 +435,7 @@ kvf_status kvf_profile_run(kvf_store *st, uint64_t scratch_seq,
 	if ((rc = run_check(st, n_tokens, p)) != KVF_OK)
 		return rc;
 	if ((rc = kvf_seq_create(st, scratch_seq)) != KVF_OK)
-		return kvf_fail(rc, "%s: scratch sequence: %s", call, kvf_last_error());
+		return kvf_fail_wrap(rc, "kvf_profile_run: scratch sequence");
 	kvf_profile_init(&r);
 	r.caller_flops = p->caller_flops;
 	r.link_bytes_per_s = p->link_bytes_per_s;
@@ -466,7 +466,7 @@ kvf_status kvf_profile_run(kvf_store *st, uint64_t scratch_seq,
 	rc = profile_write(st, &r);
 out:
 	if (rc != KVF_OK && strncmp(kvf_last_error(), call, strlen(call)) != 0)
-		kvf_fail(rc, "%s: %s", call, kvf_last_error());
+		kvf_fail_wrap(rc, call);
 	{
 		char keep[KVF_ERRMSG_CAP];
 

@@ -175,7 +175,7 @@ static kvf_status recomp_begin(struct recomp *r, kvf_store *st,
 		return kvf_fail(KVF_EINVAL, "%s: token range [%llu, %llu) is reversed",
 				call, (unsigned long long)t0, (unsigned long long)t1);
 	if ((rc = kvf_seq_x_len(st, seq, layer, &x_len)) != KVF_OK)
-		return kvf_fail(rc, "%s: %s", call, kvf_last_error());
+		return kvf_fail_wrap(rc, call);
 	if (t1 > x_len)
 		return kvf_fail(KVF_ERANGE,
 				"%s: token range [%llu, %llu) past the end of the X of sequence %llu layer %u (%llu tokens)",
@@ -205,7 +205,7 @@ static kvf_status recomp_chunk(struct recomp *r, const char *call,
 	kvf_status rc;
 
 	if ((rc = kvf_read_x(st, seq, layer, t, t + n, r->x)) != KVF_OK)
-		return kvf_fail(rc, "%s: %s", call, kvf_last_error());
+		return kvf_fail_wrap(rc, call);
 	kvc_project(r->x, st->hdr.dtype, n, r->d, r->w->w_k, r->cols, r->k, r->xrow);
 	kvc_project(r->x, st->hdr.dtype, n, r->d, r->w->w_v, r->cols, r->v, r->xrow);
 	kvc_rope(r->k, n, st->hdr.n_kv_heads, st->hdr.head_dim, t,
