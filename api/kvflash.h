@@ -1146,7 +1146,15 @@ typedef struct {
 					* tokens of one layer (every head)
 					* per s, pages cached */
 	double store_flops;            /* FLOP/s of the K,V recomputation
-					* from X near the data */
+					* from X near the data (compute only) */
+	double read_x_bytes_per_s;     /* X read with no page cached (X is
+					* kept per query head, so it reads
+					* as many streams as there are query
+					* heads) */
+	double x_latency_s;            /* seconds to read one token of X,
+					* nothing cached: the fixed cost of
+					* starting a path from X, which a
+					* split must win back */
 	uint64_t profile_tokens;       /* tokens the measurement used */
 	uint64_t measured_unix_s;      /* when (seconds since 1970) */
 } kvf_profile;
@@ -1215,8 +1223,10 @@ typedef struct {
  * recomputes K,V of tokens [0, l) from X[0, l) while the store streams
  * K,V of [l, s) (kvf_kvpr_start); l minimizes
  * t_x + max(t_recompute, t_transfer) under the profiled rates
- * (read_cold_bytes_per_s and link_bytes_per_s for the bytes,
- * caller_flops for the recomputation and the attention).
+ * (read_x_bytes_per_s, read_cold_bytes_per_s and link_bytes_per_s for
+ * the bytes, caller_flops for the recomputation and the attention).  A
+ * split is taken only when it wins back x_latency_s, the fixed cost of
+ * reading X at all; otherwise l = 0.
  * @m: the model shape (as in kvf_options.model).
  * @n_tokens: s.  @x_tokens: tokens of X stored (l never passes it).
  * Pure: reads nothing from a store.
@@ -1251,9 +1261,11 @@ typedef struct {
  * them (kvf_attend_x_start) while the caller reads K,V of the rest and
  * attends them, and the two merge by LSE (kvf_attn_merge).  alpha
  * balances the two sides: the store's time per token (X read at
- * read_cold_bytes_per_s, recomputation at store_flops, attention at
+ * read_x_bytes_per_s, recomputation at store_flops, attention at
  * attend_tokens_per_s) against the caller's (K,V at the slower of
- * read_cold_bytes_per_s and link_bytes_per_s, attention at caller_flops).
+ * read_cold_bytes_per_s and link_bytes_per_s, attention at caller_flops);
+ * as for kvf_plan_kvpr, alpha is 0 unless the split wins back
+ * x_latency_s.
  * @x_tokens: tokens of X stored (alpha s never passes it).
  * Return: KVF_OK; KVF_EINVAL (as kvf_plan_kvpr).  Concurrency: pure.
  */

@@ -195,5 +195,6 @@ int bench_kernels_main(int argc, char **argv);
 int bench_attend_main(int argc, char **argv);
 int bench_optim_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
+int bench_plan_main(int argc, char **argv);
 
 #endif /* KVF_BENCH_COMMON_H */

@@ -32,6 +32,8 @@ static const struct bench_cmd cmds[] = {
 	  "kvf_attend dense and SparF, in memory and cold, vs plain reads and the FlexGen way" },
 	{ "decode", bench_decode_main,
 	  "a batch decoding step by step (append + attend_batch), memory tier on and off" },
+	{ "plan", bench_plan_main,
+	  "the planners (KVPR split, X-cache alpha) against measured decode steps, MHA and GQA" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };

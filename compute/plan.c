@@ -119,6 +119,15 @@ static kvf_status common_check(const char *call, const kvf_profile *p,
 	return KVF_OK;
 }
 
+static kvf_status latency_check(const char *call, const kvf_profile *p)
+{
+	if (!isfinite(p->x_latency_s) || p->x_latency_s < 0)
+		return kvf_fail(KVF_EINVAL,
+				"%s: profile.x_latency_s %g must be finite and >= 0",
+				call, p->x_latency_s);
+	return KVF_OK;
+}
+
 struct shape {
 	double x_bytes, kv_bytes; /* per token */
 	double rc_flops, attn_flops;
@@ -144,10 +153,11 @@ kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 			 kvf_kvpr_plan *out)
 {
 	static const char *const need[] = { "caller_flops", "link_bytes_per_s",
-					     "read_cold_bytes_per_s", NULL };
+					     "read_cold_bytes_per_s",
+					     "read_x_bytes_per_s", NULL };
 	struct kvc_kvpr_costs c;
 	struct shape sh;
-	double bw;
+	double lat;
 	uint64_t l;
 	kvf_status rc;
 
@@ -155,23 +165,28 @@ kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 		return kvf_fail(KVF_EINVAL, "kvf_plan_kvpr: profile is NULL");
 	{
 		double vals[] = { p->caller_flops, p->link_bytes_per_s,
-				  p->read_cold_bytes_per_s };
+				  p->read_cold_bytes_per_s,
+				  p->read_x_bytes_per_s };
 
 		if ((rc = common_check("kvf_plan_kvpr", p, m, out,
-				       sizeof(*out), need, vals)) != KVF_OK)
+				       sizeof(*out), need, vals)) != KVF_OK ||
+		    (rc = latency_check("kvf_plan_kvpr", p)) != KVF_OK)
 			return rc;
 	}
 	sh = shape_of(m);
-	bw = min2(p->read_cold_bytes_per_s, p->link_bytes_per_s);
-	c.x_s = sh.x_bytes / bw;
-	c.kv_s = sh.kv_bytes / bw;
+	lat = p->x_latency_s;
+	c.x_s = sh.x_bytes / min2(p->read_x_bytes_per_s, p->link_bytes_per_s);
+	c.kv_s = sh.kv_bytes / min2(p->read_cold_bytes_per_s, p->link_bytes_per_s);
 	c.rc_s = sh.rc_flops / p->caller_flops;
 	l = kvc_kvpr_split(&c, n_tokens, x_tokens);
+	/* the split must win back the fixed cost of reading X at all */
+	if (l && kvc_kvpr_time(&c, n_tokens, l) + lat >= kvc_kvpr_time(&c, n_tokens, 0))
+		l = 0;
 	out->l = l;
-	out->t_x_s = (double)l * c.x_s;
+	out->t_x_s = l ? lat + (double)l * c.x_s : 0.0;
 	out->t_recompute_s = (double)l * c.rc_s;
 	out->t_transfer_s = (double)(n_tokens - l) * c.kv_s;
-	out->t_step_s = kvc_kvpr_time(&c, n_tokens, l) +
+	out->t_step_s = kvc_kvpr_time(&c, n_tokens, l) + (l ? lat : 0.0) +
 			(double)n_tokens * sh.attn_flops / p->caller_flops;
 	return KVF_OK;
 }
@@ -182,9 +197,9 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 {
 	static const char *const need[] = {
 		"caller_flops", "link_bytes_per_s", "read_cold_bytes_per_s",
-		"store_flops", "attend_tokens_per_s", NULL };
+		"read_x_bytes_per_s", "store_flops", "attend_tokens_per_s", NULL };
 	struct shape sh;
-	double cs, cc, amax, alpha;
+	double cs, cc, amax, alpha, lat, s = (double)n_tokens;
 	uint64_t xt;
 	kvf_status rc;
 
@@ -192,26 +207,36 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 		return kvf_fail(KVF_EINVAL, "kvf_plan_xcache: profile is NULL");
 	{
 		double vals[] = { p->caller_flops, p->link_bytes_per_s,
-				  p->read_cold_bytes_per_s, p->store_flops,
+				  p->read_cold_bytes_per_s,
+				  p->read_x_bytes_per_s, p->store_flops,
 				  p->attend_tokens_per_s };
 
 		if ((rc = common_check("kvf_plan_xcache", p, m, out,
-				       sizeof(*out), need, vals)) != KVF_OK)
+				       sizeof(*out), need, vals)) != KVF_OK ||
+		    (rc = latency_check("kvf_plan_xcache", p)) != KVF_OK)
 			return rc;
 	}
 	sh = shape_of(m);
-	cs = sh.x_bytes / p->read_cold_bytes_per_s +
+	lat = p->x_latency_s;
+	cs = sh.x_bytes / p->read_x_bytes_per_s +
 	     sh.rc_flops / p->store_flops + 1.0 / p->attend_tokens_per_s;
 	cc = sh.kv_bytes / min2(p->read_cold_bytes_per_s, p->link_bytes_per_s) +
 	     sh.attn_flops / p->caller_flops;
-	amax = n_tokens ? min2(1.0, (double)x_tokens / (double)n_tokens) : 0.0;
-	alpha = kvc_xcache_alpha(cs, cc, amax);
-	xt = (uint64_t)llround(alpha * (double)n_tokens);
+	amax = n_tokens ? min2(1.0, (double)x_tokens / s) : 0.0;
+	/* the store's side starts late by the fixed cost of reading X:
+	 * balance lat + alpha s cs = (1 - alpha) s cc */
+	alpha = n_tokens ? (cc - lat / s) / (cs + cc) : 0.0;
+	alpha = alpha < 0 ? 0 : alpha > amax ? amax : alpha;
+	xt = (uint64_t)llround(alpha * s);
 	if (xt > x_tokens)
 		xt = x_tokens;
+	if (xt && lat + (double)xt * cs >= s * cc)
+		xt = 0; /* no better than the caller alone */
+	if (xt == 0)
+		alpha = 0;
 	out->alpha = alpha;
 	out->x_tokens = xt;
-	out->t_store_s = (double)xt * cs;
+	out->t_store_s = xt ? lat + (double)xt * cs : 0.0;
 	out->t_caller_s = (double)(n_tokens - xt) * cc;
 	out->t_step_s = out->t_store_s > out->t_caller_s ? out->t_store_s
 							 : out->t_caller_s;

@@ -19,6 +19,11 @@
  * (cost cc per token); the two halves run side by side, so
  *	t(alpha) = max(alpha * s * cs, (1 - alpha) * s * cc),
  * smallest at alpha* = cc / (cs + cc).
+ *
+ * Both splits start a second path from X, which has a fixed cost (the
+ * latency of the first X read, one page per query head): the public calls
+ * add it to the side that reads X and take the split only when it still
+ * beats the caller alone.
  */
 #ifndef KVF_COMPUTE_PLAN_H
 #define KVF_COMPUTE_PLAN_H

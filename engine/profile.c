@@ -6,21 +6,22 @@
  * tokens of K, V and X, made durable first so every read goes through the
  * media path: the DRAM tier is emptied, every KV head is read (cold), read
  * again (warm), SparF attention runs cold and warm when the store keeps
- * K^T pages, dense attention runs warm, and X is read back and projected
- * as kvf_recompute_kv does (the near-data recomputation rate).  Each
- * warm figure is the best of three runs.
+ * K^T pages, dense attention runs warm, X is read cold (its bandwidth, and
+ * the latency of one token of it), and X is projected as kvf_recompute_kv
+ * does (the near-data recomputation rate, compute only).  Each warm
+ * figure is the best of three runs, the latency the median of three.
  *
- * DIR/PROFILE (104 bytes, little-endian, replaced atomically: temp file,
+ * DIR/PROFILE (120 bytes, little-endian, replaced atomically: temp file,
  * fsync, rename):
  *	OFFSET SIZE FIELD
  *	0      8    magic "KVFPROF\0"
  *	8      4    format version (PROFILE_VERSION)
  *	12     4    fields that follow (PROFILE_FIELDS)
- *	16     64   eight doubles: caller_flops, link_bytes_per_s,
+ *	16     80   ten doubles: caller_flops, link_bytes_per_s,
  *	            read_cold, read_warm, sparf_cold, sparf_warm,
- *	            attend_tokens_per_s, store_flops
- *	80     16   two uint64: profile_tokens, measured_unix_s
- *	96     8    XXH3-64 of bytes [0, 96)
+ *	            attend_tokens_per_s, store_flops, read_x, x_latency_s
+ *	96     16   two uint64: profile_tokens, measured_unix_s
+ *	112    8    XXH3-64 of bytes [0, 112)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,8 +45,9 @@
 #define PROFILE_FILE "PROFILE"
 #define PROFILE_MAGIC "KVFPROF"
 #define PROFILE_VERSION 1u
-#define PROFILE_FIELDS 10u
-#define PROFILE_BYTES 104u
+#define PROFILE_FIELDS 12u
+#define PROFILE_BYTES 120u
+#define PROFILE_SUM_AT 112u
 #define PROFILE_DEFAULT_TOKENS 4096u
 #define PROFILE_MAX_TOKENS (1u << 20)
 #define CHUNK 256u /* tokens appended or projected at a time */
@@ -62,10 +64,11 @@ static double now_s(void)
 
 static void encode(const kvf_profile *p, unsigned char *b)
 {
-	double d[8] = { p->caller_flops, p->link_bytes_per_s,
-			p->read_cold_bytes_per_s, p->read_warm_bytes_per_s,
-			p->sparf_cold_bytes_per_s, p->sparf_warm_bytes_per_s,
-			p->attend_tokens_per_s, p->store_flops };
+	double d[10] = { p->caller_flops, p->link_bytes_per_s,
+			 p->read_cold_bytes_per_s, p->read_warm_bytes_per_s,
+			 p->sparf_cold_bytes_per_s, p->sparf_warm_bytes_per_s,
+			 p->attend_tokens_per_s, p->store_flops,
+			 p->read_x_bytes_per_s, p->x_latency_s };
 	uint64_t u[2] = { p->profile_tokens, p->measured_unix_s };
 	uint32_t v = PROFILE_VERSION, n = PROFILE_FIELDS;
 	uint64_t sum;
@@ -75,9 +78,9 @@ static void encode(const kvf_profile *p, unsigned char *b)
 	memcpy(b + 8, &v, 4);
 	memcpy(b + 12, &n, 4);
 	memcpy(b + 16, d, sizeof(d));
-	memcpy(b + 80, u, sizeof(u));
-	sum = XXH3_64bits(b, 96);
-	memcpy(b + 96, &sum, 8);
+	memcpy(b + 96, u, sizeof(u));
+	sum = XXH3_64bits(b, PROFILE_SUM_AT);
+	memcpy(b + PROFILE_SUM_AT, &sum, 8);
 }
 
 static kvf_status decode(const unsigned char *b, size_t n, const char *path,
@@ -86,17 +89,17 @@ static kvf_status decode(const unsigned char *b, size_t n, const char *path,
 	const char *call = "kvf_profile_get";
 	uint64_t sum, u[2];
 	uint32_t v, nf;
-	double d[8];
+	double d[10];
 
 	if (n != PROFILE_BYTES || memcmp(b, PROFILE_MAGIC, sizeof(PROFILE_MAGIC)) != 0)
 		return kvf_fail(KVF_ECORRUPT, "%s: %s is not a profile (%zu bytes%s)",
 				call, path, n, n == PROFILE_BYTES ? ", bad magic" : "");
-	memcpy(&sum, b + 96, 8);
-	if (sum != XXH3_64bits(b, 96))
+	memcpy(&sum, b + PROFILE_SUM_AT, 8);
+	if (sum != XXH3_64bits(b, PROFILE_SUM_AT))
 		return kvf_fail(KVF_ECORRUPT,
 				"%s: %s fails its checksum (stored %016llx, computed %016llx)",
 				call, path, (unsigned long long)sum,
-				(unsigned long long)XXH3_64bits(b, 96));
+				(unsigned long long)XXH3_64bits(b, PROFILE_SUM_AT));
 	memcpy(&v, b + 8, 4);
 	memcpy(&nf, b + 12, 4);
 	if (v > PROFILE_VERSION)
@@ -106,7 +109,7 @@ static kvf_status decode(const unsigned char *b, size_t n, const char *path,
 		return kvf_fail(KVF_ECORRUPT, "%s: %s has format %u with %u fields",
 				call, path, v, nf);
 	memcpy(d, b + 16, sizeof(d));
-	memcpy(u, b + 80, sizeof(u));
+	memcpy(u, b + 96, sizeof(u));
 	p->caller_flops = d[0];
 	p->link_bytes_per_s = d[1];
 	p->read_cold_bytes_per_s = d[2];
@@ -115,6 +118,8 @@ static kvf_status decode(const unsigned char *b, size_t n, const char *path,
 	p->sparf_warm_bytes_per_s = d[5];
 	p->attend_tokens_per_s = d[6];
 	p->store_flops = d[7];
+	p->read_x_bytes_per_s = d[8];
+	p->x_latency_s = d[9];
 	p->profile_tokens = u[0];
 	p->measured_unix_s = u[1];
 	return KVF_OK;
@@ -349,15 +354,48 @@ static kvf_status measure_attention(struct meas *m, kvf_profile *p)
 	return KVF_OK;
 }
 
-/* measure_recompute - X read back and projected to K and V (with RoPE),
- * as kvf_recompute_kv does, on enough tokens for about 2e8 flops */
+/* measure_x - X read cold: all of it (bandwidth), then one token three
+ * times (latency, median) */
+static kvf_status measure_x(struct meas *m, kvf_profile *p)
+{
+	size_t row = (size_t)m->nq * m->hd * m->st->elt_bytes;
+	unsigned char *x = kvf_malloc(m->n * row);
+	double t0, dt, lat[3];
+	kvf_status rc = KVF_OK;
+
+	if (x == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_profile_run: out of memory");
+	tier_drop_all(m->st);
+	t0 = now_s();
+	rc = kvf_read_x(m->st, m->seq, 0, 0, m->n, x);
+	dt = now_s() - t0;
+	p->read_x_bytes_per_s = (double)m->n * row / fmax(dt, 1e-9);
+	for (int i = 0; i < 3 && rc == KVF_OK; i++) {
+		uint64_t t = m->n / 4 * (uint64_t)(i + 1);
+
+		tier_drop_all(m->st);
+		t0 = now_s();
+		rc = kvf_read_x(m->st, m->seq, 0, t, t + 1, x);
+		lat[i] = now_s() - t0;
+	}
+	if (rc == KVF_OK)
+		p->x_latency_s = lat[0] + lat[1] + lat[2] -
+				 best3(lat[0], lat[1], lat[2]) -
+				 fmax(lat[0], fmax(lat[1], lat[2]));
+	kvf_free(x);
+	return rc;
+}
+
+/* measure_recompute - X projected to K and V (with RoPE) as
+ * kvf_recompute_kv does, on enough tokens for about 2e8 flops; X is read
+ * first, untimed: this is the compute rate */
 static kvf_status measure_recompute(struct meas *m, kvf_profile *p)
 {
 	kvf_store *st = m->st;
 	uint32_t d = m->nq * m->hd, cols = m->n_kv * m->hd;
 	double per_tok = 4.0 * d * cols, t0, dt;
 	uint64_t n = (uint64_t)(2e8 / per_tok) + 1;
-	void *x = kvf_malloc((size_t)CHUNK * d * st->elt_bytes);
+	void *x;
 	float *w = kvf_malloc((size_t)d * cols * sizeof(float));
 	float *k = kvf_malloc((size_t)CHUNK * cols * sizeof(float));
 	float *v = kvf_malloc((size_t)CHUNK * cols * sizeof(float));
@@ -367,19 +405,22 @@ static kvf_status measure_recompute(struct meas *m, kvf_profile *p)
 
 	if (n > m->n)
 		n = m->n;
+	x = kvf_malloc(n * d * st->elt_bytes);
 	if (!x || !w || !k || !v || !xrow) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_profile_run: out of memory");
 		goto out;
 	}
 	fill(w, (size_t)d * cols, KVF_DTYPE_F32, &r);
+	if ((rc = kvf_read_x(st, m->seq, 0, 0, n, x)) != KVF_OK)
+		goto out;
 	t0 = now_s();
-	for (uint64_t t = 0; t < n && rc == KVF_OK; t += CHUNK) {
+	for (uint64_t t = 0; t < n; t += CHUNK) {
 		uint32_t c = (uint32_t)(n - t < CHUNK ? n - t : CHUNK);
+		const unsigned char *xc = (const unsigned char *)x +
+					  t * d * st->elt_bytes;
 
-		if ((rc = kvf_read_x(st, m->seq, 0, t, t + c, x)) != KVF_OK)
-			break;
-		kvc_project(x, st->hdr.dtype, c, d, w, cols, k, xrow);
-		kvc_project(x, st->hdr.dtype, c, d, w, cols, v, xrow);
+		kvc_project(xc, st->hdr.dtype, c, d, w, cols, k, xrow);
+		kvc_project(xc, st->hdr.dtype, c, d, w, cols, v, xrow);
 		kvc_rope(k, c, m->n_kv, m->hd, t, m->hd % 2 ? 0.0f : 10000.0f);
 	}
 	dt = now_s() - t0;
@@ -460,6 +501,7 @@ kvf_status kvf_profile_run(kvf_store *st, uint64_t scratch_seq,
 	if ((rc = fill_seq(&m)) != KVF_OK ||
 	    (rc = measure_reads(&m, &r)) != KVF_OK ||
 	    (rc = measure_attention(&m, &r)) != KVF_OK ||
+	    (rc = measure_x(&m, &r)) != KVF_OK ||
 	    (rc = measure_recompute(&m, &r)) != KVF_OK)
 		goto out;
 	r.measured_unix_s = (uint64_t)time(NULL);

@@ -25,7 +25,10 @@
 #include "engine/fatal.h"
 #include "engine/store_state.h"
 
-#define CHUNK_TOKENS 64u /* tokens of X projected at a time */
+/* tokens of X read and projected at a time: X is kept per query head, so
+ * each read is one request per head; 256 tokens make them large enough
+ * that their latency does not rule */
+#define CHUNK_TOKENS 256u
 
 void recompute_init(kvf_store *st)
 {

@@ -29,7 +29,9 @@ static kvf_profile gpu_like(void)
 	p.read_cold_bytes_per_s = 6e9; /* an NVMe SSD */
 	p.read_warm_bytes_per_s = 20e9;
 	p.attend_tokens_per_s = 2e6;
-	p.store_flops = 200e9;
+	p.store_flops = 2e12;  /* near-storage accelerators */
+	p.read_x_bytes_per_s = 5e9;
+	p.x_latency_s = 100e-6;
 	return p;
 }
 
@@ -192,31 +194,58 @@ Test(plan_refusals, rates_refused)
 {
 	double bad[] = { 0.0, -1.0, NAN, INFINITY };
 	const char *field[] = { "caller_flops", "link_bytes_per_s",
-				"read_cold_bytes_per_s", "store_flops",
-				"attend_tokens_per_s" };
+				"read_cold_bytes_per_s", "read_x_bytes_per_s",
+				"store_flops", "attend_tokens_per_s" };
 
-	for (int f = 0; f < 5; f++)
+	for (int f = 0; f < 6; f++)
 		for (int i = 0; i < 4; i++) {
 			kvf_profile p = gpu_like();
 			kvf_kvpr_plan k = { .struct_size = sizeof(k), .l = 77 }, k0 = k;
 			kvf_xcache_plan x = { .struct_size = sizeof(x), .alpha = 0.5 }, x0 = x;
 			double beta = 9, b0 = 9;
 			double *slot[] = { &p.caller_flops, &p.link_bytes_per_s,
-					   &p.read_cold_bytes_per_s, &p.store_flops,
+					   &p.read_cold_bytes_per_s,
+					   &p.read_x_bytes_per_s, &p.store_flops,
 					   &p.attend_tokens_per_s };
 
 			*slot[f] = bad[i];
 			refused(kvf_plan_xcache(&p, &mha, 100, 100, &x), field[f],
 				&x, &x0, sizeof(x));
-			if (f < 3)
+			if (f < 4)
 				refused(kvf_plan_kvpr(&p, &mha, 100, 100, &k), field[f],
 					&k, &k0, sizeof(k));
 			else
 				cr_assert(eq(int, kvf_plan_kvpr(&p, &mha, 100, 100, &k), KVF_OK));
-			if (f == 0 || f == 4)
+			if (f == 0 || f == 5)
 				refused(kvf_plan_beta(&p, &mha, &beta, NULL), field[f],
 					&beta, &b0, sizeof(beta));
 		}
+}
+
+/* The fixed cost of reading X: a split that cannot win it back is not
+ * taken; a latency that is negative or NaN is refused. */
+Test(plan_refusals, latency)
+{
+	kvf_profile p = gpu_like();
+	kvf_kvpr_plan k = { .struct_size = sizeof(k) }, k0;
+	kvf_xcache_plan x = { .struct_size = sizeof(x) }, x0;
+
+	cr_assert(eq(int, kvf_plan_kvpr(&p, &mha, 4096, 4096, &k), KVF_OK));
+	cr_assert(k.l > 0);
+	cr_assert(eq(int, kvf_plan_xcache(&p, &mha, 4096, 4096, &x), KVF_OK));
+	cr_assert(x.x_tokens > 0);
+	p.x_latency_s = 1.0; /* a second to reach X: never worth it */
+	cr_assert(eq(int, kvf_plan_kvpr(&p, &mha, 4096, 4096, &k), KVF_OK));
+	cr_assert(eq(u64, k.l, 0));
+	cr_assert(eq(int, kvf_plan_xcache(&p, &mha, 4096, 4096, &x), KVF_OK));
+	cr_assert(eq(u64, x.x_tokens, 0));
+	cr_assert(eq(dbl, x.alpha, 0.0));
+	k0 = k;
+	x0 = x;
+	p.x_latency_s = -1;
+	refused(kvf_plan_kvpr(&p, &mha, 4096, 4096, &k), "x_latency_s -1", &k, &k0, sizeof(k));
+	p.x_latency_s = NAN;
+	refused(kvf_plan_xcache(&p, &mha, 4096, 4096, &x), "x_latency_s nan", &x, &x0, sizeof(x));
 }
 
 Test(plan_refusals, arguments_refused)
