@@ -1206,6 +1206,13 @@ KVF_API kvf_status kvf_profile_run(kvf_store *st, uint64_t scratch_seq,
  */
 KVF_API kvf_status kvf_profile_get(kvf_store *st, kvf_profile *out);
 
+/* The planners split work only when the split is predicted at least
+ * this much faster than not splitting (a share of the step time): a
+ * smaller gain is within the error of the rates, and a second path has
+ * costs the model does not see (threads handing work over, two sides
+ * sharing a busy CPU). */
+#define KVF_PLAN_MIN_GAIN 0.1
+
 /* KVPR's split of one layer's s tokens (kvf_plan_kvpr).  Set
  * struct_size = sizeof(kvf_kvpr_plan) before the call. */
 typedef struct {
@@ -1225,8 +1232,9 @@ typedef struct {
  * t_x + max(t_recompute, t_transfer) under the profiled rates
  * (read_x_bytes_per_s, read_cold_bytes_per_s and link_bytes_per_s for
  * the bytes, caller_flops for the recomputation and the attention).  A
- * split is taken only when it wins back x_latency_s, the fixed cost of
- * reading X at all; otherwise l = 0.
+ * split is taken only when, with x_latency_s (the fixed cost of reading X
+ * at all) added, it is predicted KVF_PLAN_MIN_GAIN faster than l = 0;
+ * otherwise l = 0.
  * @m: the model shape (as in kvf_options.model).
  * @n_tokens: s.  @x_tokens: tokens of X stored (l never passes it).
  * Pure: reads nothing from a store.
@@ -1264,8 +1272,8 @@ typedef struct {
  * read_x_bytes_per_s, recomputation at store_flops, attention at
  * attend_tokens_per_s) against the caller's (K,V at the slower of
  * read_cold_bytes_per_s and link_bytes_per_s, attention at caller_flops);
- * as for kvf_plan_kvpr, alpha is 0 unless the split wins back
- * x_latency_s.
+ * as for kvf_plan_kvpr, alpha is 0 unless the split, x_latency_s
+ * included, is predicted KVF_PLAN_MIN_GAIN faster than alpha = 0.
  * @x_tokens: tokens of X stored (alpha s never passes it).
  * Return: KVF_OK; KVF_EINVAL (as kvf_plan_kvpr).  Concurrency: pure.
  */

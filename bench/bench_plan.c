@@ -43,7 +43,7 @@ static void usage(FILE *f)
 		"                    [--q-heads N] [--gqa-kv-heads N] [--head-dim N]\n"
 		"                    [--slow-ratio X] [--plot DIR] [--json] [--keep]\n"
 		"  --dir DIR          directory for the stores (default ./kvbench-plan)\n"
-		"  --tokens N         context tokens of the layer timed (default 256)\n"
+		"  --tokens N         context tokens of the layer timed (default 1024)\n"
 		"  --repeat N         timed steps per point, the median (default 3)\n"
 		"  --q-heads N        query heads of both shapes (default 4); the MHA\n"
 		"                     shape has as many kv heads\n"
@@ -74,7 +74,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
 	};
 	int rc;
 
-	*a = (struct plan_args){ .dir = "kvbench-plan", .tokens = 256,
+	*a = (struct plan_args){ .dir = "kvbench-plan", .tokens = 1024,
 				 .repeat = 3, .q_heads = 4, .gqa_kv_heads = 1,
 				 .head_dim = 64, .slow_ratio = 512 };
 	if ((rc = bench_parse_opts("plan", usage, opts, argc, argv)) != 0)

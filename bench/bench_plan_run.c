@@ -48,6 +48,13 @@ struct shape_run {
 
 /* ---- the reference recomputation ---------------------------------------- */
 
+static void axpy(float *restrict o, float a, const float *restrict w,
+		 uint32_t n)
+{
+	for (uint32_t c = 0; c < n; c++)
+		o[c] += a * w[c];
+}
+
 static void ref_project(const uint16_t *x, uint32_t n, uint32_t d,
 			const float *w, uint32_t cols, float *out, float *xrow)
 {
@@ -58,17 +65,18 @@ static void ref_project(const uint16_t *x, uint32_t n, uint32_t d,
 			xrow[j] = kvf_f16_to_f32(x[(size_t)t * d + j]);
 		memset(o, 0, (size_t)cols * sizeof(float));
 		for (uint32_t j = 0; j < d; j++)
-			for (uint32_t c = 0; c < cols; c++)
-				o[c] += xrow[j] * w[(size_t)j * cols + c];
+			axpy(o, xrow[j], w + (size_t)j * cols, cols);
 	}
 }
 
 static void ref_rope(float *rows, uint32_t n, uint32_t heads, uint32_t hd,
 		     uint64_t pos0)
 {
-	for (uint32_t t = 0; t < n; t++)
-		for (uint32_t i = 0; i < hd / 2; i++) {
-			double ang = (double)(pos0 + t) * pow(THETA, -2.0 * i / hd);
+	for (uint32_t i = 0; i < hd / 2; i++) {
+		double freq = pow(THETA, -2.0 * i / hd);
+
+		for (uint32_t t = 0; t < n; t++) {
+			double ang = (double)(pos0 + t) * freq;
 			float c = (float)cos(ang), s = (float)sin(ang);
 
 			for (uint32_t h = 0; h < heads; h++) {
@@ -79,6 +87,7 @@ static void ref_rope(float *rows, uint32_t n, uint32_t heads, uint32_t hd,
 				r[i + hd / 2] = a * s + b * c;
 			}
 		}
+	}
 }
 
 static float noise(uint64_t i)
@@ -88,23 +97,22 @@ static float noise(uint64_t i)
 
 /* ---- host rates ----------------------------------------------------------- */
 
-/* caller_flops_of - the reference recomputation's FLOP/s: the median of
- * five runs of 32 tokens */
+/* caller_flops_of - the reference recomputation's FLOP/s, sustained: as
+ * many passes over 64 tokens as take 0.1 s (a short burst runs faster
+ * than the steps will on a machine with other load) */
 static double caller_flops_of(struct shape_run *r)
 {
-	uint32_t n = r->s < 32 ? r->s : 32;
-	double f[5];
+	uint32_t n = r->s < 64 ? r->s : 64;
+	uint64_t t0 = bench_now_ns(), dt, done = 0;
 
-	for (int i = 0; i < 5; i++) {
-		uint64_t t0 = bench_now_ns(), dt;
-
+	do {
 		ref_project(r->x, n, r->d, r->w_k, r->cols, r->krec, r->xrow);
 		ref_project(r->x, n, r->d, r->w_v, r->cols, r->vrec, r->xrow);
 		ref_rope(r->krec, n, r->nkv, r->hd, 0);
+		done += n;
 		dt = bench_now_ns() - t0;
-		f[i] = 4.0 * r->d * r->cols * n / (dt ? dt * 1e-9 : 1e-9);
-	}
-	return bench_median(f, 5);
+	} while (dt < 100000000u);
+	return 4.0 * r->d * r->cols * done / (dt * 1e-9);
 }
 
 void plan_measure_host(struct plan_ctx *c)

@@ -179,8 +179,11 @@ kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 	c.kv_s = sh.kv_bytes / min2(p->read_cold_bytes_per_s, p->link_bytes_per_s);
 	c.rc_s = sh.rc_flops / p->caller_flops;
 	l = kvc_kvpr_split(&c, n_tokens, x_tokens);
-	/* the split must win back the fixed cost of reading X at all */
-	if (l && kvc_kvpr_time(&c, n_tokens, l) + lat >= kvc_kvpr_time(&c, n_tokens, 0))
+	/* the split must win back the fixed cost of reading X at all, and
+	 * then some: a predicted gain inside the model's error is not worth
+	 * a second path */
+	if (l && kvc_kvpr_time(&c, n_tokens, l) + lat >=
+		 (1 - KVF_PLAN_MIN_GAIN) * kvc_kvpr_time(&c, n_tokens, 0))
 		l = 0;
 	out->l = l;
 	out->t_x_s = l ? lat + (double)l * c.x_s : 0.0;
@@ -230,8 +233,9 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 	xt = (uint64_t)llround(alpha * s);
 	if (xt > x_tokens)
 		xt = x_tokens;
-	if (xt && lat + (double)xt * cs >= s * cc)
-		xt = 0; /* no better than the caller alone */
+	if (xt && fmax(lat + (double)xt * cs, (s - (double)xt) * cc) >=
+		  (1 - KVF_PLAN_MIN_GAIN) * s * cc)
+		xt = 0; /* not clearly better than the caller alone */
 	if (xt == 0)
 		alpha = 0;
 	out->alpha = alpha;
