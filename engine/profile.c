@@ -423,7 +423,7 @@ static kvf_status measure_recompute(struct meas *m, kvf_profile *p)
 	fill(w, (size_t)d * cols, KVF_DTYPE_F32, &r);
 	if ((rc = kvf_read_x(st, m->seq, 0, 0, n, x)) != KVF_OK)
 		goto out;
-	/* passes over the n tokens for at least 0.1 s: a rate sustained
+	/* passes over the n tokens for at least 0.25 s: a rate sustained
 	 * that long includes the machine's other load, as the planned
 	 * steps will */
 	t0 = now_s();
@@ -440,7 +440,7 @@ static kvf_status measure_recompute(struct meas *m, kvf_profile *p)
 		}
 		done += n;
 		dt = now_s() - t0;
-	} while (dt < 0.1);
+	} while (dt < 0.25);
 	p->store_flops = per_tok * (double)done / fmax(dt, 1e-9);
 out:
 	kvf_free(x);

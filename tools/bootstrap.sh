@@ -19,9 +19,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 packages=(gcc make cmake pkg-config binutils
           librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev
           python3 python3-numpy python3-torch python3-pytest
-          libopenblas0-pthread)
+          libopenblas0-pthread gnuplot-nox)
 # (libopenblas0-pthread: Debian's torch calls the system BLAS, which is the
-# slow reference one unless OpenBLAS provides it)
+# slow reference one unless OpenBLAS provides it; gnuplot-nox draws the
+# plots of kvbench plan --plot)
 
 say() { printf '==> %s\n' "$*"; }
 
