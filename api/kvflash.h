@@ -1146,7 +1146,9 @@ typedef struct {
 					* tokens of one layer (every head)
 					* per s, pages cached */
 	double store_flops;            /* FLOP/s of the K,V recomputation
-					* from X near the data (compute only) */
+					* from X near the data, as
+					* kvf_attend_x runs it: X read,
+					* projected, attended */
 	double read_x_bytes_per_s;     /* X read with no page cached (X is
 					* kept per query head, so it reads
 					* as many streams as there are query
@@ -1268,9 +1270,8 @@ typedef struct {
  * are kept as X, the store recomputes their K,V near the data and attends
  * them (kvf_attend_x_start) while the caller reads K,V of the rest and
  * attends them, and the two merge by LSE (kvf_attn_merge).  alpha
- * balances the two sides: the store's time per token (X read at
- * read_x_bytes_per_s, recomputation at store_flops, attention at
- * attend_tokens_per_s) against the caller's (K,V at the slower of
+ * balances the two sides: the store's time per token (its whole path,
+ * X read and attention included, at store_flops) against the caller's (K,V at the slower of
  * read_cold_bytes_per_s and link_bytes_per_s, attention at caller_flops);
  * as for kvf_plan_kvpr, alpha is 0 unless the split, x_latency_s
  * included, is predicted KVF_PLAN_MIN_GAIN faster than alpha = 0.

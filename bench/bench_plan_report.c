@@ -151,7 +151,7 @@ static void script(FILE *g, const char *dir, int w)
 
 	fprintf(g, "set terminal png size 1100,450\nset output '%s/plan_%s.png'\n",
 		dir, name);
-	fprintf(g, "set multiplot layout 1,2 title '%s'\n",
+	fprintf(g, "set multiplot layout 1,2 title \"%s\"\n",
 		w ? "X-cache (HILOS): step time against the share alpha kept as X; circles: the planner's pick"
 		  : "KVPR: step time against the split l/s recomputed by the caller; circles: the planner's pick");
 	fprintf(g, "set logscale y\nset grid\nset ylabel 'ms per decode step (one layer)'\nset xlabel '%s'\n",
@@ -161,9 +161,9 @@ static void script(FILE *g, const char *dir, int w)
 
 		fprintf(g, "set title 'link: %s'\n", k ? "slow (GPU-like FLOP per byte)" : "host memory");
 		fprintf(g, "plot '%s/plan_%s_mha_%s.dat' u 1:2 w lp lc 1 t 'MHA', "
-			   "'' u 1:($3 ? $2 : 1/0) w p pt 6 ps 2 lc 1 notitle, "
+			   "'' u 1:($3 > 0 ? $2 : 1/0) w p pt 6 ps 2 lc 1 notitle, "
 			   "'%s/plan_%s_gqa_%s.dat' u 1:2 w lp lc 2 t 'GQA', "
-			   "'' u 1:($3 ? $2 : 1/0) w p pt 6 ps 2 lc 2 notitle\n",
+			   "'' u 1:($3 > 0 ? $2 : 1/0) w p pt 6 ps 2 lc 2 notitle\n",
 			dir, name, link, dir, name, link);
 	}
 	fprintf(g, "unset multiplot\n");

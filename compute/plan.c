@@ -200,7 +200,7 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 {
 	static const char *const need[] = {
 		"caller_flops", "link_bytes_per_s", "read_cold_bytes_per_s",
-		"read_x_bytes_per_s", "store_flops", "attend_tokens_per_s", NULL };
+		"store_flops", NULL };
 	struct shape sh;
 	double cs, cc, amax, alpha, lat, s = (double)n_tokens;
 	uint64_t xt;
@@ -210,9 +210,7 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 		return kvf_fail(KVF_EINVAL, "kvf_plan_xcache: profile is NULL");
 	{
 		double vals[] = { p->caller_flops, p->link_bytes_per_s,
-				  p->read_cold_bytes_per_s,
-				  p->read_x_bytes_per_s, p->store_flops,
-				  p->attend_tokens_per_s };
+				  p->read_cold_bytes_per_s, p->store_flops };
 
 		if ((rc = common_check("kvf_plan_xcache", p, m, out,
 				       sizeof(*out), need, vals)) != KVF_OK ||
@@ -221,8 +219,9 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 	}
 	sh = shape_of(m);
 	lat = p->x_latency_s;
-	cs = sh.x_bytes / p->read_x_bytes_per_s +
-	     sh.rc_flops / p->store_flops + 1.0 / p->attend_tokens_per_s;
+	/* store_flops is measured over the whole near-data path (X read,
+	 * projection, attention) */
+	cs = sh.rc_flops / p->store_flops;
 	cc = sh.kv_bytes / min2(p->read_cold_bytes_per_s, p->link_bytes_per_s) +
 	     sh.attn_flops / p->caller_flops;
 	amax = n_tokens ? min2(1.0, (double)x_tokens / s) : 0.0;

@@ -7,8 +7,8 @@
  * media path: the DRAM tier is emptied, every KV head is read (cold), read
  * again (warm), SparF attention runs cold and warm when the store keeps
  * K^T pages, dense attention runs warm, X is read cold (its bandwidth, and
- * the latency of one token of it), and X is projected as kvf_recompute_kv
- * does (the near-data recomputation rate, compute only).  Each warm
+ * the latency of one token of it), and kvf_attend_x's path runs with
+ * weights of the profile's own (the near-data recomputation rate).  Each warm
  * figure is the best of three runs, the latency the median of three.
  *
  * DIR/PROFILE (120 bytes, little-endian, replaced atomically: temp file,
@@ -36,8 +36,8 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/half.h"
-#include "compute/proj.h"
 #include "engine/fatal.h"
+#include "engine/recompute.h"
 #include "engine/store_int.h"
 #include "engine/store_state.h"
 #include "engine/tier.h"
@@ -396,58 +396,35 @@ static kvf_status measure_x(struct meas *m, kvf_profile *p)
 	return rc;
 }
 
-/* measure_recompute - X projected to K and V (with RoPE) as
- * kvf_recompute_kv does, on enough tokens for about 2e8 flops; X is read
- * first, untimed: this is the compute rate */
+/* measure_recompute - the near-data path of kvf_attend_x as it runs (X
+ * read, K,V projected with RoPE, attention folded), with random weights of
+ * its own, over and over for at least 0.25 s: a rate sustained that long
+ * includes the machine's other load, as the planned steps will */
 static kvf_status measure_recompute(struct meas *m, kvf_profile *p)
 {
-	kvf_store *st = m->st;
 	uint32_t d = m->nq * m->hd, cols = m->n_kv * m->hd;
 	double per_tok = 4.0 * d * cols, t0, dt;
 	uint64_t n = (uint64_t)(2e8 / per_tok) + 1, done = 0;
-	void *x;
 	float *w = kvf_malloc((size_t)d * cols * sizeof(float));
-	float *k = kvf_malloc((size_t)CHUNK * cols * sizeof(float));
-	float *v = kvf_malloc((size_t)CHUNK * cols * sizeof(float));
-	float *xrow = kvf_malloc((size_t)d * sizeof(float));
+	struct layer_weights lw = { .rope_theta = m->hd % 2 ? 0.0f : 10000.0f };
 	struct rng r = { 12345 };
 	kvf_status rc = KVF_OK;
 
 	if (n > m->n)
 		n = m->n;
-	x = kvf_malloc(n * d * st->elt_bytes);
-	if (!x || !w || !k || !v || !xrow) {
-		rc = kvf_fail(KVF_ENOMEM, "kvf_profile_run: out of memory");
-		goto out;
-	}
+	if (w == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_profile_run: out of memory");
 	fill(w, (size_t)d * cols, KVF_DTYPE_F32, &r);
-	if ((rc = kvf_read_x(st, m->seq, 0, 0, n, x)) != KVF_OK)
-		goto out;
-	/* passes over the n tokens for at least 0.25 s: a rate sustained
-	 * that long includes the machine's other load, as the planned
-	 * steps will */
+	lw.w_k = lw.w_v = w;
 	t0 = now_s();
 	do {
-		for (uint64_t t = 0; t < n; t += CHUNK) {
-			uint32_t c = (uint32_t)(n - t < CHUNK ? n - t : CHUNK);
-			const unsigned char *xc = (const unsigned char *)x +
-						  t * d * st->elt_bytes;
-
-			kvc_project(xc, st->hdr.dtype, c, d, w, cols, k, xrow);
-			kvc_project(xc, st->hdr.dtype, c, d, w, cols, v, xrow);
-			kvc_rope(k, c, m->n_kv, m->hd, t,
-				 m->hd % 2 ? 0.0f : 10000.0f);
-		}
+		rc = recompute_attend_with(m->st, m->seq, 0, 0, n, m->q, m->out, &lw);
 		done += n;
 		dt = now_s() - t0;
-	} while (dt < 0.25);
-	p->store_flops = per_tok * (double)done / fmax(dt, 1e-9);
-out:
-	kvf_free(x);
+	} while (rc == KVF_OK && dt < 0.25);
+	if (rc == KVF_OK)
+		p->store_flops = per_tok * (double)done / fmax(dt, 1e-9);
 	kvf_free(w);
-	kvf_free(k);
-	kvf_free(v);
-	kvf_free(xrow);
 	return rc;
 }
 

@@ -143,6 +143,7 @@ static kvf_status weights_get(kvf_store *st, const char *call, uint32_t layer,
 struct recomp {
 	kvf_store *st;
 	struct layer_weights *w;
+	int w_given;           /* w is the caller's (recompute_attend_with) */
 	uint32_t d, cols;      /* X elements, K (or V) columns per token */
 	unsigned char *x;      /* [CHUNK][d] in dtype */
 	float *xrow;           /* [d] */
@@ -155,14 +156,16 @@ static void recomp_end(struct recomp *r)
 	kvf_free(r->xrow);
 	kvf_free(r->k);
 	kvf_free(r->v);
-	weights_put(r->st, r->w);
+	if (!r->w_given)
+		weights_put(r->st, r->w);
 }
 
 /* recomp_begin - arguments checked (range inside the stored X), weights
  * referenced, chunk buffers made */
 static kvf_status recomp_begin(struct recomp *r, kvf_store *st,
 			       const char *call, uint64_t seq, uint32_t layer,
-			       uint64_t t0, uint64_t t1)
+			       uint64_t t0, uint64_t t1,
+			       struct layer_weights *given)
 {
 	uint64_t x_len;
 	kvf_status rc;
@@ -184,8 +187,12 @@ static kvf_status recomp_begin(struct recomp *r, kvf_store *st,
 				"%s: token range [%llu, %llu) past the end of the X of sequence %llu layer %u (%llu tokens)",
 				call, (unsigned long long)t0, (unsigned long long)t1,
 				(unsigned long long)seq, layer, (unsigned long long)x_len);
-	if ((rc = weights_get(st, call, layer, &r->w)) != KVF_OK)
+	if (given) {
+		r->w = given;
+		r->w_given = 1;
+	} else if ((rc = weights_get(st, call, layer, &r->w)) != KVF_OK) {
 		return rc;
+	}
 	r->d = st->hdr.n_q_heads * st->hdr.head_dim;
 	r->cols = st->hdr.n_kv_heads * st->hdr.head_dim;
 	r->x = kvf_malloc((size_t)CHUNK_TOKENS * r->d * st->elt_bytes);
@@ -227,7 +234,7 @@ kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq, uint32_t layer,
 		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
 	if (k_out == NULL && v_out == NULL && t1 > t0)
 		return kvf_fail(KVF_EINVAL, "%s: k_out and v_out are both NULL", call);
-	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1)) != KVF_OK)
+	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1, NULL)) != KVF_OK)
 		return rc;
 	for (uint64_t t = t0; t < t1 && rc == KVF_OK; t += CHUNK_TOKENS) {
 		uint32_t n = (uint32_t)(t1 - t < CHUNK_TOKENS ? t1 - t : CHUNK_TOKENS);
@@ -280,7 +287,7 @@ static void gather_head(float *dst, const float *src, uint32_t n,
 static kvf_status attend_x_run(kvf_store *st, const char *call, uint64_t seq,
 			       uint32_t layer, uint64_t t0, uint64_t t1,
 			       const float *q, float *out, float scale,
-			       float *lse)
+			       float *lse, struct layer_weights *given)
 {
 	uint32_t n_kv = st->hdr.n_kv_heads, hd = st->hdr.head_dim;
 	uint32_t g = st->hdr.n_q_heads / n_kv, nq = st->hdr.n_q_heads;
@@ -291,7 +298,7 @@ static kvf_status attend_x_run(kvf_store *st, const char *call, uint64_t seq,
 	struct recomp r;
 	kvf_status rc;
 
-	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1)) != KVF_OK)
+	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1, given)) != KVF_OK)
 		return rc;
 	s = kvf_calloc(n_kv, sizeof(*s));
 	sbuf = kvf_malloc(n_kv * sfl * sizeof(float));
@@ -343,7 +350,15 @@ kvf_status kvf_attend_x(kvf_store *st, uint64_t seq, uint32_t layer,
 	if ((rc = attend_x_check(st, call, q, out, opts)) != KVF_OK)
 		return rc;
 	return attend_x_run(st, call, seq, layer, t0, t1, q, out,
-			    opts ? opts->scale : 0, opts ? opts->lse : NULL);
+			    opts ? opts->scale : 0, opts ? opts->lse : NULL, NULL);
+}
+
+kvf_status recompute_attend_with(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t t0, uint64_t t1, const float *q,
+				 float *out, struct layer_weights *w)
+{
+	return attend_x_run(st, "kvf_profile_run", seq, layer, t0, t1, q, out,
+			    0, NULL, w);
 }
 
 /* A kvf_attend_x_start job: its arguments, q copied. */
@@ -362,7 +377,7 @@ static kvf_status attend_x_job_run(void *arg)
 	struct attend_x_job *a = arg;
 
 	return attend_x_run(a->st, "kvf_attend_x_start", a->seq, a->layer,
-			    a->t0, a->t1, a->q, a->out, a->scale, a->lse);
+			    a->t0, a->t1, a->q, a->out, a->scale, a->lse, NULL);
 }
 
 static void attend_x_job_release(void *arg)
@@ -391,7 +406,7 @@ kvf_status kvf_attend_x_start(kvf_store *st, uint64_t seq, uint32_t layer,
 		return rc;
 	/* the checks the job would make, now, so an argument error is the
 	 * caller's at once */
-	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1)) != KVF_OK)
+	if ((rc = recomp_begin(&r, st, call, seq, layer, t0, t1, NULL)) != KVF_OK)
 		return rc;
 	recomp_end(&r);
 	qn = (size_t)st->hdr.n_q_heads * st->hdr.head_dim;
