@@ -55,7 +55,8 @@ struct plan_case {
 	const char *shape;   /* "mha" or "gqa" */
 	const char *link;    /* "host" or "slow" */
 	kvf_model m;
-	kvf_profile prof;    /* the stored profile, link set for the case */
+	kvf_profile prof;    /* the stored profile, for KVPR and beta */
+	kvf_profile prof_x;  /* profiled again before the X-cache sweep */
 	int direct_io;       /* the store read with O_DIRECT */
 	uint32_t x_smaller;  /* kvf_xcache_plan's */
 	double beta, near_share;

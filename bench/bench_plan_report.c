@@ -48,7 +48,9 @@ void plan_print_table(const struct plan_ctx *c)
 			       p->read_cold_bytes_per_s / 1e9,
 			       p->read_warm_bytes_per_s / 1e9,
 			       p->attend_tokens_per_s, p->store_flops / 1e9);
-		printf("  link %s (%.3g MB/s):\n", pc->link, p->link_bytes_per_s / 1e6);
+		printf("  link %s (%.3g MB/s); caller %.2f GFLOP/s; profiled again before the X-cache sweep: near the data %.2f GFLOP/s\n",
+		       pc->link, p->link_bytes_per_s / 1e6, p->caller_flops / 1e9,
+		       pc->prof_x.store_flops / 1e9);
 		for (int w = 0; w < 2; w++) {
 			const struct plan_sweep *sw = sweep_of(pc, w);
 
@@ -94,6 +96,8 @@ void plan_print_json(const struct plan_ctx *c)
 		       p->caller_flops, p->link_bytes_per_s,
 		       p->read_cold_bytes_per_s, p->read_warm_bytes_per_s,
 		       p->attend_tokens_per_s, p->store_flops);
+		printf("   \"profile_xcache\": {\"read_cold_bytes_per_s\": %.6e, \"store_flops\": %.6e},\n",
+		       pc->prof_x.read_cold_bytes_per_s, pc->prof_x.store_flops);
 		printf("   \"x_smaller\": %s, \"beta\": %.6e, \"near_share\": %.6f",
 		       pc->x_smaller ? "true" : "false", pc->beta, pc->near_share);
 		for (int w = 0; w < 2; w++) {
