@@ -1183,9 +1183,11 @@ static inline void kvf_profile_init(kvf_profile *p)
  * @p: in: caller_flops and link_bytes_per_s (finite, > 0); out: every
  *     measured field.  Written to DIR/PROFILE (replacing what was there,
  *     atomically) before it is published in *p.
- * Cold reads are made after the store's DRAM tier was emptied; with
- * buffered (not direct) I/O the operating system's cache may still hold
- * the pages.  Takes a second or so for the default size.
+ * Cold reads are made after the store's DRAM tier was emptied (of every
+ * sequence's cached pages: later reads of other sequences go to the media
+ * until the tier fills again); with buffered (not direct) I/O the
+ * operating system's cache may still hold the pages.  Takes a second or
+ * two for the default size.
  * Return: KVF_OK; KVF_EINVAL (NULL, a caller rate not finite and > 0);
  * KVF_EEXIST (scratch_seq); KVF_ERANGE (n_tokens past 2^20); KVF_ENOTSUP
  * (read-only store); KVF_EVERSION; KVF_ENOSPC; KVF_EIO; KVF_ENOMEM;

@@ -364,4 +364,19 @@ Test(planners, profile_kept_with_the_store)
 	OK(kvf_profile_run(st, 50, 128, &p));
 	OK(kvf_profile_get(st, &g));
 	cr_assert(eq(u64, g.profile_tokens, 128));
+	/* read-only: refused, and the profile is still there to read */
+	OK(kvf_close(st));
+	fx.st = NULL;
+	{
+		kvf_options ro;
+
+		kvf_options_init(&ro, NULL);
+		ro.read_only = 1;
+		OK(kvf_open(fx.path, &ro, &st));
+		fx.st = st;
+	}
+	has(kvf_profile_run(st, 50, 128, &p), KVF_ENOTSUP, "read-only");
+	kvf_profile_init(&bad);
+	OK(kvf_profile_get(st, &bad));
+	cr_assert(memcmp(&bad, &g, sizeof(g)) == 0);
 }
