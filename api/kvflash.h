@@ -1243,7 +1243,9 @@ typedef struct {
  * @n_tokens: s.  @x_tokens: tokens of X stored (l never passes it).
  * Pure: reads nothing from a store.
  * Return: KVF_OK; KVF_EINVAL (NULL, struct_size too small, a rate it
- * needs not finite and > 0, a bad model shape: the message names it).
+ * needs not finite and > 0, x_latency_s negative or not finite, a bad
+ * model shape: the message names it); KVF_EVERSION (profile struct
+ * newer, with a tail not zero).  The output is written only on KVF_OK.
  * Concurrency: pure.
  */
 KVF_API kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
@@ -1273,8 +1275,9 @@ typedef struct {
  * them (kvf_attend_x_start) while the caller reads K,V of the rest and
  * attends them, and the two merge by LSE (kvf_attn_merge).  alpha
  * balances the two sides: the store's time per token (its whole path,
- * X read and attention included, at store_flops) against the caller's (K,V at the slower of
- * read_cold_bytes_per_s and link_bytes_per_s, attention at caller_flops);
+ * X read and attention included, at store_flops) against the caller's
+ * (K,V at the slower of read_cold_bytes_per_s and link_bytes_per_s,
+ * attention at caller_flops);
  * as for kvf_plan_kvpr, alpha is 0 unless the split, x_latency_s
  * included, is predicted KVF_PLAN_MIN_GAIN faster than alpha = 0.
  * @x_tokens: tokens of X stored (alpha s never passes it).
