@@ -186,7 +186,34 @@ typedef struct {
 				   * 0 = no tier: nothing cached, pages
 				   * written as they fill, no limit on
 				   * group buffers and index */
+	/* Eviction (docs/store.md, "Eviction"): when live data passes
+	 * evict_high of the media (or an append finds no room), whole
+	 * sequences are dropped by the policy until it is below evict_low.
+	 * Pinned sequences (kvf_seq_pin) and optimizer state are never
+	 * evicted; a call running on a sequence finishes first.  Handle options: a
+	 * reopen may change them */
+	uint32_t evict_policy;    /* kvf_evict_policy; default
+				   * KVF_EVICT_NONE: a full store answers
+				   * KVF_ENOSPC */
+	float evict_high;         /* share of the media's pages live that
+				   * starts eviction; default 0.90 */
+	float evict_low;          /* share eviction brings it down to;
+				   * default 0.80; 0 < low < high <= 1 */
 } kvf_options;
+
+/* kvf_options.evict_policy: which sequences eviction drops first.  Every
+ * policy skips a sequence whose every page is shared with another (a fork
+ * family member): dropping it would give no room back. */
+typedef enum {
+	KVF_EVICT_NONE = 0,      /* never evict */
+	KVF_EVICT_LRU = 1,       /* least recently used first */
+	KVF_EVICT_LFU = 2,       /* least often used first (ties: LRU) */
+	KVF_EVICT_ENDURANCE = 3  /* prefer dropping to rewriting: LRU rank
+				  * plus the share of the pages the cleaner
+				  * would have to copy to reclaim the
+				  * sequence's segments (kept live by
+				  * others); see docs/store.md */
+} kvf_evict_policy;
 
 /* Fills *o with defaults for model m; use kvf_options_init. */
 KVF_API void kvf_options_init_sized(kvf_options *o, const kvf_model *m,
@@ -307,6 +334,27 @@ typedef struct {
 	uint64_t attend_calls;       /* attention calls (kvf_attend*,
 				      * kvf_scores) */
 	uint64_t attend_bytes_read;  /* bytes those calls read from media */
+	/* eviction (kvf_options.evict_policy); counts since open */
+	uint64_t evict_runs;         /* times eviction ran */
+	uint64_t evict_runs_full;    /* of them, because an append or a
+				      * kvf_sync found no room */
+	uint64_t evict_runs_watermark; /* because live data passed
+				      * evict_high */
+	uint64_t evicted_seqs;       /* sequences evicted */
+	uint64_t evicted_bytes;      /* media bytes they alone held */
+	uint64_t evict_copy_bytes;   /* bytes of other sequences' pages left
+				      * in the victims' segments (the
+				      * cleaner copies them to reclaim) */
+	double live_share;           /* live pages / the media's data pages */
+	/* prefix reuse (kvf_seq_create_tokens); counts since open */
+	uint64_t prefix_lookups;     /* kvf_seq_create_tokens calls */
+	uint64_t prefix_hits;        /* of them, calls that reused >= 1 token */
+	uint64_t prefix_tokens_asked; /* tokens those calls were given */
+	uint64_t prefix_tokens_reused; /* of them, shared with a stored
+					* prefix instead of appended */
+	uint64_t prefix_bytes_saved; /* K/V bytes of those tokens (all
+				      * layers): bytes not rewritten */
+	uint64_t prefix_chunks;      /* token chunks in the prefix index now */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -422,12 +470,148 @@ KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
 KVF_API kvf_status kvf_seq_free(kvf_store *st, uint64_t seq);
 
 /*
+ * kvf_seq_create_tokens - start a sequence for the token ids
+ * tokens[0, n_tokens), sharing the K/V of the longest prefix of them
+ * that the store holds.  The ids are hashed a token group (chunk) at a
+ * time in a chain (XXH3-64, each chunk's hash seeded with the one before)
+ * and matched against the chunks that live sequences published; a match
+ * is confirmed on the token ids themselves, never on a hash alone.  The
+ * match may end inside a group (the new sequence copies that partial
+ * group, as kvf_seq_fork does).  The new sequence then holds *n_reused
+ * tokens of every layer (shared pages, counted in kvf_stats); the caller
+ * appends K/V for tokens [*n_reused, n_tokens) (and for any later ones).
+ * The ids are registered with the sequence: each whole group of them that
+ * every layer's K/V covers becomes a reusable prefix chunk, and stays one
+ * while the sequence lives.  The caller promises that the K/V it appends
+ * for a token is the one its ids determine (same model, same ids before
+ * it).  n_tokens 0 creates an empty sequence that registers ids later.
+ * @n_reused: receives the tokens shared (0 when nothing matched); it may
+ *        equal n_tokens.
+ * Return: KVF_OK; KVF_EEXIST; KVF_EINVAL (NULL tokens with n_tokens > 0,
+ * NULL n_reused, id UINT64_MAX); KVF_ERANGE (n_tokens over 2^26);
+ * KVF_ENOTSUP (read-only); KVF_EIO, KVF_ECORRUPT (a partial group to copy
+ * could not be read back: nothing was made); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; waits for calls on the sequence it shares from.
+ */
+KVF_API kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t seq,
+					 const uint32_t *tokens,
+					 uint64_t n_tokens, uint64_t *n_reused);
+
+/*
+ * kvf_seq_add_tokens - register the next n_tokens token ids of a sequence
+ * (a reply, the next turn), after those it registered before; its whole
+ * groups become reusable prefix chunks once every layer's K/V covers
+ * them.  Works on any sequence (one made by kvf_seq_create registers
+ * from token 0).  Ids may run ahead of the K/V appended.
+ * Return: KVF_OK; KVF_ENOENT; KVF_EINVAL (NULL tokens with n_tokens > 0);
+ * KVF_ERANGE (more than 2^26 ids in all); KVF_ENOTSUP (read-only);
+ * KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; calls on the same sequence are serialized.
+ */
+KVF_API kvf_status kvf_seq_add_tokens(kvf_store *st, uint64_t seq,
+				      const uint32_t *tokens,
+				      uint64_t n_tokens);
+
+/*
+ * kvf_seq_export - write one sequence to the file at path: its K and V
+ * of every layer, its X if it has any, and its registered token ids, in
+ * a versioned file checked by XXH3-64 per chunk, each chunk compressed
+ * with lz4 (after splitting 16-bit values into byte planes) only when that
+ * makes it smaller.  The file holds the token order, not the store's
+ * layout, so any store of the same model shape can import it.  An
+ * existing file is replaced only when the export succeeds (written to
+ * path.tmp, then renamed).
+ * Return: KVF_OK; KVF_ENOENT (seq); KVF_EINVAL (NULL path); KVF_EIO (the
+ * file; errno in the message); KVF_ECORRUPT (a page failed its check:
+ * no file is left); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; appends to seq meanwhile are not exported (the
+ * lengths are taken at the start); freeing it meanwhile gives KVF_ENOENT.
+ */
+KVF_API kvf_status kvf_seq_export(kvf_store *st, uint64_t seq,
+				  const char *path);
+
+/*
+ * kvf_seq_import - make a sequence from a file of kvf_seq_export.  The
+ * whole file is checked first (header, every chunk's checksum and size),
+ * then the sequence is made and filled; a failure at any point leaves no
+ * sequence behind.
+ * @seq: the id to give it; KVF_SEQ_NONE for the id it had when exported.
+ * @out_seq: NULL, or receives the id used.
+ * Return: KVF_OK; KVF_EEXIST (the id is taken); KVF_ECORRUPT (not an
+ * export, or damaged: the message names the file, offset and check);
+ * KVF_ENOTSUP (an export format other than this library's: version in
+ * the message); KVF_EMISMATCH (the file's model shape differs from the
+ * store's: the message names the field and both values); KVF_EIO;
+ * KVF_ENOSPC; KVF_ENOMEM; KVF_EINVAL (NULL path); KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_import(kvf_store *st, const char *path,
+				  uint64_t seq, uint64_t *out_seq);
+
+/*
  * kvf_seq_len - tokens of K/V appended to one layer of a sequence.
  * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer); KVF_EINVAL (NULL).
  * Concurrency: any thread.
  */
 KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
 			       uint64_t *n_tokens);
+
+/*
+ * kvf_seq_pin, kvf_seq_unpin - keep a sequence out of eviction while the
+ * caller uses it (a request being served).  Pins count: a sequence pinned
+ * twice needs two unpins.  Pins belong to the handle: a reopen starts
+ * with none.
+ * Return: KVF_OK; KVF_ENOENT; KVF_EINVAL (st NULL; unpin of a sequence
+ * not pinned); KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_seq_pin(kvf_store *st, uint64_t seq);
+KVF_API kvf_status kvf_seq_unpin(kvf_store *st, uint64_t seq);
+
+/* why a sequence was evicted (kvf_evict_event.reason) */
+typedef enum {
+	KVF_EVICTED_FULL = 1,      /* an append or sync found no room */
+	KVF_EVICTED_WATERMARK = 2, /* live data passed evict_high */
+	KVF_EVICTED_CALL = 3       /* kvf_evict */
+} kvf_evict_reason;
+
+/* One evicted sequence, from kvf_evict_log. */
+typedef struct {
+	uint64_t seq;         /* its id; calls on it answer KVF_ENOENT */
+	uint32_t reason;      /* kvf_evict_reason */
+	uint32_t policy;      /* kvf_evict_policy that chose it */
+	uint64_t bytes;       /* media bytes only it held (given back once
+			       * the cleaner reclaims its segments) */
+	uint64_t copy_bytes;  /* other live bytes in its segments */
+	uint64_t uses;        /* calls on it since open (LFU's count) */
+	uint64_t idle;        /* calls on other sequences since its last
+			       * (LRU's age) */
+} kvf_evict_event;
+
+/*
+ * kvf_evict - evict sequences now, by policy (0 = the store's
+ * evict_policy), until at least bytes of media are given back or nothing
+ * more can be; then reclaim their segments as kvf_sync would.
+ * @freed: NULL, or receives the bytes given back (may be below bytes).
+ * Return: KVF_OK (also when less could be freed: see *freed); KVF_EINVAL
+ * (st NULL, policy unknown, or 0 on a store without a policy);
+ * KVF_ENOTSUP (read-only); KVF_EIO; KVF_EFATAL.
+ * Concurrency: any thread; as kvf_seq_free for each victim.
+ */
+KVF_API kvf_status kvf_evict(kvf_store *st, uint32_t policy, uint64_t bytes,
+			     uint64_t *freed);
+
+/*
+ * kvf_evict_log - take the records of sequences evicted since the last
+ * call, oldest first (the store keeps the latest 4096; older ones are
+ * counted in *lost).
+ * @out: [cap] records; @n: receives how many were written; @lost: NULL,
+ *       or receives the records dropped for room since the last call.
+ * Return: KVF_OK; KVF_EINVAL (st or n NULL, out NULL with cap > 0).
+ * Concurrency: any thread; each record goes to one caller.
+ */
+KVF_API kvf_status kvf_evict_log(kvf_store *st, kvf_evict_event *out,
+				 uint32_t cap, uint32_t *n, uint64_t *lost);
 
 /*
  * kvf_append - append n_tokens tokens of K and V to one layer.
@@ -708,6 +892,15 @@ typedef struct {
 				* written); partial groups in memory aside */
 	uint64_t shared_pages; /* of those, pages other sequences (forks)
 				* name too */
+	/* prefix reuse (kvf_seq_create_tokens, kvf_seq_add_tokens) */
+	uint64_t prefix_tokens; /* token ids registered */
+	uint64_t prefix_chunks; /* of them, whole token groups published as
+				 * reusable prefix chunks */
+	uint64_t prefix_shared_chunks; /* of those, chunks other sequences
+					* hold too */
+	uint64_t prefix_hash;   /* chain hash of its deepest shared chunk,
+				 * 0 if none: sequences with the same value
+				 * share that prefix */
 } kvf_seq_info;
 
 /*

@@ -47,6 +47,9 @@ void kvf_options_init_sized(kvf_options *o, const kvf_model *m,
 	d.n_device_paths = 0;
 	d.direct_io = 0;
 	d.dram_budget = KVF_DEFAULT_DRAM_BUDGET;
+	d.evict_policy = KVF_EVICT_NONE;
+	d.evict_high = KVF_DEFAULT_EVICT_HIGH;
+	d.evict_low = KVF_DEFAULT_EVICT_LOW;
 	fill_sized(o, &d, sizeof(d), struct_size);
 }
 

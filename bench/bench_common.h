@@ -196,5 +196,8 @@ int bench_attend_main(int argc, char **argv);
 int bench_optim_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_plan_main(int argc, char **argv);
+int bench_evict_main(int argc, char **argv);
+int bench_prefix_main(int argc, char **argv);
+int bench_export_main(int argc, char **argv);
 
 #endif /* KVF_BENCH_COMMON_H */

@@ -34,6 +34,12 @@ static const struct bench_cmd cmds[] = {
 	  "a batch decoding step by step (append + attend_batch), memory tier on and off" },
 	{ "plan", bench_plan_main,
 	  "the planners (KVPR split, X-cache alpha) against measured decode steps, MHA and GQA" },
+	{ "evict", bench_evict_main,
+	  "eviction policies (LRU, LFU, endurance) vs caller frees on a chat workload: hits, NAND bytes" },
+	{ "prefix", bench_prefix_main,
+	  "a chat workload (shared system prompts, multi-turn) with prefix reuse and without" },
+	{ "export", bench_export_main,
+	  "lz4 on f16/bf16 K/V (alone, byte planes) and kvf_seq_export/import speed" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };

@@ -22,6 +22,7 @@
 #include "engine/key.h"
 #include "engine/kt.h"
 #include "engine/openseg.h"
+#include "engine/prefix.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/seq_state.h"
@@ -300,6 +301,8 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			vbar_fold(st, seq, layer, n_tokens, v);
 			seq->len[layer] += n_tokens;
 			seq->changes++;
+			if (seq->prefix) /* whole chunks become reusable */
+				prefix_publish(st, seq);
 		}
 	}
 	seq_unlock_put(st, seq);
@@ -361,7 +364,7 @@ static int make_room(kvf_store *st, int attempt, const char *call,
 		return 0;
 	snprintf(what, sizeof(what), "%s: sequence %llu", call,
 		 (unsigned long long)seq_id);
-	return cleaner_make_room(st, attempt, 1, what, rc);
+	return cleaner_make_room(st, attempt, 1, seq_id, what, rc);
 }
 
 kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,

@@ -29,6 +29,7 @@
 #include "api/status.h"
 #include "engine/catalog.h"
 #include "engine/durable.h"
+#include "engine/evict.h"
 #include "engine/fatal.h"
 #include "engine/key.h"
 #include "engine/meta.h"
@@ -507,7 +508,18 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	return rc;
 }
 
-int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
+/* evict_for_room - evict down to evict_low, and at least want segments a
+ * stripe of pages; whether anything went */
+static int evict_for_room(kvf_store *st, uint32_t want, uint64_t keep)
+{
+	uint64_t pages = (uint64_t)want * st->hdr.n_stripes * st->data_per_seg;
+	uint64_t over = evict_pages_over_low(st);
+
+	return evict_run(st, st->opts.evict_policy, over > pages ? over : pages,
+			 KVF_EVICTED_FULL, keep) > 0;
+}
+
+int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		      const char *what, kvf_status *rc)
 {
 	kvf_status crc = KVF_ENOSPC;
@@ -518,13 +530,33 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
 		return 0; /* the file system is full: the message says so */
 	if (attempt < CLEANER_TRIES && (crc = cleaner_run(st, want)) == KVF_OK)
 		return 1;
+	/* cleaning alone gives no room: evict, then reclaim (what this
+	 * call evicted, or what another thread's eviction left dying).  A
+	 * round that drops sequences may always go again, as there are
+	 * finitely many; one that drops none, only a few times */
+	if (crc == KVF_ENOSPC && st->opts.evict_policy != KVF_EVICT_NONE &&
+	    !st->read_only) {
+		int evicted = evict_for_room(st, want, keep);
+
+		crc = cleaner_run(st, want);
+		if (evicted && (crc == KVF_OK || crc == KVF_ENOSPC))
+			return 1;
+		if (crc == KVF_OK && attempt < EVICT_TRIES)
+			return 1;
+		if (crc == KVF_OK)
+			crc = KVF_ENOSPC; /* free segments, yet not enough for
+					   * this call */
+	}
 	if (crc != KVF_ENOSPC) {
 		*rc = crc;
 		return 0;
 	}
 	*rc = kvf_fail(KVF_ENOSPC,
-		       "%s: the store is full of live data (%u segments; this needs %u free on a stripe, and cleaning freed none); free sequences or optimizers and retry",
-		       what, st->n_segments, want);
+		       "%s: the store is full of live data (%u segments; this needs %u free on a stripe, and cleaning freed none%s); free sequences or optimizers and retry",
+		       what, st->n_segments, want,
+		       st->opts.evict_policy != KVF_EVICT_NONE
+			       ? ", and no sequence could be evicted: each is pinned, or shares all its pages"
+			       : "");
 	return 0;
 }
 
@@ -553,9 +585,16 @@ static void *cleaner_main(void *arg)
 {
 	kvf_store *st = arg;
 
-	while (wake_wait(&st->cleaner.bell, 1))
-		if (!store_failed(st) && below_low(st))
+	while (wake_wait(&st->cleaner.bell, 1)) {
+		if (store_failed(st))
+			continue;
+		if (evict_over_high(st) &&
+		    evict_run(st, st->opts.evict_policy, 0, KVF_EVICTED_WATERMARK,
+			      KVF_SEQ_NONE) > 0)
 			(void)cleaner_run(st, 2 * low_watermark(st));
+		else if (below_low(st))
+			(void)cleaner_run(st, 2 * low_watermark(st));
+	}
 	return NULL;
 }
 

@@ -30,7 +30,9 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want);
 /*
  * cleaner_make_room - a call refused with KVF_ENOSPC that changed nothing
  * may be tried again once the cleaner has run: run it for `want` free
- * segments a stripe, unless this was try CLEANER_TRIES already.
+ * segments a stripe, unless this was try CLEANER_TRIES already.  When
+ * cleaning frees nothing and eviction is on, evict (never sequence keep,
+ * the caller's; KVF_SEQ_NONE: none) and clean again.
  * @attempt: tries so far, from 0.
  * @what: names the call and what it was for ("kvf_append: sequence 7").
  * Return: 1: try again; 0: do not, with *rc the final status (as it was
@@ -38,7 +40,8 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want);
  * data", or the cleaner's fatal status).  The caller holds no store lock.
  */
 #define CLEANER_TRIES 4
-int cleaner_make_room(kvf_store *st, int attempt, uint32_t want,
+#define EVICT_TRIES 16 /* rounds that evict nothing but find room */
+int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		      const char *what, kvf_status *rc);
 
 /* cleaner_start / cleaner_stop - the background cleaner thread, which

@@ -13,6 +13,7 @@
 #include "api/status.h"
 #include "engine/inspect_int.h"
 #include "engine/key.h"
+#include "engine/prefix.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
 #include "engine/seq_state.h"
@@ -113,6 +114,15 @@ kvf_status kvf_seq_info_get(kvf_store *st, uint64_t id, kvf_seq_info *out)
 
 		if (s)
 			count_pages(st, s, &in.pages, &in.shared_pages);
+	}
+	{
+		struct prefix_seq_figures f;
+
+		prefix_seq_figures(st, seq, &f);
+		in.prefix_tokens = f.tokens;
+		in.prefix_chunks = f.chunks;
+		in.prefix_shared_chunks = f.shared_chunks;
+		in.prefix_hash = f.shared_hash;
 	}
 	seq_unlock_put(st, seq);
 out:

@@ -16,6 +16,9 @@
  *   "P" seq(8)        as "S", for an optimizer's sequence (SEQ_NS_OPTIM)
  *   "V" seq(8)        SparF's running means of V: u64 count then
  *                     f32 mean[head_dim], per (layer, kv head)
+ *   "T" seq(8)        struct meta_tokens + u32 token ids[n]: the tokens
+ *                     a sequence registered for prefix reuse
+ *                     (engine/prefix.c)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it, in runs: consecutive pages that hold
@@ -43,6 +46,7 @@
 #define META_TAG_OPTIM 'O'
 #define META_TAG_OPTIM_SEQ 'P'
 #define META_TAG_VBAR 'V'
+#define META_TAG_TOKENS 'T'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */
@@ -143,6 +147,12 @@ struct meta_ref_entry {
 	uint32_t reserved;
 };
 
+struct meta_tokens {
+	uint64_t create_seqno; /* of the sequence it belongs to */
+	uint64_t n;            /* token ids that follow (u32 each) */
+};
+
+static_assert(sizeof(struct meta_tokens) == 16, "meta_tokens");
 static_assert(sizeof(struct meta_sync) == 80, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");

@@ -52,7 +52,8 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	if (os->sb == NULL && (os->sb = segbuf_get(st)) == NULL)
 		return KVF_ENOMEM;
 	segid = seg_take_open(st, seq, stripe, &low);
-	if (low && st->cleaner.running)
+	/* the cleaner also watches eviction's high watermark */
+	if ((low || st->opts.evict_policy != KVF_EVICT_NONE) && st->cleaner.running)
 		wake_ring(&st->cleaner.bell);
 	if (segid == SEG_NONE) {
 		return kvf_fail(KVF_ENOSPC,

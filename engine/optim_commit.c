@@ -71,7 +71,7 @@ int optim_make_room(kvf_store *st, int attempt, uint32_t want,
 	if (*rc != KVF_ENOSPC)
 		return 0;
 	snprintf(what, sizeof(what), "%s: optimizer '%s'", call, name);
-	return cleaner_make_room(st, attempt, want, what, rc);
+	return cleaner_make_room(st, attempt, want, KVF_SEQ_NONE, what, rc);
 }
 
 /* optim_commit_gen - flush seq's segments, then durably name gen as current.

@@ -33,6 +33,8 @@ kvf_status seq_table_init(kvf_store *st)
 {
 	pthread_rwlock_init(&st->seqtab.lock, NULL);
 	st->seqtab.cap = 64;
+	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY; i++)
+		st->seqtab.evicted[i] = KVF_SEQ_NONE;
 	st->seqtab.slot = kvf_calloc(st->seqtab.cap, sizeof(*st->seqtab.slot));
 	if (st->seqtab.slot == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
@@ -78,7 +80,35 @@ struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id)
 	if (seq)
 		atomic_fetch_add(&seq->refs, 1);
 	pthread_rwlock_unlock(&st->seqtab.lock);
+	if (seq && ns == SEQ_NS_USER) {
+		/* recency and frequency for eviction (engine/evict.c) */
+		atomic_store_explicit(&seq->last_use,
+				      atomic_fetch_add_explicit(&st->seqtab.use_clock, 1,
+								memory_order_relaxed),
+				      memory_order_relaxed);
+		atomic_fetch_add_explicit(&seq->uses, 1, memory_order_relaxed);
+	}
 	return seq;
+}
+
+void seq_note_evicted(kvf_store *st, uint64_t id)
+{
+	pthread_rwlock_wrlock(&st->seqtab.lock);
+	st->seqtab.evicted[st->seqtab.evicted_next] = id;
+	st->seqtab.evicted_next = (st->seqtab.evicted_next + 1) % SEQ_EVICTED_MEMORY;
+	pthread_rwlock_unlock(&st->seqtab.lock);
+}
+
+/* was_evicted - id is among the latest evicted (for the message only) */
+static int was_evicted(kvf_store *st, uint64_t id)
+{
+	int found = 0;
+
+	pthread_rwlock_rdlock(&st->seqtab.lock);
+	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY && !found; i++)
+		found = st->seqtab.evicted[i] == id;
+	pthread_rwlock_unlock(&st->seqtab.lock);
+	return found;
 }
 
 void seq_put(kvf_store *st, struct seq *seq)
@@ -101,6 +131,10 @@ kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 		pthread_mutex_unlock(&seq->lock);
 		seq_put(st, seq);
 	}
+	if (was_evicted(st, id))
+		return kvf_fail(KVF_ENOENT,
+				"%s: sequence %llu does not exist: it was evicted (kvf_evict_log says why)",
+				call, (unsigned long long)id);
 	return kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist", call,
 			(unsigned long long)id);
 }
@@ -122,6 +156,8 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	seq->family = id;
 	seq->parent = SEQ_NO_PARENT;
 	atomic_init(&seq->refs, 1);
+	/* a new sequence is the most recently used */
+	atomic_init(&seq->last_use, atomic_fetch_add(&st->seqtab.use_clock, 1));
 	pthread_mutex_init(&seq->lock, NULL);
 	seq->len = kvf_calloc(nl, sizeof(uint64_t));
 	seq->x_len = kvf_calloc(nl, sizeof(uint64_t));

@@ -46,6 +46,28 @@ void seq_remove(kvf_store *st, struct seq *seq);
  * reference of its index and its open segments (its pages become garbage).
  * Caller holds seq->lock and has committed the sequence's deletion. */
 void seq_drop_all(kvf_store *st, struct seq *seq);
+/*
+ * seq_free_id - delete sequence id (its records, then its page
+ * references), as kvf_seq_free does for call.  evicting: only if it is
+ * not pinned (else KVF_EBUSY, nothing changed), and remember the id so
+ * KVF_ENOENT can say it was evicted.  A call running on the sequence
+ * finishes first (it holds the sequence's lock).
+ */
+kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
+		       int evicting);
+/* seq_note_evicted - remember id among the latest evicted (seq.c) */
+void seq_note_evicted(kvf_store *st, uint64_t id);
+/* seq_create_with, seq_fork_with - kvf_seq_create and kvf_seq_fork
+ * (seq_calls.c) for `call`, the new sequence taking the token ids ps (a
+ * prefix_seq_new of its id; NULL for none): their "T" record commits with
+ * the sequence, and on KVF_OK the sequence owns ps; on failure the caller
+ * still does. */
+struct prefix_seq;
+kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
+			   struct prefix_seq *ps);
+kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent,
+			 uint64_t child, uint64_t n_tokens,
+			 struct prefix_seq *ps);
 /* seq_destroy - free a sequence's memory (not its pages) */
 void seq_destroy(kvf_store *st, struct seq *seq);
 

@@ -1,8 +1,8 @@
 /*
  * seq_calls.c - the public sequence calls: kvf_seq_create, kvf_seq_free,
  * kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
- * and copies its partial tail group), and seq_drop_all, which gives up a
- * freed sequence's page references.  A file of its own: these are the
+ * and copies its partial tail group); freeing itself is seq_drop.c's, as
+ * eviction frees too.  A file of its own: these are the
  * calls a caller makes on sequences, apart from the table (seq.c) and
  * the streams (seq_stream.c) they use.
  *
@@ -22,6 +22,7 @@
 #include "engine/kt_read.h"
 #include "engine/meta.h"
 #include "engine/openseg.h"
+#include "engine/prefix.h"
 #include "engine/readpath.h"
 #include "engine/segtable.h"
 #include "engine/seq.h"
@@ -46,7 +47,12 @@ static kvf_status commit_batch(kvf_store *st, struct catalog_batch *b,
 
 kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 {
-	const char *call = "kvf_seq_create";
+	return seq_create_with(st, "kvf_seq_create", id, NULL);
+}
+
+kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
+			   struct prefix_seq *tok)
+{
 	struct catalog_batch *b;
 	struct seq *seq, *old;
 	kvf_status rc;
@@ -73,8 +79,18 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 		goto out;
 	}
 	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
+	if (tok && prefix_record(b, id, seq->create_seqno, tok->tokens,
+				tok->n_tokens, NULL, 0) != KVF_OK) {
+		catalog_batch_free(b);
+		seq_destroy(st, seq);
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out;
+	}
+	/* locked before it is visible: it takes tok before any call sees it */
+	pthread_mutex_lock(&seq->lock);
 	if ((rc = seq_record(st, seq, b)) != KVF_OK ||
 	    (rc = seq_insert(st, seq)) != KVF_OK) {
+		pthread_mutex_unlock(&seq->lock);
 		catalog_batch_free(b);
 		seq_destroy(st, seq);
 		if (rc == KVF_EEXIST) /* created by another thread meanwhile */
@@ -84,92 +100,17 @@ kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 	}
 	rc = commit_batch(st, b, call);
 	catalog_batch_free(b);
+	if (rc == KVF_OK && tok)
+		prefix_attach(st, seq, tok);
+	pthread_mutex_unlock(&seq->lock);
 out:
 	pthread_rwlock_unlock(&st->world);
 	return rc;
-}
-
-static void drop_refs(kvf_store *st, struct seq *seq);
-void seq_drop_all(kvf_store *st, struct seq *seq)
-{
-	(void)seq_jobs_reap(st, seq, 1); /* every page committed first */
-	drop_refs(st, seq);
-}
-
-/* drop_refs - give up every page reference of seq's index (at free) */
-static void drop_refs(kvf_store *st, struct seq *seq)
-{
-	uint32_t n = seq_n_streams(st);
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t sid;
-		struct stream *s = seq_stream_at(st, seq, i, &sid);
-
-		if (s == NULL)
-			continue;
-		for (uint32_t g = 0; g < s->n_groups; g++) {
-			uint32_t a = stream_page(s, g).addr;
-
-			if (a != ADDR_NONE && openseg_page(st, seq, a) == NULL)
-				seg_ref_dec(st, a);
-		}
-	}
-	openseg_release(st, seq);
 }
 
 kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 {
-	const char *call = "kvf_seq_free";
-	struct catalog_batch *b;
-	unsigned char key[9];
-	struct seq *seq;
-	kvf_status rc;
-
-	if ((rc = store_writable(st, call)) != KVF_OK)
-		return rc;
-	/* dur.lock first: a sync in progress must not write back the
-	 * record of a sequence freed after it captured it */
-	pthread_mutex_lock(&st->dur.lock);
-	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
-		goto out;
-	/* every page must be committed before its reference is dropped */
-	if ((rc = seq_jobs_reap(st, seq, 1)) != KVF_OK) {
-		seq_unlock_put(st, seq);
-		goto out;
-	}
-	b = catalog_batch_new();
-	if (b == NULL) {
-		seq_unlock_put(st, seq);
-		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-		goto out;
-	}
-	meta_key_u64(key, META_TAG_SEQ, id);
-	catalog_batch_delete(b, key, sizeof(key));
-	if (seq->vbar) {
-		meta_key_u64(key, META_TAG_VBAR, id);
-		catalog_batch_delete(b, key, sizeof(key));
-	}
-	if (seq->has_ref_record) {
-		meta_key_u64(key, META_TAG_REF, id);
-		catalog_batch_delete(b, key, sizeof(key));
-	}
-	rc = commit_batch(st, b, call);
-	catalog_batch_free(b);
-	if (rc == KVF_OK) {
-		seq->dead = 1;
-		seq_table_remove(st, seq);
-		drop_refs(st, seq);
-		pthread_mutex_unlock(&seq->lock);
-		seq_put(st, seq); /* the table's reference */
-		seq_put(st, seq); /* ours */
-	} else {
-		seq_unlock_put(st, seq);
-	}
-out:
-	pthread_rwlock_unlock(&st->world);
-	pthread_mutex_unlock(&st->dur.lock);
-	return rc;
+	return seq_free_id(st, "kvf_seq_free", id, 0);
 }
 
 kvf_status kvf_seq_len(kvf_store *st, uint64_t id, uint32_t layer,
@@ -248,7 +189,14 @@ static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
 kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
-	const char *call = "kvf_seq_fork";
+	return seq_fork_with(st, "kvf_seq_fork", parent_id, child_id, n_tokens,
+			     NULL);
+}
+
+kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
+			 uint64_t child_id, uint64_t n_tokens,
+			 struct prefix_seq *tok)
+{
 	unsigned char *ref_rec = NULL; /* struct meta_ref + entries */
 	struct meta_ref_entry *refs = NULL;
 	struct catalog_batch *b = NULL;
@@ -369,6 +317,11 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		}
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
+	if (tok && prefix_record(b, child_id, child->create_seqno, tok->tokens,
+				tok->n_tokens, NULL, 0) != KVF_OK) {
+		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+		goto out_child;
+	}
 	/* the shared pages' references first, then the child appears in
 	 * the table already locked: no call can reach it half made */
 	for (uint64_t i = 0; i < n_refs; i++)
@@ -402,6 +355,8 @@ kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
+	if (rc == KVF_OK && tok)
+		prefix_attach(st, child, tok);
 	pthread_mutex_unlock(&child->lock);
 	child = NULL;
 out_child:

@@ -109,6 +109,7 @@ static inline void stream_set_group(struct stream *s, uint64_t g,
 struct open_seg;
 struct flush_job;
 struct catalog_batch;
+struct prefix_seq;
 
 /* H2O heavy-hitter scores of one (layer, KV head): accumulated attention
  * probability per token (kept in memory only; not persisted or forked). */
@@ -158,6 +159,12 @@ struct seq {
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
+	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */
+	_Atomic uint64_t last_use; /* seqtab.use_clock at its last lookup */
+	_Atomic uint64_t uses;     /* lookups by calls since open */
+	struct prefix_seq *prefix; /* its token ids and published chunks
+				    * (engine/prefix_state.h); NULL if it
+				    * registered none */
 };
 
 /*
@@ -166,11 +173,19 @@ struct seq {
  * sequences in it.  Locking: lock (read for lookups, write to insert or
  * remove); taken inside a sequence's lock, never around one.
  */
+#define SEQ_EVICTED_MEMORY 256u /* evicted ids remembered for messages */
+
 struct seq_table {
 	pthread_rwlock_t lock;
 	struct seq **slot;  /* [cap] */
 	uint32_t cap;       /* a power of two */
 	uint32_t n;         /* live sequences */
+	_Atomic uint64_t use_clock; /* ticks at each lookup of a caller's
+				     * sequence: eviction's notion of time */
+	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring
+				     * (KVF_SEQ_NONE = empty), so that
+				     * KVF_ENOENT can say "evicted" */
+	uint32_t evicted_next;
 };
 
 #endif /* KVF_ENGINE_SEQ_STATE_H */

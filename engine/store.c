@@ -29,9 +29,11 @@
 #include "engine/catalog.h"
 #include "engine/cleaner.h"
 #include "engine/durable.h"
+#include "engine/evict.h"
 #include "engine/fatal.h"
 #include "engine/optim_store.h"
 #include "engine/pool.h"
+#include "engine/prefix.h"
 #include "engine/readpath.h"
 #include "engine/recompute.h"
 #include "engine/recovery.h"
@@ -183,6 +185,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 		kvf_media_free(st->media);
 	catalog_close(st->cat);
 	seq_table_free(st);
+	prefix_free(st);
 	if (created && st->dir) {
 		/* stack paths: this also runs when memory has run out */
 		char p[4096];
@@ -222,6 +225,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	optim_registry_free(st);
 	recompute_free(st);
 	tier_free(st);
+	evict_free(st);
 	fatal_destroy(&st->fatal);
 	pthread_rwlock_destroy(&st->world);
 	kvf_free(st->dir);
@@ -370,7 +374,9 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	optim_registry_init(st);
 	recompute_init(st);
 	tier_init(st);
+	prefix_init(st);
 	if ((rc = durable_init(st)) != KVF_OK ||
+	    (rc = evict_init(st)) != KVF_OK ||
 	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
 	st->read_only = st->opts.read_only != 0;
@@ -501,7 +507,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	if (created)
 		seg_finish_load(st);
 	else if ((rc = recovery_load(st)) != KVF_OK ||
-		 (rc = check_mark(st)) != KVF_OK)
+		 (rc = check_mark(st)) != KVF_OK ||
+		 (rc = prefix_load(st)) != KVF_OK)
 		goto fail;
 	if ((rc = pool_create(compute_threads(&st->opts), &st->pool)) != KVF_OK)
 		goto fail;

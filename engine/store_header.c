@@ -162,6 +162,14 @@ static kvf_status check_options(const kvf_options *o)
 				"kvf_open: dram_budget %llu is more than this machine's %llu bytes of memory",
 				(unsigned long long)o->dram_budget,
 				(unsigned long long)physical_memory());
+	if (o->evict_policy > KVF_EVICT_ENDURANCE)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: evict_policy %u unknown (0 none, 1 LRU, 2 LFU, 3 endurance)",
+				o->evict_policy);
+	if (!(o->evict_low > 0 && o->evict_low < o->evict_high && o->evict_high <= 1))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: evict_low %g and evict_high %g must satisfy 0 < low < high <= 1",
+				(double)o->evict_low, (double)o->evict_high);
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;

@@ -42,11 +42,13 @@
 #include "engine/catalog.h"
 #include "engine/cleaner_state.h"
 #include "engine/durable_state.h"
+#include "engine/evict_state.h"
 #include "engine/fatal.h"
 #include "engine/key.h"
 #include "engine/meta.h"
 #include "engine/openseg_state.h"
 #include "engine/optim_state.h"
+#include "engine/prefix_state.h"
 #include "engine/readpath_state.h"
 #include "engine/recompute_state.h"
 #include "engine/segfmt.h"
@@ -128,6 +130,8 @@ struct kvf_store {
 	struct optim_registry optims; /* engine/optim_store.h */
 	struct tier tier;             /* engine/tier.h */
 	struct recompute_registry recomp; /* engine/recompute.h */
+	struct evictor evict;         /* engine/evict.h */
+	struct prefix_index prefix;   /* engine/prefix.h */
 };
 
 /* seg_stripe - the stripe of a global segment id */

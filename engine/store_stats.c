@@ -12,6 +12,8 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/catalog.h"
+#include "engine/evict.h"
+#include "engine/prefix.h"
 #include "engine/seq.h"
 #include "engine/seq_stream.h"
 #include "engine/store_state.h"
@@ -77,6 +79,8 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.attend_calls = atomic_load(&st->c.attend_calls);
 	s.attend_bytes_read = atomic_load(&st->c.attend_bytes_read);
 	tier_figures(st, &s);
+	evict_stats(st, &s);
+	prefix_stats(st, &s);
 	(void)seq_foreach(st, index_bytes_of, &s.index_bytes); /* best effort */
 	pthread_mutex_lock(&st->segtab.lock);
 	s.segments_total = st->n_segments;

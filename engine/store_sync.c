@@ -84,14 +84,13 @@ kvf_status kvf_sync(kvf_store *st)
 		st->dur.gen++;
 		if ((rc = seq_foreach(st, sync_seq, &c)) == KVF_OK)
 			rc = c.rc;
-		if (rc != KVF_ENOSPC || attempt == 1)
+		if (rc != KVF_ENOSPC)
 			break;
-		/* no room for the partial pages: clean, then go again */
+		/* no room for the partial pages: clean (or evict), then go
+		 * again; ENOSPC stays ENOSPC, a fatal failure stays fatal */
 		pthread_rwlock_unlock(&st->world);
 		pthread_mutex_unlock(&st->dur.lock);
-		if ((rc = cleaner_run(st, 1)) != KVF_OK) {
-			/* ENOSPC stays ENOSPC; a fatal failure stays fatal */
-			kvf_fail_wrap(rc, "kvf_sync");
+		if (!cleaner_make_room(st, attempt, 1, KVF_SEQ_NONE, "kvf_sync", &rc)) {
 			catalog_batch_free(c.b);
 			return rc;
 		}

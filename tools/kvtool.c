@@ -97,6 +97,21 @@ static const struct cmd cmds[] = {
 	  "counts.  Never run implicitly; the store must not be open.  Exit\n"
 	  "status 0 when done (or nothing to do), 1 when it could not run.\n",
 	  cmd_repair },
+	{ "export", "DIR SEQ FILE", "write one sequence to a file",
+	  "Writes sequence SEQ of the store in DIR to FILE: its K and V of\n"
+	  "every layer, its X if it has any, and the token ids it registered\n"
+	  "for prefix reuse, in a versioned file with an XXH3 checksum per\n"
+	  "chunk, each chunk lz4-compressed only where that saves bytes\n"
+	  "(kvf_seq_export).  FILE is replaced only when the export succeeds.\n"
+	  "The store is opened read-only and not changed.\n",
+	  cmd_export },
+	{ "import", "DIR FILE [SEQ]", "make a sequence from an export file",
+	  "Checks the whole of FILE (written by `kvtool export` or\n"
+	  "kvf_seq_export), then makes it a sequence of the store in DIR, with\n"
+	  "id SEQ or, without SEQ, the id it had (kvf_seq_import).  A damaged\n"
+	  "file, one of another format version, or one of another model shape\n"
+	  "is refused and the store is left as it was.\n",
+	  cmd_import },
 };
 
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))

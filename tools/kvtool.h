@@ -50,6 +50,8 @@ int cmd_segments(const struct cmd *c, int argc, char **argv);
 int cmd_verify(const struct cmd *c, int argc, char **argv);
 int cmd_dump(const struct cmd *c, int argc, char **argv);
 int cmd_repair(const struct cmd *c, int argc, char **argv);
+int cmd_export(const struct cmd *c, int argc, char **argv);
+int cmd_import(const struct cmd *c, int argc, char **argv);
 
 /* ---- kvtool_common.c ---------------------------------------------------- */
 

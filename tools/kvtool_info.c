@@ -55,6 +55,21 @@ static void print_tier(const kvf_stats *s)
 				 ? s->attend_bytes_read / s->attend_calls : 0));
 }
 
+/* print_prefix - the prefix index (kvf_seq_create_tokens): its chunks
+ * now, and this open's reuse */
+static void print_prefix(const kvf_stats *s)
+{
+	char b[16];
+
+	printf("prefix       %llu chunks in the index; since open %llu lookups, %llu hits, %llu of %llu tokens reused, %s not rewritten\n",
+	       (unsigned long long)s->prefix_chunks,
+	       (unsigned long long)s->prefix_lookups,
+	       (unsigned long long)s->prefix_hits,
+	       (unsigned long long)s->prefix_tokens_reused,
+	       (unsigned long long)s->prefix_tokens_asked,
+	       human_bytes(b, sizeof(b), s->prefix_bytes_saved));
+}
+
 static void print_text(const struct info *in)
 {
 	const kvf_store_info *si = &in->si;
@@ -104,6 +119,9 @@ static void print_text(const struct info *in)
 	       human_bytes(b[2], sizeof(b[2]), s->bytes_read),
 	       human_bytes(b[3], sizeof(b[3]), s->metadata_bytes));
 	print_tier(s);
+	printf("live         %.1f%% of the media's data pages (a writer with kvf_options.evict_policy evicts past its evict_high)\n",
+	       100.0 * s->live_share);
+	print_prefix(s);
 }
 
 static void print_json(const struct info *in)
@@ -134,9 +152,9 @@ static void print_json(const struct info *in)
 	printf(", \"segments\": {\"total\": %u, \"free\": %u, \"open\": %u, \"sealed\": %u, \"dying\": %u, \"corrupt\": %u}",
 	       s->segments_total, s->segments_free, s->segments_open,
 	       s->segments_sealed, s->segments_dying, s->segments_corrupt);
-	printf(", \"live_pages\": %llu, \"n_syncs\": %llu, \"index_bytes\": %llu",
-	       (unsigned long long)s->live_pages, (unsigned long long)s->n_syncs,
-	       (unsigned long long)s->index_bytes);
+	printf(", \"live_pages\": %llu, \"live_share\": %.6f, \"n_syncs\": %llu, \"index_bytes\": %llu",
+	       (unsigned long long)s->live_pages, s->live_share,
+	       (unsigned long long)s->n_syncs, (unsigned long long)s->index_bytes);
 	printf(", \"since_create\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu",
 	       (unsigned long long)s->user_bytes,
 	       (unsigned long long)s->host_bytes_written,
@@ -150,7 +168,7 @@ static void print_json(const struct info *in)
 	printf(", \"this_open\": {\"bytes_read\": %llu, \"metadata_bytes\": %llu}",
 	       (unsigned long long)s->bytes_read,
 	       (unsigned long long)s->metadata_bytes);
-	printf(", \"memory_tier\": {\"dram_budget\": %llu, \"dram_bytes\": %llu, \"dram_peak\": %llu, \"cache_bytes\": %llu, \"cache_recent_bytes\": %llu, \"cache_hot_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_evictions\": %llu, \"writeback_bytes\": %llu, \"writeback_runs\": %llu, \"attend_calls\": %llu, \"attend_bytes_read\": %llu}}\n",
+	printf(", \"memory_tier\": {\"dram_budget\": %llu, \"dram_bytes\": %llu, \"dram_peak\": %llu, \"cache_bytes\": %llu, \"cache_recent_bytes\": %llu, \"cache_hot_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_evictions\": %llu, \"writeback_bytes\": %llu, \"writeback_runs\": %llu, \"attend_calls\": %llu, \"attend_bytes_read\": %llu}",
 	       (unsigned long long)s->dram_budget, (unsigned long long)s->dram_bytes,
 	       (unsigned long long)s->dram_peak, (unsigned long long)s->cache_bytes,
 	       (unsigned long long)s->cache_recent_bytes,
@@ -161,6 +179,13 @@ static void print_json(const struct info *in)
 	       (unsigned long long)s->writeback_runs,
 	       (unsigned long long)s->attend_calls,
 	       (unsigned long long)s->attend_bytes_read);
+	printf(", \"prefix\": {\"chunks\": %llu, \"lookups\": %llu, \"hits\": %llu, \"tokens_asked\": %llu, \"tokens_reused\": %llu, \"bytes_saved\": %llu}}\n",
+	       (unsigned long long)s->prefix_chunks,
+	       (unsigned long long)s->prefix_lookups,
+	       (unsigned long long)s->prefix_hits,
+	       (unsigned long long)s->prefix_tokens_asked,
+	       (unsigned long long)s->prefix_tokens_reused,
+	       (unsigned long long)s->prefix_bytes_saved);
 }
 
 int cmd_info(const struct cmd *c, int argc, char **argv)

@@ -70,12 +70,17 @@ static int print_json(const struct seq_row *rows, size_t n, uint32_t layers)
 			fputs("null", stdout);
 		else
 			printf("%llu", (unsigned long long)si->parent);
-		printf(", \"family\": %llu, \"pages\": %llu, \"shared_pages\": %llu, \"tokens\": %llu, \"x_tokens\": %llu, \"len\": ",
+		printf(", \"family\": %llu, \"pages\": %llu, \"shared_pages\": %llu, \"tokens\": %llu, \"x_tokens\": %llu",
 		       (unsigned long long)si->family,
 		       (unsigned long long)si->pages,
 		       (unsigned long long)si->shared_pages,
 		       (unsigned long long)si->tokens,
 		       (unsigned long long)si->x_tokens);
+		printf(", \"prefix\": {\"token_ids\": %llu, \"chunks\": %llu, \"shared_chunks\": %llu, \"hash\": \"%016llx\"}, \"len\": ",
+		       (unsigned long long)si->prefix_tokens,
+		       (unsigned long long)si->prefix_chunks,
+		       (unsigned long long)si->prefix_shared_chunks,
+		       (unsigned long long)si->prefix_hash);
 		json_array(rows[i].len, layers);
 		fputs(", \"x_len\": ", stdout);
 		json_array(rows[i].x_len, layers);
@@ -85,19 +90,39 @@ static int print_json(const struct seq_row *rows, size_t n, uint32_t layers)
 	return EXIT_OK;
 }
 
+/* prefix_cell - "-" without token ids; "C chunks" when none is shared;
+ * else "S/C @HASH": S of its C chunks shared, the deepest shared one
+ * named by the first 8 hex digits of its chain hash, so rows with the
+ * same @HASH share that prefix */
+static void prefix_cell(char *cell, const kvf_seq_info *si)
+{
+	if (si->prefix_tokens == 0)
+		snprintf(cell, CELL, "-");
+	else if (si->prefix_shared_chunks == 0)
+		snprintf(cell, CELL, "%llu chunks", (unsigned long long)si->prefix_chunks);
+	else
+		snprintf(cell, CELL, "%llu/%llu @%08llx",
+			 (unsigned long long)si->prefix_shared_chunks,
+			 (unsigned long long)si->prefix_chunks,
+			 (unsigned long long)(si->prefix_hash >> 32));
+}
+
 static int print_text(const struct seq_row *rows, size_t n, uint32_t layers)
 {
 	static const char *const head[] = { "SEQ", "PARENT", "FAMILY", "PAGES",
-					     "SHARED", "K/V TOKENS", "X TOKENS" };
-	struct table t = { .n_cols = 7 };
+					     "SHARED", "PREFIX", "K/V TOKENS",
+					     "X TOKENS" };
+	struct table t = { .n_cols = 8 };
 
 	table_row(&t, head);
 	for (size_t i = 0; i < n; i++) {
 		const kvf_seq_info *si = &rows[i].info;
 		char id[CELL], parent[CELL], family[CELL], pages[CELL], shared[CELL];
+		char prefix[CELL];
 		char *kv = lengths_text(rows[i].len, layers, 0);
 		char *x = lengths_text(rows[i].x_len, layers, 1);
-		const char *cells[7] = { id, parent, family, pages, shared, kv, x };
+		const char *cells[8] = { id, parent, family, pages, shared,
+					 prefix, kv, x };
 
 		snprintf(id, CELL, "%llu", (unsigned long long)si->id);
 		if (si->parent == KVF_SEQ_NONE)
@@ -107,6 +132,7 @@ static int print_text(const struct seq_row *rows, size_t n, uint32_t layers)
 		snprintf(family, CELL, "%llu", (unsigned long long)si->family);
 		snprintf(pages, CELL, "%llu", (unsigned long long)si->pages);
 		snprintf(shared, CELL, "%llu", (unsigned long long)si->shared_pages);
+		prefix_cell(prefix, si);
 		if (kv && x)
 			table_row(&t, cells);
 		else

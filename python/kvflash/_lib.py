@@ -26,6 +26,9 @@ c_char_p = ctypes.c_char_p
 DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 0, 1, 2
 MEDIA_FILE, MEDIA_MEMORY, MEDIA_FLASH = 0, 1, 2
 OPT_ADAM, OPT_ADAMW, OPT_SGD, OPT_ADAGRAD = 0, 1, 2, 3
+# kvf_evict_policy, kvf_evict_reason
+EVICT_POLICIES = {"none": 0, "lru": 1, "lfu": 2, "endurance": 3}
+EVICT_REASONS = {1: "full", 2: "watermark", 3: "call"}
 
 
 class Model(ctypes.Structure):
@@ -45,7 +48,8 @@ class Options(ctypes.Structure):
                 ("read_only", c_u32), ("flash_channels", c_u32),
                 ("flash_cell", c_u32), ("flash_spare", c_f32),
                 ("trim", c_u32), ("verify_reads", c_u32),
-                ("dram_budget", c_u64)]
+                ("dram_budget", c_u64), ("evict_policy", c_u32),
+                ("evict_high", c_f32), ("evict_low", c_f32)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -75,7 +79,14 @@ STATS_FIELDS = [
     ("cache_hits", c_u64), ("cache_misses", c_u64),
     ("cache_evictions", c_u64), ("writeback_bytes", c_u64),
     ("writeback_runs", c_u64), ("attend_calls", c_u64),
-    ("attend_bytes_read", c_u64)]
+    ("attend_bytes_read", c_u64), ("evict_runs", c_u64),
+    ("evict_runs_full", c_u64), ("evict_runs_watermark", c_u64),
+    ("evicted_seqs", c_u64), ("evicted_bytes", c_u64),
+    ("evict_copy_bytes", c_u64), ("live_share", c_f64),
+    ("prefix_lookups", c_u64),
+    ("prefix_hits", c_u64), ("prefix_tokens_asked", c_u64),
+    ("prefix_tokens_reused", c_u64), ("prefix_bytes_saved", c_u64),
+    ("prefix_chunks", c_u64)]
 
 
 class Stats(ctypes.Structure):
@@ -96,7 +107,9 @@ class StoreInfo(ctypes.Structure):
 class SeqInfo(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("id", c_u64), ("family", c_u64),
                 ("parent", c_u64), ("tokens", c_u64), ("x_tokens", c_u64),
-                ("pages", c_u64), ("shared_pages", c_u64)]
+                ("pages", c_u64), ("shared_pages", c_u64),
+                ("prefix_tokens", c_u64), ("prefix_chunks", c_u64),
+                ("prefix_shared_chunks", c_u64), ("prefix_hash", c_u64)]
 
 
 class OptConfig(ctypes.Structure):
@@ -107,6 +120,12 @@ class OptConfig(ctypes.Structure):
                 ("lr_decay", c_f32), ("initial_accumulator_value", c_f32),
                 ("out_dtype", c_i32), ("max_grad_norm", c_f32),
                 ("grad_scale", c_f32)]
+
+
+class EvictEvent(ctypes.Structure):
+    _fields_ = [("seq", c_u64), ("reason", c_u32), ("policy", c_u32),
+                ("bytes", c_u64), ("copy_bytes", c_u64), ("uses", c_u64),
+                ("idle", c_u64)]
 
 
 class Grad(ctypes.Structure):
@@ -145,10 +164,19 @@ SIGNATURES = {
     "kvf_seq_create": (S, [c_ptr, c_u64]),
     "kvf_seq_fork": (S, [c_ptr, c_u64, c_u64, c_u64]),
     "kvf_seq_free": (S, [c_ptr, c_u64]),
+    "kvf_seq_pin": (S, [c_ptr, c_u64]),
+    "kvf_seq_unpin": (S, [c_ptr, c_u64]),
+    "kvf_evict": (S, [c_ptr, c_u32, c_u64, ctypes.POINTER(c_u64)]),
+    "kvf_evict_log": (S, [c_ptr, c_ptr, c_u32, ctypes.POINTER(c_u32),
+                          ctypes.POINTER(c_u64)]),
     "kvf_seq_len": (S, [c_ptr, c_u64, c_u32, P(c_u64)]),
     "kvf_seq_x_len": (S, [c_ptr, c_u64, c_u32, P(c_u64)]),
     "kvf_seq_list": (S, [c_ptr, P(c_u64), c_size_t, P(c_size_t)]),
     "kvf_seq_info_get": (S, [c_ptr, c_u64, P(SeqInfo)]),
+    "kvf_seq_create_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64, P(c_u64)]),
+    "kvf_seq_add_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64]),
+    "kvf_seq_export": (S, [c_ptr, c_u64, c_char_p]),
+    "kvf_seq_import": (S, [c_ptr, c_char_p, c_u64, P(c_u64)]),
     "kvf_append_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor), P(Tensor)]),
     "kvf_append_x_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor)]),
     "kvf_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr, c_ptr]),

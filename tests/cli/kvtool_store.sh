@@ -1,6 +1,7 @@
 #!/bin/bash
 # kvtool_store.sh - end-to-end checks of kvtool's store commands (info, ls,
-# segments, verify, dump) on a small store built by make_store.
+# segments, verify, dump, export, import) on small stores built by
+# make_store.
 #
 # Usage: tests/cli/kvtool_store.sh PATH/TO/kvtool PATH/TO/make_store
 #
@@ -146,11 +147,11 @@ expect_json 'd["model"]["dtype"] == "bf16"'
 run ls "$S"
 expect_rc 0
 expect_no_stderr
-expect_stdout_has '^SEQ +PARENT +FAMILY +PAGES +SHARED +K/V TOKENS +X TOKENS$'
-expect_stdout_has '^1 +- +1 +48 +24 +100 x3 +-$'
-expect_stdout_has '^2 +1 +1 +48 +24 +100 x3 +-$'
-expect_stdout_has '^3 +- +3 +20 +0 +40 0 0 +40 0 20$'
-expect_stdout_has '^10 +- +10 +0 +0 +0 x3 +-$'
+expect_stdout_has '^SEQ +PARENT +FAMILY +PAGES +SHARED +PREFIX +K/V TOKENS +X TOKENS$'
+expect_stdout_has '^1 +- +1 +48 +24 +- +100 x3 +-$'
+expect_stdout_has '^2 +1 +1 +48 +24 +- +100 x3 +-$'
+expect_stdout_has '^3 +- +3 +20 +0 +- +40 0 0 +40 0 20$'
+expect_stdout_has '^10 +- +10 +0 +0 +- +0 x3 +-$'
 expect_stdout_lacks '^4 '
 expect_stdout_lines 5
 
@@ -362,6 +363,56 @@ digest "$D" >"$tmp/after"
 what="damaged store files after verify"
 rc=0
 if cmp -s "$tmp/before" "$tmp/after"; then pass; else fail "changed"; fi
+
+# ---- prefixes, export and import ----------------------------------------------
+
+P=$tmp/prefix
+"$MAKE_STORE" "$P" f16 prefix >/dev/null || fail "make_store prefix"
+run ls "$P"
+expect_rc 0
+# 1 and 2 share two whole chunks (64 of their 100 token ids); 3 shares none
+expect_stdout_has '^1 +- +1 +[0-9]+ +[0-9]+ +2/3 @[0-9a-f]{8} +100 x3 +-$'
+expect_stdout_has '^2 +1 +1 +[0-9]+ +[0-9]+ +2/3 @[0-9a-f]{8} +100 x3 +-$'
+expect_stdout_has '^3 +- +3 +[0-9]+ +0 +1 chunks +40 x3 +-$'
+h1=$(awk '$1 == 1 { print $7 }' "$tmp/out")
+h2=$(awk '$1 == 2 { print $7 }' "$tmp/out")
+what="ls: 1 and 2 name the same shared prefix"
+rc=0
+if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then pass; else fail "'$h1' and '$h2'"; fi
+run ls --json "$P"
+expect_json 'd["sequences"][1]["prefix"]["shared_chunks"] == 2 and d["sequences"][1]["prefix"]["token_ids"] == 100'
+run info "$P"
+expect_rc 0
+expect_stdout_has '^prefix +5 chunks in the index; since open 0 lookups'
+run info --json "$P"
+expect_json 'd["prefix"]["chunks"] == 5'
+
+run export "$P" 2 "$tmp/seq2.kvx"
+expect_rc 0
+expect_stdout_has "^exported sequence 2 \\(100 tokens a layer\\) to $tmp/seq2.kvx: [0-9]+ bytes$"
+cp -a "$P" "$tmp/p2"
+run import "$tmp/p2" "$tmp/seq2.kvx" 20
+expect_rc 0
+expect_stdout_has "^imported $tmp/seq2.kvx as sequence 20$"
+run dump --json "$tmp/p2" --seq 20 --layer 2 --head 1 --tokens 0:100
+sed 's/^.*"layer"//' "$tmp/out" >"$tmp/dump20"
+run dump --json "$P" --seq 2 --layer 2 --head 1 --tokens 0:100
+sed -i 's/^.*"layer"//' "$tmp/out"
+what="import: sequence 20 holds sequence 2's values"
+rc=0
+if [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/dump20"; then pass; else fail "differs"; fi
+command_failed "sequence 20 exists already" import "$tmp/p2" "$tmp/seq2.kvx" 20
+command_failed "sequence 2 exists already" import "$tmp/p2" "$tmp/seq2.kvx"
+command_failed "holds f16 values; this store keeps f32" import "$tmp/f32" "$tmp/seq2.kvx" 5
+head -c 1000 "$tmp/seq2.kvx" >"$tmp/short.kvx"
+command_failed "inside a chunk" import "$tmp/p2" "$tmp/short.kvx" 21
+command_failed "is not a kvflash sequence export" import "$tmp/p2" "$MAKE_STORE" 21
+command_failed "sequence 99 does not exist" export "$P" 99 "$tmp/x.kvx"
+if [ ! -e "$tmp/x.kvx" ] && [ ! -e "$tmp/x.kvx.tmp" ]; then pass; else fail "a failed export left a file"; fi
+usage_error "kvtool: export: missing SEQ and FILE" export "$P"
+usage_error "kvtool: export: SEQ 'x' is not a number" export "$P" x "$tmp/x.kvx"
+usage_error "kvtool: import: missing FILE" import "$P"
+usage_error "kvtool: import: unexpected argument 'more'" import "$P" f 1 more
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

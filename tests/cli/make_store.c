@@ -164,6 +164,41 @@ static int build(kvf_store *st)
 	return 0;
 }
 
+/* build_prefix - sequences made from token ids: 1 (ids 0..99), 2 sharing
+ * its first 70 (two whole chunks and 6 tokens of the third), 3 with 40
+ * ids of its own */
+static int build_prefix(kvf_store *st)
+{
+	uint32_t ids[100];
+	uint64_t got;
+	kvf_status rc;
+
+	for (uint32_t i = 0; i < 100; i++)
+		ids[i] = i;
+	if ((rc = kvf_seq_create_tokens(st, 1, ids, 100, &got)) != KVF_OK)
+		return fail("kvf_seq_create_tokens 1", rc);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		if (append(st, 1, l, 0, 100))
+			return 1;
+	for (uint32_t i = 70; i < 100; i++)
+		ids[i] = 1000 + i;
+	if ((rc = kvf_seq_create_tokens(st, 2, ids, 100, &got)) != KVF_OK)
+		return fail("kvf_seq_create_tokens 2", rc);
+	if (got != 70)
+		return fail("kvf_seq_create_tokens 2 reused other than 70", KVF_EINVAL);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		if (append(st, 2, l, 70, 30))
+			return 1;
+	for (uint32_t i = 0; i < 40; i++)
+		ids[i] = 5000 + i;
+	if ((rc = kvf_seq_create_tokens(st, 3, ids, 40, &got)) != KVF_OK)
+		return fail("kvf_seq_create_tokens 3", rc);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		if (append(st, 3, l, 0, 40))
+			return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
@@ -172,8 +207,8 @@ int main(int argc, char **argv)
 	kvf_status rc;
 	int bad;
 
-	if (argc < 2 || argc > 3) {
-		fputs("usage: make_store DIR [f16|bf16|f32]\n", stderr);
+	if (argc < 2 || argc > 4 || (argc == 4 && strcmp(argv[3], "prefix"))) {
+		fputs("usage: make_store DIR [f16|bf16|f32 [prefix]]\n", stderr);
 		return 2;
 	}
 	if (argc == 3 && strcmp(argv[2], "bf16") == 0)
@@ -191,7 +226,7 @@ int main(int argc, char **argv)
 	o.n_stripes = 2;
 	if ((rc = kvf_open(argv[1], &o, &st)) != KVF_OK)
 		return fail("kvf_open", rc);
-	bad = build(st);
+	bad = argc == 4 ? build_prefix(st) : build(st);
 	rc = kvf_close(st);
 	if (rc != KVF_OK && !bad)
 		return fail("kvf_close", rc);

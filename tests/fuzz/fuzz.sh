@@ -5,7 +5,7 @@
 #   bash tests/fuzz/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 60; KVF_FUZZ_SECONDS too); TARGET names
-# (store_header syncmark summary catalog kvtool flash_image; default
+# (store_header syncmark summary catalog kvtool flash_image seqfile; default
 # all).  The build goes to build-fuzz/ (KVF_FUZZ_BUILD); each run starts
 # from the seed corpus tests/fuzz/corpus/TARGET/ and the crashers kept,
 # grows its own corpus in build-fuzz/corpus/TARGET/ (the seeds are never
@@ -23,7 +23,7 @@ build=${KVF_FUZZ_BUILD:-$root/build-fuzz}
 secs=${1:-${KVF_FUZZ_SECONDS:-60}}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(store_header syncmark summary catalog kvtool flash_image)
+[ ${#targets[@]} -gt 0 ] || targets=(store_header syncmark summary catalog kvtool flash_image seqfile)
 packages=(gcc make cmake pkg-config binutils clang-14 libclang-rt-14-dev
           librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev)
 

@@ -322,6 +322,67 @@ static void flash_image_seeds(void)
 	image_seed("data-flip-rehash", 0x34, DATA, 21 * 4096 + 9, &flip, 1);
 }
 
+/* seqfile_seeds - exports of the work copy's sequences (1: K/V; 3: X;
+ * 10: made from token ids), and broken ones with their checksums fixed
+ * by the target's flags so they reach the checks behind them */
+static void seqfile_seeds(void)
+{
+	const char *w = fz_work();
+	char path[4096];
+	static unsigned char buf[1u << 20];
+	uint32_t ids[80];
+	uint64_t got;
+	kvf_options o;
+	kvf_store *st;
+	unsigned char flags;
+	size_t n;
+
+	fz_options(&o);
+	snprintf(path, sizeof(path), "%s/x.kvx", w);
+	for (uint32_t i = 0; i < 80; i++)
+		ids[i] = 7 * i + 3;
+	if (kvf_open(w, &o, &st) != KVF_OK ||
+	    kvf_seq_create_tokens(st, 10, ids, 80, &got) != KVF_OK ||
+	    kvf_seq_fork(st, 1, 11, 80) != KVF_OK ||
+	    kvf_seq_add_tokens(st, 11, ids, 80) != KVF_OK) {
+		fprintf(stderr, "seqfile seeds: %s\n", kvf_last_error());
+		exit(1);
+	}
+	for (int s = 0; s < 3; s++) {
+		static const uint64_t seqs[3] = { 1, 3, 11 };
+		static const char *const names[3] = { "seq1", "seq3-x", "tokens" };
+		char name[64];
+		FILE *f;
+
+		if (kvf_seq_export(st, seqs[s], path) != KVF_OK ||
+		    (f = fopen(path, "rb")) == NULL) {
+			fprintf(stderr, "seqfile seeds: %s\n", kvf_last_error());
+			exit(1);
+		}
+		n = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		flags = 0;
+		put("seqfile", names[s], &flags, 1, buf, n);
+		snprintf(name, sizeof(name), "%s-cut", names[s]);
+		put("seqfile", name, &flags, 1, buf, n / 2);
+		flags = 3;
+		buf[n - 100] ^= 0x40; /* a payload byte, checks fixed */
+		snprintf(name, sizeof(name), "%s-flip", names[s]);
+		put("seqfile", name, &flags, 1, buf, n);
+		buf[n - 100] ^= 0x40;
+		buf[8] = 2; /* version 2 */
+		snprintf(name, sizeof(name), "%s-v2", names[s]);
+		put("seqfile", name, &flags, 1, buf, n);
+		buf[8] = 1;
+		buf[16] = 3; /* three layers */
+		snprintf(name, sizeof(name), "%s-layers", names[s]);
+		put("seqfile", name, &flags, 1, buf, n);
+	}
+	flags = 0;
+	put("seqfile", "empty", &flags, 1, NULL, 0);
+	kvf_close(st);
+}
+
 int main(int argc, char **argv)
 {
 	const struct fz_template *t;
@@ -338,5 +399,6 @@ int main(int argc, char **argv)
 	catalog_seeds(t->dir);
 	kvtool_seeds();
 	flash_image_seeds();
+	seqfile_seeds();
 	return 0;
 }

@@ -1,0 +1,80 @@
+"""Prefix reuse and export/import: the Store methods over
+kvf_seq_create_tokens, kvf_seq_add_tokens, kvf_seq_export and
+kvf_seq_import (a mixin, so store.py stays the store's core)."""
+
+import ctypes
+import os
+
+import numpy as np
+
+from ._lib import lib
+from .errors import InvalidArgument, EINVAL
+
+SEQ_NONE = (1 << 64) - 1
+
+
+def _token_ids(tokens, call):
+    """tokens (a sequence of ints, a numpy array or a CPU torch tensor) as
+    a contiguous uint32 numpy array, checked."""
+    if hasattr(tokens, "detach"):  # torch
+        tokens = tokens.detach().cpu().numpy()
+    a = np.asarray(tokens)
+    if a.ndim != 1:
+        raise InvalidArgument(EINVAL, "%s: tokens must be 1-D, got shape %s"
+                              % (call, a.shape))
+    if a.size and a.dtype.kind not in "iu":
+        raise InvalidArgument(EINVAL, "%s: tokens must be integers, got %s"
+                              % (call, a.dtype))
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= 1 << 32):
+        raise InvalidArgument(EINVAL, "%s: token ids must be in [0, 2^32)"
+                              % call)
+    return np.ascontiguousarray(a, dtype=np.uint32)
+
+
+def _path(p, call):
+    if not isinstance(p, (str, bytes, os.PathLike)):
+        raise InvalidArgument(EINVAL, "%s: path must be a str or path, got %s"
+                              % (call, type(p).__name__))
+    return os.fsencode(p)
+
+
+class ReuseCalls:
+    """Store methods for prefix reuse and for moving sequences."""
+
+    def seq_create_tokens(self, seq, tokens):
+        """Create seq for token ids, sharing the longest stored prefix;
+        return how many tokens it reused (append K/V from there)."""
+        from .store import check, _u64
+        ids = _token_ids(tokens, "seq_create_tokens")
+        n = ctypes.c_uint64()
+        check(lib.kvf_seq_create_tokens(
+            self._h("seq_create_tokens"), _u64(seq, "seq_create_tokens", "seq"),
+            ids.ctypes.data_as(ctypes.c_void_p), ids.size, ctypes.byref(n)))
+        return n.value
+
+    def seq_add_tokens(self, seq, tokens):
+        """Register the next token ids of seq (its whole groups become
+        reusable prefix chunks once every layer holds their K/V)."""
+        from .store import check, _u64
+        ids = _token_ids(tokens, "seq_add_tokens")
+        check(lib.kvf_seq_add_tokens(
+            self._h("seq_add_tokens"), _u64(seq, "seq_add_tokens", "seq"),
+            ids.ctypes.data_as(ctypes.c_void_p), ids.size))
+
+    def seq_export(self, seq, path):
+        """Write seq (K/V, X, token ids) to the file at path."""
+        from .store import check, _u64
+        check(lib.kvf_seq_export(self._h("seq_export"),
+                                 _u64(seq, "seq_export", "seq"),
+                                 _path(path, "seq_export")))
+
+    def seq_import(self, path, seq=None):
+        """Make a sequence from an export file; seq=None keeps the id it
+        had.  Returns the id."""
+        from .store import check, _u64
+        out = ctypes.c_uint64()
+        sid = SEQ_NONE if seq is None else _u64(seq, "seq_import", "seq")
+        check(lib.kvf_seq_import(self._h("seq_import"),
+                                 _path(path, "seq_import"), sid,
+                                 ctypes.byref(out)))
+        return out.value
