@@ -1330,6 +1330,271 @@ KVF_API kvf_status kvf_attend_start(kvf_store *st, uint32_t n_seqs,
  */
 KVF_API kvf_status kvf_job_wait(kvf_job *job);
 
+/* ---- planners: the profile, KVPR's split, HILOS's X-cache ------------- */
+
+/*
+ * A store's measured figures and the caller's own rates, which the
+ * planners below turn into a split of work (docs/planners.md).  The caller
+ * states its rates; kvf_profile_run measures the store's and keeps the
+ * whole record in the store directory (DIR/PROFILE), where kvf_profile_get
+ * finds it after a reopen.  Fill with kvf_profile_init.  Rates are per
+ * second; a planner refuses a rate it needs that is not finite and > 0.
+ */
+typedef struct {
+	size_t struct_size;            /* sizeof(kvf_profile), set by _init */
+	/* the caller's, given */
+	double caller_flops;           /* FLOP/s the caller computes at
+					* (recomputation, attention): a GPU's,
+					* or the host's */
+	double link_bytes_per_s;       /* bytes/s from the store to the
+					* caller: PCIe to a GPU, or the host's
+					* memory bandwidth */
+	/* the store's, measured by kvf_profile_run */
+	double read_cold_bytes_per_s;  /* K,V read with no page cached */
+	double read_warm_bytes_per_s;  /* the same read again (DRAM tier) */
+	double sparf_cold_bytes_per_s; /* bytes SparF attention reads, per s
+					* of the call, nothing cached; 0
+					* without kt_pages */
+	double sparf_warm_bytes_per_s; /* the same, again */
+	double attend_tokens_per_s;    /* dense attention near the data,
+					* tokens of one layer (every head)
+					* per s, pages cached */
+	double store_flops;            /* FLOP/s of the K,V recomputation
+					* from X near the data, as
+					* kvf_attend_x runs it: X read,
+					* projected, attended */
+	double read_x_bytes_per_s;     /* X read with no page cached (X is
+					* kept per query head, so it reads
+					* as many streams as there are query
+					* heads) */
+	double x_latency_s;            /* seconds to read one token of X,
+					* nothing cached: the fixed cost of
+					* starting a path from X, which a
+					* split must win back */
+	uint64_t profile_tokens;       /* tokens the measurement used */
+	uint64_t measured_unix_s;      /* when (seconds since 1970) */
+} kvf_profile;
+
+/* Fills *p with zeros (nothing given, nothing measured); use
+ * kvf_profile_init. */
+KVF_API void kvf_profile_init_sized(kvf_profile *p, size_t struct_size);
+
+/*
+ * kvf_profile_init - an empty profile.
+ * Concurrency: any thread; *p is the caller's.
+ */
+static inline void kvf_profile_init(kvf_profile *p)
+{
+	kvf_profile_init_sized(p, sizeof(*p));
+}
+
+/*
+ * kvf_profile_run - measure the store on a scratch sequence and keep the
+ * result with the store.
+ * @scratch_seq: an id not in use; the sequence is created in layer 0 with
+ *        n_tokens of random K, V and X, measured, and freed.
+ * @n_tokens: tokens to measure with; 0 = 4096.
+ * @p: in: caller_flops and link_bytes_per_s (finite, > 0); out: every
+ *     measured field.  Written to DIR/PROFILE (replacing what was there,
+ *     atomically) before it is published in *p.
+ * Cold reads are made after the store's DRAM tier was emptied (of every
+ * sequence's cached pages: later reads of other sequences go to the media
+ * until the tier fills again); with buffered (not direct) I/O the
+ * operating system's cache may still hold the pages.  Takes a second or
+ * two for the default size.
+ * Return: KVF_OK; KVF_EINVAL (NULL, a caller rate not finite and > 0);
+ * KVF_EEXIST (scratch_seq); KVF_ERANGE (n_tokens past 2^20); KVF_ENOTSUP
+ * (read-only store); KVF_EVERSION; KVF_ENOSPC; KVF_EIO; KVF_ENOMEM;
+ * KVF_EFATAL.  On failure the scratch sequence is freed and the stored
+ * profile is unchanged.
+ * Concurrency: any thread; other sequences may be used meanwhile (and
+ * then slow the figures down).
+ */
+KVF_API kvf_status kvf_profile_run(kvf_store *st, uint64_t scratch_seq,
+				   uint64_t n_tokens, kvf_profile *p);
+
+/*
+ * kvf_profile_get - the profile kept with the store by kvf_profile_run.
+ * Set out->struct_size (kvf_profile_init) first.
+ * Return: KVF_OK; KVF_EINVAL (NULL, struct_size too small); KVF_ENOENT (no
+ * profile was kept); KVF_ECORRUPT (DIR/PROFILE fails its checksum or is
+ * not a profile: the message names the file); KVF_EVERSION (a newer
+ * profile format); KVF_EIO.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_profile_get(kvf_store *st, kvf_profile *out);
+
+/* The planners split work only when the split is predicted at least
+ * this much faster than not splitting (a share of the step time): a
+ * smaller gain is within the error of the rates, and a second path has
+ * costs the model does not see (threads handing work over, two sides
+ * sharing a busy CPU). */
+#define KVF_PLAN_MIN_GAIN 0.1
+
+/* KVPR's split of one layer's s tokens (kvf_plan_kvpr).  Set
+ * struct_size = sizeof(kvf_kvpr_plan) before the call. */
+typedef struct {
+	size_t struct_size;   /* sizeof(kvf_kvpr_plan), set by the caller */
+	uint64_t l;           /* the caller recomputes [0, l) from X */
+	double t_step_s;      /* predicted seconds of the step, attention
+			       * of the caller over all s tokens included */
+	double t_x_s;         /* X[0, l) read and handed over */
+	double t_recompute_s; /* the caller's recomputation of [0, l) */
+	double t_transfer_s;  /* K,V of [l, s) read and handed over */
+} kvf_kvpr_plan;
+
+/*
+ * kvf_plan_kvpr - the recomputation split point l of KVPR: the caller
+ * recomputes K,V of tokens [0, l) from X[0, l) while the store streams
+ * K,V of [l, s) (kvf_kvpr_start); l minimizes
+ * t_x + max(t_recompute, t_transfer) under the profiled rates
+ * (read_x_bytes_per_s, read_cold_bytes_per_s and link_bytes_per_s for
+ * the bytes, caller_flops for the recomputation and the attention).  A
+ * split is taken only when, with x_latency_s (the fixed cost of reading X
+ * at all) added, it is predicted KVF_PLAN_MIN_GAIN faster than l = 0;
+ * otherwise l = 0.
+ * @m: the model shape (as in kvf_options.model).
+ * @n_tokens: s.  @x_tokens: tokens of X stored (l never passes it).
+ * Pure: reads nothing from a store.
+ * Return: KVF_OK; KVF_EINVAL (NULL, struct_size too small, a rate it
+ * needs not finite and > 0, x_latency_s negative or not finite, a bad
+ * model shape: the message names it); KVF_EVERSION (profile struct
+ * newer, with a tail not zero).  The output is written only on KVF_OK.
+ * Concurrency: pure.
+ */
+KVF_API kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
+				 uint64_t n_tokens, uint64_t x_tokens,
+				 kvf_kvpr_plan *out);
+
+/* HILOS's X-cache share (kvf_plan_xcache).  Set struct_size first. */
+typedef struct {
+	size_t struct_size;  /* sizeof(kvf_xcache_plan), set by the caller */
+	double alpha;        /* share of the tokens kept as X, in [0, 1] */
+	uint64_t x_tokens;   /* alpha * n_tokens rounded: tokens [0,
+			      * x_tokens) recomputed near the data */
+	double t_step_s;     /* predicted seconds: the slower side */
+	double t_store_s;    /* the store: read X, recompute, attend */
+	double t_caller_s;   /* the caller: K,V of the rest, attend */
+	uint32_t x_smaller;  /* 1 when a token's X is smaller than its
+			      * K plus V (n_q_heads < 2 n_kv_heads, as in
+			      * MHA): the X-cache also saves bytes; 0 for
+			      * GQA with few KV heads, where it costs
+			      * bytes and pays only by running in
+			      * parallel */
+} kvf_xcache_plan;
+
+/*
+ * kvf_plan_xcache - the X-cache share alpha of HILOS: tokens [0, alpha s)
+ * are kept as X, the store recomputes their K,V near the data and attends
+ * them (kvf_attend_x_start) while the caller reads K,V of the rest and
+ * attends them, and the two merge by LSE (kvf_attn_merge).  alpha
+ * balances the two sides: the store's time per token (its whole path,
+ * X read and attention included, at store_flops) against the caller's
+ * (K,V at the slower of read_cold_bytes_per_s and link_bytes_per_s,
+ * attention at caller_flops);
+ * as for kvf_plan_kvpr, alpha is 0 unless the split, x_latency_s
+ * included, is predicted KVF_PLAN_MIN_GAIN faster than alpha = 0.
+ * @x_tokens: tokens of X stored (alpha s never passes it).
+ * Return: KVF_OK; KVF_EINVAL (as kvf_plan_kvpr).  Concurrency: pure.
+ */
+KVF_API kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
+				   uint64_t n_tokens, uint64_t x_tokens,
+				   kvf_xcache_plan *out);
+
+/*
+ * kvf_plan_beta - HillInfer's split of importance evaluation (scoring
+ * every token against the query) between the caller and the store.
+ * With the caller's rate f_c (caller_flops) and the store's f_s (the
+ * scoring rate near the data, from attend_tokens_per_s) both finish
+ * together when the caller scores beta = f_c / f_s tokens for each one
+ * the store scores.
+ * @beta: out, f_c / f_s.  @near_share: NULL or out, the store's share
+ *        f_s / (f_c + f_s) of the tokens.
+ * Return: KVF_OK; KVF_EINVAL (as kvf_plan_kvpr).  Concurrency: pure.
+ */
+KVF_API kvf_status kvf_plan_beta(const kvf_profile *p, const kvf_model *m,
+				 double *beta, double *near_share);
+
+/*
+ * kvf_kv_weights_set - register the K and V projection weights of one
+ * layer, so the store can recompute K,V from the stored X near the data
+ * (kvf_recompute_kv, kvf_attend_x).  K = RoPE(X W_k), V = X W_v, with X a
+ * token's [n_q_heads * head_dim] activations as kvf_append_x stores them.
+ * @w_k, @w_v: [n_q_heads * head_dim][n_kv_heads * head_dim] fp32, row
+ *        major; copied.  Registering a layer again replaces its weights.
+ * @rope_theta: the RoPE base (10000 for Llama 2); 0 = no RoPE.  Token t
+ *        of the sequence is at position t.  RoPE needs an even head_dim.
+ * The weights live in memory only: register them after every kvf_open.
+ * Return: KVF_OK; KVF_EINVAL (NULL, rope_theta not finite or < 0, RoPE
+ * with an odd head_dim, a weight not finite: the message names it);
+ * KVF_ERANGE (layer); KVF_ENOMEM.
+ * Concurrency: any thread; a recomputation running on the layer uses the
+ * weights it started with.
+ */
+KVF_API kvf_status kvf_kv_weights_set(kvf_store *st, uint32_t layer,
+				      const float *w_k, const float *w_v,
+				      float rope_theta);
+
+/*
+ * kvf_recompute_kv - K,V of tokens [t0, t1) of one layer, recomputed near
+ * the data from the stored X with the registered weights.
+ * @k_out, @v_out: [t1-t0][n_kv_heads][head_dim] fp32; either may be NULL.
+ * Return: KVF_OK; KVF_EINVAL (NULL, reversed range); KVF_ENOENT (seq, or
+ * no weights registered for the layer); KVF_ERANGE (layer, range past the
+ * stored X); KVF_ECORRUPT; KVF_EIO; KVF_ENOMEM.
+ * Concurrency: as kvf_read_x.
+ */
+KVF_API kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq,
+				    uint32_t layer, uint64_t t0, uint64_t t1,
+				    float *k_out, float *v_out);
+
+/*
+ * kvf_attend_x - decode attention over tokens [t0, t1) of one layer whose
+ * K,V the store recomputes from the stored X near the data (HILOS's
+ * X-cache).  q, out as kvf_attend.
+ * @opts: NULL, or scale and lse as kvf_attend (lse: [n_q_heads], to merge
+ *        with the caller's attention over its tokens: kvf_attn_merge);
+ *        sparse, mask, window and h2o are refused.  An empty range gives
+ *        out = 0 and lse = -INFINITY.
+ * Return: as kvf_recompute_kv; KVF_ENOTSUP (sparse, mask, window, h2o);
+ * KVF_EVERSION (opts).  Concurrency: as kvf_read_x.
+ */
+KVF_API kvf_status kvf_attend_x(kvf_store *st, uint64_t seq, uint32_t layer,
+				uint64_t t0, uint64_t t1, const float *q,
+				float *out, const kvf_attn_opts *opts);
+
+/*
+ * kvf_attend_x_start - kvf_attend_x in the background (kvf_job_wait gives
+ * the status), so the caller attends its own tokens meanwhile.  The
+ * arguments are checked first; q and opts are copied; out and opts->lse
+ * must stay valid until kvf_job_wait returns.
+ * Return: KVF_OK; the argument errors of kvf_attend_x; KVF_ENOMEM.
+ * Concurrency: as kvf_attend_start.
+ */
+KVF_API kvf_status kvf_attend_x_start(kvf_store *st, uint64_t seq,
+				      uint32_t layer, uint64_t t0, uint64_t t1,
+				      const float *q, float *out,
+				      const kvf_attn_opts *opts, kvf_job **job);
+
+/*
+ * kvf_kvpr_start - hand out both ranges of KVPR's split (kvf_plan_kvpr):
+ * X of tokens [0, l) is read into x_out before the call returns, so the
+ * caller starts recomputing K,V of [0, l) at once, while K,V of [l, s) are
+ * read in the background into k_out and v_out; kvf_job_wait says when
+ * they are there.
+ * @l, @s: 0 <= l <= s <= the layer's tokens, l <= its X tokens.
+ * @x_out: [l][n_q_heads * head_dim] in the store's dtype (NULL when l 0).
+ * @k_out, @v_out: [n_kv_heads][s - l][head_dim] in the store's dtype, one
+ *        head after another; they must stay valid until kvf_job_wait.
+ * Return: KVF_OK; the errors of kvf_read_x (KVF_EINVAL, KVF_ENOENT,
+ * KVF_ERANGE, KVF_ECORRUPT, KVF_EIO: then no job is made); KVF_ENOMEM.
+ * The background read's errors come from kvf_job_wait.
+ * Concurrency: as kvf_attend_start.
+ */
+KVF_API kvf_status kvf_kvpr_start(kvf_store *st, uint64_t seq, uint32_t layer,
+				  uint64_t l, uint64_t s, void *x_out,
+				  void *k_out, void *v_out, kvf_job **job);
+
 /* The public structs, for bindings (ctypes) that mirror them. */
 typedef enum {
 	KVF_STRUCT_OPTIONS = 0,   /* kvf_options */
@@ -1340,7 +1605,10 @@ typedef enum {
 	KVF_STRUCT_TENSOR = 5,    /* kvf_tensor */
 	KVF_STRUCT_STORE_INFO = 6, /* kvf_store_info */
 	KVF_STRUCT_SEQ_INFO = 7,  /* kvf_seq_info */
-	KVF_STRUCT_MODEL = 8      /* kvf_model */
+	KVF_STRUCT_MODEL = 8,     /* kvf_model */
+	KVF_STRUCT_PROFILE = 9,   /* kvf_profile */
+	KVF_STRUCT_KVPR_PLAN = 10, /* kvf_kvpr_plan */
+	KVF_STRUCT_XCACHE_PLAN = 11 /* kvf_xcache_plan */
 } kvf_struct;
 
 /*

@@ -109,6 +109,14 @@ void kvf_tensor_init_sized(kvf_tensor *t, size_t struct_size)
 	fill_sized(t, &d, sizeof(d), struct_size);
 }
 
+void kvf_profile_init_sized(kvf_profile *p, size_t struct_size)
+{
+	kvf_profile d;
+
+	memset(&d, 0, sizeof(d));
+	fill_sized(p, &d, sizeof(d), struct_size);
+}
+
 size_t kvf_struct_size(kvf_struct which)
 {
 	switch (which) {
@@ -130,6 +138,12 @@ size_t kvf_struct_size(kvf_struct which)
 		return sizeof(kvf_seq_info);
 	case KVF_STRUCT_MODEL:
 		return sizeof(kvf_model);
+	case KVF_STRUCT_PROFILE:
+		return sizeof(kvf_profile);
+	case KVF_STRUCT_KVPR_PLAN:
+		return sizeof(kvf_kvpr_plan);
+	case KVF_STRUCT_XCACHE_PLAN:
+		return sizeof(kvf_xcache_plan);
 	}
 	return 0;
 }

@@ -196,6 +196,7 @@ int bench_attend_main(int argc, char **argv);
 int bench_optim_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_endurance_main(int argc, char **argv);
+int bench_plan_main(int argc, char **argv);
 int bench_evict_main(int argc, char **argv);
 int bench_prefix_main(int argc, char **argv);
 int bench_export_main(int argc, char **argv);

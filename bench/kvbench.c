@@ -34,6 +34,8 @@ static const struct bench_cmd cmds[] = {
 	  "a batch decoding step by step (append + attend_batch), memory tier on and off" },
 	{ "endurance", bench_endurance_main,
 	  "NAND bytes per token, WA, wear, lifetime: kvflash vs RocksDB, files, per-token" },
+	{ "plan", bench_plan_main,
+	  "the planners (KVPR split, X-cache alpha) against measured decode steps, MHA and GQA" },
 	{ "evict", bench_evict_main,
 	  "eviction policies (LRU, LFU, endurance) vs caller frees on a chat workload: hits, NAND bytes" },
 	{ "prefix", bench_prefix_main,

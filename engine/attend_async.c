@@ -43,6 +43,11 @@ struct kvf_job {
 	float *out;                /* the caller's */
 	kvf_attn_opts opts;        /* a copy; lse and mask are the caller's */
 	int has_opts;
+	/* a job of another call (async_submit): run(arg) instead of
+	 * kvf_attend_batch, then release(arg) in kvf_job_wait */
+	kvf_status (*run)(void *arg);
+	void (*release)(void *arg);
+	void *arg;
 	enum job_state state;      /* guarded by lock */
 	kvf_status rc;             /* when DONE */
 	char msg[KVF_ERRMSG_CAP];  /* kvf_last_error of the run, when DONE */
@@ -74,8 +79,12 @@ static void *async_thread(void *arg)
 		j->state = JOB_RUNNING;
 		pthread_mutex_unlock(&lock);
 
-		rc = kvf_attend_batch(j->st, j->n_seqs, j->seqs, j->layer, j->q,
-				      j->out, j->has_opts ? &j->opts : NULL);
+		if (j->run)
+			rc = j->run(j->arg);
+		else
+			rc = kvf_attend_batch(j->st, j->n_seqs, j->seqs,
+					      j->layer, j->q, j->out,
+					      j->has_opts ? &j->opts : NULL);
 
 		pthread_mutex_lock(&lock);
 		j->rc = rc;
@@ -115,6 +124,8 @@ static kvf_status start_threads(void)
 		return kvf_fail(KVF_ENOMEM, "kvf_attend_start: cannot start a thread");
 	return KVF_OK;
 }
+
+static kvf_status enqueue(struct kvf_job *j);
 
 /* start_check - the argument checks kvf_attend_batch would make first */
 static kvf_status start_check(kvf_store *st, uint32_t n_seqs,
@@ -195,12 +206,25 @@ kvf_status kvf_attend_start(kvf_store *st, uint32_t n_seqs,
 			       ? opts->struct_size : sizeof(*opts));
 		j->has_opts = 1;
 	}
-	pthread_mutex_lock(&lock);
-	if ((rc = start_threads()) != KVF_OK) {
-		pthread_mutex_unlock(&lock);
+	if ((rc = enqueue(j)) != KVF_OK) {
 		kvf_free(j->seqs);
 		kvf_free(j->q);
 		kvf_free(j);
+		return rc;
+	}
+	*job = j;
+	return KVF_OK;
+}
+
+/* enqueue - queue j (threads started if need be); KVF_ENOMEM when no
+ * thread can start (j is then not queued) */
+static kvf_status enqueue(struct kvf_job *j)
+{
+	kvf_status rc;
+
+	pthread_mutex_lock(&lock);
+	if ((rc = start_threads()) != KVF_OK) {
+		pthread_mutex_unlock(&lock);
 		return rc;
 	}
 	j->state = JOB_QUEUED;
@@ -215,6 +239,28 @@ kvf_status kvf_attend_start(kvf_store *st, uint32_t n_seqs,
 	live = j;
 	pthread_cond_signal(&work);
 	pthread_mutex_unlock(&lock);
+	return KVF_OK;
+}
+
+kvf_status async_submit(kvf_store *st, const char *call,
+			kvf_status (*run)(void *arg),
+			void (*release)(void *arg), void *arg, kvf_job **job)
+{
+	struct kvf_job *j;
+	kvf_status rc;
+
+	*job = NULL;
+	j = kvf_calloc(1, sizeof(*j));
+	if (j == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	j->st = st;
+	j->run = run;
+	j->release = release;
+	j->arg = arg;
+	if ((rc = enqueue(j)) != KVF_OK) {
+		kvf_free(j);
+		return rc;
+	}
 	*job = j;
 	return KVF_OK;
 }
@@ -230,6 +276,8 @@ kvf_status kvf_job_wait(kvf_job *j)
 		pthread_cond_wait(&done, &lock);
 	pthread_mutex_unlock(&lock);
 	rc = j->rc;
+	if (j->release)
+		j->release(j->arg);
 	if (rc != KVF_OK)
 		kvf_fail(rc, "%s", j->msg);
 	kvf_free(j->seqs);

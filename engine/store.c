@@ -35,6 +35,7 @@
 #include "engine/pool.h"
 #include "engine/prefix.h"
 #include "engine/readpath.h"
+#include "engine/recompute.h"
 #include "engine/recovery.h"
 #include "engine/segfmt.h"
 #include "engine/segtable.h"
@@ -222,6 +223,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	writer_free(st);
 	read_spares_free(st);
 	optim_registry_free(st);
+	recompute_free(st);
 	tier_free(st);
 	evict_free(st);
 	fatal_destroy(&st->fatal);
@@ -370,6 +372,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	writer_init(st);
 	read_spares_init(st);
 	optim_registry_init(st);
+	recompute_init(st);
 	tier_init(st);
 	prefix_init(st);
 	if ((rc = durable_init(st)) != KVF_OK ||

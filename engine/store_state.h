@@ -50,6 +50,7 @@
 #include "engine/optim_state.h"
 #include "engine/prefix_state.h"
 #include "engine/readpath_state.h"
+#include "engine/recompute_state.h"
 #include "engine/segfmt.h"
 #include "engine/segtable_state.h"
 #include "engine/seq_state.h"
@@ -129,6 +130,7 @@ struct kvf_store {
 	struct cleaner cleaner;       /* engine/cleaner.h */
 	struct optim_registry optims; /* engine/optim_store.h */
 	struct tier tier;             /* engine/tier.h */
+	struct recompute_registry recomp; /* engine/recompute.h */
 	struct evictor evict;         /* engine/evict.h */
 	struct prefix_index prefix;   /* engine/prefix.h */
 };

@@ -467,6 +467,19 @@ void tier_drop_segment(kvf_store *st, uint32_t segid)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void tier_drop_all(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+
+	if (t->n_slots == 0)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (int p = 0; p < TIER_POOLS; p++)
+		while (t->pool[p].head != TIER_NONE)
+			evict(t, t->pool[p].head);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void tier_figures(kvf_store *st, kvf_stats *s)
 {
 	struct tier *t = &st->tier;

@@ -79,6 +79,10 @@ void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
  * being reused, or was never written) */
 void tier_drop_segment(kvf_store *st, uint32_t segid);
 
+/* tier_drop_all - forget every cached page (kvf_profile_run's cold
+ * reads); pinned pages go when their users unpin them */
+void tier_drop_all(kvf_store *st);
+
 /* tier_figures - the kvf_stats figures of the tier */
 void tier_figures(kvf_store *st, kvf_stats *s);
 

@@ -28,9 +28,9 @@ packages=(gcc make cmake pkg-config binutils
           libopenblas0-pthread gnuplot-nox
           libopenmpi-dev openmpi-bin)
 # (libopenblas0-pthread: Debian's torch calls the system BLAS, which is the
-# slow reference one unless OpenBLAS provides it; Open MPI for the optional
-# kvflash_mpi library, mpi/; gnuplot-nox draws the plots of
-# kvbench endurance --plot)
+# slow reference one unless OpenBLAS provides it; gnuplot-nox draws the
+# plots of kvbench plan --plot and kvbench endurance --plot; Open MPI for
+# the optional kvflash_mpi library, mpi/)
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -174,3 +174,24 @@ Test(admit, full_tier_admits)
 		cr_assert(fx_data_ok(st, 10, l, 128 * G));
 	OK(kvf_close(st));
 }
+
+/* a sequence in the prefix index is admitted at once: it is there to be
+ * shared from the media */
+Test(admit, prefix_sequence_admitted)
+{
+	kvf_options o = admit_opts(1000 * G);
+	uint32_t tokens[2 * G];
+	kvf_store *st;
+	uint64_t before, reused = 1;
+
+	for (uint32_t i = 0; i < 2 * G; i++)
+		tokens[i] = i * 7 + 1;
+	OK(kvf_open(fx.path, &o, &st));
+	OK(kvf_seq_create_tokens(st, 11, tokens, 2 * G, &reused));
+	cr_assert(eq(u64, reused, 0));
+	put(st, 11, 0, 2 * G);
+	before = stats_of(st).host_bytes_written;
+	OK(kvf_sync(st));
+	cr_assert(stats_of(st).host_bytes_written > before);
+	OK(kvf_close(st));
+}
