@@ -1,12 +1,15 @@
-"""Prefix reuse and export/import: the Store methods over
-kvf_seq_create_tokens, kvf_seq_add_tokens, kvf_seq_export and
-kvf_seq_import (a mixin, so store.py stays the store's core)."""
+"""Capacity and reuse: the Store methods over prefix reuse
+(kvf_seq_create_tokens, kvf_seq_add_tokens), eviction (kvf_seq_pin,
+kvf_seq_unpin, kvf_evict, kvf_evict_log) and export/import
+(kvf_seq_export, kvf_seq_import); a mixin, so store.py stays the store's
+core."""
 
 import ctypes
 import os
 
 import numpy as np
 
+from . import _lib
 from ._lib import lib
 from .errors import InvalidArgument, EINVAL
 
@@ -36,6 +39,16 @@ def _path(p, call):
         raise InvalidArgument(EINVAL, "%s: path must be a str or path, got %s"
                               % (call, type(p).__name__))
     return os.fsencode(p)
+
+
+def _evict_policy(value, call):
+    """An eviction policy given by name or number, as kvf_evict_policy."""
+    if isinstance(value, str):
+        if value not in _lib.EVICT_POLICIES:
+            raise InvalidArgument(EINVAL, "%s: evict_policy %r is not one of %s"
+                                  % (call, value, sorted(_lib.EVICT_POLICIES)))
+        return _lib.EVICT_POLICIES[value]
+    return value
 
 
 class ReuseCalls:
@@ -78,3 +91,46 @@ class ReuseCalls:
                                  _path(path, "seq_import"), sid,
                                  ctypes.byref(out)))
         return out.value
+
+    def seq_pin(self, seq):
+        """Keep seq out of eviction until seq_unpin (pins count)."""
+        from .store import check, _u64
+        check(lib.kvf_seq_pin(self._h("seq_pin"), _u64(seq, "seq_pin", "seq")))
+
+    def seq_unpin(self, seq):
+        from .store import check, _u64
+        check(lib.kvf_seq_unpin(self._h("seq_unpin"),
+                                _u64(seq, "seq_unpin", "seq")))
+
+    def evict(self, nbytes, policy=None):
+        """Evict sequences until nbytes of media are given back (kvf_evict);
+        policy "lru" | "lfu" | "endurance", None for the store's.  Returns
+        the bytes given back."""
+        from .store import check, _u64
+        freed = ctypes.c_uint64()
+        check(lib.kvf_evict(self._h("evict"),
+                            0 if policy is None else
+                            _evict_policy(policy, "evict"),
+                            _u64(nbytes, "evict", "nbytes"),
+                            ctypes.byref(freed)))
+        return freed.value
+
+    def evict_log(self):
+        """The sequences evicted since the last call, oldest first, as
+        dicts (kvf_evict_log; reason and policy as names)."""
+        from .store import check
+        st = self._h("evict_log")
+        out = []
+        while True:
+            evs = (_lib.EvictEvent * 256)()
+            n = ctypes.c_uint32()
+            check(lib.kvf_evict_log(st, evs, 256, ctypes.byref(n), None))
+            names = {v: k for k, v in _lib.EVICT_POLICIES.items()}
+            for e in evs[:n.value]:
+                out.append({"seq": e.seq,
+                            "reason": _lib.EVICT_REASONS.get(e.reason, e.reason),
+                            "policy": names.get(e.policy, e.policy),
+                            "bytes": e.bytes, "copy_bytes": e.copy_bytes,
+                            "uses": e.uses, "idle": e.idle})
+            if n.value < 256:
+                return out

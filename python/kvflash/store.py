@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import _lib
-from ._reuse import ReuseCalls
+from ._reuse import ReuseCalls, _evict_policy
 from ._lib import lib
 from .errors import (Closed, InvalidArgument, ECLOSED, EINVAL, error)
 
@@ -48,16 +48,6 @@ def _u32(v, call, what):
         raise InvalidArgument(EINVAL, "%s: %s %d is not in [0, 2^32)" % (
             call, what, v))
     return v
-
-
-def _evict_policy(value, call):
-    """An eviction policy given by name or number, as kvf_evict_policy."""
-    if isinstance(value, str):
-        if value not in _lib.EVICT_POLICIES:
-            raise InvalidArgument(EINVAL, "%s: evict_policy %r is not one of %s"
-                                  % (call, value, sorted(_lib.EVICT_POLICIES)))
-        return _lib.EVICT_POLICIES[value]
-    return value
 
 
 class Store(ReuseCalls):
@@ -229,45 +219,6 @@ class Store(ReuseCalls):
     def seq_free(self, seq):
         check(lib.kvf_seq_free(self._h("seq_free"),
                                _u64(seq, "seq_free", "seq")))
-
-    def seq_pin(self, seq):
-        """Keep seq out of eviction until seq_unpin (pins count)."""
-        check(lib.kvf_seq_pin(self._h("seq_pin"), _u64(seq, "seq_pin", "seq")))
-
-    def seq_unpin(self, seq):
-        check(lib.kvf_seq_unpin(self._h("seq_unpin"),
-                                _u64(seq, "seq_unpin", "seq")))
-
-    def evict(self, nbytes, policy=None):
-        """Evict sequences until nbytes of media are given back (kvf_evict);
-        policy "lru" | "lfu" | "endurance", None for the store's.  Returns
-        the bytes given back."""
-        freed = ctypes.c_uint64()
-        check(lib.kvf_evict(self._h("evict"),
-                            0 if policy is None else
-                            _evict_policy(policy, "evict"),
-                            _u64(nbytes, "evict", "nbytes"),
-                            ctypes.byref(freed)))
-        return freed.value
-
-    def evict_log(self):
-        """The sequences evicted since the last call, oldest first, as
-        dicts (kvf_evict_log; reason and policy as names)."""
-        st = self._h("evict_log")
-        out = []
-        while True:
-            evs = (_lib.EvictEvent * 256)()
-            n = ctypes.c_uint32()
-            check(lib.kvf_evict_log(st, evs, 256, ctypes.byref(n), None))
-            names = {v: k for k, v in _lib.EVICT_POLICIES.items()}
-            for e in evs[:n.value]:
-                out.append({"seq": e.seq,
-                            "reason": _lib.EVICT_REASONS.get(e.reason, e.reason),
-                            "policy": names.get(e.policy, e.policy),
-                            "bytes": e.bytes, "copy_bytes": e.copy_bytes,
-                            "uses": e.uses, "idle": e.idle})
-            if n.value < 256:
-                return out
 
     def seq_len(self, seq, layer=0):
         n = ctypes.c_uint64()
