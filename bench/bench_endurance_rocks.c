@@ -5,7 +5,7 @@
  * tuned set.  Its files go through the file system model by polling the
  * directory after every step: RocksDB's files only grow and are deleted
  * whole.  (The one file of bench/ that includes <rocksdb/c.h>, as
- * engine/catalog.c is in the engine: tests/check-layers.sh.)
+ * engine/base/catalog.c is in the engine: tests/check-layers.sh.)
  */
 #include <errno.h>
 #include <rocksdb/c.h>

@@ -25,7 +25,7 @@
 #include "api/alloc.h"
 #include "bench/bench_common.h"
 #include "compute/half.h"
-#include "engine/seqfile.h"
+#include "engine/portable/seqfile.h"
 #include "kvflash.h"
 
 struct xargs {

@@ -33,7 +33,7 @@
  * reported, with the targets beside them (figures, never pass/fail).
  * Beside each store's figures: what one dense step asked of the media
  * (bytes and requests read and written, syncs, trims), from the media's
- * own counters (ftl/media.h, reached through engine/store.h: kvf_stats
+ * own counters (ftl/media.h, reached through engine/lifecycle/store.h: kvf_stats
  * does not count the optimizer's pages as written).  Both stores live in
  * DIR/store, one after the other (the memory store keeps its catalog
  * there); --media runs one of them alone.

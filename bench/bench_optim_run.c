@@ -16,7 +16,7 @@
 #include "bench/bench_common.h"
 #include "bench/bench_optim_int.h"
 #include "compute/optim.h"
-#include "engine/store_state.h" /* st->media, for the media's own counters */
+#include "engine/base/store_state.h" /* st->media, for the media's own counters */
 #include "ftl/media.h"
 #include "kvflash.h"
 

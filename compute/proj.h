@@ -2,7 +2,7 @@
  * proj.h - the K,V projection near the data: rows of X (the layer's
  * input activations, as stored) times the registered weights, then the
  * rotary position embedding on K.  Pure functions over caller buffers, no
- * allocation; the engine (engine/recompute.c) feeds them X read from the
+ * allocation; the engine (engine/planning/recompute.c) feeds them X read from the
  * store, a bench or example feeds them its own X.
  *
  * Shapes: X is [n][d] with d = n_q_heads * head_dim elements in dtype;

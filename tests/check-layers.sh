@@ -17,11 +17,12 @@
 #             alloc, options, version) include only api/; the api glue
 #             never includes tools/ or bench/
 #   any       never tests/
-# and: <rocksdb/...> only in engine/catalog.c (and in
+# and: <rocksdb/...> only in engine/base/catalog.c (and in
 # bench/bench_endurance_rocks.c, RocksDB as a baseline), <liburing.h> only in
 # ftl/uring.c; no two source files in those folders share a file name;
 # inside engine/, calls go one way: down the order listed at the top of
-# docs/store.md.
+# docs/store.md, which names each level's folder (engine/LEVEL/) and its
+# files lowest first; every engine file sits in the folder of its level.
 #
 # A quoted include is looked up next to the including file, then from the
 # root, then in api/ (the public include path); it must exist.  An angle
@@ -123,9 +124,9 @@ system_rule() {
 	why=""
 	case $2 in
 	rocksdb/*)
-		[ "$1" = engine/catalog.c ] ||
+		[ "$1" = engine/base/catalog.c ] ||
 			[ "$1" = bench/bench_endurance_rocks.c ] ||
-			why="only engine/catalog.c (and the RocksDB baseline, bench/bench_endurance_rocks.c) may include <$2>" ;;
+			why="only engine/base/catalog.c (and the RocksDB baseline, bench/bench_endurance_rocks.c) may include <$2>" ;;
 	liburing.h | liburing/*)
 		[ "$1" = ftl/uring.c ] ||
 			why="only ftl/uring.c may include <$2>" ;;
@@ -203,17 +204,23 @@ done
 # by "(" outside comments and strings.
 order_doc=$root/docs/store.md
 order=$(sed -n '/<!-- engine-order: begin -->/,/<!-- engine-order: end -->/p' "$order_doc" 2>/dev/null |
-	sed -n 's/^[[:space:]]*[a-z][a-z ]*:[[:space:]]*//p' | tr -s ' \t' '\n\n' | grep -v '^$')
+	awk '/^[[:space:]]*[a-z][a-z_]*:/ {
+		sub(/^[[:space:]]+/, ""); folder = $1; sub(/:$/, "", folder)
+		for (i = 2; i <= NF; i++) print folder "/" $i
+	}')
 if [ -z "$order" ]; then
 	problem "docs/store.md:1: no engine order between <!-- engine-order: begin --> and <!-- engine-order: end -->"
 else
-	for f in $(cd "$root" && ls engine/*.c); do
+	for f in $(cd "$root" && ls engine/*.[ch] 2>/dev/null); do
+		problem "$f:1: engine/ holds only level folders; move $f into the folder of its level"
+	done
+	for f in $(cd "$root" && ls engine/*/*.c); do
 		b=${f#engine/}
 		b=${b%.c}
 		if in_list "$b" "$order"; then
 			passed=$((passed + 1))
 		else
-			problem "$f:1: engine/$b.c is not in the engine order of docs/store.md"
+			problem "$f:1: $f is not in the engine order of docs/store.md (a file sits in the folder of its level)"
 		fi
 	done
 	for b in $order; do
@@ -276,7 +283,7 @@ else
 					}
 				}
 			}
-		}' engine/*.c)
+		}' engine/*/*.c)
 	passed=$((passed + 1))
 fi
 

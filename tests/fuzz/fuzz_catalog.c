@@ -1,6 +1,6 @@
 /*
- * fuzz_catalog.c - the catalog's records (engine/meta.h and the "O"
- * record of engine/optim_int.h) as open, the reads, kvf_verify and
+ * fuzz_catalog.c - the catalog's records (engine/base/meta.h and the "O"
+ * record of engine/optim/optim_int.h) as open, the reads, kvf_verify and
  * kvf_repair decode them.
  *
  * RocksDB checks its own files; what it hands back is trusted by nobody
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/catalog.h"
+#include "engine/base/catalog.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

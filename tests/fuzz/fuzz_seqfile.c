@@ -1,6 +1,6 @@
 /*
  * fuzz_seqfile.c - the sequence file of kvf_seq_export / kvf_seq_import
- * (engine/seqfile.h, engine/seq_import.c).
+ * (engine/portable/seqfile.h, engine/portable/seq_import.c).
  *
  * Input: one flags byte, then the bytes of the file (at most 1 MiB).
  *   bit 0  the 64-byte header gets the right checksum
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/seqfile.h"
+#include "engine/portable/seqfile.h"
 #include "fuzz_common.h"
 #include "testutil.h"
 

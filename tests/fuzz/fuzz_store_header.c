@@ -1,5 +1,5 @@
 /*
- * fuzz_store_header.c - the store header DIR/KVFLASH (engine/segfmt.h).
+ * fuzz_store_header.c - the store header DIR/KVFLASH (engine/base/segfmt.h).
  *
  * Input: one flags byte, then the bytes of the file (at most 256).
  *   bit 0  put the right XXH3-64 at offset 120, so the fields behind the
@@ -18,10 +18,10 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/segfmt.h"
-#include "engine/store_header.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/segfmt.h"
+#include "engine/base/store_header.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

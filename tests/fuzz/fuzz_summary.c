@@ -1,5 +1,5 @@
 /*
- * fuzz_summary.c - a segment's summary on media (engine/segfmt.h), as
+ * fuzz_summary.c - a segment's summary on media (engine/base/segfmt.h), as
  * recovery (at open), kvf_verify and kvf_repair read it.
  *
  * Input: one flags byte, one byte that picks a sealed segment of the
@@ -24,10 +24,10 @@
 #include <xxhash.h>
 
 #include "api/alloc.h"
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/segfmt.h"
-#include "engine/segtable.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/segfmt.h"
+#include "engine/segments/segtable.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /*
- * fuzz_syncmark.c - the durable-point mark DIR/SYNCED (engine/syncmark.h).
+ * fuzz_syncmark.c - the durable-point mark DIR/SYNCED (engine/base/syncmark.h).
  *
  * Input: one flags byte, then the bytes of the file (at most 8 KiB + 64).
  *   bit 0  each whole 64-byte slot (at 0 and 4096) gets the right checksum
@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "engine/syncmark.h"
+#include "engine/base/syncmark.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -16,10 +16,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/segfmt.h"
-#include "engine/syncmark.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/segfmt.h"
+#include "engine/base/syncmark.h"
 #include "fuzz_common.h"
 
 static const char *out_root;

@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/catalog.h"
+#include "engine/base/catalog.h"
 #include "ftl/sysio.h"
 #include "testutil.h"
 

@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #include "api/status.h"
-#include "engine/segfmt.h"
+#include "engine/base/segfmt.h"
 #include "kvflash.h"
 
 #define LAYERS 2

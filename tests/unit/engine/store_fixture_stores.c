@@ -9,7 +9,7 @@
  * Pages are found by content: every token's bytes are a known function of
  * (sequence, layer, kind, token, head) (fx_byte), so the page of a token
  * group is the one holding exactly those rows.  Its address follows from
- * engine/segfmt.h: stripe file s holds segment k of the stripe at
+ * engine/base/segfmt.h: stripe file s holds segment k of the stripe at
  * k * segment_size, the global segment id is k * n_stripes + s, and a
  * segment's summary follows its data pages.
  */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/catalog.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/store_state.h"
 #include "store_model.h"
 #include "testutil.h"
 
@@ -540,7 +540,7 @@ static void op_abandon(struct ctx *c)
  * add_ballast - one synced sequence outside the id pool, so the file
  * store always holds a segment.  BUG workaround: reopening a file store
  * without any segment or fork record runs qsort(NULL, 0, ...) in
- * engine/recovery.c (recovery_load), which UBSan stops.  Remove this
+ * engine/lifecycle/recovery.c (recovery_load), which UBSan stops.  Remove this
  * once recovery skips the sort of an empty list.
  */
 static void add_ballast(struct ctx *c)

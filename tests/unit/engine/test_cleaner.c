@@ -4,7 +4,7 @@
  * compact them (copying live pages, forked ones for every owner) and keep
  * every token readable, across a reopen too.  Live data that really does
  * not fit is refused with KVF_ENOSPC and changes nothing.  Optimizer pages
- * the cleaner copies keep their runs ("G" records, engine/meta.h) and the
+ * the cleaner copies keep their runs ("G" records, engine/base/meta.h) and the
  * optimizer steps on from them after a reopen, bit for bit.
  */
 #include <criterion/criterion.h>
@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "compute/optim.h"
-#include "engine/catalog.h"
-#include "engine/cleaner.h"
-#include "engine/meta.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/cleaning/cleaner.h"
+#include "engine/base/meta.h"
+#include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

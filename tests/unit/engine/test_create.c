@@ -29,7 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/store_state.h"
+#include "engine/base/store_state.h"
 #include "store_fixture.h"
 #include "testutil.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/seqfile.h"
+#include "engine/portable/seqfile.h"
 #include "prefix_fixture.h"
 #include "store_fixture.h"
 

@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/store.h"
-#include "engine/store_state.h"
+#include "engine/lifecycle/store.h"
+#include "engine/base/store_state.h"
 #include "ftl/media_flash.h"
 #include "kvflash.h"
 #include "store_fixture.h"

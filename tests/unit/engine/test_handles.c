@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/store_state.h"
-#include "engine/catalog.h"
+#include "engine/base/store_state.h"
+#include "engine/base/catalog.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kt.h"
-#include "engine/kt_read.h"
-#include "engine/seq.h"
-#include "engine/seq_stream.h"
+#include "engine/writes/kt.h"
+#include "engine/reads/kt_read.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_stream.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -1,5 +1,5 @@
 /*
- * test_meta_run.c - meta_run_add (engine/meta.h), which builds the runs of
+ * test_meta_run.c - meta_run_add (engine/base/meta.h), which builds the runs of
  * a segment's "G" record one page at a time: a page extends the last run
  * only when it is the next page and the next group (at the run's stride;
  * a run of one page takes the stride, up to META_STRIDE_MAX) of the same
@@ -12,7 +12,7 @@
 #include <criterion/new/assert.h>
 #include <stddef.h>
 
-#include "engine/meta.h"
+#include "engine/base/meta.h"
 
 TestSuite(meta_run, .timeout = 30);
 

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "api/alloc.h"
-#include "engine/store_state.h"
+#include "engine/base/store_state.h"
 #include "store_fixture.h"
 #include "testutil.h"
 
@@ -333,7 +333,7 @@ Test(open, open_create_out_of_memory)
  * BUG (reported): with a single failure (sticky 0) the reopen can succeed
  * with every segment trimmed: recovery counts page references through
  * seq_foreach, which skips every sequence when its list allocation fails
- * (engine/seq.c), so all segments look dead and recovery reclaims them.
+ * (engine/sequences/seq.c), so all segments look dead and recovery reclaims them.
  * Only the sticky mode is run until that is fixed.
  */
 Test(open, open_existing_out_of_memory)

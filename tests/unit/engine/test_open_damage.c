@@ -24,10 +24,10 @@
 #include <xxhash.h>
 
 #include "api/alloc.h"
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/segfmt.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/segfmt.h"
+#include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api/status.h"
-#include "engine/pool.h"
+#include "engine/base/pool.h"
 
 struct count {
 	_Atomic uint32_t hits[1000];

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "api/alloc.h"
-#include "engine/prefix.h"
+#include "engine/sequences/prefix.h"
 #include "powercut.h"
 #include "prefix_fixture.h"
 #include "store_fixture.h"

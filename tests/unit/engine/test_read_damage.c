@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "api/alloc.h"
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/segfmt.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/segfmt.h"
+#include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
@@ -194,7 +194,7 @@ Test(read_damage, summary_before_sync)
 	free(e);
 }
 
-/* committed_after_sync - segid has a catalog record ("G", engine/meta.h)
+/* committed_after_sync - segid has a catalog record ("G", engine/base/meta.h)
  * newer than the last sync's ("N") */
 static void committed_after_sync(uint32_t segid)
 {

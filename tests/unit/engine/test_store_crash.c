@@ -39,8 +39,8 @@
  * by its own sync inside one "begins"/"done" pair, and forks only at group
  * boundaries.  KVF_CRASH_META_ANYWHERE=1 lifts that.
  *
- * Fatal test.  catalog_fail_commits (engine/catalog.h, reached through
- * engine/store.h) makes the next catalog commit fail inside each call that
+ * Fatal test.  catalog_fail_commits (engine/base/catalog.h, reached through
+ * engine/lifecycle/store.h) makes the next catalog commit fail inside each call that
  * commits; afterwards every call on the handle answers KVF_EFATAL until it
  * is closed, and the reopened store holds the last sync's state.
  */
@@ -54,8 +54,8 @@
 #include <string.h>
 
 #include "crash_model.h"
-#include "engine/catalog.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "powercut.h"
 #include "testutil.h"

@@ -14,7 +14,7 @@
  * large), append_x, read of random ranges of random heads (K, V, or both),
  * read_x, fork at random points, free, sync, stats, clean close + reopen,
  * read-only reopen, and an "abandoned" handle: a catalog commit failure is
- * injected (engine/catalog.h's seam) so the handle goes fatal and closes
+ * injected (engine/base/catalog.h's seam) so the handle goes fatal and closes
  * without syncing, as a crashed process would leave it.  The reference
  * keeps the state of the last sync: after a clean close it is the current
  * state (close syncs), after an abandoned handle it is the last sync's,

@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/catalog.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/store_state.h"
 #include "store_fixture.h"
 #include "testutil.h"
 

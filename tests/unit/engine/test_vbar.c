@@ -15,9 +15,9 @@
 
 #include "api/alloc.h"
 #include "compute/half.h"
-#include "engine/catalog.h"
-#include "engine/meta.h"
-#include "engine/store_state.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

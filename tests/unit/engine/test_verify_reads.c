@@ -7,7 +7,7 @@
  * wrote them itself and hashed them then.  With verify_reads = 1 every
  * page is checked.  The damage is done in the memory media's own bytes:
  * the page of a token group is found through the engine's index
- * (seq_kv_stream, stream_page; engine/store.h), mapped, and one byte
+ * (seq_kv_stream, stream_page; engine/lifecycle/store.h), mapped, and one byte
  * flipped.  Then:
  *  - verify_reads = 1: kvf_read (K alone, and K and V together) and
  *    kvf_attend give KVF_ECORRUPT naming segment and page, return nothing
@@ -24,14 +24,14 @@
 #include <sys/stat.h>
 
 #include "api/status.h"
-#include "engine/openseg.h"
-#include "engine/segtable.h"
-#include "engine/seq.h"
-#include "engine/store_state.h"
-#include "engine/key.h"
-#include "engine/openseg.h"
-#include "engine/seq_state.h"
-#include "engine/seq_stream.h"
+#include "engine/segments/openseg.h"
+#include "engine/segments/segtable.h"
+#include "engine/sequences/seq.h"
+#include "engine/base/store_state.h"
+#include "engine/base/key.h"
+#include "engine/segments/openseg.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"

@@ -1,0 +1,436 @@
+/*
+ * store_header.c - the caller's options and the store header: the checks
+ * of every option field and of the model, the header a new store is made
+ * with, the agreement of a reopen's options with it, and the header file
+ * read, judged (damaged, newer, older) and written atomically.  A file of
+ * its own: it is the whole of what a store's configuration may be, and it
+ * touches no open store.  Called by kvf_open (store.c) only; no locking.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "api/options.h"
+#include "api/status.h"
+#include "engine/reads/kt_layout.h"
+#include "engine/base/store_header.h"
+#include "engine/base/store_int.h"
+
+uint64_t store_header_checksum(const struct store_header *h)
+{
+	return XXH3_64bits(h, offsetof(struct store_header, checksum));
+}
+
+/* ---- options and header ------------------------------------------------ */
+
+static int is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+/* Ranges of the option fields that are not part of the model. */
+#define MAX_THREADS 1024u      /* pool workers: beyond this is a mistake */
+#define MAX_QUEUE_DEPTH 4096u  /* io_uring ring entries */
+#define MAX_FLASH_CHANNELS 256u
+#define MIN_DRAM_BUDGET (1ull << 20) /* less holds no useful share of a
+						* store's pages */
+
+/* check_model - the model a store is created for, or that a reopen names */
+static kvf_status check_model(const kvf_options *o)
+{
+	const kvf_model *m = &o->model;
+	uint32_t row;
+
+	if (m->n_layers == 0 || m->n_layers > KV_MAX_LAYERS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_layers %u out of range (1..%u)",
+				m->n_layers, KV_MAX_LAYERS);
+	if (m->n_kv_heads == 0 || m->n_kv_heads > KV_MAX_HEADS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_kv_heads %u out of range (1..%u)",
+				m->n_kv_heads, KV_MAX_HEADS);
+	if (m->n_q_heads == 0 || m->n_q_heads > KV_MAX_HEADS ||
+	    m->n_q_heads % m->n_kv_heads != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: model.n_q_heads %u must be a multiple of n_kv_heads %u, at most %u",
+				m->n_q_heads, m->n_kv_heads, KV_MAX_HEADS);
+	if ((unsigned)m->dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "kvf_open: model.dtype %d is not a kvf_dtype",
+				(int)m->dtype);
+	row = m->head_dim * store_dtype_bytes(m->dtype);
+	if (m->head_dim == 0 || m->head_dim > o->page_size / 2 ||
+	    o->page_size % row != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: model.head_dim %u: one token of a head (%u bytes) must divide the page size %u",
+				m->head_dim, row, o->page_size);
+	if (o->kt_pages && m->head_dim > 512)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
+				m->head_dim);
+	return KVF_OK;
+}
+
+/* physical_memory - bytes of RAM (a budget past it is a mistake) */
+static uint64_t physical_memory(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+
+	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size
+				     : UINT64_MAX;
+}
+
+/* check_options - every field of o in its range, before anything is made;
+ * the model only when one is given (a zero model reopens as stored) */
+static kvf_status check_options(const kvf_options *o)
+{
+	const kvf_model *m = &o->model;
+	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
+	uint32_t page_bits = 0;
+
+	if ((unsigned)o->media > KVF_MEDIA_FLASH)
+		return kvf_fail(KVF_EINVAL, "kvf_open: media %d is not a kvf_media_kind",
+				(int)o->media);
+	if (!is_pow2(o->page_size) || o->page_size < 4096 || o->page_size > 65536)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: page_size %u must be a power of two in 4096..65536",
+				o->page_size);
+	if (o->n_threads > MAX_THREADS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: n_threads %u out of range (0..%u; 0 = online CPUs)",
+				o->n_threads, MAX_THREADS);
+	if (o->kt_pages > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: kt_pages %u must be 0 or 1",
+				o->kt_pages);
+	if (seg == 0 || seg % o->page_size != 0 || seg / o->page_size < 4 ||
+	    seg / o->page_size > 65536)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: segment_size %llu must be 4 to 65536 pages of %u bytes",
+				(unsigned long long)seg, o->page_size);
+	if (o->queue_depth > MAX_QUEUE_DEPTH)
+		return kvf_fail(KVF_EINVAL, "kvf_open: queue_depth %u out of range (0..%u; 0 = %u)",
+				o->queue_depth, MAX_QUEUE_DEPTH, KVF_MEDIA_DEFAULT_QD);
+	if (o->n_stripes > KVF_MEDIA_MAX_STRIPES ||
+	    o->n_device_paths > KVF_MEDIA_MAX_STRIPES)
+		return kvf_fail(KVF_EINVAL, "kvf_open: n_stripes %u / n_device_paths %u out of range (0..%u)",
+				o->n_stripes, o->n_device_paths,
+				KVF_MEDIA_MAX_STRIPES);
+	n_stripes = o->n_stripes ? o->n_stripes
+				 : (o->n_device_paths ? o->n_device_paths : 1);
+	if ((o->device_paths != NULL) != (o->n_device_paths != 0) ||
+	    (o->n_device_paths && o->n_device_paths != n_stripes))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: device_paths %s with n_device_paths %u for %llu stripes (give one path per stripe, or none)",
+				o->device_paths ? "set" : "NULL", o->n_device_paths,
+				(unsigned long long)n_stripes);
+	for (uint32_t i = 0; i < o->n_device_paths; i++)
+		if (o->device_paths[i] == NULL || o->device_paths[i][0] == '\0')
+			return kvf_fail(KVF_EINVAL, "kvf_open: device_paths[%u] is %s",
+					i, o->device_paths[i] ? "empty" : "NULL");
+	if (o->n_device_paths && o->media != KVF_MEDIA_FILE)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: device_paths are for media KVF_MEDIA_FILE, not media %d",
+				(int)o->media);
+	if (o->direct_io > 2)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: direct_io %u must be 0 (where allowed), 1 (on) or 2 (off)",
+				o->direct_io);
+	if (o->read_only > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: read_only %u must be 0 or 1",
+				o->read_only);
+	if (o->flash_channels > MAX_FLASH_CHANNELS)
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_channels %u out of range (0..%u; 0 = one per stripe)",
+				o->flash_channels, MAX_FLASH_CHANNELS);
+	if (o->flash_cell > 4)
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_cell %u out of range (0..4)",
+				o->flash_cell);
+	if (!(o->flash_spare >= 0 && o->flash_spare < 0.9f))
+		return kvf_fail(KVF_EINVAL, "kvf_open: flash_spare %g out of range [0, 0.9)",
+				(double)o->flash_spare);
+	if (o->trim > 2)
+		return kvf_fail(KVF_EINVAL, "kvf_open: trim %u must be 0, 1 or 2", o->trim);
+	if (o->verify_reads > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: verify_reads %u must be 0 or 1",
+				o->verify_reads);
+	if (o->dram_budget != 0 && o->dram_budget < MIN_DRAM_BUDGET)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: dram_budget %llu is below the least a tier can work with (%llu bytes); 0 turns the tier off",
+				(unsigned long long)o->dram_budget,
+				(unsigned long long)MIN_DRAM_BUDGET);
+	if (o->dram_budget > physical_memory())
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: dram_budget %llu is more than this machine's %llu bytes of memory",
+				(unsigned long long)o->dram_budget,
+				(unsigned long long)physical_memory());
+	if (o->evict_policy > KVF_EVICT_ENDURANCE)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: evict_policy %u unknown (0 none, 1 LRU, 2 LFU, 3 endurance)",
+				o->evict_policy);
+	if (!(o->evict_low > 0 && o->evict_low < o->evict_high && o->evict_high <= 1))
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: evict_low %g and evict_high %g must satisfy 0 < low < high <= 1",
+				(double)o->evict_low, (double)o->evict_high);
+	if (o->admit_tokens != 0 && o->dram_budget == 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: admit_tokens %llu keeps sequences in the memory tier, but dram_budget is 0 (no tier)",
+				(unsigned long long)o->admit_tokens);
+	if (o->admit_tokens != 0 && o->media == KVF_MEDIA_MEMORY)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: admit_tokens %llu keeps sequences off the media, but a memory store has none to keep them off",
+				(unsigned long long)o->admit_tokens);
+	pps = seg / o->page_size;
+	while ((1ull << page_bits) < pps)
+		page_bits++;
+	per_stripe = o->capacity_bytes / n_stripes / seg;
+	if (per_stripe < 2)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: capacity_bytes %llu holds fewer than 2 segments of %llu bytes per stripe (%llu stripes)",
+				(unsigned long long)o->capacity_bytes,
+				(unsigned long long)seg,
+				(unsigned long long)n_stripes);
+	if (per_stripe * n_stripes >= (1ull << (32 - page_bits)) - 1)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: capacity_bytes %llu is too many segments of %llu bytes (at most %llu)",
+				(unsigned long long)o->capacity_bytes,
+				(unsigned long long)seg,
+				(unsigned long long)(1ull << (32 - page_bits)) - 2);
+	if (m->n_layers || m->n_q_heads || m->n_kv_heads || m->head_dim)
+		return check_model(o);
+	return KVF_OK;
+}
+
+/* store_take_options - the caller's options over our defaults, each checked */
+kvf_status store_take_options(const kvf_options *in, kvf_options *o)
+{
+	kvf_status rc;
+
+	kvf_options_init(o, NULL);
+	if (in == NULL)
+		return KVF_OK;
+	if ((rc = kvf_struct_check("kvf_open", "opts", in, sizeof(*o))) != KVF_OK)
+		return rc;
+	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
+	o->struct_size = sizeof(*o);
+	return check_options(o);
+}
+
+/* store_build_header - describe a new store made with o (check_options passed) */
+kvf_status store_build_header(const kvf_options *o, struct store_header *h)
+{
+	const kvf_model *m = &o->model;
+	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
+	uint32_t page_bits = 0;
+	kvf_status rc;
+
+	if ((rc = check_model(o)) != KVF_OK)
+		return rc;
+	pps = seg / o->page_size;
+	while ((1ull << page_bits) < pps)
+		page_bits++;
+	n_stripes = o->n_stripes ? o->n_stripes
+				 : (o->n_device_paths ? o->n_device_paths : 1);
+	per_stripe = o->capacity_bytes / n_stripes / seg;
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, STORE_MAGIC, 8);
+	h->format_version = STORE_FORMAT_VERSION;
+	h->header_size = sizeof(*h);
+	h->n_layers = m->n_layers;
+	h->n_q_heads = m->n_q_heads;
+	h->n_kv_heads = m->n_kv_heads;
+	h->head_dim = m->head_dim;
+	h->dtype = (uint32_t)m->dtype;
+	h->page_size = o->page_size;
+	h->segment_size = seg;
+	h->segs_per_stripe = per_stripe;
+	h->n_stripes = (uint32_t)n_stripes;
+	h->media = (uint32_t)o->media;
+	h->kt_pages = o->kt_pages;
+	h->page_bits = page_bits;
+	h->kt_dims = o->kt_pages ? kt_choose_dims(m->head_dim) : 0;
+	return KVF_OK;
+}
+
+/* store_check_against - o (from the caller) must agree with the stored h */
+kvf_status store_check_against(const kvf_options *o, const struct store_header *h,
+				const char *path)
+{
+	const kvf_model *m = &o->model;
+	int model_given = m->n_layers || m->n_q_heads || m->n_kv_heads ||
+			  m->head_dim;
+	uint64_t n_stripes = o->n_stripes ? o->n_stripes
+					  : (o->n_device_paths ? o->n_device_paths : 1);
+
+	/* a read-only open with no model (tools) takes everything as stored */
+	if (!model_given && o->read_only)
+		return KVF_OK;
+
+#define MISMATCH(field, have, want)                                            \
+	kvf_fail(KVF_EMISMATCH,                                                \
+		 "kvf_open: %s %llu contradicts the store's %llu (%s)", field, \
+		 (unsigned long long)(have), (unsigned long long)(want), path)
+	if (model_given) {
+		if (m->n_layers != h->n_layers)
+			return MISMATCH("model.n_layers", m->n_layers, h->n_layers);
+		if (m->n_q_heads != h->n_q_heads)
+			return MISMATCH("model.n_q_heads", m->n_q_heads, h->n_q_heads);
+		if (m->n_kv_heads != h->n_kv_heads)
+			return MISMATCH("model.n_kv_heads", m->n_kv_heads, h->n_kv_heads);
+		if (m->head_dim != h->head_dim)
+			return MISMATCH("model.head_dim", m->head_dim, h->head_dim);
+		if ((uint32_t)m->dtype != h->dtype)
+			return MISMATCH("model.dtype", m->dtype, h->dtype);
+	}
+	if (o->page_size != h->page_size)
+		return MISMATCH("page_size", o->page_size, h->page_size);
+	if (o->segment_size != h->segment_size)
+		return MISMATCH("segment_size", o->segment_size, h->segment_size);
+	if (n_stripes != h->n_stripes)
+		return MISMATCH("n_stripes", n_stripes, h->n_stripes);
+	if (o->capacity_bytes / h->n_stripes / h->segment_size != h->segs_per_stripe)
+		return MISMATCH("capacity_bytes", o->capacity_bytes,
+				h->segs_per_stripe * h->n_stripes * h->segment_size);
+	if ((uint32_t)o->media != h->media)
+		return MISMATCH("media", o->media, h->media);
+	if (o->kt_pages != h->kt_pages)
+		return MISMATCH("kt_pages", o->kt_pages, h->kt_pages);
+#undef MISMATCH
+	return KVF_OK;
+}
+
+/* store_read_header - the store header at path; KVF_ENOENT if none.
+ * A file that is there but is not a whole, intact header of ours is
+ * damage (KVF_ECORRUPT): the name KVFLASH is the store's. */
+kvf_status store_read_header(const char *path, struct store_header *h)
+{
+	unsigned char buf[sizeof(*h)];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return KVF_ENOENT;
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: open %s", path);
+	}
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n < 0)
+		return kvf_fail_errno(KVF_EIO, errno, "kvf_open: read %s", path);
+	return store_header_decode(buf, (size_t)n, path, h);
+}
+
+/* check_fields - a header whose checksum holds must still describe a store
+ * that could have been made (store_build_header): open divides by its sizes and
+ * sizes its tables from it.  Anything else is damage. */
+static kvf_status check_fields(const struct store_header *h, const char *path)
+{
+	char why[KVF_ERRMSG_CAP];
+	uint32_t page_bits = 0;
+	kvf_options o;
+	kvf_status rc;
+
+	kvf_options_init(&o, NULL);
+	o.model = (kvf_model){ h->n_layers, h->n_q_heads, h->n_kv_heads,
+			       h->head_dim, (kvf_dtype)h->dtype };
+	o.page_size = h->page_size;
+	o.segment_size = h->segment_size;
+	o.media = (kvf_media_kind)h->media;
+	o.kt_pages = h->kt_pages;
+	if (h->n_stripes == 0 || h->n_stripes > KVF_MEDIA_MAX_STRIPES ||
+	    h->segs_per_stripe == 0 || h->segs_per_stripe > UINT32_MAX ||
+	    h->segment_size > UINT32_MAX) {
+		snprintf(why, sizeof(why),
+			 "%u stripes of %llu segments of %llu bytes",
+			 h->n_stripes, (unsigned long long)h->segs_per_stripe,
+			 (unsigned long long)h->segment_size);
+		goto bad;
+	}
+	o.n_stripes = h->n_stripes;
+	o.capacity_bytes = h->segs_per_stripe * h->n_stripes * h->segment_size;
+	if ((rc = check_options(&o)) != KVF_OK || (rc = check_model(&o)) != KVF_OK) {
+		snprintf(why, sizeof(why), "%s", kvf_last_error());
+		goto bad;
+	}
+	while ((1ull << page_bits) < h->segment_size / h->page_size)
+		page_bits++;
+	if (h->page_bits != page_bits ||
+	    h->kt_dims != (h->kt_pages ? kt_choose_dims(h->head_dim) : 0)) {
+		snprintf(why, sizeof(why), "page_bits %u, kt_dims %u", h->page_bits,
+			 h->kt_dims);
+		goto bad;
+	}
+	return KVF_OK;
+bad:
+	return kvf_fail(KVF_ECORRUPT,
+			"kvf_open: %s is damaged: its checksum holds but its fields describe no store (%s)",
+			path, why);
+}
+
+kvf_status store_header_decode(const void *buf, size_t n, const char *path,
+			       struct store_header *out)
+{
+	struct store_header hh, *h = &hh;
+	kvf_status rc;
+
+	memset(h, 0, sizeof(*h));
+	memcpy(h, buf, n < sizeof(*h) ? n : sizeof(*h));
+	if (n < 12 || memcmp(h->magic, STORE_MAGIC, 8) != 0)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: %zu bytes without the KVFLASH magic (the store header is unreadable; its segments and catalog are not touched)",
+				path, n);
+	/* a newer format may lay its header out otherwise: only a header
+	 * of our size and checksum can be judged damaged with certainty */
+	if (h->format_version > STORE_FORMAT_VERSION &&
+	    (h->header_size != sizeof(*h) || store_header_checksum(h) == h->checksum))
+		return kvf_fail(KVF_EVERSION,
+				"kvf_open: %s has format version %u; this library reads up to %u",
+				path, h->format_version, STORE_FORMAT_VERSION);
+	if (n != sizeof(*h) || h->header_size != sizeof(*h))
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: %zu bytes, header_size %u (expected %zu)",
+				path, n, h->header_size, sizeof(*h));
+	if (store_header_checksum(h) != h->checksum)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: %s is damaged: checksum %016llx, computed %016llx",
+				path, (unsigned long long)h->checksum,
+				(unsigned long long)store_header_checksum(h));
+	/* older headers have this layout; their catalog records do not */
+	if (h->format_version < STORE_FORMAT_VERSION)
+		return kvf_fail(KVF_EVERSION,
+				"kvf_open: %s has format version %u, which this library no longer reads (it reads %u); make the store afresh",
+				path, h->format_version, STORE_FORMAT_VERSION);
+	if ((rc = check_fields(h, path)) != KVF_OK)
+		return rc;
+	*out = *h;
+	return KVF_OK;
+}
+
+/* store_write_header - write h to path atomically (temp file, fsync, rename) */
+kvf_status store_write_header(const char *dir, const char *path,
+			       struct store_header *h)
+{
+	char *tmp = store_path_join(dir, STORE_HEADER_FILE ".tmp");
+	int fd, dfd;
+
+	if (tmp == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	h->checksum = store_header_checksum(h);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, h, sizeof(*h)) != (ssize_t)sizeof(*h) ||
+	    fsync(fd) != 0 || rename(tmp, path) != 0) {
+		int err = errno;
+
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		kvf_free(tmp);
+		return kvf_fail_errno(KVF_EIO, err, "kvf_open: writing %s", path);
+	}
+	close(fd);
+	kvf_free(tmp);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	return KVF_OK;
+}

@@ -1,0 +1,25 @@
+/*
+ * store_header.h - the store header file DIR/KVFLASH, read and checked
+ * (store_header.c).
+ */
+#ifndef KVF_ENGINE_STORE_HEADER_H
+#define KVF_ENGINE_STORE_HEADER_H
+
+#include <stddef.h>
+
+#include "api/status.h"
+#include "engine/base/segfmt.h"
+#include "kvflash.h"
+
+/* store_read_header - the header DIR/KVFLASH at path, checked: KVF_ENOENT
+ * when there is none, KVF_ECORRUPT when it is damaged, KVF_EVERSION */
+kvf_status store_read_header(const char *path, struct store_header *h);
+
+/* store_header_decode - the header in buf (n bytes read from the file
+ * path, named in messages), checked as store_read_header does; *h is
+ * written only on KVF_OK.  No I/O: the fuzz target calls it directly.
+ * Return: KVF_OK; KVF_ECORRUPT; KVF_EVERSION. */
+kvf_status store_header_decode(const void *buf, size_t n, const char *path,
+			       struct store_header *h);
+
+#endif /* KVF_ENGINE_STORE_HEADER_H */

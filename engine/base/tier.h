@@ -1,0 +1,89 @@
+/*
+ * tier.h - the memory tier: the DRAM a store holds for KV, bounded by
+ * kvf_options.dram_budget, and the page cache inside it.
+ *
+ * The budget covers what the store must hold (group buffers, the index,
+ * the cache's own tables: tier_hold / tier_release) and what it chooses to
+ * hold (cached pages).  The cache gets what the first leaves; a hold that
+ * the budget cannot cover even with the cache emptied is refused.
+ *
+ * The cache follows HillInfer's hierarchy, store-wide (docs/store.md, "The
+ * memory tier"): a recent pool of the pages just written or read, first in
+ * first out, and a hot pool of the pages attention keeps selecting, kept by
+ * CLOCK with a small heat per page.  A page hit in the recent pool moves to
+ * the hot pool.  A page read from media is admitted only into free room,
+ * so a sequence larger than the cache keeps a steady part of itself in
+ * DRAM and reads the rest from media once a step, instead of evicting what
+ * the next step needs; written pages always enter, pushing the recent
+ * pool's oldest into the hot pool's CLOCK.  Idle hot pages cool as the
+ * hand passes and give way.
+ *
+ * A cached page is the verified content of a media address: a page at an
+ * address never changes until its segment is reused, so the segment table
+ * drops a segment's pages when it frees the segment (tier_drop_segment).
+ * Hits are pinned while the caller uses them.
+ *
+ * Locking: tier.lock is a leaf: taken inside any other lock, never around
+ * one.  fixed and peak are atomic.
+ */
+#ifndef KVF_ENGINE_TIER_H
+#define KVF_ENGINE_TIER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/status.h"
+#include "engine/base/tier_state.h"
+#include "kvflash.h"
+
+/* tier_init - the tier for opts (first thing at open; no allocation);
+ * tier_start - its tables, once the page size is known (KVF_ENOMEM);
+ * tier_free - everything (last at close) */
+void tier_init(kvf_store *st);
+kvf_status tier_start(kvf_store *st);
+void tier_free(kvf_store *st);
+
+/* tier_hold - count bytes the store must hold (a group buffer, index
+ * growth) against the budget, evicting cached pages for room.  Return:
+ * KVF_OK; KVF_ENOMEM (message names the budget; nothing counted) when the
+ * budget cannot cover it.  tier_release - give them back. */
+kvf_status tier_hold(kvf_store *st, uint64_t bytes, const char *what);
+void tier_release(kvf_store *st, uint64_t bytes);
+/* tier_fixed - what the store must hold now (not the cache) */
+uint64_t tier_fixed(kvf_store *st);
+
+/* tier_get - the cached bytes of addr, pinned, with *slot to unpin them,
+ * if they are the page the index knows by check; NULL (a miss, counted)
+ * otherwise.  tier_unpin - done. */
+const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
+			      uint32_t *slot);
+void tier_unpin(kvf_store *st, uint32_t slot);
+/* tier_get_many / tier_unpin_many - the same for n pages under one taking
+ * of the lock (p[i] NULL: a miss; slot[i] TIER_NONE: nothing to unpin) */
+void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
+		   uint32_t n, const unsigned char **p, uint32_t *slot);
+void tier_unpin_many(kvf_store *st, const uint32_t *slot, uint32_t n);
+
+/* tier_put_read - a verified page read from media: cached if there is free
+ * room (or a cold hot-pool page to replace now and then) */
+void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
+		   const void *page);
+/* tier_put_written - a page just written for a sequence (a sealed group):
+ * into the recent pool, which pushes its oldest into the hot pool */
+void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
+		      const void *page);
+
+/* tier_drop_segment - forget every cached page of segment segid (it is
+ * being reused, or was never written) */
+void tier_drop_segment(kvf_store *st, uint32_t segid);
+
+/* tier_drop_all - forget every cached page (kvf_profile_run's cold
+ * reads); pinned pages go when their users unpin them */
+void tier_drop_all(kvf_store *st);
+
+/* tier_figures - the kvf_stats figures of the tier */
+void tier_figures(kvf_store *st, kvf_stats *s);
+
+#endif /* KVF_ENGINE_TIER_H */

@@ -1,0 +1,683 @@
+/*
+ * readpath.c - reads of stored tokens (the public kvf_read and
+ * kvf_read_x are in read_calls.c).
+ *
+ * A stream's group g is in one of three places: the group buffer (the
+ * partial tail group), a page of one of the sequence's open segments (not
+ * written yet), or a page on media.  Media pages are gathered into batches
+ * of up to READ_BATCH pages, adjacent pages of one segment merged into one
+ * request, read with one kvf_media_read (the file backend keeps them in
+ * flight together), then checked and handed out in token order.
+ */
+#include "engine/reads/readpath.h"
+
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/base/key.h"
+#include "engine/segments/openseg.h"
+#include "engine/segments/segtable.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
+#include "engine/base/store_state.h"
+#include "engine/base/tier.h"
+
+#define READ_BATCH 128u /* pages per media read batch (512 KiB of 4 KiB) */
+
+static kvf_status corrupt(kvf_store *st, uint32_t addr, uint32_t want,
+			  uint32_t found, const char *what)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+
+	return kvf_fail(KVF_ECORRUPT,
+			"%s: segment %u (stripe %u, segment %llu of the stripe) page %u: checksum mismatch (index has %08x, page has %08x)",
+			what, segid, seg_stripe(st, segid),
+			(unsigned long long)seg_in_stripe(st, segid),
+			addr_page(addr, st->page_bits), want, found);
+}
+
+/* count_read - n pages of seq read from media */
+static void count_read(kvf_store *st, struct seq *seq, uint32_t n)
+{
+	uint64_t bytes = (uint64_t)n * st->hdr.page_size;
+
+	atomic_fetch_add(&st->c.bytes_read, bytes);
+	atomic_fetch_add(&st->c.pages_read, n);
+	if (seq)
+		atomic_fetch_add(&seq->bytes_read, bytes);
+}
+
+/* cached - the bytes of ref from the memory tier, pinned (*slot), for a
+ * caller's sequence (optimizer state is not cached); NULL on a miss */
+static const unsigned char *cached(kvf_store *st, struct seq *seq,
+				   const struct page_ref *ref, uint32_t *slot)
+{
+	if (seq->ns != SEQ_NS_USER)
+		return NULL;
+	return tier_get(st, ref->addr, ref->check, slot);
+}
+
+kvf_status page_read_verified(kvf_store *st, struct seq *seq,
+			      const struct page_ref *ref, void *dst,
+			      const char *what)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	uint32_t got;
+	kvf_status rc;
+
+	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
+				  seg_in_stripe(st, segid),
+				  addr_page(ref->addr, st->page_bits), 1, dst);
+	if (rc != KVF_OK)
+		return rc;
+	count_read(st, seq, 1);
+	got = page_check(dst, st->hdr.page_size);
+	if (got != ref->check)
+		return corrupt(st, ref->addr, ref->check, got, what);
+	return KVF_OK;
+}
+
+/* mapped - the bytes of ref in place, when the media keeps pages in
+ * memory (checked only with verify_reads = 1: the store wrote them there
+ * itself); NULL when it must be read (or *rc on a bad check) */
+static const unsigned char *mapped(kvf_store *st, struct seq *seq,
+				   const struct page_ref *ref, kvf_status *rc)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	const unsigned char *p = kvf_media_map(st->media, seg_stripe(st, segid),
+					       seg_in_stripe(st, segid),
+					       addr_page(ref->addr, st->page_bits));
+	uint32_t got;
+
+	if (p == NULL)
+		return NULL;
+	count_read(st, seq, 1);
+	if (st->opts.verify_reads == 1 &&
+	    (got = page_check(p, st->hdr.page_size)) != ref->check) {
+		*rc = corrupt(st, ref->addr, ref->check, got, "read");
+		return NULL;
+	}
+	return p;
+}
+
+/* tail_tokens - tokens in group g of a stream holding `tokens` tokens */
+static uint32_t group_tokens_in(kvf_store *st, uint64_t tokens, uint64_t g)
+{
+	uint64_t first = g * st->group_tokens;
+	uint64_t n = tokens - first;
+
+	return (uint32_t)(n < st->group_tokens ? n : st->group_tokens);
+}
+
+/* is_tail - group g is the partial last group, kept in the group buffer */
+static int is_tail(kvf_store *st, uint64_t tokens, uint64_t g)
+{
+	return g == tokens / st->group_tokens && tokens % st->group_tokens;
+}
+
+kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
+		       uint64_t tokens)
+{
+	uint64_t g = tokens / st->group_tokens;
+	struct page_ref ref;
+	void *page;
+	kvf_status rc;
+
+	if (s->gbuf)
+		return KVF_OK;
+	if ((rc = stream_gbuf_alloc(st, s, st->hdr.page_size)) != KVF_OK)
+		return rc;
+	if (tokens % st->group_tokens == 0 || g >= s->n_groups ||
+	    stream_page(s, g).addr == ADDR_NONE)
+		return KVF_OK;
+	/* after a reopen the tail lives in a partial page on media */
+	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
+	if (page == NULL) {
+		stream_gbuf_free(st, s);
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	}
+	ref = stream_page(s, g);
+	rc = page_read_verified(st, seq, &ref, page, "loading a tail group");
+	if (rc == KVF_OK) {
+		memcpy(s->gbuf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
+		s->tail_written = (uint32_t)(tokens % st->group_tokens);
+	} else {
+		stream_gbuf_free(st, s);
+	}
+	kvf_free(page);
+	return rc;
+}
+
+kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t g, void *dst)
+{
+	struct page_ref ref;
+	const unsigned char *p;
+	void *page;
+	kvf_status rc;
+
+	memset(dst, 0, st->hdr.page_size);
+	if (is_tail(st, tokens, g)) {
+		if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+			return rc;
+		memcpy(dst, s->gbuf,
+		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
+		return KVF_OK;
+	}
+	if ((p = stream_waiting(s, g)) != NULL) {
+		memcpy(dst, p, st->hdr.page_size);
+		return KVF_OK;
+	}
+	ref = stream_page(s, g);
+	if ((p = openseg_page(st, seq, ref.addr)) != NULL) {
+		memcpy(dst, p, st->hdr.page_size);
+		return KVF_OK;
+	}
+	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
+	if (page == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory");
+	rc = page_read_verified(st, seq, &ref, page, "reading a group");
+	if (rc == KVF_OK)
+		memcpy(dst, page, st->hdr.page_size);
+	kvf_free(page);
+	return rc;
+}
+
+/* A batch of media pages waiting to be read and handed out. */
+struct batch {
+	unsigned char *buf;            /* READ_BATCH pages, aligned */
+	struct kvf_media_io io[READ_BATCH];
+	uint32_t n_io;                 /* requests (merged runs) */
+	uint64_t group[READ_BATCH];    /* group of each page */
+	struct page_ref ref[READ_BATCH]; /* what the index says */
+	uint32_t n;                    /* pages */
+	struct batch *next;            /* store's spares; reads.lock */
+};
+
+#define READ_BATCHES_KEPT 8u /* read batches the store keeps for reuse */
+
+/* read_batch_new - a batch with its page buffer, from the store's spares
+ * when there is one (a 512 KiB aligned buffer is not worth mapping anew
+ * for every call), or NULL (message set) */
+static struct batch *read_batch_new(kvf_store *st)
+{
+	struct batch *b;
+
+	pthread_mutex_lock(&st->reads.lock);
+	b = st->reads.list;
+	if (b) {
+		st->reads.list = b->next;
+		st->reads.n--;
+	}
+	pthread_mutex_unlock(&st->reads.lock);
+	if (b) {
+		b->n = b->n_io = 0;
+		return b;
+	}
+	b = kvf_calloc(1, sizeof(*b));
+	if (b)
+		b->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+					   (size_t)READ_BATCH * st->hdr.page_size);
+	if (b == NULL || b->buf == NULL) {
+		kvf_free(b);
+		kvf_fail(KVF_ENOMEM, "out of memory for read buffers");
+		return NULL;
+	}
+	return b;
+}
+
+static void read_batch_free(kvf_store *st, struct batch *b)
+{
+	if (b == NULL)
+		return;
+	pthread_mutex_lock(&st->reads.lock);
+	if (st->reads.n < READ_BATCHES_KEPT) {
+		b->next = st->reads.list;
+		st->reads.list = b;
+		st->reads.n++;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&st->reads.lock);
+	if (b)
+		kvf_free(b->buf);
+	kvf_free(b);
+}
+
+void read_spares_init(kvf_store *st)
+{
+	pthread_mutex_init(&st->reads.lock, NULL);
+}
+
+void read_spares_free(kvf_store *st)
+{
+	while (st->reads.list) {
+		struct batch *b = st->reads.list;
+
+		st->reads.list = b->next;
+		kvf_free(b->buf);
+		kvf_free(b);
+	}
+	st->reads.n = 0;
+	pthread_mutex_destroy(&st->reads.lock);
+}
+
+static void batch_add(kvf_store *st, struct batch *b, uint64_t g,
+		      const struct page_ref *ref)
+{
+	uint32_t segid = addr_seg(ref->addr, st->page_bits);
+	uint32_t page = addr_page(ref->addr, st->page_bits);
+	struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
+
+	if (last && last->stripe == seg_stripe(st, segid) &&
+	    last->seg == seg_in_stripe(st, segid) &&
+	    last->page + last->n_pages == page) {
+		last->n_pages++;
+	} else {
+		b->io[b->n_io++] = (struct kvf_media_io){
+			.stripe = seg_stripe(st, segid),
+			.seg = seg_in_stripe(st, segid), .page = page,
+			.n_pages = 1,
+			.buf = b->buf + (size_t)b->n * st->hdr.page_size };
+	}
+	b->group[b->n] = g;
+	b->ref[b->n] = *ref;
+	b->n++;
+}
+
+/* emit - hand tokens [t0, t1) of group g, whose page is at page, to fn */
+static kvf_status emit(kvf_store *st, uint64_t g, const unsigned char *page,
+		       uint64_t t0, uint64_t t1, span_fn fn, void *arg)
+{
+	uint64_t first = g * st->group_tokens;
+	uint64_t a = t0 > first ? t0 : first;
+	uint64_t z = t1 < first + st->group_tokens ? t1 : first + st->group_tokens;
+
+	return fn(arg, a, (uint32_t)(z - a),
+		  page + (size_t)(a - first) * st->row_bytes);
+}
+
+/* batch_read - read and verify the batch's pages (no hand-out), and offer
+ * them to the memory tier */
+static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
+{
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc;
+
+	if (b->n == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read(st->media, b->io, b->n_io)) != KVF_OK)
+		return rc;
+	count_read(st, seq, b->n);
+	for (uint32_t i = 0; i < b->n; i++) {
+		const unsigned char *p = b->buf + (size_t)i * ps;
+		uint32_t got = page_check(p, ps);
+
+		if (got != b->ref[i].check)
+			return corrupt(st, b->ref[i].addr, b->ref[i].check, got,
+				       "read");
+		if (seq->ns == SEQ_NS_USER)
+			tier_put_read(st, b->ref[i].addr, got, p);
+	}
+	return KVF_OK;
+}
+
+static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
+			    uint64_t t0, uint64_t t1, span_fn fn, void *arg)
+{
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc;
+
+	if ((rc = batch_read(st, seq, b)) != KVF_OK)
+		return rc;
+	for (uint32_t i = 0; i < b->n; i++) {
+		const unsigned char *p = b->buf + (size_t)i * ps;
+
+		if ((rc = emit(st, b->group[i], p, t0, t1, fn, arg)) != KVF_OK)
+			return rc;
+	}
+	b->n = 0;
+	b->n_io = 0;
+	return KVF_OK;
+}
+
+kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t t0, uint64_t t1,
+			     span_fn fn, void *arg)
+{
+	struct batch *b = NULL;
+	kvf_status rc = KVF_OK;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
+	     g++) {
+		const unsigned char *p = NULL;
+		uint32_t slot = TIER_NONE;
+
+		if (is_tail(st, tokens, g)) {
+			if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+				break;
+			p = s->gbuf;
+		} else if ((p = stream_waiting(s, g)) != NULL) {
+			/* waiting for write-back, in DRAM */
+		} else if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE) {
+			rc = kvf_fail(KVF_ECORRUPT,
+				      "read: the index has no page for token group %llu of sequence %llu",
+				      (unsigned long long)g,
+				      (unsigned long long)seq->id);
+			break;
+		} else {
+			struct page_ref r = stream_page(s, g);
+
+			p = openseg_page(st, seq, r.addr);
+			if (p == NULL && (p = mapped(st, seq, &r, &rc)) == NULL &&
+			    rc != KVF_OK)
+				break;
+			if (p == NULL)
+				p = cached(st, seq, &r, &slot);
+		}
+		if (p) {
+			/* in memory: first hand out what is queued before it */
+			if (b)
+				rc = batch_run(st, seq, b, t0, t1, fn, arg);
+			if (rc == KVF_OK)
+				rc = emit(st, g, p, t0, t1, fn, arg);
+			if (slot != TIER_NONE)
+				tier_unpin(st, slot);
+			if (rc != KVF_OK)
+				break;
+			continue;
+		}
+		if (b == NULL && (b = read_batch_new(st)) == NULL) {
+			rc = KVF_ENOMEM;
+			break;
+		}
+		{
+			struct page_ref r = stream_page(s, g);
+
+			batch_add(st, b, g, &r);
+		}
+		if (b->n == READ_BATCH && (rc = batch_run(st, seq, b, t0, t1, fn, arg)) != KVF_OK)
+			break;
+	}
+	if (rc == KVF_OK && b)
+		rc = batch_run(st, seq, b, t0, t1, fn, arg);
+	read_batch_free(st, b);
+	return rc;
+}
+
+/* ---- two streams in step (K and V for attention) ------------------------ */
+
+#define PAIR_GROUPS 64u /* groups per batch: 2 * 64 pages read together */
+
+/* pair_page - where group g of s is: *p set for a page in memory, else
+ * *slot = SLOT_LATER and *r is the page to find in the memory tier or
+ * read (pair_resolve) */
+#define SLOT_LATER (-2)
+static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
+			    uint64_t tokens, uint64_t g, const unsigned char **p,
+			    int *slot, struct page_ref *r_out)
+{
+	struct page_ref r;
+	kvf_status rc;
+
+	*p = NULL;
+	*slot = -1;
+	if (is_tail(st, tokens, g)) {
+		if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
+			return rc;
+		*p = s->gbuf;
+		return KVF_OK;
+	}
+	if ((*p = stream_waiting(s, g)) != NULL)
+		return KVF_OK;
+	if (g >= s->n_groups || (r = stream_page(s, g)).addr == ADDR_NONE)
+		return kvf_fail(KVF_ECORRUPT,
+				"read: the index has no page for token group %llu of sequence %llu",
+				(unsigned long long)g, (unsigned long long)seq->id);
+	if ((*p = openseg_page(st, seq, r.addr)) != NULL)
+		return KVF_OK;
+	rc = KVF_OK;
+	if ((*p = mapped(st, seq, &r, &rc)) != NULL || rc != KVF_OK)
+		return rc;
+	*slot = SLOT_LATER;
+	*r_out = r;
+	return KVF_OK;
+}
+
+/* pair_resolve - the n pages of one stream that pair_page left for later:
+ * those the memory tier has (pinned; their slots in pin) under one taking
+ * of its lock, the rest into the batch in order */
+static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
+			 const uint64_t *g, uint32_t n, const unsigned char **p,
+			 int *slot, const struct page_ref *r, uint32_t *pin)
+{
+	uint32_t addr[PAIR_GROUPS] = { 0 }, check[PAIR_GROUPS] = { 0 };
+	uint32_t at[PAIR_GROUPS], m = 0;
+	const unsigned char *hit[PAIR_GROUPS];
+
+	for (uint32_t i = 0; i < n; i++)
+		if (slot[i] == SLOT_LATER) {
+			addr[m] = r[i].addr;
+			check[m] = r[i].check;
+			at[m++] = i;
+		}
+	if (seq->ns == SEQ_NS_USER)
+		tier_get_many(st, addr, check, m, hit, pin);
+	else
+		for (uint32_t k = 0; k < m; k++) {
+			hit[k] = NULL;
+			pin[k] = TIER_NONE;
+		}
+	for (uint32_t k = 0; k < m; k++) {
+		uint32_t i = at[k];
+
+		if (hit[k]) {
+			p[i] = hit[k];
+			slot[i] = -1;
+		} else {
+			slot[i] = (int)b->n;
+			batch_add(st, b, g[i], &r[i]);
+		}
+	}
+}
+
+/* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
+ * of two streams, clipped to [t0, t1), to fn in order */
+static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *bs, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, const uint64_t *list, uint64_t first,
+			    uint64_t n_groups, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	struct batch *b = read_batch_new(st);
+	kvf_status rc = KVF_OK;
+
+	if (b == NULL)
+		return KVF_ENOMEM;
+	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
+		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
+								    : PAIR_GROUPS);
+		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
+		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
+		struct page_ref ra[PAIR_GROUPS], rb_[PAIR_GROUPS];
+		uint32_t pin[2 * PAIR_GROUPS];
+		uint64_t g[PAIR_GROUPS];
+
+		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < 2 * n; i++)
+			pin[i] = TIER_NONE;
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			g[i] = list ? list[i0 + i] : first + i0 + i;
+			rc = pair_page(st, seq, a, tokens, g[i], &pa[i], &sa[i],
+				       &ra[i]);
+		}
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			rc = pair_page(st, seq, bs, tokens, g[i], &pb[i], &sb[i],
+				       &rb_[i]);
+		/* all of a's pages, then all of b's: consecutive pages of one
+		 * stream merge into one request (batch_add) */
+		if (rc == KVF_OK) {
+			pair_resolve(st, seq, b, g, n, pa, sa, ra, pin);
+			pair_resolve(st, seq, b, g, n, pb, sb, rb_, pin + n);
+			rc = batch_read(st, seq, b);
+		}
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t lo = g[i] * G, hi = lo + G;
+			size_t off;
+
+			lo = t0 > lo ? t0 : lo;
+			hi = t1 < hi ? t1 : hi;
+			if (lo >= hi)
+				continue;
+			off = (size_t)(lo - g[i] * G) * rb;
+			if (sa[i] >= 0)
+				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
+			if (sb[i] >= 0)
+				pb[i] = b->buf + (size_t)sb[i] * st->hdr.page_size;
+			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
+				pb[i] + off);
+		}
+		tier_unpin_many(st, pin, 2 * n);
+	}
+	read_batch_free(st, b);
+	return rc;
+}
+
+kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
+			    struct stream *bs, uint64_t tokens, uint64_t t0,
+			    uint64_t t1, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	return pair_core(st, seq, a, bs, tokens, t0, t1, NULL, t0 / G,
+			 (t1 - 1) / G - t0 / G + 1, fn, arg);
+}
+
+kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
+				   struct stream *a, struct stream *bs,
+				   uint64_t tokens, const uint64_t *groups,
+				   uint64_t n_groups, pair_fn fn, void *arg)
+{
+	return pair_core(st, seq, a, bs, tokens, 0, tokens, groups, 0,
+			 n_groups, fn, arg);
+}
+
+/* no_page - the index has no page for entry idx of a stream of seq */
+static kvf_status no_page(const struct seq *seq, uint64_t idx)
+{
+	return kvf_fail(KVF_ECORRUPT,
+			"read: the index has no page for entry %llu of a stream of sequence %llu",
+			(unsigned long long)idx, (unsigned long long)seq->id);
+}
+
+kvf_status stream_read_entries(kvf_store *st, struct seq *seq,
+			       struct stream *s, const uint64_t *idx,
+			       uint64_t n, entry_fn fn, void *arg)
+{
+	struct batch *b = read_batch_new(st);
+	kvf_status rc = KVF_OK;
+
+	if (b == NULL)
+		return KVF_ENOMEM;
+	for (uint64_t i0 = 0; i0 < n && rc == KVF_OK; i0 += READ_BATCH) {
+		uint32_t m = (uint32_t)(n - i0 < READ_BATCH ? n - i0 : READ_BATCH);
+		const unsigned char *p[READ_BATCH];
+		int slot[READ_BATCH], in_place[READ_BATCH];
+		uint32_t pin[READ_BATCH];
+
+		b->n = b->n_io = 0;
+		for (uint32_t i = 0; i < m; i++)
+			pin[i] = TIER_NONE;
+		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
+			struct page_ref r;
+
+			slot[i] = -1;
+			in_place[i] = 0;
+			if (idx[i0 + i] >= s->n_groups ||
+			    (r = stream_page(s, idx[i0 + i])).addr == ADDR_NONE) {
+				rc = no_page(seq, idx[i0 + i]);
+				break;
+			}
+			if ((p[i] = openseg_page(st, seq, r.addr)) != NULL)
+				continue;
+			if ((p[i] = mapped(st, seq, &r, &rc)) != NULL) {
+				in_place[i] = 1;
+				continue;
+			}
+			if (rc != KVF_OK)
+				break;
+			if ((p[i] = cached(st, seq, &r, &pin[i])) != NULL)
+				continue; /* valid during the call, as a read's */
+			slot[i] = (int)b->n;
+			batch_add(st, b, idx[i0 + i], &r);
+		}
+		if (rc == KVF_OK)
+			rc = batch_read(st, seq, b);
+		for (uint32_t i = 0; i < m && rc == KVF_OK; i++) {
+			if (slot[i] >= 0)
+				p[i] = b->buf + (size_t)slot[i] * st->hdr.page_size;
+			rc = fn(arg, i0 + i, p[i], in_place[i]);
+		}
+		tier_unpin_many(st, pin, m);
+	}
+	read_batch_free(st, b);
+	return rc;
+}
+
+kvf_status stream_read_into(kvf_store *st, struct seq *seq,
+			    const struct page_read *want, uint32_t n,
+			    struct kvf_media_io *io)
+{
+	uint32_t ps = st->hdr.page_size, n_io = 0, n_read = 0;
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct page_read *w = &want[i];
+		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+		const unsigned char *p;
+		struct page_ref r;
+		uint32_t segid, page;
+
+		if (w->idx >= w->s->n_groups ||
+		    (r = stream_page(w->s, w->idx)).addr == ADDR_NONE)
+			return no_page(seq, w->idx);
+		if ((p = mapped(st, seq, &r, &rc)) != NULL) {
+			memcpy(w->dst, p, ps);
+			continue;
+		}
+		if (rc != KVF_OK)
+			return rc;
+		segid = addr_seg(r.addr, st->page_bits);
+		page = addr_page(r.addr, st->page_bits);
+		if (last && last->stripe == seg_stripe(st, segid) &&
+		    last->seg == seg_in_stripe(st, segid) &&
+		    last->page + last->n_pages == page &&
+		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == w->dst) {
+			last->n_pages++;
+		} else {
+			io[n_io++] = (struct kvf_media_io){
+				.stripe = seg_stripe(st, segid),
+				.seg = seg_in_stripe(st, segid), .page = page,
+				.n_pages = 1, .buf = w->dst };
+		}
+		n_read++;
+	}
+	if (n_io == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read(st->media, io, n_io)) != KVF_OK)
+		return rc;
+	count_read(st, seq, n_read);
+	for (uint32_t i = 0; i < n; i++) {
+		struct page_ref r = stream_page(want[i].s, want[i].idx);
+		uint32_t got = page_check(want[i].dst, ps);
+
+		if (got != r.check)
+			return corrupt(st, r.addr, r.check, got, "read");
+	}
+	return KVF_OK;
+}

@@ -1,0 +1,83 @@
+/*
+ * openseg.h - the segments a sequence is filling, one per stripe.
+ *
+ * Pages are placed into the open segment's buffer; when it is full (or at
+ * sync) the writer (engine/segments/writer.h) writes data and summary in one media
+ * write and commits the segment's catalog record.
+ */
+#ifndef KVF_ENGINE_OPENSEG_H
+#define KVF_ENGINE_OPENSEG_H
+
+#include <stdint.h>
+
+#include "api/status.h"
+#include "engine/base/key.h"
+#include "engine/segments/openseg_state.h"
+#include "kvflash.h"
+
+struct seq;
+struct page_ref;
+
+/* openseg_reserve - reserve what placing pages[s] more pages on each
+ * stripe s needs, given what seq's open segments still hold; own[s] of
+ * them (NULL: none) wait for write-back now, their room promised (the
+ * message starts with call) */
+kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
+			   const uint32_t *pages, const uint32_t *own,
+			   const char *call);
+
+/*
+ * openseg_place - put one sealed page of seq (key) into its open segment
+ * on stripe, opening a segment if needed, and flush the segment when it is
+ * full.  `replaces` is the address of the page this one supersedes (or
+ * ADDR_NONE).  *out receives the new page's reference.
+ * Return: KVF_OK; KVF_ENOSPC (no free segment; nothing changed); KVF_EFATAL
+ * when a flush failed.  Caller holds seq->lock.
+ */
+kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 const void *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out);
+
+/*
+ * openseg_slot / openseg_fill - openseg_place in two steps, for a caller
+ * that builds the page in place: openseg_slot gives the next page of the
+ * open segment on stripe (opening one if needed; KVF_ENOSPC), the caller
+ * writes page_size bytes there, then openseg_fill records it as
+ * openseg_place would.  Nothing else may run on seq in between.
+ */
+kvf_status openseg_slot(kvf_store *st, struct seq *seq, uint32_t stripe,
+			unsigned char **page);
+kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
+			struct page_key key, uint32_t replaces,
+			struct page_ref *out);
+
+/*
+ * openseg_room / openseg_fill_hashed - for a caller that builds several
+ * pages in place at once, perhaps on other threads: after openseg_slot,
+ * the `openseg_room` pages from the slot on are free in the open segment;
+ * the caller writes them, then records each in order with
+ * openseg_fill_hashed, giving the page_hash it computed.  The fill of the
+ * last page flushes the segment.  Nothing else may place pages on seq in
+ * between.
+ */
+uint32_t openseg_room(kvf_store *st, struct seq *seq, uint32_t stripe);
+kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
+			       struct page_key key, uint32_t replaces,
+			       uint64_t hash, struct page_ref *out);
+
+/* openseg_flush_all - write and commit every open segment of seq, and
+ * wait for its segments in flight.  Caller holds seq->lock.  KVF_EFATAL on
+ * failure. */
+kvf_status openseg_flush_all(kvf_store *st, struct seq *seq);
+
+/* openseg_page - the bytes of addr if it lies in one of seq's open
+ * segments or segments still being written, else NULL (it is on media).
+ * Caller holds seq->lock. */
+const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
+				  uint32_t addr);
+
+/* openseg_release - give back seq's open segments without writing them
+ * (at free: their pages are garbage); their buffers go back to the pool */
+void openseg_release(kvf_store *st, struct seq *seq);
+
+#endif /* KVF_ENGINE_OPENSEG_H */

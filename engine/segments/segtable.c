@@ -1,0 +1,639 @@
+/*
+ * segtable.c - the segment table: every segment's state, its live pages
+ * and the page references, the free segments of each stripe and what is
+ * promised from them.
+ *
+ * Free segments wait in one FIFO per stripe, so erases spread evenly over
+ * each stripe's segments.  A page's reference count is the number of
+ * index slots that point at it (several after a fork); a sealed segment
+ * whose last reference goes becomes DYING, and seg_reclaim makes it FREE
+ * once a sync has made its death durable (see segtable.h).
+ *
+ * Locking: segtab.lock guards everything in struct seg_table; it is taken
+ * inside seq->lock, never the other way round.
+ */
+#include "engine/segments/segtable.h"
+
+#include <string.h>
+#include <xxh_x86dispatch.h>
+#include <xxhash.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/base/catalog.h"
+#include "engine/base/key.h"
+#include "engine/base/meta.h"
+#include "engine/base/store_state.h"
+#include "engine/base/tier.h"
+
+uint64_t page_hash(const void *page, uint32_t page_size)
+{
+	return XXH3_64bits_dispatch(page, page_size); /* AVX2 where present */
+}
+
+uint32_t page_check(const void *page, uint32_t page_size)
+{
+	return (uint32_t)page_hash(page, page_size) & PAGE_CHECK_MASK;
+}
+
+void seg_table_begin(kvf_store *st)
+{
+	pthread_mutex_init(&st->segtab.lock, NULL);
+	st->segtab.epoch = 1;
+}
+
+kvf_status seg_table_init(kvf_store *st)
+{
+	uint32_t ns = st->hdr.n_stripes;
+
+	st->segtab.info = kvf_calloc(st->n_segments, sizeof(*st->segtab.info));
+	st->segtab.free_fifo = kvf_calloc(st->n_segments, sizeof(uint32_t));
+	st->segtab.free_head = kvf_calloc(ns, sizeof(uint32_t));
+	st->segtab.free_count = kvf_calloc(ns, sizeof(uint32_t));
+	st->segtab.reserved = kvf_calloc(ns, sizeof(uint32_t));
+	st->segtab.promised = kvf_calloc(ns, sizeof(uint32_t));
+	st->segtab.live_words = kvf_calloc((size_t)st->n_segments *
+					    ((st->data_per_seg + 63) / 64),
+				    sizeof(uint64_t));
+	st->segtab.reclaim_ids = kvf_calloc(st->n_segments, sizeof(uint32_t));
+	st->segtab.wear_counts = kvf_calloc(st->n_segments, sizeof(uint32_t));
+	if (!st->segtab.info || !st->segtab.free_fifo || !st->segtab.free_head || !st->segtab.free_count ||
+	    !st->segtab.reserved || !st->segtab.promised || !st->segtab.live_words || !st->segtab.reclaim_ids ||
+	    !st->segtab.wear_counts) {
+		seg_table_free(st);
+		return kvf_fail(KVF_ENOMEM,
+				"kvf_open: out of memory for the table of %u segments",
+				st->n_segments);
+	}
+	return KVF_OK;
+}
+
+void seg_table_free(kvf_store *st)
+{
+	kvf_free(st->segtab.live_words); /* the segments' live_bits point into it */
+	st->segtab.live_words = NULL;
+	kvf_free(st->segtab.reclaim_ids);
+	kvf_free(st->segtab.wear_counts);
+	st->segtab.reclaim_ids = st->segtab.wear_counts = NULL;
+	kvf_free(st->segtab.shared_addr);
+	kvf_free(st->segtab.shared_extra);
+	st->segtab.shared_addr = st->segtab.shared_extra = NULL;
+	st->segtab.shared_cap = st->segtab.shared_n = 0;
+	kvf_free(st->segtab.info);
+	kvf_free(st->segtab.free_fifo);
+	kvf_free(st->segtab.free_head);
+	kvf_free(st->segtab.free_count);
+	kvf_free(st->segtab.reserved);
+	kvf_free(st->segtab.promised);
+	st->segtab.promised = NULL;
+	st->segtab.info = NULL;
+	st->segtab.free_fifo = st->segtab.free_head = st->segtab.free_count = st->segtab.reserved = NULL;
+}
+
+void seg_table_end(kvf_store *st)
+{
+	seg_table_free(st);
+	pthread_mutex_destroy(&st->segtab.lock);
+}
+
+/* the FIFO of stripe s occupies free_fifo[s * segs_per_stripe ...] */
+static void free_push(kvf_store *st, uint32_t segid)
+{
+	uint32_t s = seg_stripe(st, segid);
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+	uint32_t tail = (st->segtab.free_head[s] + st->segtab.free_count[s]) % cap;
+
+	st->segtab.free_fifo[(uint64_t)s * cap + tail] = segid;
+	st->segtab.free_count[s]++;
+	st->segtab.n_free++;
+	st->segtab.info[segid].state = SEG_FREE;
+}
+
+static uint32_t free_pop(kvf_store *st, uint32_t s)
+{
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+	uint32_t segid;
+
+	if (st->segtab.free_count[s] == 0)
+		return SEG_NONE;
+	segid = st->segtab.free_fifo[(uint64_t)s * cap + st->segtab.free_head[s]];
+	st->segtab.free_head[s] = (st->segtab.free_head[s] + 1) % cap;
+	st->segtab.free_count[s]--;
+	st->segtab.n_free--;
+	return segid;
+}
+
+/* avail_for_writers - free segments of stripe s that writers may still
+ * take: not promised to another writer, not the cleaner's reserve, not
+ * the room of pages waiting for write-back (but for own of them, the
+ * caller's, which it is about to place) */
+static uint32_t avail_for_writers(kvf_store *st, uint32_t s, uint32_t own)
+{
+	uint32_t d = st->data_per_seg, p = st->segtab.promised[s];
+	uint32_t held = st->segtab.reserved[s] + CLEANER_RESERVE +
+			((p > own ? p - own : 0) + d - 1) / d;
+
+	return st->segtab.free_count[s] > held ? st->segtab.free_count[s] - held : 0;
+}
+
+/* set when the last KVF_ENOSPC of this thread came from the file system
+ * (seg_fs_full_take) */
+static _Thread_local int fs_full;
+
+/* seg_allocate_ahead - the media space of the free segments of stripe s
+ * that writers take next (the free lists are FIFO): those reserved or
+ * promised already, need more, and the cleaner's reserve.  Stripe files
+ * grow as segments are used, so a full file system is found here, before
+ * an append places anything (KVF_ENOSPC).  Caller holds segtab.lock. */
+static kvf_status seg_allocate_ahead(kvf_store *st, uint32_t s, uint32_t need)
+{
+	struct seg_table *t = &st->segtab;
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe, d = st->data_per_seg;
+	uint32_t n = t->reserved[s] + need + CLEANER_RESERVE +
+		     (t->promised[s] + d - 1) / d;
+	kvf_status rc = KVF_OK;
+
+	if (n > t->free_count[s])
+		n = t->free_count[s];
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+		uint32_t *fi = &t->free_fifo[(uint64_t)s * cap +
+					     (t->free_head[s] + i) % cap];
+
+		rc = kvf_media_allocate_segment(st->media, s,
+						seg_in_stripe(st, *fi));
+		/* the file system is full: a free segment further on whose
+		 * space exists (one used before) takes this one's place */
+		for (uint32_t j = i + 1; rc == KVF_ENOSPC && j < t->free_count[s]; j++) {
+			uint32_t *fj = &t->free_fifo[(uint64_t)s * cap +
+						     (t->free_head[s] + j) % cap];
+			uint32_t id = *fj;
+
+			if (kvf_media_allocate_segment(st->media, s,
+						       seg_in_stripe(st, id)) == KVF_OK) {
+				*fj = *fi;
+				*fi = id;
+				rc = KVF_OK;
+			}
+		}
+	}
+	if (rc == KVF_ENOSPC)
+		fs_full = 1;
+	return rc;
+}
+
+int seg_fs_full_take(void)
+{
+	int was = fs_full;
+
+	fs_full = 0;
+	return was;
+}
+
+kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need,
+		       const uint32_t *own)
+{
+	uint32_t ns = st->hdr.n_stripes, s;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (s = 0; s < ns; s++)
+		if (need[s] > avail_for_writers(st, s, own ? own[s] : 0))
+			break;
+	if (s < ns) {
+		uint32_t avail = avail_for_writers(st, s, own ? own[s] : 0);
+
+		pthread_mutex_unlock(&st->segtab.lock);
+		return kvf_fail(KVF_ENOSPC,
+				"needs %u free segments on stripe %u, %u are free (%u segments of %llu bytes per stripe)",
+				need[s], s, avail,
+				(uint32_t)st->hdr.segs_per_stripe,
+				(unsigned long long)st->hdr.segment_size);
+	}
+	for (s = 0; s < ns; s++) {
+		kvf_status rc = need[s] ? seg_allocate_ahead(st, s, need[s]) : KVF_OK;
+
+		if (rc != KVF_OK) {
+			pthread_mutex_unlock(&st->segtab.lock);
+			return rc;
+		}
+	}
+	for (s = 0; s < ns; s++) {
+		st->segtab.reserved[s] += need[s];
+		seq->reserved[s] += need[s];
+		if (own) /* their room is in the reservation now */
+			st->segtab.promised[s] -= own[s] < st->segtab.promised[s]
+				? own[s] : st->segtab.promised[s];
+	}
+	pthread_mutex_unlock(&st->segtab.lock);
+	return KVF_OK;
+}
+
+void seg_unreserve(kvf_store *st, struct seq *seq)
+{
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		st->segtab.reserved[s] -= seq->reserved[s];
+		seq->reserved[s] = 0;
+	}
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+uint32_t seg_free_count(kvf_store *st)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	n = st->segtab.n_free;
+	pthread_mutex_unlock(&st->segtab.lock);
+	return n;
+}
+
+kvf_status seg_mark_sealed(kvf_store *st, uint32_t segid,
+			   const struct meta_seg *rec)
+{
+	struct seg_info *si = &st->segtab.info[segid];
+
+	si->live_bits = seg_bits_take(st, segid);
+	si->state = SEG_SEALED;
+	si->n_data = rec->n_data_pages;
+	si->seqno = rec->seqno;
+	si->write_ns = rec->write_ns;
+	si->owner = rec->owner;
+	si->live = 0;
+	return KVF_OK;
+}
+
+void seg_finish_load(kvf_store *st)
+{
+	for (uint32_t i = 0; i < st->n_segments; i++) {
+		struct seg_info *si = &st->segtab.info[i];
+
+		if (si->state == SEG_SEALED && si->live == 0) {
+			si->state = SEG_DYING;
+			si->died_epoch = 0;
+			st->segtab.n_dying++;
+		} else if (si->state == SEG_FREE) {
+			free_push(st, i);
+		}
+	}
+}
+
+/* ---- page references ----------------------------------------------------
+ * A page's reference count is its live bit plus, for pages a fork shares,
+ * an entry in the shared map holding the references beyond the first, so
+ * the common unshared page costs one bit.  All under segtab.lock.
+ */
+
+uint64_t *seg_bits_take(kvf_store *st, uint32_t segid)
+{
+	size_t words = (st->data_per_seg + 63) / 64;
+	uint64_t *bits = st->segtab.live_words + (size_t)segid * words;
+
+	memset(bits, 0, words * sizeof(uint64_t));
+	return bits;
+}
+
+static uint32_t shared_slot(kvf_store *st, uint32_t addr)
+{
+	uint32_t mask = st->segtab.shared_cap - 1;
+	uint32_t i = (addr * 2654435761u) & mask;
+
+	while (st->segtab.shared_addr[i] != ADDR_NONE && st->segtab.shared_addr[i] != addr)
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* shared_extra - references of addr beyond the first */
+static uint32_t shared_extra(kvf_store *st, uint32_t addr)
+{
+	uint32_t i;
+
+	if (st->segtab.shared_n == 0)
+		return 0;
+	i = shared_slot(st, addr);
+	return st->segtab.shared_addr[i] == addr ? st->segtab.shared_extra[i] : 0;
+}
+
+static int shared_grow(kvf_store *st)
+{
+	uint32_t old_cap = st->segtab.shared_cap, cap = old_cap ? old_cap * 2 : 64;
+	uint32_t *oa = st->segtab.shared_addr, *oe = st->segtab.shared_extra;
+	uint32_t *na = kvf_malloc((size_t)cap * sizeof(uint32_t));
+	uint32_t *ne = kvf_malloc((size_t)cap * sizeof(uint32_t));
+
+	if (na == NULL || ne == NULL) {
+		kvf_free(na);
+		kvf_free(ne);
+		return -1;
+	}
+	memset(na, 0xff, (size_t)cap * sizeof(uint32_t)); /* ADDR_NONE */
+	st->segtab.shared_addr = na;
+	st->segtab.shared_extra = ne;
+	st->segtab.shared_cap = cap;
+	for (uint32_t k = 0; k < old_cap; k++)
+		if (oa[k] != ADDR_NONE) {
+			uint32_t i = shared_slot(st, oa[k]);
+
+			na[i] = oa[k];
+			ne[i] = oe[k];
+		}
+	kvf_free(oa);
+	kvf_free(oe);
+	return 0;
+}
+
+/* shared_set - set addr's extra references (0 removes it) */
+static int shared_set(kvf_store *st, uint32_t addr, uint32_t extra)
+{
+	uint32_t i, mask, j;
+
+	if (extra > 0) {
+		if (st->segtab.shared_n > 0) { /* present: update in place */
+			i = shared_slot(st, addr);
+			if (st->segtab.shared_addr[i] == addr) {
+				st->segtab.shared_extra[i] = extra;
+				return 0;
+			}
+		}
+		if ((st->segtab.shared_n + 1) * 4 > st->segtab.shared_cap * 3 &&
+		    shared_grow(st) != 0)
+			return -1;
+		i = shared_slot(st, addr);
+		if (st->segtab.shared_addr[i] == ADDR_NONE)
+			st->segtab.shared_n++;
+		st->segtab.shared_addr[i] = addr;
+		st->segtab.shared_extra[i] = extra;
+		return 0;
+	}
+	if (st->segtab.shared_n == 0)
+		return 0;
+	i = shared_slot(st, addr);
+	if (st->segtab.shared_addr[i] != addr)
+		return 0;
+	/* remove, then re-place the rest of the cluster */
+	mask = st->segtab.shared_cap - 1;
+	st->segtab.shared_addr[i] = ADDR_NONE;
+	st->segtab.shared_n--;
+	for (j = (i + 1) & mask; st->segtab.shared_addr[j] != ADDR_NONE;
+	     j = (j + 1) & mask) {
+		uint32_t a = st->segtab.shared_addr[j], e = st->segtab.shared_extra[j], k;
+
+		st->segtab.shared_addr[j] = ADDR_NONE;
+		k = shared_slot(st, a);
+		st->segtab.shared_addr[k] = a;
+		st->segtab.shared_extra[k] = e;
+	}
+	return 0;
+}
+
+static int bit_get(const uint64_t *bits, uint32_t page)
+{
+	return (bits[page / 64] >> (page % 64)) & 1;
+}
+
+static void bit_set(uint64_t *bits, uint32_t page, int on)
+{
+	if (on)
+		bits[page / 64] |= 1ull << (page % 64);
+	else
+		bits[page / 64] &= ~(1ull << (page % 64));
+}
+
+/* refs_locked - the references of addr; caller holds segtab.lock */
+static uint32_t refs_locked(kvf_store *st, uint32_t addr)
+{
+	struct seg_info *si = &st->segtab.info[addr_seg(addr, st->page_bits)];
+	uint32_t page = addr_page(addr, st->page_bits);
+
+	if (si->live_bits == NULL || !bit_get(si->live_bits, page))
+		return 0;
+	return 1 + shared_extra(st, addr);
+}
+
+uint32_t seg_page_refs(kvf_store *st, uint32_t addr)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	n = refs_locked(st, addr);
+	pthread_mutex_unlock(&st->segtab.lock);
+	return n;
+}
+
+int seg_ref_full(kvf_store *st, uint32_t addr)
+{
+	return seg_page_refs(st, addr) >= UINT16_MAX;
+}
+
+/* ref_inc_locked - one more reference to addr; -1 when out of memory */
+static int ref_inc_locked(kvf_store *st, uint32_t addr)
+{
+	struct seg_info *si = &st->segtab.info[addr_seg(addr, st->page_bits)];
+	uint32_t page = addr_page(addr, st->page_bits);
+
+	if (!bit_get(si->live_bits, page)) {
+		bit_set(si->live_bits, page, 1);
+		si->live++;
+		return 0;
+	}
+	return shared_set(st, addr, shared_extra(st, addr) + 1);
+}
+
+kvf_status seg_ref_inc(kvf_store *st, uint32_t addr)
+{
+	int rc;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	rc = ref_inc_locked(st, addr);
+	pthread_mutex_unlock(&st->segtab.lock);
+	return rc ? kvf_fail(KVF_ENOMEM, "out of memory for the shared-page map")
+		  : KVF_OK;
+}
+
+/* ref_dec_locked - one reference less; a segment whose last live page
+ * goes becomes dying */
+static void ref_dec_locked(kvf_store *st, uint32_t addr)
+{
+	struct seg_info *si = &st->segtab.info[addr_seg(addr, st->page_bits)];
+	uint32_t page = addr_page(addr, st->page_bits);
+	uint32_t extra;
+
+	if (si->live_bits == NULL || !bit_get(si->live_bits, page))
+		return;
+	if ((extra = shared_extra(st, addr)) > 0) {
+		shared_set(st, addr, extra - 1); /* shrinking never fails */
+		return;
+	}
+	bit_set(si->live_bits, page, 0);
+	if (--si->live == 0 && si->state == SEG_SEALED) {
+		si->state = SEG_DYING;
+		si->died_epoch = st->segtab.epoch;
+		st->segtab.n_dying++;
+	}
+}
+
+void seg_ref_dec(kvf_store *st, uint32_t addr)
+{
+	seg_refs_dec(st, &addr, 1);
+}
+
+void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n)
+{
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t i = 0; i < n; i++)
+		ref_dec_locked(st, addrs[i]);
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+void seg_refs_drop_locked(kvf_store *st, uint32_t segid)
+{
+	struct seg_info *si = &st->segtab.info[segid];
+
+	if (si->live_bits == NULL)
+		return;
+	for (uint32_t p = 0; p < si->n_data; p++)
+		if (bit_get(si->live_bits, p))
+			shared_set(st, addr_make(segid, p, st->page_bits), 0);
+	memset(si->live_bits, 0, (st->data_per_seg + 63) / 64 * sizeof(uint64_t));
+	si->live = 0;
+}
+
+kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
+{
+	uint32_t *ids, n = 0, done = 0;
+	kvf_status rc = KVF_OK;
+
+	/* pick them under the lock, trim without it: a trim can take
+	 * milliseconds (discard), and appenders take segtab.lock per page.
+	 * Only one reclaim runs at a time (callers hold dur.lock or are
+	 * alone at open), and nothing else touches a dying segment. */
+	pthread_mutex_lock(&st->segtab.lock);
+	ids = st->segtab.reclaim_ids;
+	for (uint32_t i = 0; i < st->n_segments && n < st->segtab.n_dying; i++)
+		if (st->segtab.info[i].state == SEG_DYING && st->segtab.info[i].died_epoch <= upto)
+			ids[n++] = i;
+	pthread_mutex_unlock(&st->segtab.lock);
+	if (n == 0)
+		return KVF_OK;
+	for (done = 0; done < n && st->trim; done++) {
+		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
+					    seg_in_stripe(st, ids[done]));
+		if (rc != KVF_OK)
+			break;
+	}
+	if (!st->trim)
+		done = n;
+	for (uint32_t k = 0; k < done; k++) /* their addresses are reused */
+		tier_drop_segment(st, ids[k]);
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t k = 0; k < done; k++) {
+		struct seg_info *si = &st->segtab.info[ids[k]];
+		unsigned char key[5];
+
+		meta_key_u32(key, META_TAG_SEG, ids[k]);
+		catalog_batch_delete(b, key, sizeof(key));
+		si->live_bits = NULL;
+		si->n_data = 0;
+		si->live = 0;
+		si->erase_count++;
+		st->segtab.n_dying--;
+		st->segtab.wear_dirty = 1;
+		atomic_fetch_add(&st->c.segments_reclaimed, 1);
+		free_push(st, ids[k]);
+	}
+	pthread_mutex_unlock(&st->segtab.lock);
+	return rc;
+}
+
+void seg_wear_record(kvf_store *st, struct catalog_batch *b)
+{
+	uint32_t *ec = st->segtab.wear_counts;
+	unsigned char key = META_TAG_WEAR;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t i = 0; i < st->n_segments; i++)
+		ec[i] = st->segtab.info[i].erase_count;
+	st->segtab.wear_dirty = 0;
+	pthread_mutex_unlock(&st->segtab.lock);
+	catalog_batch_put(b, &key, 1, ec, (size_t)st->n_segments * sizeof(uint32_t));
+}
+
+void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
+		uint64_t seqno, uint64_t write_ns)
+{
+	struct seg_info *si = &st->segtab.info[segid];
+
+	pthread_mutex_lock(&st->segtab.lock);
+	si->state = si->live ? SEG_SEALED : SEG_DYING;
+	if (si->state == SEG_DYING) {
+		si->died_epoch = st->segtab.epoch;
+		st->segtab.n_dying++;
+	}
+	si->n_data = n_data;
+	si->seqno = seqno;
+	si->write_ns = write_ns;
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
+		       int *low)
+{
+	uint32_t segid = SEG_NONE;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	if (seq->reserved[stripe] > 0) {
+		seq->reserved[stripe]--;
+		st->segtab.reserved[stripe]--;
+		segid = free_pop(st, stripe);
+	} else if (avail_for_writers(st, stripe, 0) > 0) {
+		segid = free_pop(st, stripe);
+	}
+	*low = st->segtab.free_count[stripe] < st->hdr.segs_per_stripe / 10 + 2;
+	if (segid != SEG_NONE) {
+		struct seg_info *si = &st->segtab.info[segid];
+
+		si->state = SEG_OPEN;
+		si->live_bits = seg_bits_take(st, segid);
+		si->n_data = 0;
+		si->live = 0;
+		si->owner = seq->id;
+	}
+	pthread_mutex_unlock(&st->segtab.lock);
+	return segid;
+}
+
+void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n)
+{
+	pthread_mutex_lock(&st->segtab.lock);
+	bit_set(st->segtab.info[segid].live_bits, n, 1);
+	st->segtab.info[segid].live++;
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+void seg_give_back(kvf_store *st, uint32_t segid)
+{
+	tier_drop_segment(st, segid); /* its pages were never written */
+	pthread_mutex_lock(&st->segtab.lock);
+	st->segtab.info[segid].live_bits = NULL;
+	st->segtab.info[segid].live = 0;
+	free_push(st, segid);
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+void seg_promise(kvf_store *st, uint32_t stripe, int32_t pages)
+{
+	pthread_mutex_lock(&st->segtab.lock);
+	st->segtab.promised[stripe] += (uint32_t)pages;
+	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+int seg_plenty(kvf_store *st)
+{
+	int plenty = 1;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		if (avail_for_writers(st, s, 0) <= st->hdr.segs_per_stripe / 4)
+			plenty = 0;
+	pthread_mutex_unlock(&st->segtab.lock);
+	return plenty;
+}

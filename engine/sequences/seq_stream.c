@@ -1,0 +1,359 @@
+/*
+ * seq_stream.c - the streams of a sequence and its catalog records: where
+ * stream i or stream sid is, how many entries it must have, the X, K^T,
+ * H2O and mean-of-V arrays made on first use, an index's growth, the
+ * stripe a group goes to, and the "S" and "V" records.  A file of its
+ * own: it is the layout of one sequence, which the append, read, fork and
+ * recovery paths all use, apart from the table that holds sequences.
+ * Callers hold the sequence's lock.
+ *
+ * Stripe placement: group g of a stream goes to stripe
+ * (g + stream offset) % n_stripes, so consecutive groups of one head land
+ * on consecutive stripes and a head's read fans out over all of them; the
+ * offset spreads the heads' first groups too.
+ */
+
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/base/catalog.h"
+#include "engine/base/key.h"
+#include "engine/base/meta.h"
+#include "engine/reads/readpath.h"
+#include "engine/segments/segtable.h"
+#include "engine/sequences/seq_stream.h"
+#include "engine/base/store_state.h"
+#include "engine/base/tier.h"
+
+uint32_t seq_n_kv_streams(kvf_store *st)
+{
+	return st->hdr.n_layers * 2 * st->hdr.n_kv_heads;
+}
+
+uint32_t seq_n_x_streams(kvf_store *st)
+{
+	return st->hdr.n_layers * st->hdr.n_q_heads;
+}
+struct stream *seq_kv_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			     enum kv_kind kind, uint32_t head)
+{
+	uint32_t h = st->hdr.n_kv_heads;
+
+	return &seq->kv[((size_t)layer * 2 + (uint32_t)kind) * h + head];
+}
+
+kvf_status seq_x_alloc(kvf_store *st, struct seq *seq)
+{
+	if (seq->x)
+		return KVF_OK;
+	seq->x = kvf_calloc(seq_n_x_streams(st), sizeof(struct stream));
+	if (seq->x == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for X streams");
+	return KVF_OK;
+}
+
+struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			    uint32_t slice)
+{
+	return &seq->x[(size_t)layer * st->hdr.n_q_heads + slice];
+}
+
+uint32_t seq_n_kt_streams(kvf_store *st)
+{
+	return st->kt_dims ? st->hdr.n_layers * st->hdr.n_kv_heads : 0;
+}
+
+uint32_t seq_n_streams(kvf_store *st)
+{
+	return seq_n_kv_streams(st) + seq_n_x_streams(st) + seq_n_kt_streams(st) +
+	       OPTIM_STREAMS;
+}
+
+struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
+			     uint32_t *sid)
+{
+	uint32_t nkv = seq_n_kv_streams(st), h = st->hdr.n_kv_heads;
+	uint32_t q = st->hdr.n_q_heads;
+
+	if (i < nkv) {
+		uint32_t layer = i / (2 * h), kind = (i / h) % 2, head = i % h;
+
+		*sid = stream_id(layer, (enum kv_kind)kind, head);
+		return &seq->kv[i];
+	}
+	i -= nkv;
+	if (i < seq_n_x_streams(st)) {
+		*sid = stream_id(i / q, KIND_X, i % q);
+		return seq->x ? &seq->x[i] : NULL;
+	}
+	i -= seq_n_x_streams(st);
+	if (i < seq_n_kt_streams(st)) {
+		*sid = stream_id(i / h, KIND_KT, i % h);
+		return seq->kt ? &seq->kt[i] : NULL;
+	}
+	i -= seq_n_kt_streams(st);
+	*sid = stream_id(0, KIND_OPTIM, i);
+	return seq->optim ? &seq->optim[i] : NULL;
+}
+
+struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
+{
+	uint32_t layer = stream_layer(sid), head = stream_head(sid);
+	enum kv_kind kind = stream_kind(sid);
+
+	if (layer >= st->hdr.n_layers)
+		return NULL;
+	switch (kind) {
+	case KIND_K:
+	case KIND_V:
+		return head < st->hdr.n_kv_heads
+			       ? seq_kv_stream(st, seq, layer, kind, head) : NULL;
+	case KIND_X:
+		return seq->x && head < st->hdr.n_q_heads
+			       ? seq_x_stream(st, seq, layer, head) : NULL;
+	case KIND_KT:
+		return seq->kt && head < st->hdr.n_kv_heads
+			       ? &seq->kt[(size_t)layer * st->hdr.n_kv_heads + head]
+			       : NULL;
+	case KIND_OPTIM:
+		return seq->optim && layer == 0 && head < OPTIM_STREAMS
+			       ? &seq->optim[head] : NULL;
+	default:
+		return NULL;
+	}
+}
+
+uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
+{
+	enum kv_kind kind = stream_kind(sid);
+	uint64_t tokens = seq_tokens(seq, kind, stream_layer(sid));
+
+	if (kind == KIND_KT)
+		return tokens / st->kt_tokens * st->kt_groups;
+	if (kind == KIND_OPTIM) /* only the committed generation counts */
+		return stream_head(sid) % 2 == seq->optim_gen ? seq->optim_chunks : 0;
+	return (tokens + st->group_tokens - 1) / st->group_tokens;
+}
+
+uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer)
+{
+	return kind == KIND_X ? seq->x_len[layer] : seq->len[layer];
+}
+
+kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq)
+{
+	if (seq->h2o)
+		return KVF_OK;
+	seq->h2o = kvf_calloc((size_t)st->hdr.n_layers * st->hdr.n_kv_heads,
+			      sizeof(*seq->h2o));
+	if (seq->h2o == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for H2O scores");
+	return KVF_OK;
+}
+
+kvf_status seq_vbar_alloc(kvf_store *st, struct seq *seq)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+
+	if (seq->vbar)
+		return KVF_OK;
+	seq->vbar = kvf_calloc(lh * st->hdr.head_dim, sizeof(float));
+	seq->vbar_n = kvf_calloc(lh, sizeof(uint64_t));
+	if (seq->vbar == NULL || seq->vbar_n == NULL) {
+		kvf_free(seq->vbar);
+		kvf_free(seq->vbar_n);
+		seq->vbar = NULL;
+		seq->vbar_n = NULL;
+		return kvf_fail(KVF_ENOMEM, "out of memory for the means of V");
+	}
+	return KVF_OK;
+}
+
+kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)
+{
+	if (seq->kt || st->kt_dims == 0)
+		return KVF_OK;
+	seq->kt = kvf_calloc(seq_n_kt_streams(st), sizeof(struct stream));
+	if (seq->kt == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for K^T streams");
+	return KVF_OK;
+}
+
+kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes)
+{
+	kvf_status rc = tier_hold(st, bytes, "a group buffer");
+
+	if (rc != KVF_OK)
+		return rc;
+	s->gbuf = kvf_calloc(1, bytes);
+	if (s->gbuf == NULL) {
+		tier_release(st, bytes);
+		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
+	}
+	s->gbuf_bytes = bytes;
+	return KVF_OK;
+}
+
+void stream_gbuf_free(kvf_store *st, struct stream *s)
+{
+	if (s->gbuf == NULL)
+		return;
+	kvf_free(s->gbuf);
+	tier_release(st, s->gbuf_bytes);
+	s->gbuf = NULL;
+	s->gbuf_bytes = 0;
+}
+
+void stream_wb_free(kvf_store *st, struct stream *s)
+{
+	if (s->wb == NULL)
+		return;
+	if (s->wb->n)
+		seg_promise(st, s->wb->stripe, -(int32_t)s->wb->n);
+	atomic_fetch_add(&st->c.dram_only_bytes,
+			 (uint64_t)s->wb->n * st->hdr.page_size);
+	for (uint32_t i = 0; i < s->wb->n; i++) {
+		kvf_free(s->wb->page[i]);
+		tier_release(st, st->hdr.page_size);
+		atomic_fetch_sub(&st->c.wb_bytes, st->hdr.page_size);
+	}
+	for (uint32_t i = 0; i < s->wb->n_spare; i++) {
+		kvf_free(s->wb->spare[i]);
+		tier_release(st, st->hdr.page_size);
+	}
+	tier_release(st, (size_t)s->wb->cap * 2 * sizeof(s->wb->page[0]));
+	kvf_free(s->wb->page);
+	kvf_free(s->wb->spare);
+	kvf_free(s->wb);
+	tier_release(st, sizeof(*s->wb));
+	s->wb = NULL;
+}
+
+void streams_free(kvf_store *st, struct stream *s, uint32_t n)
+{
+	if (s == NULL)
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		stream_wb_free(st, &s[i]);
+		stream_gbuf_free(st, &s[i]);
+		kvf_free(s[i].pages);
+		tier_release(st, (uint64_t)s[i].n_alloc * PAGE_REF_BYTES);
+	}
+	kvf_free(s);
+}
+
+kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups)
+{
+	unsigned char *p;
+	uint64_t cap;
+	kvf_status rc;
+
+	if (n_groups <= s->n_alloc)
+		return KVF_OK;
+	if (n_groups > UINT32_MAX - 1)
+		return kvf_fail(KVF_ERANGE, "%llu token groups is past the limit of one stream",
+				(unsigned long long)n_groups);
+	/* grow by half: a stream's index is most of the store's memory */
+	cap = s->n_alloc ? (uint64_t)s->n_alloc + s->n_alloc / 2 : 16;
+	if (cap < n_groups)
+		cap = n_groups;
+	if (cap > UINT32_MAX - 1)
+		cap = UINT32_MAX - 1;
+	if ((rc = tier_hold(st, (cap - s->n_alloc) * PAGE_REF_BYTES,
+			    "the index of a stream")) != KVF_OK)
+		return rc;
+	p = kvf_realloc(s->pages, cap * PAGE_REF_BYTES);
+	if (p == NULL) {
+		tier_release(st, (cap - s->n_alloc) * PAGE_REF_BYTES);
+		return kvf_fail(KVF_ENOMEM, "out of memory for the index of a stream");
+	}
+	memset(p + (size_t)s->n_alloc * PAGE_REF_BYTES, 0xff, /* ADDR_NONE */
+	       (size_t)(cap - s->n_alloc) * PAGE_REF_BYTES);
+	s->pages = p;
+	s->n_alloc = (uint32_t)cap;
+	return KVF_OK;
+}
+
+uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g)
+{
+	uint32_t off = stream_head(sid) * 2 + (uint32_t)stream_kind(sid) +
+		       stream_layer(sid);
+
+	return (uint32_t)((g + off) % st->hdr.n_stripes);
+}
+
+kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
+{
+	uint32_t nl = st->hdr.n_layers;
+	size_t len = sizeof(struct meta_seq) + 2 * (size_t)nl * sizeof(uint64_t);
+	unsigned char *val = kvf_malloc(len);
+	struct meta_seq m = { .create_seqno = seq->create_seqno,
+			      .family = seq->family, .parent = seq->parent,
+			      .n_layers = nl };
+	unsigned char key[9];
+
+	if (val == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a sequence record");
+	memcpy(val, &m, sizeof(m));
+	memcpy(val + sizeof(m), seq->len, nl * sizeof(uint64_t));
+	memcpy(val + sizeof(m) + nl * sizeof(uint64_t), seq->x_len,
+	       nl * sizeof(uint64_t));
+	meta_key_u64(key, seq->ns == SEQ_NS_OPTIM ? META_TAG_OPTIM_SEQ : META_TAG_SEQ,
+		     seq->id);
+	catalog_batch_put(b, key, sizeof(key), val, len);
+	kvf_free(val);
+	return KVF_OK;
+}
+
+kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
+			   struct catalog_batch *b)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
+	unsigned char *val, key[9];
+
+	if (seq->vbar == NULL || seq->vbar_changes == seq->vbar_synced)
+		return KVF_OK;
+	/* the record only saves reading V again: without memory, skip it */
+	if ((val = kvf_malloc(lh * row)) == NULL)
+		return KVF_OK;
+	for (size_t i = 0; i < lh; i++) {
+		memcpy(val + i * row, &seq->vbar_n[i], sizeof(uint64_t));
+		memcpy(val + i * row + sizeof(uint64_t),
+		       seq->vbar + i * st->hdr.head_dim, row - sizeof(uint64_t));
+	}
+	meta_key_u64(key, META_TAG_VBAR, seq->id);
+	catalog_batch_put(b, key, sizeof(key), val, lh * row);
+	kvf_free(val);
+	/* counts as written only once the batch commits (sync_done) */
+	seq->vbar_capture = seq->vbar_changes;
+	seq->vbar_capture_gen = st->dur.gen;
+	return KVF_OK;
+}
+
+kvf_status seq_vbar_load(kvf_store *st, uint64_t id, struct seq *seq,
+			 const void *val, size_t vlen)
+{
+	size_t lh = (size_t)st->hdr.n_layers * st->hdr.n_kv_heads;
+	size_t row = sizeof(uint64_t) + (size_t)st->hdr.head_dim * sizeof(float);
+	const unsigned char *v = val;
+	kvf_status rc;
+
+	if (vlen != lh * row)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: the means of V of sequence %llu are %zu bytes, not %zu",
+				(unsigned long long)id, vlen, lh * row);
+	if (seq == NULL)
+		return KVF_OK; /* freed since */
+	if ((rc = seq_vbar_alloc(st, seq)) == KVF_OK)
+		for (size_t i = 0; i < lh; i++) {
+			memcpy(&seq->vbar_n[i], v + i * row, sizeof(uint64_t));
+			memcpy(seq->vbar + i * st->hdr.head_dim,
+			       v + i * row + sizeof(uint64_t), row - sizeof(uint64_t));
+			/* a mean of more tokens than survived is of no use */
+			if (seq->vbar_n[i] > seq->len[i / st->hdr.n_kv_heads])
+				seq->vbar_n[i] = 0;
+		}
+	return rc;
+}

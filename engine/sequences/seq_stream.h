@@ -1,0 +1,73 @@
+/*
+ * seq_stream.h - a sequence's streams (seq_stream.c): finding them, making
+ * them on first use, their index and group buffers, and the catalog
+ * records that describe a sequence.
+ */
+#ifndef KVF_ENGINE_SEQ_STREAM_H
+#define KVF_ENGINE_SEQ_STREAM_H
+
+#include <stdint.h>
+
+#include "api/status.h"
+#include "engine/base/key.h"
+#include "engine/sequences/seq_state.h"
+#include "kvflash.h"
+
+struct catalog_batch;
+
+/* streams */
+struct stream *seq_kv_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			     enum kv_kind kind, uint32_t head);
+/* seq_x_streams - the X streams of seq, allocated on first use */
+struct stream *seq_x_stream(kvf_store *st, struct seq *seq, uint32_t layer,
+			    uint32_t slice);
+kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
+/* stream_reserve - room for n groups in s->pages */
+kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups);
+/* stream_gbuf_alloc - give s a zeroed group buffer of bytes, counted
+ * against the memory tier (KVF_ENOMEM: out of memory or budget);
+ * stream_gbuf_free - free it; streams_free - n streams, all they hold */
+kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes);
+void stream_gbuf_free(kvf_store *st, struct stream *s);
+void streams_free(kvf_store *st, struct stream *s, uint32_t n);
+/* stream_wb_free - drop s's pages waiting for write-back (the sequence
+ * goes; they were never synced) */
+void stream_wb_free(kvf_store *st, struct stream *s);
+/* stream_stripe - the stripe group g of stream sid goes to */
+uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
+/* streams per sequence: K/V, X, K^T, and all of them */
+uint32_t seq_n_kv_streams(kvf_store *st);
+uint32_t seq_n_x_streams(kvf_store *st);
+uint32_t seq_n_kt_streams(kvf_store *st);
+uint32_t seq_n_streams(kvf_store *st);
+/* seq_stream_at - stream number i (K/V, then X, then K^T; NULL for X or
+ * K^T streams not allocated) and its stream id */
+struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
+			     uint32_t *sid);
+/* seq_stream_of - the stream with id sid; NULL if out of range or not
+ * allocated */
+struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid);
+/* seq_stream_groups - entries stream sid must have for seq's lengths:
+ * token groups for K/V/X, complete blocks * kt_groups for K^T */
+uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid);
+/* seq_h2o_alloc - the H2O score arrays, on first use */
+kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq);
+/* seq_vbar_alloc - the running means of V (SparF), on first use */
+kvf_status seq_vbar_alloc(kvf_store *st, struct seq *seq);
+/* seq_vbar_record - put seq's "V" record into b if its means changed;
+ * seq_vbar_load - take the record of sequence id back into seq at open
+ * (after the "S" records; seq NULL: it was freed since, the record is
+ * only checked) */
+kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,
+			   struct catalog_batch *b);
+kvf_status seq_vbar_load(kvf_store *st, uint64_t id, struct seq *seq,
+			 const void *val, size_t vlen);
+/* seq_kt_alloc - the K^T streams, on first use (no-op without kt_pages) */
+kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq);
+/* seq_tokens - tokens of the stream kind in a layer */
+uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer);
+
+/* seq_record - add seq's "S" record to b */
+kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b);
+
+#endif /* KVF_ENGINE_SEQ_STREAM_H */

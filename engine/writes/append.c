@@ -1,0 +1,445 @@
+/*
+ * append.c - the write path: kvf_append, kvf_append_x, and the sealing of
+ * partial groups at sync.
+ *
+ * An append first plans: which groups it completes and on which stripes
+ * their pages land, and reserves the segments that needs, loading any
+ * tail group it must extend.  Only then does it copy a single byte, so a
+ * refused append (KVF_ENOSPC, KVF_ENOMEM, KVF_ECORRUPT) changes nothing.
+ * Copying fills each stream's group buffer; a full group is sealed into a
+ * page of the sequence's open segment (engine/segments/openseg.c).
+ */
+#include "engine/writes/append.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "compute/kernels.h"
+#include "engine/cleaning/cleaner.h"
+#include "engine/base/fatal.h"
+#include "engine/base/key.h"
+#include "engine/writes/kt.h"
+#include "engine/segments/openseg.h"
+#include "engine/sequences/prefix.h"
+#include "engine/segments/segtable.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
+#include "engine/base/store_state.h"
+#include "engine/writes/writeback.h"
+
+#define SRC_ON_STACK 32 /* K/V streams of a layer kept on the stack */
+
+/* One stream an append writes to, and where its rows come from. */
+struct src_stream {
+	struct stream *s;          /* destination */
+	uint32_t sid;              /* its stream id */
+	const unsigned char *src;  /* row of the first new token */
+	size_t stride;             /* bytes between a token's rows */
+	int waits;                 /* its sealed groups wait for write-back */
+};
+
+/* seal - place stream s's full group g (in its group buffer) on media */
+static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
+		       uint32_t sid, uint64_t g, uint32_t tokens)
+{
+	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
+	uint32_t replaces = g < s->n_groups ? stream_page(s, g).addr : ADDR_NONE;
+	struct page_ref ref;
+	kvf_status rc;
+
+	if (tokens < st->group_tokens) /* zero the rest of a partial page */
+		memset(s->gbuf + (size_t)tokens * st->row_bytes, 0,
+		       (size_t)(st->group_tokens - tokens) * st->row_bytes);
+	rc = openseg_place(st, seq, stream_stripe(st, sid, g), s->gbuf, key,
+			   replaces, &ref);
+	if (rc != KVF_OK)
+		return rc;
+	stream_set_group(s, g, ref);
+	return KVF_OK;
+}
+
+/* seal_direct - gather G rows (stride bytes apart) into a page of the
+ * open segment as stream s's group g */
+static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint32_t sid, uint64_t g, const unsigned char *rows,
+			      size_t stride)
+{
+	uint32_t stripe = stream_stripe(st, sid, g), rb = st->row_bytes;
+	struct page_ref ref;
+	unsigned char *dst;
+	kvf_status rc;
+
+	if ((rc = openseg_slot(st, seq, stripe, &dst)) != KVF_OK)
+		return rc;
+	for (uint32_t r = 0; r < st->group_tokens; r++)
+		memcpy(dst + (size_t)r * rb, rows + (size_t)r * stride, rb);
+	rc = openseg_fill(st, seq, stripe, page_key_make(seq->id, sid, (uint32_t)g),
+			  ADDR_NONE, &ref);
+	if (rc != KVF_OK)
+		return rc;
+	stream_set_group(s, g, ref);
+	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
+	return rc;
+}
+
+/*
+ * tail_buffer - s's group buffer, for a stream holding `tokens` tokens.
+ * The append path reads nothing: a part-filled tail group is in memory
+ * since whatever made it (an append, the open that loaded it, the fork
+ * that copied it), so only an empty group gets a new buffer here.
+ */
+static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint32_t sid, uint64_t tokens)
+{
+	if (s->gbuf)
+		return KVF_OK;
+	if (tokens % st->group_tokens != 0) {
+		uint32_t addr = stream_page(s, tokens / st->group_tokens).addr;
+		uint32_t segid = addr_seg(addr, st->page_bits);
+
+		return kvf_fail(KVF_ECORRUPT,
+				"the part-filled tail group of stream %u of sequence %llu, segment %u (stripe %u) page %u, failed its check when the store was opened (see kvf_verify); the sequence cannot grow",
+				sid, (unsigned long long)seq->id, segid,
+				seg_stripe(st, segid),
+				addr_page(addr, st->page_bits));
+	}
+	return stream_gbuf_alloc(st, s, st->hdr.page_size);
+}
+
+/*
+ * append_streams - append n tokens to each of the n_src streams, which
+ * hold `tokens` tokens each now.  For a K/V append kt_layer is the layer
+ * (src[0..n_kv_heads) are the K heads) and K^T pages follow the K tokens;
+ * otherwise it is UINT32_MAX.
+ */
+static kvf_status append_streams(kvf_store *st, struct seq *seq,
+				 struct src_stream *src, uint32_t n_src,
+				 uint64_t tokens, uint32_t n, uint32_t kt_layer,
+				 const char *call)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	int sealing = 0;
+	kvf_status rc = KVF_OK;
+
+	/* plan, and everything that can fail without changing anything */
+	for (uint32_t i = 0; i < n_src; i++)
+		src[i].waits = 0;
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
+		if ((rc = stream_reserve(st, src[i].s, g0 + k + 1)) == KVF_OK &&
+		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK)
+			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k,
+					&src[i].waits);
+		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
+			own);
+	}
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		sealing |= pages[s] > 0;
+	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {
+		rc = kt_plan(st, seq, kt_layer, tokens, n, pages);
+		sealing |= (tokens % st->kt_tokens + n) >= st->kt_tokens;
+	}
+	/* most decode appends complete no group: nothing to reserve */
+	if (rc == KVF_OK && sealing)
+		rc = openseg_reserve(st, seq, pages, own, call);
+	if (rc != KVF_OK) {
+		for (uint32_t i = 0; i < n_src; i++)
+			wb_unprepare(st, src[i].s);
+		return rc;
+	}
+
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
+		struct stream *s = src[i].s;
+		int waits = src[i].waits;
+		uint64_t t = tokens;
+
+		/* a long append writes its groups itself, after the waiting */
+		if (k > 0 && !waits)
+			rc = wb_flush(st, seq, s, src[i].sid);
+		for (uint32_t done = 0; done < n && rc == KVF_OK;) {
+			uint32_t at = (uint32_t)(t % G);
+			uint32_t m = G - at < n - done ? G - at : n - done;
+
+			if (at == 0 && m == G && !waits) {
+				/* a whole group: gather it straight into the
+				 * segment, skipping the group buffer */
+				rc = seal_direct(st, seq, s, src[i].sid, t / G,
+						 src[i].src + (size_t)done * src[i].stride,
+						 src[i].stride);
+				done += G;
+				t += G;
+				continue;
+			}
+
+			for (uint32_t r = 0; r < m; r++)
+				memcpy(s->gbuf + (size_t)(at + r) * rb,
+				       src[i].src + (size_t)(done + r) * src[i].stride,
+				       rb);
+			done += m;
+			t += m;
+			if (at + m == G && waits) {
+				rc = wb_seal(st, seq, s, src[i].sid, t / G - 1);
+				s->tail_written = 0;
+			} else if (at + m == G) {
+				rc = seal(st, seq, s, src[i].sid, t / G - 1, G);
+				s->tail_written = 0;
+				atomic_fetch_add(&st->c.data_bytes,
+						 st->hdr.page_size);
+			}
+		}
+	}
+	if (rc == KVF_OK && kt_layer != UINT32_MAX)
+		rc = kt_append(st, seq, kt_layer, tokens, n, src[0].src,
+			       src[0].stride);
+	for (uint32_t i = 0; i < n_src; i++)
+		wb_unprepare(st, src[i].s); /* what a failure left unused */
+	if (sealing)
+		seg_unreserve(st, seq);
+	if (rc == KVF_OK)
+		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
+	return rc;
+}
+
+/* append_checks - what kvf_append and kvf_append_x check first */
+static kvf_status append_checks(kvf_store *st, const char *call,
+				uint32_t layer, uint32_t n_tokens,
+				const void *a, const void *b)
+{
+	kvf_status rc;
+
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		return rc;
+	if (layer >= st->hdr.n_layers)
+		return kvf_fail(KVF_ERANGE, "%s: layer %u out of range (store has %u layers)",
+				call, layer, st->hdr.n_layers);
+	if (n_tokens > 0 && (a == NULL || b == NULL))
+		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
+				a == NULL ? "the first buffer" : "the second buffer");
+	return KVF_OK;
+}
+
+#define VBAR_RUN 16u /* V rows folded at a time */
+
+/* vbar_fold - on a store kept for SparF, fold the n appended V rows into
+ * each head's running mean while they are at hand, so that SparF need not
+ * read V back for it; a mean that is behind is caught up by SparF itself */
+static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
+		      uint32_t n, const void *v)
+{
+	const struct kvc_kernels *k = kvc_kernels();
+	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
+	/* kt_pages stores have head_dim <= 512 (kvf_open) */
+	unsigned char run[VBAR_RUN * 512 * sizeof(float)];
+
+	if (st->kt_dims == 0 || (seq->vbar == NULL && seq->len[layer] > 0))
+		return;
+	if (seq->vbar == NULL && seq_vbar_alloc(st, seq) != KVF_OK)
+		return; /* no memory: SparF reads V for the mean instead */
+	for (uint32_t h = 0; h < H; h++) {
+		size_t lh = (size_t)layer * H + h;
+
+		if (seq->vbar_n[lh] != seq->len[layer])
+			continue;
+		/* the head's rows are strided in v: gather a run, fold it */
+		for (uint32_t t0 = 0; t0 < n; t0 += VBAR_RUN) {
+			uint32_t m = n - t0 < VBAR_RUN ? n - t0 : VBAR_RUN;
+
+			for (uint32_t t = 0; t < m; t++)
+				memcpy(run + (size_t)t * st->row_bytes,
+				       (const unsigned char *)v +
+					       ((size_t)(t0 + t) * H + h) * st->row_bytes,
+				       st->row_bytes);
+			k->vmean_fold(seq->vbar + lh * D, seq->vbar_n[lh], run, m, D,
+				      (kvf_dtype)st->hdr.dtype);
+			seq->vbar_n[lh] += m;
+		}
+	}
+	seq->vbar_changes++;
+}
+
+static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			      uint32_t n_tokens, const void *k, const void *v)
+{
+	const char *call = "kvf_append";
+	struct src_stream src_stack[SRC_ON_STACK], *src;
+	struct seq *seq;
+	uint32_t H;
+	kvf_status rc;
+
+	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK)
+		return rc;
+	H = st->hdr.n_kv_heads;
+	src = 2 * H <= SRC_ON_STACK ? src_stack
+				    : kvf_calloc(2 * (size_t)H, sizeof(*src));
+	if (src == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (n_tokens > 0) {
+		/* head by head, K then V: a prefill lays a head's K and V
+		 * runs side by side, so reading the head back is one run */
+		for (uint32_t h = 0; h < H; h++)
+			for (uint32_t kind = 0; kind < 2; kind++) {
+				struct src_stream *x = &src[h * 2 + kind];
+
+				x->s = seq_kv_stream(st, seq, layer,
+						     (enum kv_kind)kind, h);
+				x->sid = stream_id(layer, (enum kv_kind)kind, h);
+				x->src = (const unsigned char *)(kind ? v : k) +
+					 (size_t)h * st->row_bytes;
+				x->stride = (size_t)H * st->row_bytes;
+			}
+		rc = wb_admit(st, seq, seq->len[layer] + n_tokens, call);
+		if (rc == KVF_OK)
+			rc = append_streams(st, seq, src, 2 * H, seq->len[layer],
+					    n_tokens, layer, call);
+		if (rc == KVF_OK) {
+			vbar_fold(st, seq, layer, n_tokens, v);
+			seq->len[layer] += n_tokens;
+			seq->changes++;
+			if (seq->prefix) /* whole chunks become reusable */
+				prefix_publish(st, seq);
+		}
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	if (src != src_stack)
+		kvf_free(src);
+	return rc;
+}
+
+static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
+				uint32_t n_tokens, const void *x)
+{
+	const char *call = "kvf_append_x";
+	struct src_stream *src;
+	struct seq *seq;
+	uint32_t Q;
+	kvf_status rc;
+
+	if ((rc = append_checks(st, call, layer, n_tokens, x, x)) != KVF_OK)
+		return rc;
+	Q = st->hdr.n_q_heads;
+	src = kvf_calloc(Q, sizeof(*src));
+	if (src == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+		goto out;
+	if (n_tokens > 0 && (rc = seq_x_alloc(st, seq)) == KVF_OK) {
+		for (uint32_t q = 0; q < Q; q++) {
+			src[q].s = seq_x_stream(st, seq, layer, q);
+			src[q].sid = stream_id(layer, KIND_X, q);
+			src[q].src = (const unsigned char *)x +
+				     (size_t)q * st->row_bytes;
+			src[q].stride = (size_t)Q * st->row_bytes;
+		}
+		rc = wb_admit(st, seq, seq->x_len[layer] + n_tokens, call);
+		if (rc == KVF_OK)
+			rc = append_streams(st, seq, src, Q, seq->x_len[layer],
+					    n_tokens, UINT32_MAX, call);
+		if (rc == KVF_OK) {
+			seq->x_len[layer] += n_tokens;
+			seq->changes++;
+		}
+	}
+	seq_unlock_put(st, seq);
+out:
+	pthread_rwlock_unlock(&st->world);
+	kvf_free(src);
+	return rc;
+}
+
+/* make_room - the append to seq_id was refused: whether to try again
+ * (cleaner_make_room) */
+static int make_room(kvf_store *st, int attempt, const char *call,
+		     uint64_t seq_id, kvf_status *rc)
+{
+	char what[64];
+
+	if (*rc != KVF_ENOSPC)
+		return 0;
+	snprintf(what, sizeof(what), "%s: sequence %llu", call,
+		 (unsigned long long)seq_id);
+	return cleaner_make_room(st, attempt, 1, seq_id, what, rc);
+}
+
+kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
+		      uint32_t n_tokens, const void *k, const void *v)
+{
+	kvf_status rc;
+
+	for (int i = 0;; i++) {
+		rc = append_once(st, seq_id, layer, n_tokens, k, v);
+		if (!make_room(st, i, "kvf_append", seq_id, &rc))
+			return rc;
+	}
+}
+
+kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			uint32_t n_tokens, const void *x)
+{
+	kvf_status rc;
+
+	for (int i = 0;; i++) {
+		rc = append_x_once(st, seq_id, layer, n_tokens, x);
+		if (!make_room(st, i, "kvf_append_x", seq_id, &rc))
+			return rc;
+	}
+}
+
+/* tail_pending - stream s has tail tokens not yet in a page on media */
+static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
+{
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+
+	return s != NULL && tail != 0 && s->gbuf != NULL && s->tail_written < tail;
+}
+
+kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
+{
+	/* K/V and X streams; a K^T block is never written partial */
+	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	kvf_status rc;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+
+		wb_flush_plan(s, pages, own);
+		if (tail_pending(st, s, tokens))
+			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
+	}
+	rc = openseg_reserve(st, seq, pages, own, "partial groups");
+	if (rc != KVF_OK)
+		return rc;
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+		uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+
+		/* what waits for write-back goes first: a sync makes it all
+		 * durable */
+		if ((rc = wb_flush(st, seq, s, sid)) != KVF_OK ||
+		    !tail_pending(st, s, tokens))
+			continue;
+		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail);
+		if (rc == KVF_OK) {
+			s->tail_written = tail;
+			atomic_fetch_add(&st->c.padding_bytes, st->hdr.page_size);
+		}
+	}
+	seg_unreserve(st, seq);
+	return rc;
+}
