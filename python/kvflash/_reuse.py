@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from . import _lib
+from ._check import check, _u64
 from ._lib import lib
 from .errors import InvalidArgument, EINVAL
 
@@ -57,7 +58,6 @@ class ReuseCalls:
     def seq_create_tokens(self, seq, tokens):
         """Create seq for token ids, sharing the longest stored prefix;
         return how many tokens it reused (append K/V from there)."""
-        from .store import check, _u64
         ids = _token_ids(tokens, "seq_create_tokens")
         n = ctypes.c_uint64()
         check(lib.kvf_seq_create_tokens(
@@ -68,7 +68,6 @@ class ReuseCalls:
     def seq_add_tokens(self, seq, tokens):
         """Register the next token ids of seq (its whole groups become
         reusable prefix chunks once every layer holds their K/V)."""
-        from .store import check, _u64
         ids = _token_ids(tokens, "seq_add_tokens")
         check(lib.kvf_seq_add_tokens(
             self._h("seq_add_tokens"), _u64(seq, "seq_add_tokens", "seq"),
@@ -76,7 +75,6 @@ class ReuseCalls:
 
     def seq_export(self, seq, path):
         """Write seq (K/V, X, token ids) to the file at path."""
-        from .store import check, _u64
         check(lib.kvf_seq_export(self._h("seq_export"),
                                  _u64(seq, "seq_export", "seq"),
                                  _path(path, "seq_export")))
@@ -84,7 +82,6 @@ class ReuseCalls:
     def seq_import(self, path, seq=None):
         """Make a sequence from an export file; seq=None keeps the id it
         had.  Returns the id."""
-        from .store import check, _u64
         out = ctypes.c_uint64()
         sid = SEQ_NONE if seq is None else _u64(seq, "seq_import", "seq")
         check(lib.kvf_seq_import(self._h("seq_import"),
@@ -94,11 +91,9 @@ class ReuseCalls:
 
     def seq_pin(self, seq):
         """Keep seq out of eviction until seq_unpin (pins count)."""
-        from .store import check, _u64
         check(lib.kvf_seq_pin(self._h("seq_pin"), _u64(seq, "seq_pin", "seq")))
 
     def seq_unpin(self, seq):
-        from .store import check, _u64
         check(lib.kvf_seq_unpin(self._h("seq_unpin"),
                                 _u64(seq, "seq_unpin", "seq")))
 
@@ -106,7 +101,6 @@ class ReuseCalls:
         """Evict sequences until nbytes of media are given back (kvf_evict);
         policy "lru" | "lfu" | "endurance", None for the store's.  Returns
         the bytes given back."""
-        from .store import check, _u64
         freed = ctypes.c_uint64()
         check(lib.kvf_evict(self._h("evict"),
                             0 if policy is None else
@@ -118,7 +112,6 @@ class ReuseCalls:
     def evict_log(self):
         """The sequences evicted since the last call, oldest first, as
         dicts (kvf_evict_log; reason and policy as names)."""
-        from .store import check
         st = self._h("evict_log")
         out = []
         while True:

@@ -11,9 +11,10 @@ import numpy as np
 
 from . import _arrays as A
 from . import _lib
+from ._check import check, _u64
 from ._reuse import ReuseCalls, _evict_policy
 from ._lib import lib
-from .errors import (Closed, InvalidArgument, ECLOSED, EINVAL, error)
+from .errors import (Closed, InvalidArgument, ECLOSED, EINVAL)
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
           "flash": _lib.MEDIA_FLASH}
@@ -22,24 +23,6 @@ _OPT_KINDS = {"adam": _lib.OPT_ADAM, "adamw": _lib.OPT_ADAMW,
 _OPTION_NAMES = [f for f, _ in _lib.Options._fields_
                  if f not in ("struct_size", "model", "device_paths",
                               "n_device_paths")] + ["device_paths"]
-
-
-def check(rc):
-    """Raise the kvflash.Error of a failed status (with kvf_last_error)."""
-    if rc != 0:
-        msg = lib.kvf_last_error().decode("utf-8", "replace")
-        raise error(rc, msg)
-
-
-def _u64(v, call, what):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise InvalidArgument(EINVAL, "%s: %s must be an int, got %s" % (
-            call, what, type(v).__name__))
-    v = int(v)
-    if v < 0 or v >= 1 << 64:
-        raise InvalidArgument(EINVAL, "%s: %s %d is not in [0, 2^64)" % (
-            call, what, v))
-    return v
 
 
 def _u32(v, call, what):
