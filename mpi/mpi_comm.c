@@ -1,7 +1,8 @@
 /*
  * mpi_comm.c - the library's thread-local message, the collectives it
- * uses (each counting the bytes it delivers, by kind), and the status
- * agreement that makes every rank return the same status.
+ * uses (each counting the bytes it delivers, by kind), the status
+ * agreement that makes every rank return the same status, and the
+ * placement arithmetic (which rank holds which tokens) it checks lengths by.
  *
  * Counting rule (kvflash_mpi.h, kvf_mpi_stats): a message of s bytes
  * counts s sent at its source and s received at its destination; a
@@ -243,6 +244,22 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h, enum mpi_op op,
 				  "the same collective calls in the same order",
 				  call, s->rank, h->op);
 	return KVF_OK;
+}
+
+/* Tokens among the first n of a layer that rank r holds (TOKEN). */
+uint64_t token_share(const struct kvf_mpi_store *s, int r, uint64_t n)
+{
+	uint64_t cycle = (uint64_t)s->block * (uint64_t)s->n_ranks;
+	uint64_t rem = n % cycle, lo = (uint64_t)r * s->block, part = 0;
+
+	if (rem > lo)
+		part = rem - lo < s->block ? rem - lo : s->block;
+	return n / cycle * s->block + part;
+}
+
+int token_owner(const struct kvf_mpi_store *s, uint64_t t)
+{
+	return (int)((t / s->block) % (uint64_t)s->n_ranks);
 }
 
 /*

@@ -1,6 +1,7 @@
 /*
  * mpi_int.h - the sharded store's handle and the helpers its files share
- * (mpi_comm.c: messages and counted collectives; mpi_open.c: placement;
+ * (mpi_comm.c: messages, counted collectives and the placement
+ * arithmetic; mpi_open.c: opening and placement files;
  * mpi_repair.c: cutting sequences back after a crash; mpi_ops.c,
  * mpi_attend.c: the collective calls).
  *
@@ -91,7 +92,7 @@ kvf_status start_op(struct kvf_mpi_store *s, struct op_hdr *h, enum mpi_op op,
 kvf_status lookup_lens(struct kvf_mpi_store *s, const struct op_hdr *h,
 		       uint64_t *lens, kvf_status local, const char *call);
 
-/* mpi_open.c: placement arithmetic */
+/* mpi_comm.c: placement arithmetic */
 uint64_t token_share(const struct kvf_mpi_store *s, int r, uint64_t n);
 int token_owner(const struct kvf_mpi_store *s, uint64_t t);
 

@@ -2,7 +2,7 @@
  * mpi_open.c - opening and closing a sharded store: the ranks agree on
  * the model and policy, each rank checks (or writes) its placement file
  * and opens its local store, and a reopen makes the sequences consistent
- * across ranks (mpi_repair.c).  Also the placement arithmetic.
+ * across ranks (mpi_repair.c).
  *
  * Placement file DIR/rank-R.placement, text, written once at creation
  * (to a temporary name, synced, renamed) before the local store:
@@ -54,22 +54,6 @@ const char *kvf_mpi_shard_name(kvf_mpi_shard shard)
 		return "token";
 	}
 	return "unknown";
-}
-
-/* Tokens among the first n of a layer that rank r holds (TOKEN). */
-uint64_t token_share(const struct kvf_mpi_store *s, int r, uint64_t n)
-{
-	uint64_t cycle = (uint64_t)s->block * (uint64_t)s->n_ranks;
-	uint64_t rem = n % cycle, lo = (uint64_t)r * s->block, part = 0;
-
-	if (rem > lo)
-		part = rem - lo < s->block ? rem - lo : s->block;
-	return n / cycle * s->block + part;
-}
-
-int token_owner(const struct kvf_mpi_store *s, uint64_t t)
-{
-	return (int)((t / s->block) % (uint64_t)s->n_ranks);
 }
 
 /* What every rank must agree on at open. */
