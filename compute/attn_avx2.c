@@ -210,13 +210,13 @@ KVC_INLINE void accumulate_v(float *acc, size_t D, const unsigned char *v,
 	}
 }
 
-/* fold_group - fold the listed tokens of one block into heads h0 ..
+/* fold_group_avx2 - fold the listed tokens of one block into heads h0 ..
  * h0 + NH - 1; s and p are [NH][B] scratch, s keeps the raw scores. */
-KVC_INLINE void fold_group(struct kvc_attn_state *st, uint32_t h0,
-			   const float *q, const unsigned char *kb,
-			   const unsigned char *vb, size_t rb, kvf_dtype dt,
-			   const uint8_t *tl, uint32_t nt, float *s, float *p,
-			   int NH)
+KVC_INLINE void fold_group_avx2(struct kvc_attn_state *st, uint32_t h0,
+				const float *q, const unsigned char *kb,
+				const unsigned char *vb, size_t rb,
+				kvf_dtype dt, const uint8_t *tl, uint32_t nt,
+				float *s, float *p, int NH)
 {
 	size_t D = st->head_dim;
 
@@ -257,20 +257,20 @@ KVC_INLINE void fold_dt(struct kvc_attn_state *st, const float *q,
 			if (nt) {
 				switch (g) {
 				case 8:
-					fold_group(st, h0, q, kb, vb, rb, dt,
-						   tl, nt, s, p, 8);
+					fold_group_avx2(st, h0, q, kb, vb, rb, dt,
+							tl, nt, s, p, 8);
 					break;
 				case 4:
-					fold_group(st, h0, q, kb, vb, rb, dt,
-						   tl, nt, s, p, 4);
+					fold_group_avx2(st, h0, q, kb, vb, rb, dt,
+							tl, nt, s, p, 4);
 					break;
 				case 2:
-					fold_group(st, h0, q, kb, vb, rb, dt,
-						   tl, nt, s, p, 2);
+					fold_group_avx2(st, h0, q, kb, vb, rb, dt,
+							tl, nt, s, p, 2);
 					break;
 				default:
-					fold_group(st, h0, q, kb, vb, rb, dt,
-						   tl, nt, s, p, 1);
+					fold_group_avx2(st, h0, q, kb, vb, rb, dt,
+							tl, nt, s, p, 1);
 					break;
 				}
 			}

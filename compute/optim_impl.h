@@ -7,10 +7,10 @@
  *
  * A variant provides the array pieces of a step; optim.c runs them block
  * by block (KVC_OPTIM_BLOCK elements: widen the gradient into an fp32 block,
- * update, narrow the params out), and hands out the tables.
+ * update, narrow the params out), and optim_dispatch.c hands out the tables.
  *
- * Only optim.c and optim_avx2.c include this file; everyone else uses
- * optim.h.  Every fp32 operation here is written out one at a time, in
+ * Only optim.c, optim_avx2.c and optim_dispatch.c include this file;
+ * everyone else uses optim.h.  Every fp32 operation here is written out one at a time, in
  * the order of optim.h's formulas, and the files that include it are
  * compiled with -ffp-contract=off: changing the order changes the bits
  * (the tests compare the variants bit for bit).
@@ -49,8 +49,11 @@ struct kvc_optim {
 	bool (*nonfinite)(const void *g, size_t n, kvf_dtype dtype);
 };
 
+/* The scalar variant (optim.c), always built. */
+extern const struct kvc_optim kvc_optim_scalar_table;
+
 /* The AVX2+FMA+F16C variant (optim_avx2.c); only built, and only
- * referenced by optim.c, when KVC_OPTIM_HAVE_AVX2 is 1. */
+ * referenced by optim_dispatch.c, when KVC_OPTIM_HAVE_AVX2 is 1. */
 extern const struct kvc_optim kvc_optim_avx2_table;
 
 /* optim_elt_store - element i of the dtype array p = f, rounded to nearest even. */
