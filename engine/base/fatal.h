@@ -3,24 +3,15 @@
  * memory and media out of step (a segment write or a commit that failed),
  * every call answers KVF_EFATAL naming the first failure, until close.
  *
- * Owns the flag and the first failure's message.  Invariant: msg is in
- * place before `on` becomes 1, and is set once.  Locking: lock orders the
- * setters; readers only load `on`, then read msg.
+ * The state (struct store_fatal: the flag and the first failure's
+ * message, its invariant and locking) is in fatal_state.h.
  */
 #ifndef KVF_ENGINE_FATAL_H
 #define KVF_ENGINE_FATAL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-
 #include "api/status.h"
+#include "engine/base/fatal_state.h"
 #include "kvflash.h"
-
-struct store_fatal {
-	_Atomic int on;
-	pthread_mutex_t lock;
-	char msg[KVF_ERRMSG_CAP];
-};
 
 void fatal_init(struct store_fatal *f);
 void fatal_destroy(struct store_fatal *f);

@@ -43,7 +43,7 @@
 #include "engine/cleaning/cleaner_state.h"
 #include "engine/durability/durable_state.h"
 #include "engine/cleaning/evict_state.h"
-#include "engine/base/fatal.h"
+#include "engine/base/fatal_state.h"
 #include "engine/base/key.h"
 #include "engine/base/meta.h"
 #include "engine/segments/openseg_state.h"

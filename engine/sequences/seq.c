@@ -15,7 +15,6 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/reads/readpath.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"

@@ -20,7 +20,6 @@
 #include "engine/base/catalog.h"
 #include "engine/base/key.h"
 #include "engine/base/meta.h"
-#include "engine/reads/readpath.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
