@@ -39,7 +39,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "engine/base/catalog.h"
 #include "engine/cleaning/cleaner_state.h"
 #include "engine/durability/durable_state.h"
 #include "engine/cleaning/evict_state.h"
@@ -59,6 +58,8 @@
 #include "ftl/media.h"
 #include "api/status.h"
 #include "kvflash.h"
+
+struct catalog; /* engine/base/catalog.h */
 
 /* counters for kvf_stats; atomics, updated where the bytes move.  The
  * write counters are saved by every durable point ("N") and restored at
