@@ -137,7 +137,7 @@ struct kvf_media_config {
 };
 
 /*
- * kvf_media_open - open (creating files as needed) a media.
+ * kvf_media_open - open (creating files as needed) a media (media_open.c).
  * Return: KVF_OK and *out; KVF_EINVAL for a bad config (message names the
  * field), KVF_ENOTSUP when a forced feature is unavailable, KVF_ERANGE
  * when a device is smaller than the geometry, KVF_EBUSY when a file is
@@ -226,7 +226,8 @@ static inline uint64_t kvf_media_segment_bytes(const struct kvf_media_geometry *
 	return (uint64_t)g->page_size * g->pages_per_segment;
 }
 
-/* Backends (called by kvf_media_open with a checked config). */
+/* Backends, called by kvf_media_open (media_open.c) with a checked
+ * config. */
 kvf_status kvf_media_mem_open(const struct kvf_media_config *cfg,
 			      struct kvf_media **out);
 kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
