@@ -55,7 +55,7 @@
 
 #include <stdint.h>
 
-#include "ftl/nand.h"
+#include "ftl/nand_types.h"
 
 #define NAND_IMAGE_VERSION 1u
 #define NAND_IMAGE_NO_LPN UINT32_MAX /* a record of no logical page */
