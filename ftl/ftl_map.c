@@ -1,10 +1,12 @@
 /*
  * ftl_map.c - one partition's flash translation layer (see ftl_map.h for
  * the mapping, the block states and the invariants): setting it up,
- * erasing and retiring blocks, and the entry points, which hand writes to
- * page mapping (ftl_page.c) or block mapping (ftl_block.c).  Rebuilding
- * the maps from an image is in ftl_recover.c, ftl_check in ftl_check.c;
- * what they share is in ftl_map_int.h.
+ * erasing and retiring blocks, and the entry points that need no mapping
+ * policy (read, trim, locate, power restored).  The writes, which go to
+ * page mapping (ftl_page.c) or block mapping (ftl_block.c), are in
+ * ftl_write.c, above both; rebuilding the maps from an image is in
+ * ftl_recover.c, ftl_check in ftl_check.c; what they share is in
+ * ftl_map_int.h.
  *
  * Every program goes through one of three paths, which keep the
  * invariants and count the program by cause: host writes
@@ -187,13 +189,6 @@ kvf_status ftl_worn_out(const struct ftl *f)
 				f->nand->geo.page_size);
 }
 
-static kvf_status dark(const struct ftl *f, const char *op)
-{
-	return kvf_fail(KVF_EIO,
-			"flash: %s on stripe %u refused: the power is cut (block %u page %u was torn); power the device on first",
-			op, f->part, f->nand->cut_block, f->nand->cut_page);
-}
-
 /* ---- the partition's entry points ---- */
 
 kvf_status ftl_power_restored(struct ftl *f)
@@ -207,62 +202,6 @@ kvf_status ftl_power_restored(struct ftl *f)
 		f->p2l[ppn_of(f, b, p)] = FTL_NONE;
 	f->gc.valid[b] = 0;
 	return ftl_erase_block(f, b);
-}
-
-static kvf_status write_prologue(struct ftl *f)
-{
-	if (f->nand->powered_off)
-		return dark(f, "write");
-	if (f->worn_out)
-		return ftl_worn_out(f);
-	/* a merge that failed for another reason than a cut left this */
-	if (f->dirty != FTL_NONE)
-		return ftl_power_restored(f);
-	return KVF_OK;
-}
-
-kvf_status ftl_write(struct ftl *f, uint64_t lpn, uint32_t n,
-		     const void *buf, uint32_t stream)
-{
-	const unsigned char *data = buf;
-	uint32_t ps = f->nand->geo.page_size;
-	kvf_status rc;
-
-	if ((rc = write_prologue(f)) != KVF_OK)
-		return rc;
-	if (f->prm.mapping == KVF_FLASH_MAP_BLOCK) {
-		rc = ftl_block_write(f, lpn, n, data);
-	} else {
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			rc = ftl_page_write(f, lpn + i, data ?
-					    data + (size_t)i * ps : NULL,
-					    stream);
-	}
-	if (rc == KVF_OK && f->wl_pending)
-		rc = ftl_wl_run(f);
-	return rc;
-}
-
-kvf_status ftl_write_list(struct ftl *f, const uint64_t *lpns, uint32_t n,
-			  uint32_t stream)
-{
-	kvf_status rc;
-
-	if ((rc = write_prologue(f)) != KVF_OK)
-		return rc;
-	for (uint32_t i = 0; i < n; i++) {
-		if (f->prm.mapping == KVF_FLASH_MAP_BLOCK)
-			rc = ftl_block_write(f, lpns[i], 1, NULL);
-		else
-			rc = ftl_page_write(f, lpns[i], NULL, stream);
-		if (rc == KVF_OK && f->wl_pending)
-			rc = ftl_wl_run(f);
-		if (rc != KVF_OK)
-			return rc;
-		if (f->worn_out)
-			return ftl_worn_out(f);
-	}
-	return KVF_OK;
 }
 
 void ftl_locate(const struct ftl *f, uint64_t lpn, uint32_t *block,
@@ -347,30 +286,6 @@ kvf_status ftl_trim(struct ftl *f, uint64_t lpn, uint64_t n)
 		f->l2p[l / f->ppb] = FTL_NONE;
 		if ((rc = ftl_erase_block(f, b)) != KVF_OK)
 			return rc;
-	}
-	return KVF_OK;
-}
-
-kvf_status ftl_collect(struct ftl *f, uint32_t target, uint64_t *budget_ns)
-{
-	const struct ftl_time *tm = &f->nand->time;
-	kvf_status rc;
-
-	if (f->nand->powered_off)
-		return dark(f, "background GC");
-	if (f->prm.mapping == KVF_FLASH_MAP_BLOCK)
-		return KVF_OK;
-	while (f->pool.n_free < target && *budget_ns > 0 &&
-	       f->gc.n_sealed > 0) {
-		uint64_t before = tm->end_ns, used;
-		uint32_t v = gc_pick(&f->gc, f->clock);
-
-		if (f->gc.valid[v] >= f->ppb)
-			break; /* a full victim would only move pages around */
-		if ((rc = ftl_page_gc_victim(f, v, 1)) != KVF_OK)
-			return rc;
-		used = tm->end_ns - before;
-		*budget_ns = used >= *budget_ns ? 0 : *budget_ns - used;
 	}
 	return KVF_OK;
 }

@@ -3,11 +3,12 @@
  * else includes: block and frontier arithmetic, the torn-page test and the
  * host-page count (static inline, so the write paths compile as they did
  * in one file), and the helpers that became shared when ftl_map.c was
- * split.  The FTL is five files: ftl_map.c (set-up, erase and retirement,
- * the entry points), ftl_page.c (page mapping: frontiers, GC, static wear
- * leveling), ftl_block.c (block mapping: appends, merges, moves),
- * ftl_recover.c (rebuilding the maps from an image) and ftl_check.c (the
- * invariant check).
+ * split.  The FTL is six files, lowest first: ftl_map.c (set-up, erase and
+ * retirement, read and trim), ftl_block.c (block mapping: appends, merges,
+ * moves), ftl_page.c (page mapping: frontiers, GC, static wear leveling),
+ * ftl_write.c (the writes, handed to either mapping), ftl_recover.c
+ * (rebuilding the maps from an image) and ftl_check.c (the invariant
+ * check).
  *
  * Not thread-safe: the flash media serializes every call.
  */
@@ -72,6 +73,14 @@ static inline void count_host(struct ftl *f)
 	f->clock++;
 	f->c.erased_sum += f->erased_pages;
 	f->c.erased_samples++;
+}
+
+/* dark - an operation refused while the power is cut */
+static inline kvf_status dark(const struct ftl *f, const char *op)
+{
+	return kvf_fail(KVF_EIO,
+			"flash: %s on stripe %u refused: the power is cut (block %u page %u was torn); power the device on first",
+			op, f->part, f->nand->cut_block, f->nand->cut_page);
 }
 
 /* ftl_map.c */
