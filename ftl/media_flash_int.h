@@ -2,11 +2,11 @@
  * media_flash_int.h - what the files of the flash media backend share,
  * and nothing else includes: the media's struct, the derived layout of a
  * configuration, and the helpers called across the files.  The backend
- * is four files: media_flash.c (the media ops, open and close),
- * media_flash_config.c (the checked configuration and what is derived
- * from it), media_flash_calls.c (the flash-only calls) and
- * media_flash_stats.c (latency recording, statistics, lifetime
- * projection).
+ * is four files, lowest first: media_flash_config.c (the checked
+ * configuration and what is derived from it), media_flash_ops.c (the
+ * media ops, latency recording, open and close), media_flash_stats.c
+ * (statistics, lifetime projection) and media_flash_calls.c (the
+ * flash-only calls); media_flash.h is the face of all four.
  *
  * Locking: `lock` serializes every call on the media; the helpers below
  * run under it unless they say otherwise.
@@ -70,12 +70,12 @@ kvf_status media_flash_derive(const struct kvf_media_config *cfg,
 			      struct layout *lo);
 
 /* media_flash_request_begin/_end - the sync issue mode around one request,
- * recording its latency (media_flash_stats.c) */
+ * recording its latency (media_flash_ops.c) */
 uint64_t media_flash_request_begin(struct media_flash *mf);
 void media_flash_request_end(struct media_flash *mf, uint64_t issued);
 
 /* media_flash_write_locked - write n_io requests on stream, counting them
- * (media_flash.c) */
+ * (media_flash_ops.c) */
 kvf_status media_flash_write_locked(struct media_flash *mf,
 				    const struct kvf_media_io *io,
 				    uint32_t n_io, uint32_t stream);

@@ -1,10 +1,11 @@
 /*
- * media_flash.c - the flash emulator as a media backend: the media ops,
- * open (the stripes-to-partitions layout, an image's device adopted) and
- * close (see media_flash.h).  The checked configuration is in
- * media_flash_config.c, the flash-only calls in media_flash_calls.c, the
- * latency and statistics in media_flash_stats.c; what they share is in
- * media_flash_int.h.
+ * media_flash_ops.c - the flash emulator as a media backend: the media
+ * ops, the recording of request latency, open (the stripes-to-partitions
+ * layout, an image's device adopted) and close (see media_flash.h, the
+ * face of the backend's four files).  The checked configuration is in
+ * media_flash_config.c, below; the statistics in media_flash_stats.c and
+ * the flash-only calls in media_flash_calls.c, above; what they share is
+ * in media_flash_int.h.
  *
  * A media holds one NAND device (nand.c, with its timing model) and one
  * FTL per stripe (ftl_map.c).  With memory, file or no backing the
@@ -36,6 +37,45 @@
 #include "ftl/ftl_map.h"
 #include "ftl/media_flash_int.h"
 #include "ftl/nand_image.h"
+
+/* ---- latency ---- */
+
+static void lat_record(struct media_flash *mf, uint64_t ns)
+{
+	uint32_t idx = 0;
+
+	if (ns >= LAT_SUB) {
+		uint32_t e = 63u - (uint32_t)__builtin_clzll(ns);
+
+		idx = (e - 3) * LAT_SUB +
+		      (uint32_t)((ns >> (e - 4)) & (LAT_SUB - 1));
+	} else {
+		idx = (uint32_t)ns;
+	}
+	if (idx >= LAT_BUCKETS)
+		idx = LAT_BUCKETS - 1;
+	mf->lat_hist[idx]++;
+	mf->lat_n++;
+	mf->lat_sum_ns += ns;
+	if (ns > mf->lat_max_ns)
+		mf->lat_max_ns = ns;
+}
+
+/* media_flash_request_begin/_end - the sync issue mode around one request */
+uint64_t media_flash_request_begin(struct media_flash *mf)
+{
+	struct ftl_time *tm = &mf->nand.time;
+
+	if (mf->cfg.issue == KVF_FLASH_ISSUE_SYNC)
+		tm->issue_ns = time_max(tm->issue_ns, tm->end_ns);
+	return tm->issue_ns;
+}
+
+void media_flash_request_end(struct media_flash *mf, uint64_t issued)
+{
+	if (mf->cfg.issue == KVF_FLASH_ISSUE_SYNC)
+		lat_record(mf, mf->nand.time.end_ns - issued);
+}
 
 /* ---- media ops ---- */
 

@@ -1,12 +1,12 @@
 /*
- * media_flash_stats.c - what the flash media measures: request latency in
- * the sync issue mode (a log histogram), the counters and wear of all
- * stripes summed into kvf_flash_stats, and the lifetime projection.  A
- * file of its own: reporting, which reads the device and its FTLs but
- * never changes what they do.
+ * media_flash_stats.c - what the flash media reports: the quantiles of
+ * the request latency that media_flash_ops.c records in the sync issue
+ * mode (a log histogram), the counters and wear of all stripes summed
+ * into kvf_flash_stats, and the lifetime projection.  A file of its own:
+ * reporting, which reads the device and its FTLs but never changes what
+ * they do; above the ops it reports on.
  *
- * Locking: the latency helpers run under the media's lock;
- * kvf_flash_stats takes it.
+ * Locking: kvf_flash_stats takes the media's lock.
  */
 #include "ftl/media_flash.h"
 
@@ -20,27 +20,6 @@
 #include "ftl/nand_image.h"
 
 /* ---- latency ---- */
-
-static void lat_record(struct media_flash *mf, uint64_t ns)
-{
-	uint32_t idx = 0;
-
-	if (ns >= LAT_SUB) {
-		uint32_t e = 63u - (uint32_t)__builtin_clzll(ns);
-
-		idx = (e - 3) * LAT_SUB +
-		      (uint32_t)((ns >> (e - 4)) & (LAT_SUB - 1));
-	} else {
-		idx = (uint32_t)ns;
-	}
-	if (idx >= LAT_BUCKETS)
-		idx = LAT_BUCKETS - 1;
-	mf->lat_hist[idx]++;
-	mf->lat_n++;
-	mf->lat_sum_ns += ns;
-	if (ns > mf->lat_max_ns)
-		mf->lat_max_ns = ns;
-}
 
 /* lat_value - the lower bound of latency bucket idx (ns) */
 static uint64_t lat_value(uint32_t idx)
@@ -65,22 +44,6 @@ static uint64_t lat_quantile(const struct media_flash *mf, double q)
 			return lat_value(i);
 	}
 	return mf->lat_max_ns;
-}
-
-/* media_flash_request_begin/_end - the sync issue mode around one request */
-uint64_t media_flash_request_begin(struct media_flash *mf)
-{
-	struct ftl_time *tm = &mf->nand.time;
-
-	if (mf->cfg.issue == KVF_FLASH_ISSUE_SYNC)
-		tm->issue_ns = time_max(tm->issue_ns, tm->end_ns);
-	return tm->issue_ns;
-}
-
-void media_flash_request_end(struct media_flash *mf, uint64_t issued)
-{
-	if (mf->cfg.issue == KVF_FLASH_ISSUE_SYNC)
-		lat_record(mf, mf->nand.time.end_ns - issued);
 }
 
 /* ---- statistics ---- */
