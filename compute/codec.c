@@ -237,8 +237,7 @@ static void encode_int4(const struct kvc_codec_layout *l, const void *src,
 
 			member(l, i, j, &t, &d);
 			c = kvc_int4_code(x_at(src, dt, D, t, d), s, z);
-			dst[(size_t)t * l->row_bytes + d / 2] |=
-				(uint8_t)(c << ((d & 1u) * 4));
+			kvc_int4_put(dst + (size_t)t * l->row_bytes, d, D, c);
 		}
 	}
 }
@@ -296,7 +295,7 @@ static float value_at(const struct kvc_codec_layout *l, const void *grp,
 		       kvc_f16_at(grp, l->scales_off, i);
 	default:
 		return kvc_f16_at(grp, l->mins_off, i) +
-		       (float)kvc_int4_nibble(row, d) *
+		       (float)kvc_int4_nibble(row, d, l->head_dim) *
 			       kvc_f16_at(grp, l->scales_off, i);
 	}
 }

@@ -14,8 +14,10 @@
  *	INT8   D bytes, int8             K: D f16, V: G f16     -
  *	INT4   ceil(D/2) bytes, 2/byte   K: D f16, V: G f16     as the scales
  *
- * (D = head_dim; INT4 byte i of a row holds dim 2i in its low nibble and
- * dim 2i + 1 in its high one).  A decoded element is
+ * (D = head_dim; an INT4 row is chunks of 16 dims in 8 bytes, byte i
+ * holding dim i in its low nibble and dim i + 8 in its high one; a last
+ * chunk of r < 16 dims pairs dim i with dim i + ceil(r/2) the same way;
+ * codec_impl.h).  A decoded element is
  *	FP8   e4m3(code) * scale
  *	INT8  code * scale[channel or token]
  *	INT4  zero[c or t] + code * scale[c or t], code in 0..15
@@ -30,8 +32,8 @@
  * The kernels here are pure functions over caller buffers; the engine
  * computes the layout of its store once (kvc_codec_layout) and hands it
  * to every call.  Dispatch follows kernels.h: AVX2+FMA+F16C when the CPU
- * has it (head_dim a multiple of 8, else the scalar code runs), scalar
- * otherwise or when KVF_SIMD=scalar.
+ * has it (head_dim a multiple of 8, of 16 for INT4, else the scalar code
+ * runs), scalar otherwise or when KVF_SIMD=scalar.
  */
 #ifndef KVF_COMPUTE_CODEC_H
 #define KVF_COMPUTE_CODEC_H

@@ -77,7 +77,7 @@ static void raw_row(const struct kvc_codec_layout *l, const void *grp,
 			w[d] = (float)(int8_t)row[d];
 			break;
 		default:
-			w[d] = (float)kvc_int4_nibble(row, d);
+			w[d] = (float)kvc_int4_nibble(row, d, l->head_dim);
 			break;
 		}
 	}

@@ -12,7 +12,7 @@
  *    accumulators in registers across the block's tokens, each code
  *    vector converted once for every head.
  * Each (codec, NH) is an inlined instance.  A head_dim that is not a
- * multiple of 8 goes to the scalar kernels.
+ * multiple of 8 (of 16 for INT4) goes to the scalar kernels.
  */
 #include <assert.h>
 #include <math.h>
@@ -243,6 +243,13 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 	size_t D = st->head_dim;
 	float p[8 * B], w[8 * B], vs[B], bias[8];
 
+	/* the V rows, wanted after the scores: fetch them meanwhile */
+	for (uint32_t j = 0; j < nt; j++)
+		for (size_t o = 0; o < vl->row_bytes; o += 64)
+			_mm_prefetch((const char *)kvc_codes_row(vl, vg,
+								 tb + tl[j]) +
+					     o,
+				     _MM_HINT_T0);
 	dots(kq, kl, kg, tb, tl, nt, c, s, B, NH);
 	for (int h = 0; h < NH; h++)
 		softmax_block(s + h * B, p + h * B, nt, st->m + h0 + h,
@@ -274,6 +281,13 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 	}
 }
 
+/* prefetch_rows - bring bytes at p into L1 ahead of their use. */
+KVC_INLINE void prefetch_rows(const uint8_t *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* group_heads - heads in the next group, of the n_left still to do. */
 static uint32_t group_heads(uint32_t n_left)
 {
@@ -296,7 +310,11 @@ KVC_INLINE void fold_heads(struct kvc_attn_state *st, uint32_t h0,
 	for (uint32_t b0 = 0; b0 < n; b0 += B) {
 		uint32_t nb = n - b0 < B ? n - b0 : B;
 		uint32_t nt = kvc_list_tokens(mask, b0, nb, tl);
+		uint32_t nx = n - b0 - nb < B ? n - b0 - nb : B;
 
+		/* the next block's K rows, wanted after this block */
+		prefetch_rows(kvc_codes_row(kl, kg, t0 + b0 + nb),
+			      (size_t)nx * kl->row_bytes);
 		if (nt)
 			fold_block(st, h0, &kq, kl, kg, vl, vg, t0 + b0, tl, nt,
 				   c, s, NH);
@@ -343,7 +361,7 @@ void kvc_codec_fold_avx2(struct kvc_attn_state *st, const float *q,
 {
 	assert(kl->head_dim == st->head_dim && vl->head_dim == st->head_dim);
 	assert(t0 + n <= kl->group_tokens && t0 + n <= vl->group_tokens);
-	if (st->head_dim % 8) {
+	if (!codec_simd_ok(kl->codec, st->head_dim)) {
 		kvc_codec_fold_scalar(st, q, kl, kg, vl, vg, t0, n, mask,
 				      scores, scores_stride);
 		return;
@@ -419,7 +437,7 @@ void kvc_codec_scores_avx2(const struct kvc_codec_layout *kl, const float *q,
 			   size_t out_stride)
 {
 	assert(t0 + n <= kl->group_tokens);
-	if (kl->head_dim % 8) {
+	if (!codec_simd_ok(kl->codec, kl->head_dim)) {
 		kvc_codec_scores_scalar(kl, q, n_q, kg, t0, n, mask, out,
 					out_stride);
 		return;

@@ -9,7 +9,8 @@
  * each code is the same IEEE division and round-to-nearest-even as the
  * scalar rintf(x / s).  Vectors run along the dims, 8 at a time; K's
  * per-channel statistics take one pass down the G tokens per 8 dims.  A
- * head_dim that is not a multiple of 8 goes to the scalar code.
+ * head_dim that is not a multiple of 8 (of 16 for INT4) goes to the
+ * scalar code.
  */
 #include <assert.h>
 #include <immintrin.h>
@@ -61,22 +62,14 @@ KVC_INLINE void store8_i8(uint8_t *p, __m256i v)
 	_mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
 }
 
-/* store8_nib - 8 codes 0..15 as the 4 bytes of an INT4 row at p: each
- * odd lane's code moves into the high nibble of the even lane below it,
- * then the even lanes are gathered and narrowed. */
-KVC_INLINE void store8_nib(uint8_t *p, __m256i v)
+/* store8_nib - 8 codes 0..15 (dims d..d+7) into a zeroed INT4 row. */
+KVC_INLINE void store8_nib(uint8_t *row, size_t d, size_t D, __m256i v)
 {
-	__m256i t = _mm256_or_si256(v, _mm256_srli_epi64(v, 28));
-	__m128i w;
-	int32_t u;
+	int32_t c[8];
 
-	t = _mm256_permutevar8x32_epi32(t,
-					_mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
-	w = _mm_packus_epi32(_mm256_castsi256_si128(t),
-			     _mm256_castsi256_si128(t));
-	w = _mm_packus_epi16(w, w);
-	u = _mm_cvtsi128_si32(w);
-	memcpy(p, &u, 4);
+	_mm256_storeu_si256((__m256i *)(void *)c, v);
+	for (int i = 0; i < 8; i++)
+		kvc_int4_put(row, (uint32_t)(d + i), (uint32_t)D, (uint32_t)c[i]);
 }
 
 /* e4m3_8 - kvc_e4m3_code per lane, as int32 lanes 0..255. */
@@ -252,7 +245,7 @@ KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
 			}
 			int4_meta8(l, dst, (uint32_t)d, mn, mx, &sv, &zv);
 			for (size_t t = 0; t < G; t++)
-				store8_nib(dst + t * rb + d / 2,
+				store8_nib(dst + t * rb, d, D,
 					   int4_8(load8(src, t * D + d, dt), sv,
 						  zv));
 		}
@@ -275,7 +268,7 @@ KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
 		sv = _mm256_set1_ps(kvf_f16_to_f32(hs));
 		zv = _mm256_set1_ps(kvf_f16_to_f32(hz));
 		for (size_t d = 0; d < D; d += 8)
-			store8_nib(dst + t * rb + d / 2,
+			store8_nib(dst + t * rb, d, D,
 				   int4_8(load8(src, t * D + d, dt), sv, zv));
 	}
 }
@@ -303,7 +296,7 @@ KVC_INLINE kvf_status encode_dt(const struct kvc_codec_layout *l,
 kvf_status kvc_codec_encode_avx2(const struct kvc_codec_layout *l,
 				 const void *src, kvf_dtype dtype, void *dst)
 {
-	if (l->head_dim % 8)
+	if (!codec_simd_ok(l->codec, l->head_dim))
 		return kvc_codec_encode_scalar(l, src, dtype, dst);
 	switch (dtype) {
 	case KVF_DTYPE_F16:
@@ -406,7 +399,7 @@ void kvc_codec_decode_avx2(const struct kvc_codec_layout *l, const void *grp,
 			   uint32_t t0, uint32_t n, kvf_dtype dtype, void *dst)
 {
 	assert(t0 + n <= l->group_tokens);
-	if (l->head_dim % 8) {
+	if (!codec_simd_ok(l->codec, l->head_dim)) {
 		kvc_codec_decode_scalar(l, grp, t0, n, dtype, dst);
 		return;
 	}

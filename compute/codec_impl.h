@@ -160,10 +160,40 @@ static inline float kvc_fp8_group_mul(const void *grp,
 	return s * 256.0f;
 }
 
-/* int4_nibble - code d of an INT4 row. */
-static inline uint32_t kvc_int4_nibble(const uint8_t *row, uint32_t d)
+/*
+ * INT4 rows are chunks of 16 dims in 8 bytes: byte i of a chunk holds dim
+ * i in its low nibble and dim i + 8 in its high one, so 8 bytes widened to
+ * 8 lanes give dims 0..7 by a mask and dims 8..15 by a shift.  A last
+ * chunk of r < 16 dims (head_dim not a multiple of 16) follows the same
+ * rule with h = ceil(r / 2) bytes: byte i holds dims i and i + h (the
+ * high nibble of byte h - 1 is 0 when r is odd).  A row is ceil(D/2)
+ * bytes.
+ */
+static inline uint32_t kvc_int4_at(uint32_t d, uint32_t D, uint32_t *shift)
 {
-	return (row[d >> 1] >> ((d & 1u) * 4)) & 0xfu;
+	uint32_t base = d & ~15u, r = D - base < 16 ? D - base : 16;
+	uint32_t h = (r + 1) / 2, i = d - base;
+
+	*shift = i < h ? 0 : 4;
+	return base / 2 + (i < h ? i : i - h);
+}
+
+/* int4_nibble - code d of an INT4 row of D dims. */
+static inline uint32_t kvc_int4_nibble(const uint8_t *row, uint32_t d,
+				       uint32_t D)
+{
+	uint32_t sh, b = kvc_int4_at(d, D, &sh);
+
+	return (row[b] >> sh) & 0xfu;
+}
+
+/* int4_put - set code d (0..15) of a zeroed INT4 row of D dims. */
+static inline void kvc_int4_put(uint8_t *row, uint32_t d, uint32_t D,
+				uint32_t code)
+{
+	uint32_t sh, b = kvc_int4_at(d, D, &sh);
+
+	row[b] |= (uint8_t)(code << sh);
 }
 
 /*

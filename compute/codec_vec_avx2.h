@@ -18,42 +18,43 @@
 
 /*
  * dec8 - codes d .. d + 7 of row (d a multiple of 8) as f32:
- *  FP8   e4m3 / 256: sign and the 7 other bits moved into f16's fields
- *        (kvc_e4m3_f16), then vcvtph2ps, exact;
+ *  FP8   e4m3 / 256: the byte sign-extended to 16 bits and shifted left
+ *        by 7 puts the sign in bit 15 and the exponent and mantissa in
+ *        f16's fields (bit 14, a copy of the sign, is cleared), then
+ *        vcvtph2ps, exact (kvc_e4m3_f16);
  *  INT8  the signed code (sign-extend, convert);
- *  INT4  0..15: the 4 bytes of the 8 nibbles split into low and high
- *        nibbles, interleaved back into dim order, widened.
+ *  INT4  0..15: the chunk's 8 bytes widened to 8 lanes, masked (dims 0..7
+ *        of the chunk) or shifted (dims 8..15); the row's head_dim must
+ *        be a multiple of 16 (codec_impl.h's chunks).
  */
 KVC_INLINE __m256 dec8(const uint8_t *row, size_t d, kvf_codec codec)
 {
-	switch (codec) {
-	case KVF_CODEC_FP8: {
-		__m128i w = _mm_cvtepu8_epi16(
-			_mm_loadl_epi64((const __m128i *)(row + d)));
-		__m128i bits = _mm_or_si128(
-			_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)),
-				       8),
-			_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)),
-				       7));
+	__m128i w;
+	__m256i x;
 
-		return _mm256_cvtph_ps(bits);
-	}
+	switch (codec) {
+	case KVF_CODEC_FP8:
+		w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + d)));
+		w = _mm_and_si128(_mm_slli_epi16(w, 7),
+				  _mm_set1_epi16((short)0xbfff));
+		return _mm256_cvtph_ps(w);
 	case KVF_CODEC_INT8:
 		return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
 			_mm_loadl_epi64((const __m128i *)(row + d))));
-	default: {
-		const __m128i m = _mm_set1_epi8(0x0f);
-		int32_t u;
-		__m128i x, lo, hi;
+	default:
+		x = _mm256_cvtepu8_epi32(
+			_mm_loadl_epi64((const __m128i *)(row + (d & ~(size_t)15) / 2)));
+		x = d & 8 ? _mm256_srli_epi32(x, 4) :
+			    _mm256_and_si256(x, _mm256_set1_epi32(0xf));
+		return _mm256_cvtepi32_ps(x);
+	}
+}
 
-		memcpy(&u, row + d / 2, 4);
-		x = _mm_cvtsi32_si128(u);
-		lo = _mm_and_si128(x, m);
-		hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);
-		return _mm256_cvtepi32_ps(
-			_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
-	}
-	}
+/* codec_simd_ok - the AVX2 kernels take this head_dim for this codec (8
+ * dims a vector; INT4 whole chunks of 16). */
+KVC_INLINE int codec_simd_ok(kvf_codec codec, uint32_t head_dim)
+{
+	return head_dim % (codec == KVF_CODEC_INT4 ? 16 : 8) == 0;
 }
 
 #endif /* KVF_COMPUTE_CODEC_VEC_AVX2_H */

@@ -70,9 +70,17 @@ double cr_decode(const struct kvc_codec_layout *l, const void *grp,
 	case KVF_CODEC_INT8:
 		c = (int8_t)row[d];
 		break;
-	default:
-		c = (row[d / 2] >> (4 * (d % 2))) & 0xf;
+	default: {
+		/* chunks of 16 dims in 8 bytes, byte i = dims i | i + h << 4,
+		 * h = 8, or ceil(r / 2) in a last chunk of r dims */
+		uint32_t base = d / 16 * 16, r = l->head_dim - base, h, k;
+
+		r = r < 16 ? r : 16;
+		h = (r + 1) / 2;
+		k = d - base;
+		c = k < h ? row[base / 2 + k] & 0xf : row[base / 2 + k - h] >> 4;
 		break;
+	}
 	}
 	if (mag)
 		*mag = fabs(z) + fabs(c * s);
