@@ -24,6 +24,7 @@
 #include "compute/vec_avx2.h"
 
 #define B KVC_BLOCK_TOKENS
+_Static_assert(B == 8, "block_meta converts a block's scales as one vector");
 
 /* The query side of one pass over heads h0 .. h0 + NH - 1 (codec_attn.c). */
 struct kq {
@@ -143,9 +144,10 @@ KVC_INLINE void softmax_block(float *s, float *p, uint32_t nt, float *m,
 		mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
 	mn = hmax8(mx);
 	if (mn > *m) {
-		__m256 cv = _mm256_set1_ps(expf(*m - mn));
+		float cf = expf(*m - mn);
+		__m256 cv = _mm256_set1_ps(cf);
 
-		*l *= expf(*m - mn);
+		*l *= cf;
 		for (size_t d = 0; d < D; d += 8)
 			_mm256_storeu_ps(acc + d,
 					 _mm256_mul_ps(cv, _mm256_loadu_ps(acc +
@@ -232,6 +234,33 @@ KVC_INLINE void accumulate_v(float *acc, size_t D,
 	}
 }
 
+/* block_meta - V's scales (vs) and INT4 zero points (vz) of the block's
+ * tokens tb .. tb + B - 1 (those before the group's end) as f32: 8 f16
+ * at once where the block is whole, else one at a time. */
+KVC_INLINE void block_meta(const struct kvc_codec_layout *vl,
+			   const uint8_t *vg, uint32_t tb, kvf_codec c,
+			   float *vs, float *vz)
+{
+	uint32_t nb = vl->group_tokens - tb < B ? vl->group_tokens - tb : B;
+
+	if (c == KVF_CODEC_FP8) {
+		for (uint32_t j = 0; j < B; j++)
+			vs[j] = kvc_fp8_group_mul(vg, vl);
+		return;
+	}
+	if (nb == 8) {
+		_mm256_storeu_ps(vs, meta8(vg, vl->scales_off, tb));
+		if (c == KVF_CODEC_INT4)
+			_mm256_storeu_ps(vz, meta8(vg, vl->mins_off, tb));
+		return;
+	}
+	for (uint32_t j = 0; j < nb; j++) {
+		vs[j] = kvc_f16_at(vg, vl->scales_off, tb + j);
+		if (c == KVF_CODEC_INT4)
+			vz[j] = kvc_f16_at(vg, vl->mins_off, tb + j);
+	}
+}
+
 /* fold_block - one block's listed tokens into heads h0 .. h0 + NH - 1. */
 KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 			   const struct kq *kq,
@@ -241,7 +270,7 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 			   kvf_codec c, float *s, int NH)
 {
 	size_t D = st->head_dim;
-	float p[8 * B], w[8 * B], vs[B], bias[8];
+	float p[8 * B], w[8 * B], vs[B], vz[B], bias[8];
 
 	/* the V rows, wanted after the scores: fetch them meanwhile */
 	for (uint32_t j = 0; j < nt; j++)
@@ -254,18 +283,13 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 	for (int h = 0; h < NH; h++)
 		softmax_block(s + h * B, p + h * B, nt, st->m + h0 + h,
 			      st->l + h0 + h, st->acc + (h0 + h) * D, D);
-	for (uint32_t j = 0; j < nt; j++)
-		vs[j] = c == KVF_CODEC_FP8 ?
-				kvc_fp8_group_mul(vg, vl) :
-				kvc_f16_at(vg, vl->scales_off, tb + tl[j]);
+	block_meta(vl, vg, tb, c, vs, vz);
 	for (int h = 0; h < NH; h++) {
 		bias[h] = 0.0f;
 		for (uint32_t j = 0; j < nt; j++) {
-			w[h * B + j] = p[h * B + j] * vs[j];
+			w[h * B + j] = p[h * B + j] * vs[tl[j]];
 			if (c == KVF_CODEC_INT4)
-				bias[h] += p[h * B + j] *
-					   kvc_f16_at(vg, vl->mins_off,
-						      tb + tl[j]);
+				bias[h] += p[h * B + j] * vz[tl[j]];
 		}
 	}
 	accumulate_v(st->acc + h0 * D, D, vl, vg, tb, tl, nt, w, c, NH);
