@@ -123,6 +123,24 @@ typedef enum {
 KVF_API const char *kvf_dtype_name(kvf_dtype dtype);
 KVF_API const char *kvf_media_name(kvf_media_kind media);
 
+/*
+ * Compressed KV (docs/compression.md): how a token group of K or V is
+ * encoded once sealed.  The formats and their kernels exist (compute/
+ * codec.h, measured by `kvbench codec`); a store cannot choose one yet.
+ */
+typedef enum {
+	KVF_CODEC_NONE = 0, /* full width in the store dtype, bit-exact */
+	KVF_CODEC_FP8 = 1,  /* E4M3, one f32 scale per group (as vLLM) */
+	KVF_CODEC_INT8 = 2, /* symmetric 8-bit: K a scale per channel of
+			     * the group, V a scale per token */
+	KVF_CODEC_INT4 = 3  /* asymmetric 4-bit with zero point (KIVI):
+			     * K per channel of the group, V per token */
+} kvf_codec;
+
+/* kvf_codec_name - "none", "fp8", "int8", "int4"; "unknown" for a value
+ * out of range.  Concurrency: any thread. */
+KVF_API const char *kvf_codec_name(kvf_codec codec);
+
 /* The model shape a store is created for. */
 typedef struct {
 	uint32_t n_layers;   /* transformer layers */

@@ -21,6 +21,13 @@ const char *kvf_media_name(kvf_media_kind media)
 	return NAME_OF(names, media);
 }
 
+const char *kvf_codec_name(kvf_codec codec)
+{
+	static const char *const names[] = { "none", "fp8", "int8", "int4" };
+
+	return NAME_OF(names, codec);
+}
+
 const char *kvf_kind_name(kvf_kind kind)
 {
 	static const char *const names[] = { "k", "v", "x", "kt" };

@@ -1,0 +1,60 @@
+/*
+ * codec_vec_avx2.h - reading the codes of an encoded group into AVX2
+ * registers: 8 codes of a row as 8 f32 numbers, scales not applied (the
+ * raw numbers of codec_attn.c's raw_row).
+ *
+ * Include only from files compiled with -mavx2 -mfma -mf16c; everything
+ * is always inlined, so a constant codec argument folds the switch away.
+ */
+#ifndef KVF_COMPUTE_CODEC_VEC_AVX2_H
+#define KVF_COMPUTE_CODEC_VEC_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "compute/vec_avx2.h"
+#include "kvflash.h"
+
+/*
+ * dec8 - codes d .. d + 7 of row (d a multiple of 8) as f32:
+ *  FP8   e4m3 / 256: the byte sign-extended to 16 bits and shifted left
+ *        by 7 puts the sign in bit 15 and the exponent and mantissa in
+ *        f16's fields (bit 14, a copy of the sign, is cleared), then
+ *        vcvtph2ps, exact (kvc_e4m3_f16);
+ *  INT8  the signed code (sign-extend, convert);
+ *  INT4  0..15: the chunk's 8 bytes widened to 8 lanes, masked (dims 0..7
+ *        of the chunk) or shifted (dims 8..15); the row's head_dim must
+ *        be a multiple of 16 (codec_impl.h's chunks).
+ */
+KVC_INLINE __m256 dec8(const uint8_t *row, size_t d, kvf_codec codec)
+{
+	__m128i w;
+	__m256i x;
+
+	switch (codec) {
+	case KVF_CODEC_FP8:
+		w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + d)));
+		w = _mm_and_si128(_mm_slli_epi16(w, 7),
+				  _mm_set1_epi16((short)0xbfff));
+		return _mm256_cvtph_ps(w);
+	case KVF_CODEC_INT8:
+		return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+			_mm_loadl_epi64((const __m128i *)(row + d))));
+	default:
+		x = _mm256_cvtepu8_epi32(
+			_mm_loadl_epi64((const __m128i *)(row + (d & ~(size_t)15) / 2)));
+		x = d & 8 ? _mm256_srli_epi32(x, 4) :
+			    _mm256_and_si256(x, _mm256_set1_epi32(0xf));
+		return _mm256_cvtepi32_ps(x);
+	}
+}
+
+/* codec_simd_ok - the AVX2 kernels take this head_dim for this codec (8
+ * dims a vector; INT4 whole chunks of 16). */
+KVC_INLINE int codec_simd_ok(kvf_codec codec, uint32_t head_dim)
+{
+	return head_dim % (codec == KVF_CODEC_INT4 ? 16 : 8) == 0;
+}
+
+#endif /* KVF_COMPUTE_CODEC_VEC_AVX2_H */
