@@ -144,8 +144,8 @@ typedef struct {
  * * element bytes))); rows may cross a page boundary inside a group.  A
  * row that divides the page gives P = 1 and G = page_size / row, as before
  * (head_dim 128, f16, 4 KiB pages: 16 tokens a page); head_dim 80 in f16
- * at 4 KiB takes P = 1, G = 25 (2.3 % unused), head_dim 192 in f16 P = 3,
- * G = 32 (none unused).  kvf_store_info_get reports G and P.  kt_pages
+ * at 4 KiB takes P = 1, G = 25 (2.3 % unused), head_dim 192 in f16 P = 2,
+ * G = 21 (1.6 % unused).  kvf_store_info_get reports G and P.  kt_pages
  * (SparF) needs head_dim <= 512.
  */
 #define KVF_HEAD_DIM_MAX 1024u
