@@ -146,9 +146,27 @@ typedef struct {
 	uint32_t n_layers;   /* transformer layers */
 	uint32_t n_q_heads;  /* query heads per layer */
 	uint32_t n_kv_heads; /* key/value heads; n_q_heads % n_kv_heads == 0 */
-	uint32_t head_dim;   /* elements per head vector */
+	uint32_t head_dim;   /* elements per head vector, 1..KVF_HEAD_DIM_MAX,
+			      * any value in every dtype and page size (see
+			      * below) */
 	kvf_dtype dtype;     /* element type of stored K/V */
 } kvf_model;
+
+/*
+ * Head sizes.  Any head_dim from 1 to KVF_HEAD_DIM_MAX works in every
+ * dtype at every page size, with nothing to pad: reads return exactly
+ * head_dim elements a token and the default attention scale is
+ * 1/sqrt(head_dim).  The store keeps each head's tokens in token groups of
+ * G tokens over P pages, chosen at creation as the fewest pages whose
+ * unused bytes are at most 3 % of them (G = floor(P * page_size / (head_dim
+ * * element bytes))); rows may cross a page boundary inside a group.  A
+ * row that divides the page gives P = 1 and G = page_size / row, as before
+ * (head_dim 128, f16, 4 KiB pages: 16 tokens a page); head_dim 80 in f16
+ * at 4 KiB takes P = 1, G = 25 (2.3 % unused), head_dim 192 in f16 P = 2,
+ * G = 21 (1.6 % unused).  kvf_store_info_get reports G and P.  kt_pages
+ * (SparF) needs head_dim <= 512.
+ */
+#define KVF_HEAD_DIM_MAX 1024u
 
 /* Store options.  Fill with kvf_options_init, then change what you need. */
 typedef struct {
@@ -872,7 +890,8 @@ typedef struct {
 	uint32_t library_version;  /* kvf_version_number() of the library */
 	kvf_model model;           /* the shape the store holds */
 	uint32_t page_size;        /* bytes per page */
-	uint32_t group_tokens;     /* tokens of one head in one K/V page */
+	uint32_t group_tokens;     /* G: tokens of one head in one token
+				    * group (group_pages pages) */
 	uint64_t segment_size;     /* bytes per segment per stripe */
 	uint64_t segs_per_stripe;  /* segments on each stripe */
 	uint32_t n_stripes;        /* stripes (files or devices) */
@@ -883,6 +902,10 @@ typedef struct {
 	uint32_t kt_pages;         /* 1 = K^T pages are kept */
 	uint64_t store_id;         /* random id, also in every segment summary */
 	uint32_t read_only;        /* 1 = this handle was opened read-only */
+	uint32_t group_pages;      /* P: pages a token group of a K/V/X head
+				    * takes (1 unless its rows leave more
+				    * than 3 % of one page unused) */
+	uint32_t group_bytes;      /* bytes of those P pages rows fill */
 } kvf_store_info;
 
 /*

@@ -83,8 +83,14 @@ static void print_text(const struct info *in)
 	printf("model        %u layers, %u query heads, %u KV heads, head_dim %u, %s\n",
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
 	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
-	printf("pages        %u bytes, %u tokens of one head per K/V page\n",
-	       si->page_size, si->group_tokens);
+	if (si->group_pages > 1)
+		printf("pages        %u bytes, %u tokens of one head per K/V group of %u pages (%.1f %% unused)\n",
+		       si->page_size, si->group_tokens, si->group_pages,
+		       100.0 - 100.0 * si->group_bytes /
+				       ((double)si->group_pages * si->page_size));
+	else
+		printf("pages        %u bytes, %u tokens of one head per K/V page\n",
+		       si->page_size, si->group_tokens);
 	printf("segments     %s each (%u data pages and a summary); %u stripes x %llu = %u segments\n",
 	       human_bytes(b[0], sizeof(b[0]), si->segment_size),
 	       si->data_pages_per_segment, si->n_stripes,
@@ -139,8 +145,8 @@ static void print_json(const struct info *in)
 	printf(", \"model\": {\"n_layers\": %u, \"n_q_heads\": %u, \"n_kv_heads\": %u, \"head_dim\": %u, \"dtype\": \"%s\"}",
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
 	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
-	printf(", \"page_size\": %u, \"group_tokens\": %u, \"segment_size\": %llu",
-	       si->page_size, si->group_tokens,
+	printf(", \"page_size\": %u, \"group_tokens\": %u, \"group_pages\": %u, \"segment_size\": %llu",
+	       si->page_size, si->group_tokens, si->group_pages,
 	       (unsigned long long)si->segment_size);
 	printf(", \"data_pages_per_segment\": %u, \"n_stripes\": %u, \"segs_per_stripe\": %llu",
 	       si->data_pages_per_segment, si->n_stripes,

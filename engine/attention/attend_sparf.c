@@ -480,10 +480,11 @@ kvf_status attend_sparf_task(const struct attn_call *c, uint32_t si,
 				     len, groups, n_groups, exact_span, &x);
 	if (rc != KVF_OK)
 		goto out;
-	atomic_fetch_add(&st->c.sparf_pages_read, 2 * n_groups);
+	atomic_fetch_add(&st->c.sparf_pages_read, 2 * n_groups * st->group_pages);
 	{
-		uint64_t dense = 2 * ((len - t_start + G - 1) / G + 1);
-		uint64_t used = nb * x.rg + 2 * n_groups;
+		uint64_t dense = 2 * ((len - t_start + G - 1) / G + 1) *
+				 st->group_pages;
+		uint64_t used = nb * x.rg + 2 * n_groups * st->group_pages;
 
 		if (dense > used)
 			atomic_fetch_add(&st->c.sparf_pages_skipped, dense - used);

@@ -37,8 +37,17 @@
  *   72      4   kt_pages
  *   76      4   page_bits (low bits of a page address)
  *   80      4   kt_dims: head dims per K^T page (E), 0 without kt_pages
- *   84     36   reserved, 0
+ *   84      4   group_tokens: G, tokens of one head in a token group    (4)
+ *   88      4   group_pages: P, pages one token group takes             (4)
+ *   92      4   group_bytes: bytes of a group's P pages that hold data  (4)
+ *   96      4   codec: how a group is encoded, 0 = plain rows           (4)
+ *  100     20   reserved, 0
  *  120      8   checksum: XXH3-64 of bytes 0..119
+ *
+ * (4): format 4.  A format-3 header has zeros there, and its geometry is
+ * the one format 3 allowed: G = page_size / row, P = 1, no padding
+ * (store_group_of).  Format 4 states it, so a group need not divide the
+ * page and may span several pages; docs/store.md, "Token groups".
  */
 #ifndef KVF_ENGINE_SEGFMT_H
 #define KVF_ENGINE_SEGFMT_H
@@ -50,8 +59,10 @@
 #define SEG_MAGIC "KVFSEG01"
 #define STORE_MAGIC "KVFLASH"
 /* 2: "G" records list runs of slots (meta.h), not one slot per page;
- * 3: the durable-point mark DIR/SYNCED, and "N" counts durable points */
-#define STORE_FORMAT_VERSION 3u
+ * 3: the durable-point mark DIR/SYNCED, and "N" counts durable points;
+ * 4: the header states the token group's geometry (any head size) */
+#define STORE_FORMAT_VERSION 4u
+#define STORE_FORMAT_OLDEST 3u /* the oldest format this library opens */
 #define STORE_HEADER_FILE "KVFLASH"
 /* present while a store is being created; see kvf_open */
 #define STORE_CREATING_FILE "CREATING"
@@ -93,14 +104,59 @@ struct store_header {
 	uint32_t kt_pages;
 	uint32_t page_bits;
 	uint32_t kt_dims;
-	unsigned char reserved[36];
+	uint32_t group_tokens;
+	uint32_t group_pages;
+	uint32_t group_bytes;
+	uint32_t codec;
+	unsigned char reserved[20];
 	uint64_t checksum;
 };
 
 static_assert(sizeof(struct store_header) == 128, "store header");
 static_assert(offsetof(struct store_header, page_size) == 44, "page_size");
 static_assert(offsetof(struct store_header, segment_size) == 48, "seg size");
+static_assert(offsetof(struct store_header, group_tokens) == 84, "group");
+static_assert(offsetof(struct store_header, codec) == 96, "codec");
 static_assert(offsetof(struct store_header, checksum) == 120, "checksum");
+
+/*
+ * Token groups.  A stream's tokens are kept in groups of G tokens; a group
+ * takes P consecutive entries of the stream's index (pages, each placed and
+ * checked on its own), its rows packed from the first byte of the first
+ * page, a row crossing from one page to the next where it must.  G and P
+ * are the smallest P whose pages hold G = floor(P * page / row) rows with
+ * at most GROUP_WASTE_PCT percent of the P pages unused.
+ */
+#define GROUP_WASTE_PCT 3u
+#define GROUP_MAX_PAGES 64u /* 33 is the most any head size needs */
+#define CODEC_NONE 0u       /* plain rows in the store's dtype */
+
+/* struct group_geom - the token group of a store (store_group_of) */
+struct group_geom {
+	uint32_t tokens;   /* G: tokens of one head in a group */
+	uint32_t pages;    /* P: pages (index entries) a group takes */
+	uint32_t bytes;    /* bytes of the P pages that rows fill: G * row */
+};
+
+/* group_layout - the group a new store of rows of row_bytes gets on pages
+ * of page_size (row_bytes <= 64 KiB), by the rule above */
+static inline struct group_geom group_layout(uint32_t page_size,
+					     uint32_t row_bytes)
+{
+	struct group_geom g = { 0, 0, 0 };
+
+	for (uint32_t p = 1; p <= GROUP_MAX_PAGES; p++) {
+		uint64_t room = (uint64_t)p * page_size, n = room / row_bytes;
+
+		if (n == 0)
+			continue;
+		g = (struct group_geom){ (uint32_t)n, p,
+					 (uint32_t)(n * row_bytes) };
+		if ((room - g.bytes) * 100 <= room * GROUP_WASTE_PCT)
+			break;
+	}
+	return g;
+}
 
 /* summary_pages - pages the summary of n data pages takes */
 static inline uint32_t summary_pages(uint32_t n_data, uint32_t page_size)

@@ -43,7 +43,6 @@ static int is_pow2(uint64_t x)
 static kvf_status check_model(const kvf_options *o)
 {
 	const kvf_model *m = &o->model;
-	uint32_t row;
 
 	if (m->n_layers == 0 || m->n_layers > KV_MAX_LAYERS)
 		return kvf_fail(KVF_EINVAL, "kvf_open: model.n_layers %u out of range (1..%u)",
@@ -59,12 +58,10 @@ static kvf_status check_model(const kvf_options *o)
 	if ((unsigned)m->dtype > KVF_DTYPE_F32)
 		return kvf_fail(KVF_EINVAL, "kvf_open: model.dtype %d is not a kvf_dtype",
 				(int)m->dtype);
-	row = m->head_dim * store_dtype_bytes(m->dtype);
-	if (m->head_dim == 0 || m->head_dim > o->page_size / 2 ||
-	    o->page_size % row != 0)
+	if (m->head_dim == 0 || m->head_dim > KVF_HEAD_DIM_MAX)
 		return kvf_fail(KVF_EINVAL,
-				"kvf_open: model.head_dim %u: one token of a head (%u bytes) must divide the page size %u",
-				m->head_dim, row, o->page_size);
+				"kvf_open: model.head_dim %u out of range (1..%u)",
+				m->head_dim, KVF_HEAD_DIM_MAX);
 	if (o->kt_pages && m->head_dim > 512)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
@@ -220,6 +217,7 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	const kvf_model *m = &o->model;
 	uint64_t seg = o->segment_size, pps, n_stripes, per_stripe;
 	uint32_t page_bits = 0;
+	struct group_geom g;
 	kvf_status rc;
 
 	if ((rc = check_model(o)) != KVF_OK)
@@ -247,7 +245,23 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	h->kt_pages = o->kt_pages;
 	h->page_bits = page_bits;
 	h->kt_dims = o->kt_pages ? kt_choose_dims(m->head_dim) : 0;
+	g = group_layout(o->page_size, m->head_dim * store_dtype_bytes(m->dtype));
+	h->group_tokens = g.tokens;
+	h->group_pages = g.pages;
+	h->group_bytes = g.bytes;
+	h->codec = CODEC_NONE;
 	return KVF_OK;
+}
+
+struct group_geom store_group_of(const struct store_header *h)
+{
+	uint32_t row = h->head_dim * store_dtype_bytes((kvf_dtype)h->dtype);
+
+	if (h->format_version < 4) /* one page a group, rows dividing it */
+		return (struct group_geom){ h->page_size / row, 1,
+					    h->page_size / row * row };
+	return (struct group_geom){ h->group_tokens, h->group_pages,
+				    h->group_bytes };
 }
 
 /* store_check_against - o (from the caller) must agree with the stored h */
@@ -318,6 +332,34 @@ kvf_status store_read_header(const char *path, struct store_header *h)
 	return store_header_decode(buf, (size_t)n, path, h);
 }
 
+/* check_group - the header's token group is the one its model gets
+ * (group_layout), or for format 3 the only one format 3 made: rows that
+ * divide the page.  KVF_ECORRUPT with why set otherwise. */
+static kvf_status check_group(const struct store_header *h, char *why,
+			      size_t why_cap)
+{
+	uint32_t row = h->head_dim * store_dtype_bytes((kvf_dtype)h->dtype);
+	struct group_geom want;
+
+	if (h->format_version < 4) {
+		if (h->page_size % row == 0 && h->head_dim <= h->page_size / 2)
+			return KVF_OK;
+		snprintf(why, why_cap,
+			 "format %u with head_dim %u, rows of %u bytes that do not divide the page of %u",
+			 h->format_version, h->head_dim, row, h->page_size);
+		return KVF_ECORRUPT;
+	}
+	want = group_layout(h->page_size, row);
+	if (h->codec == CODEC_NONE && h->group_tokens == want.tokens &&
+	    h->group_pages == want.pages && h->group_bytes == want.bytes)
+		return KVF_OK;
+	snprintf(why, why_cap,
+		 "token group of %u tokens, %u pages, %u bytes, codec %u; head_dim %u gets %u, %u, %u, codec 0",
+		 h->group_tokens, h->group_pages, h->group_bytes, h->codec,
+		 h->head_dim, want.tokens, want.pages, want.bytes);
+	return KVF_ECORRUPT;
+}
+
 /* check_fields - a header whose checksum holds must still describe a store
  * that could have been made (store_build_header): open divides by its sizes and
  * sizes its tables from it.  Anything else is damage. */
@@ -358,6 +400,8 @@ static kvf_status check_fields(const struct store_header *h, const char *path)
 			 h->kt_dims);
 		goto bad;
 	}
+	if ((rc = check_group(h, why, sizeof(why))) != KVF_OK)
+		goto bad;
 	return KVF_OK;
 bad:
 	return kvf_fail(KVF_ECORRUPT,
@@ -393,11 +437,13 @@ kvf_status store_header_decode(const void *buf, size_t n, const char *path,
 				"kvf_open: %s is damaged: checksum %016llx, computed %016llx",
 				path, (unsigned long long)h->checksum,
 				(unsigned long long)store_header_checksum(h));
-	/* older headers have this layout; their catalog records do not */
-	if (h->format_version < STORE_FORMAT_VERSION)
+	/* older headers have this layout; the catalog records of those
+	 * before STORE_FORMAT_OLDEST do not */
+	if (h->format_version < STORE_FORMAT_OLDEST)
 		return kvf_fail(KVF_EVERSION,
-				"kvf_open: %s has format version %u, which this library no longer reads (it reads %u); make the store afresh",
-				path, h->format_version, STORE_FORMAT_VERSION);
+				"kvf_open: %s has format version %u, which this library no longer reads (it reads %u to %u); make the store afresh",
+				path, h->format_version, STORE_FORMAT_OLDEST,
+				STORE_FORMAT_VERSION);
 	if ((rc = check_fields(h, path)) != KVF_OK)
 		return rc;
 	*out = *h;

@@ -19,6 +19,10 @@ kvf_status store_read_header(const char *path, struct store_header *h);
  * path, named in messages), checked as store_read_header does; *h is
  * written only on KVF_OK.  No I/O: the fuzz target calls it directly.
  * Return: KVF_OK; KVF_ECORRUPT; KVF_EVERSION. */
+/* store_group_of - the token group of a store with header h (checked by
+ * store_header_decode): stated by format 4, implied by format 3 */
+struct group_geom store_group_of(const struct store_header *h);
+
 kvf_status store_header_decode(const void *buf, size_t n, const char *path,
 			       struct store_header *h);
 

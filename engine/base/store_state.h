@@ -107,7 +107,9 @@ struct kvf_store {
 
 	/* shape, derived once from hdr */
 	uint32_t elt_bytes;     /* bytes per element of the dtype */
-	uint32_t group_tokens;  /* G: tokens per page of one head */
+	uint32_t group_tokens;  /* G: tokens of one head in a token group */
+	uint32_t group_pages;   /* P: index entries (pages) of a group */
+	uint32_t group_bytes;   /* G * row_bytes: what rows fill of them */
 	uint32_t row_bytes;     /* head_dim * elt_bytes: one token of a head */
 	uint32_t pages_per_seg; /* pages per segment */
 	uint32_t data_per_seg;  /* data pages per segment (summary aside) */

@@ -15,6 +15,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/base/group.h"
 #include "engine/writes/append.h"
 #include "engine/base/catalog.h"
 #include "engine/base/fatal.h"
@@ -146,23 +147,24 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 			      uint64_t parent_tokens,
 			      struct meta_ref_entry *refs, uint64_t *n_refs)
 {
-	uint32_t G = st->group_tokens, ps_bytes = st->hdr.page_size;
+	uint32_t G = st->group_tokens;
 	uint64_t full = n_tokens / G, tail = n_tokens % G;
+	uint64_t n = group_entry(st, full); /* the whole groups' entries */
 	kvf_status rc;
 
-	if ((rc = stream_reserve(st, cs, full + 1)) != KVF_OK)
+	if ((rc = stream_reserve(st, cs, n + st->group_pages)) != KVF_OK)
 		return rc;
-	for (uint64_t g = 0; g < full; g++) {
-		struct page_ref r = stream_page(ps, g);
+	for (uint64_t e = 0; e < n; e++) {
+		struct page_ref r = stream_page(ps, e);
 
-		stream_set_page(cs, g, r);
+		stream_set_page(cs, e, r);
 		refs[(*n_refs)++] = (struct meta_ref_entry){
-			.stream = sid, .group = (uint32_t)g, .addr = r.addr };
+			.stream = sid, .group = (uint32_t)e, .addr = r.addr };
 	}
-	cs->n_groups = (uint32_t)full;
+	cs->n_groups = (uint32_t)n;
 	if (tail == 0)
 		return KVF_OK;
-	if ((rc = stream_gbuf_alloc(st, cs, ps_bytes)) != KVF_OK)
+	if ((rc = stream_gbuf_alloc(st, cs, group_buf_bytes(st))) != KVF_OK)
 		return rc;
 	return stream_group_copy(st, parent, ps, parent_tokens, full, cs->gbuf);
 }
@@ -236,7 +238,12 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 		}
 	G = st->group_tokens;
 	n_streams = seq_n_streams(st);
-	max_refs = (uint64_t)n_streams * (n_tokens / G + 1);
+	/* entries a stream shares: its whole groups, or a K^T stream's
+	 * complete blocks (more when a group leaves part of its pages) */
+	max_refs = (n_tokens / G + 1) * st->group_pages;
+	if (st->kt_dims && n_tokens / st->kt_tokens * st->kt_groups > max_refs)
+		max_refs = n_tokens / st->kt_tokens * st->kt_groups;
+	max_refs *= n_streams;
 	child = seq_alloc(st, child_id);
 	ref_rec = kvf_malloc(sizeof(struct meta_ref) +
 			     (max_refs ? max_refs : 1) * sizeof(*refs));

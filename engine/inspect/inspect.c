@@ -111,6 +111,8 @@ kvf_status kvf_store_info_get(kvf_store *st, kvf_store_info *out)
 	in.kt_pages = h->kt_pages;
 	in.store_id = h->store_id;
 	in.read_only = st->read_only != 0;
+	in.group_pages = st->group_pages;
+	in.group_bytes = st->group_bytes;
 	inspect_publish(out, &in, sizeof(in));
 	return KVF_OK;
 }

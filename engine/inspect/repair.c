@@ -70,7 +70,7 @@ struct rentry {
 struct repair {
 	const char *dir;
 	struct store_header h;
-	uint32_t pps, data_max, n_segments, group_tokens;
+	uint32_t pps, data_max, n_segments, group_tokens, group_pages;
 	struct catalog *cat;
 	struct meta_sync last;   /* the catalog's "N"; zero if none */
 	struct syncmark mark;
@@ -364,14 +364,19 @@ static int has_group(struct repair *rp, uint64_t seq, uint32_t sid,
 static int full_group(struct repair *rp, uint64_t seq, uint32_t layer,
 		      uint32_t g)
 {
-	for (uint32_t h = 0; h < rp->h.n_kv_heads; h++)
-		for (int kind = KIND_K; kind <= KIND_V; kind++) {
-			int later = 0;
+	uint64_t e0 = (uint64_t)g * rp->group_pages; /* its index entries */
 
-			if (!has_group(rp, seq, stream_id(layer, kind, h), g,
-				       &later) || !later)
-				return 0;
-		}
+	if (e0 + rp->group_pages > UINT32_MAX)
+		return 0;
+	for (uint32_t h = 0; h < rp->h.n_kv_heads; h++)
+		for (int kind = KIND_K; kind <= KIND_V; kind++)
+			for (uint32_t p = 0; p < rp->group_pages; p++) {
+				int later = 0;
+
+				if (!has_group(rp, seq, stream_id(layer, kind, h),
+					       (uint32_t)(e0 + p), &later) || !later)
+					return 0;
+			}
 	return 1;
 }
 
@@ -515,8 +520,8 @@ static kvf_status open_store_files(struct repair *rp, int *lock_fd)
 	rp->pps = (uint32_t)(rp->h.segment_size / rp->h.page_size);
 	rp->data_max = max_data_pages(rp->pps, rp->h.page_size);
 	rp->n_segments = (uint32_t)(rp->h.segs_per_stripe * rp->h.n_stripes);
-	rp->group_tokens = rp->h.page_size /
-			   (rp->h.head_dim * (rp->h.dtype == KVF_DTYPE_F32 ? 4 : 2));
+	rp->group_tokens = store_group_of(&rp->h).tokens;
+	rp->group_pages = store_group_of(&rp->h).pages;
 	return KVF_OK;
 }
 

@@ -92,6 +92,7 @@ static struct pending *damage(struct vctx *c, enum problem problem,
 {
 	kvf_store *st = c->st;
 	struct pending *p;
+	enum kv_kind k;
 
 	if (grow((void **)&c->pend, &c->cap_pend, c->n_pend + 1, sizeof(*p))) {
 		c->oom = 1;
@@ -105,7 +106,10 @@ static struct pending *damage(struct vctx *c, enum problem problem,
 	p->d.layer = stream_layer(sid);
 	p->d.kind = (kvf_kind)stream_kind(sid);
 	p->d.head = stream_head(sid);
-	p->d.group = group;
+	/* a K, V or X entry is named by its token group (engine/base/group.h) */
+	k = stream_kind(sid);
+	p->d.group = k == KIND_K || k == KIND_V || k == KIND_X
+			     ? group / st->group_pages : group;
 	p->d.status = problem == P_IO ? KVF_EIO : KVF_ECORRUPT;
 	if (addr == ADDR_NONE) {
 		p->d.segid = KVF_SEGMENT_NONE;
@@ -421,7 +425,8 @@ static void collect(struct vctx *c, struct seq *seq)
 			uint32_t a = r.addr;
 			/* the partial last token group (K^T streams count
 			 * complete blocks only) */
-			int tail = kind != KIND_KT && g == tokens / G;
+			int tail = kind != KIND_KT &&
+				   g / st->group_pages == tokens / G;
 
 			if (s && stream_waiting(s, g) != NULL)
 				continue; /* waiting for write-back: not on

@@ -138,7 +138,8 @@ static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
 		uint64_t n;
 
 		memcpy(&n, (const char *)val + sizeof(m) + l * sizeof(n), sizeof(n));
-		if (n > (uint64_t)st->n_segments * st->data_per_seg * st->group_tokens)
+		if (n > ((uint64_t)st->n_segments * st->data_per_seg /
+			 st->group_pages + 1) * st->group_tokens)
 			return kvf_fail(KVF_ECORRUPT,
 					"kvf_open: catalog record sequence %llu is malformed: %llu tokens on layer %u, more than the media holds",
 					(unsigned long long)id, (unsigned long long)n,
@@ -543,6 +544,7 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 				break;
 		if (g == need)
 			continue;
+		g /= st->group_pages; /* the entry's token group */
 		len = kind == KIND_X ? &seq->x_len[stream_layer(sid)]
 				     : &seq->len[stream_layer(sid)];
 		if (*len > g * st->group_tokens) {

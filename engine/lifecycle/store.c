@@ -53,10 +53,13 @@
 static void derive(kvf_store *st)
 {
 	const struct store_header *h = &st->hdr;
+	struct group_geom g = store_group_of(h);
 
 	st->elt_bytes = store_dtype_bytes((kvf_dtype)h->dtype);
 	st->row_bytes = h->head_dim * st->elt_bytes;
-	st->group_tokens = h->page_size / st->row_bytes;
+	st->group_tokens = g.tokens;
+	st->group_pages = g.pages;
+	st->group_bytes = g.bytes;
 	st->pages_per_seg = (uint32_t)(h->segment_size / h->page_size);
 	st->data_per_seg = max_data_pages(st->pages_per_seg, h->page_size);
 	st->page_bits = h->page_bits;

@@ -15,6 +15,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
@@ -120,34 +121,146 @@ static int is_tail(kvf_store *st, uint64_t tokens, uint64_t g)
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens)
 {
-	uint64_t g = tokens / st->group_tokens;
-	struct page_ref ref;
-	void *page;
-	kvf_status rc;
+	uint64_t g = tokens / st->group_tokens, e = group_entry(st, g);
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+	uint32_t ps = st->hdr.page_size, np = group_fill_pages(st, tail);
+	unsigned char *page;
+	kvf_status rc = KVF_OK;
 
 	if (s->gbuf)
 		return KVF_OK;
-	if ((rc = stream_gbuf_alloc(st, s, st->hdr.page_size)) != KVF_OK)
+	if ((rc = stream_gbuf_alloc(st, s, group_buf_bytes(st))) != KVF_OK)
 		return rc;
-	if (tokens % st->group_tokens == 0 || g >= s->n_groups ||
-	    stream_page(s, g).addr == ADDR_NONE)
+	if (tail == 0 || e >= s->n_groups || stream_page(s, e).addr == ADDR_NONE)
 		return KVF_OK;
-	/* after a reopen the tail lives in a partial page on media */
-	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.page_size);
+	/* after a reopen the tail lives in partial pages on media */
+	page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)np * ps);
 	if (page == NULL) {
 		stream_gbuf_free(st, s);
 		return kvf_fail(KVF_ENOMEM, "out of memory");
 	}
-	ref = stream_page(s, g);
-	rc = page_read_verified(st, seq, &ref, page, "loading a tail group");
+	for (uint32_t p = 0; p < np && rc == KVF_OK; p++) {
+		struct page_ref ref = e + p < s->n_groups
+			? stream_page(s, e + p) : (struct page_ref){ ADDR_NONE, 0 };
+
+		if (ref.addr == ADDR_NONE)
+			rc = kvf_fail(KVF_ECORRUPT,
+				      "loading a tail group: the index has no page for entry %llu of a stream of sequence %llu",
+				      (unsigned long long)(e + p),
+				      (unsigned long long)seq->id);
+		else
+			rc = page_read_verified(st, seq, &ref,
+						page + (size_t)p * ps,
+						"loading a tail group");
+	}
 	if (rc == KVF_OK) {
-		memcpy(s->gbuf, page, (size_t)(tokens % st->group_tokens) * st->row_bytes);
-		s->tail_written = (uint32_t)(tokens % st->group_tokens);
+		memcpy(s->gbuf, page, (size_t)tail * st->row_bytes);
+		s->tail_written = tail;
 	} else {
 		stream_gbuf_free(st, s);
 	}
 	kvf_free(page);
 	return rc;
+}
+
+/* no_group_page - the index has no page for entry e (of group g) */
+static kvf_status no_group_page(const struct seq *seq, uint64_t g)
+{
+	return kvf_fail(KVF_ECORRUPT,
+			"read: the index has no page for token group %llu of sequence %llu",
+			(unsigned long long)g, (unsigned long long)seq->id);
+}
+
+/*
+ * group_fetch - the P pages of whole group g of s (not the tail) into dst
+ * (P pages, KVF_MEDIA_ALIGN-aligned), from wherever each is: waiting for
+ * write-back, in an open segment, in the memory media, in the memory tier,
+ * or read from media (adjacent pages in one request, all in flight at
+ * once, each checked and offered to the tier).  The path of stores whose
+ * groups take more than one page (engine/base/group.h).
+ */
+static kvf_status group_fetch(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint64_t g, unsigned char *dst)
+{
+	uint32_t P = st->group_pages, ps = st->hdr.page_size, n_io = 0;
+	struct kvf_media_io io[GROUP_MAX_PAGES];
+	struct page_ref ref[GROUP_MAX_PAGES];
+	uint32_t at[GROUP_MAX_PAGES], n_read = 0;
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t p = 0; p < P; p++) {
+		uint64_t e = group_entry(st, g) + p;
+		unsigned char *d = dst + (size_t)p * ps;
+		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+		const unsigned char *q;
+		uint32_t slot = TIER_NONE, segid, page;
+		struct page_ref r;
+
+		if ((q = stream_waiting(s, e)) != NULL) {
+			memcpy(d, q, ps);
+			continue;
+		}
+		if (e >= s->n_groups || (r = stream_page(s, e)).addr == ADDR_NONE)
+			return no_group_page(seq, g);
+		if ((q = openseg_page(st, seq, r.addr)) == NULL &&
+		    (q = mapped(st, seq, &r, &rc)) == NULL && rc != KVF_OK)
+			return rc;
+		if (q == NULL)
+			q = cached(st, seq, &r, &slot);
+		if (q) {
+			memcpy(d, q, ps);
+			if (slot != TIER_NONE)
+				tier_unpin(st, slot);
+			continue;
+		}
+		segid = addr_seg(r.addr, st->page_bits);
+		page = addr_page(r.addr, st->page_bits);
+		if (last && last->stripe == seg_stripe(st, segid) &&
+		    last->seg == seg_in_stripe(st, segid) &&
+		    last->page + last->n_pages == page &&
+		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == d) {
+			last->n_pages++;
+		} else {
+			io[n_io++] = (struct kvf_media_io){
+				.stripe = seg_stripe(st, segid),
+				.seg = seg_in_stripe(st, segid), .page = page,
+				.n_pages = 1, .buf = d };
+		}
+		ref[n_read] = r;
+		at[n_read++] = p;
+	}
+	if (n_io == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read(st->media, io, n_io)) != KVF_OK)
+		return rc;
+	count_read(st, seq, n_read);
+	for (uint32_t i = 0; i < n_read; i++) {
+		const unsigned char *d = dst + (size_t)at[i] * ps;
+		uint32_t got = page_check(d, ps);
+
+		if (got != ref[i].check)
+			return corrupt(st, ref[i].addr, ref[i].check, got, "read");
+		if (seq->ns == SEQ_NS_USER)
+			tier_put_read(st, ref[i].addr, got, d);
+	}
+	return KVF_OK;
+}
+
+/* group_rows - where group g of s is, whole, for a reader: the group
+ * buffer for the tail, else fetched into buf (group_buf_bytes, aligned) */
+static kvf_status group_rows(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint64_t tokens, uint64_t g, unsigned char *buf,
+			     const unsigned char **rows)
+{
+	kvf_status rc;
+
+	if (is_tail(st, tokens, g)) {
+		if ((rc = stream_tail(st, seq, s, tokens)) == KVF_OK)
+			*rows = s->gbuf;
+		return rc;
+	}
+	*rows = buf;
+	return group_fetch(st, seq, s, g, buf);
 }
 
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
@@ -158,13 +271,23 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 	void *page;
 	kvf_status rc;
 
-	memset(dst, 0, st->hdr.page_size);
+	memset(dst, 0, group_buf_bytes(st));
 	if (is_tail(st, tokens, g)) {
 		if ((rc = stream_tail(st, seq, s, tokens)) != KVF_OK)
 			return rc;
 		memcpy(dst, s->gbuf,
 		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
 		return KVF_OK;
+	}
+	if (st->group_pages > 1) {
+		page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, group_buf_bytes(st));
+		if (page == NULL)
+			return kvf_fail(KVF_ENOMEM, "out of memory");
+		rc = group_fetch(st, seq, s, g, page);
+		if (rc == KVF_OK)
+			memcpy(dst, page, group_buf_bytes(st));
+		kvf_free(page);
+		return rc;
 	}
 	if ((p = stream_waiting(s, g)) != NULL) {
 		memcpy(dst, p, st->hdr.page_size);
@@ -342,6 +465,28 @@ static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
 	return KVF_OK;
 }
 
+/* spans_groups - stream_read_spans for groups of several pages, a group
+ * at a time */
+static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
+			       uint64_t tokens, uint64_t t0, uint64_t t1,
+			       span_fn fn, void *arg)
+{
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, group_buf_bytes(st));
+	kvf_status rc = KVF_OK;
+
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a token group");
+	for (uint64_t g = t0 / st->group_tokens;
+	     g <= (t1 - 1) / st->group_tokens && rc == KVF_OK; g++) {
+		const unsigned char *rows;
+
+		if ((rc = group_rows(st, seq, s, tokens, g, buf, &rows)) == KVF_OK)
+			rc = emit(st, g, rows, t0, t1, fn, arg);
+	}
+	kvf_free(buf);
+	return rc;
+}
+
 kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			     uint64_t tokens, uint64_t t0, uint64_t t1,
 			     span_fn fn, void *arg)
@@ -351,6 +496,8 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 	if (t0 >= t1)
 		return KVF_OK;
+	if (st->group_pages > 1)
+		return spans_groups(st, seq, s, tokens, t0, t1, fn, arg);
 	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
 	     g++) {
 		const unsigned char *p = NULL;
@@ -484,6 +631,37 @@ static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
 	}
 }
 
+/* pair_groups - pair_core for groups of several pages, a group at a time */
+static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
+			      struct stream *bs, uint64_t tokens, uint64_t t0,
+			      uint64_t t1, const uint64_t *list, uint64_t first,
+			      uint64_t n_groups, pair_fn fn, void *arg)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	size_t gb = group_buf_bytes(st);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 2 * gb);
+	kvf_status rc = KVF_OK;
+
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a token group");
+	for (uint64_t i = 0; i < n_groups && rc == KVF_OK; i++) {
+		uint64_t g = list ? list[i] : first + i, lo = g * G, hi = lo + G;
+		const unsigned char *pa, *pb;
+		size_t off;
+
+		lo = t0 > lo ? t0 : lo;
+		hi = t1 < hi ? t1 : hi;
+		if (lo >= hi)
+			continue;
+		off = (size_t)(lo - g * G) * rb;
+		if ((rc = group_rows(st, seq, a, tokens, g, buf, &pa)) == KVF_OK &&
+		    (rc = group_rows(st, seq, bs, tokens, g, buf + gb, &pb)) == KVF_OK)
+			rc = fn(arg, lo, (uint32_t)(hi - lo), pa + off, pb + off);
+	}
+	kvf_free(buf);
+	return rc;
+}
+
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
  * of two streams, clipped to [t0, t1), to fn in order */
 static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
@@ -492,10 +670,13 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			    uint64_t n_groups, pair_fn fn, void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
-	struct batch *b = read_batch_new(st);
+	struct batch *b;
 	kvf_status rc = KVF_OK;
 
-	if (b == NULL)
+	if (st->group_pages > 1)
+		return pair_groups(st, seq, a, bs, tokens, t0, t1, list, first,
+				   n_groups, fn, arg);
+	if ((b = read_batch_new(st)) == NULL)
 		return KVF_ENOMEM;
 	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
 		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0

@@ -18,6 +18,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/catalog.h"
+#include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/base/meta.h"
 #include "engine/segments/segtable.h"
@@ -132,7 +133,7 @@ uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
 		return tokens / st->kt_tokens * st->kt_groups;
 	if (kind == KIND_OPTIM) /* only the committed generation counts */
 		return stream_head(sid) % 2 == seq->optim_gen ? seq->optim_chunks : 0;
-	return (tokens + st->group_tokens - 1) / st->group_tokens;
+	return tokens_entries(st, tokens);
 }
 
 uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer)

@@ -33,7 +33,7 @@ void streams_free(kvf_store *st, struct stream *s, uint32_t n);
 /* stream_wb_free - drop s's pages waiting for write-back (the sequence
  * goes; they were never synced) */
 void stream_wb_free(kvf_store *st, struct stream *s);
-/* stream_stripe - the stripe group g of stream sid goes to */
+/* stream_stripe - the stripe index entry g of stream sid goes to */
 uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
 /* streams per sequence: K/V, X, K^T, and all of them */
 uint32_t seq_n_kv_streams(kvf_store *st);
@@ -48,7 +48,8 @@ struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
  * allocated */
 struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid);
 /* seq_stream_groups - entries stream sid must have for seq's lengths:
- * token groups for K/V/X, complete blocks * kt_groups for K^T */
+ * tokens_entries for K/V/X (engine/base/group.h), complete blocks *
+ * kt_groups for K^T */
 uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid);
 /* seq_h2o_alloc - the H2O score arrays, on first use */
 kvf_status seq_h2o_alloc(kvf_store *st, struct seq *seq);

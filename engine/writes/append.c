@@ -19,6 +19,7 @@
 #include "compute/kernels.h"
 #include "engine/cleaning/cleaner.h"
 #include "engine/base/fatal.h"
+#include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/writes/kt.h"
 #include "engine/segments/openseg.h"
@@ -41,28 +42,35 @@ struct src_stream {
 	int waits;                 /* its sealed groups wait for write-back */
 };
 
-/* seal - place stream s's full group g (in its group buffer) on media */
+/* seal - place the first n_pages entries of stream s's group g, which
+ * its group buffer holds with `tokens` tokens, on media */
 static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
-		       uint32_t sid, uint64_t g, uint32_t tokens)
+		       uint32_t sid, uint64_t g, uint32_t tokens,
+		       uint32_t n_pages)
 {
-	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
-	uint32_t replaces = g < s->n_groups ? stream_page(s, g).addr : ADDR_NONE;
-	struct page_ref ref;
-	kvf_status rc;
+	size_t used = (size_t)tokens * st->row_bytes;
+	kvf_status rc = KVF_OK;
 
-	if (tokens < st->group_tokens) /* zero the rest of a partial page */
-		memset(s->gbuf + (size_t)tokens * st->row_bytes, 0,
-		       (size_t)(st->group_tokens - tokens) * st->row_bytes);
-	rc = openseg_place(st, seq, stream_stripe(st, sid, g), s->gbuf, key,
-			   replaces, &ref);
-	if (rc != KVF_OK)
-		return rc;
-	stream_set_group(s, g, ref);
-	return KVF_OK;
+	if (tokens < st->group_tokens) /* zero the rest of a partial group */
+		memset(s->gbuf + used, 0, group_buf_bytes(st) - used);
+	for (uint32_t p = 0; p < n_pages && rc == KVF_OK; p++) {
+		uint64_t e = group_entry(st, g) + p;
+		struct page_key key = page_key_make(seq->id, sid, (uint32_t)e);
+		uint32_t replaces = e < s->n_groups ? stream_page(s, e).addr
+						    : ADDR_NONE;
+		struct page_ref ref;
+
+		rc = openseg_place(st, seq, stream_stripe(st, sid, e),
+				   s->gbuf + (size_t)p * st->hdr.page_size, key,
+				   replaces, &ref);
+		if (rc == KVF_OK)
+			stream_set_group(s, e, ref);
+	}
+	return rc;
 }
 
 /* seal_direct - gather G rows (stride bytes apart) into a page of the
- * open segment as stream s's group g */
+ * open segment as stream s's group g (a group of one page) */
 static kvf_status seal_direct(kvf_store *st, struct seq *seq, struct stream *s,
 			      uint32_t sid, uint64_t g, const unsigned char *rows,
 			      size_t stride)
@@ -97,7 +105,7 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 	if (s->gbuf)
 		return KVF_OK;
 	if (tokens % st->group_tokens != 0) {
-		uint32_t addr = stream_page(s, tokens / st->group_tokens).addr;
+		uint32_t addr = stream_page(s, group_entry(st, tokens / st->group_tokens)).addr;
 		uint32_t segid = addr_seg(addr, st->page_bits);
 
 		return kvf_fail(KVF_ECORRUPT,
@@ -106,7 +114,7 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 				seg_stripe(st, segid),
 				addr_page(addr, st->page_bits));
 	}
-	return stream_gbuf_alloc(st, s, st->hdr.page_size);
+	return stream_gbuf_alloc(st, s, group_buf_bytes(st));
 }
 
 /*
@@ -120,7 +128,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				 uint64_t tokens, uint32_t n, uint32_t kt_layer,
 				 const char *call)
 {
-	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	uint32_t G = st->group_tokens, rb = st->row_bytes, P = st->group_pages;
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
@@ -131,12 +139,12 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	for (uint32_t i = 0; i < n_src; i++)
 		src[i].waits = 0;
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
-		if ((rc = stream_reserve(st, src[i].s, g0 + k + 1)) == KVF_OK &&
+		if ((rc = stream_reserve(st, src[i].s, (g0 + k + 1) * P)) == KVF_OK &&
 		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK)
-			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k,
+			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k * P,
 					&src[i].waits);
-		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
-			own);
+		wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P, src[i].waits,
+			pages, own);
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
@@ -165,7 +173,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			uint32_t at = (uint32_t)(t % G);
 			uint32_t m = G - at < n - done ? G - at : n - done;
 
-			if (at == 0 && m == G && !waits) {
+			if (at == 0 && m == G && !waits && P == 1) {
 				/* a whole group: gather it straight into the
 				 * segment, skipping the group buffer */
 				rc = seal_direct(st, seq, s, src[i].sid, t / G,
@@ -183,13 +191,16 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			done += m;
 			t += m;
 			if (at + m == G && waits) {
-				rc = wb_seal(st, seq, s, src[i].sid, t / G - 1);
+				for (uint32_t p = 0; p < P && rc == KVF_OK; p++)
+					rc = wb_seal(st, seq, s, src[i].sid,
+						     (t / G - 1) * P + p,
+						     s->gbuf + (size_t)p * st->hdr.page_size);
 				s->tail_written = 0;
 			} else if (at + m == G) {
-				rc = seal(st, seq, s, src[i].sid, t / G - 1, G);
+				rc = seal(st, seq, s, src[i].sid, t / G - 1, G, P);
 				s->tail_written = 0;
 				atomic_fetch_add(&st->c.data_bytes,
-						 st->hdr.page_size);
+						 group_buf_bytes(st));
 			}
 		}
 	}
@@ -417,8 +428,13 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
 
 		wb_flush_plan(s, pages, own);
-		if (tail_pending(st, s, tokens))
-			pages[stream_stripe(st, sid, tokens / st->group_tokens)]++;
+		if (tail_pending(st, s, tokens)) {
+			uint64_t e = group_entry(st, tokens / st->group_tokens);
+			uint32_t np = group_fill_pages(st, tokens % st->group_tokens);
+
+			for (uint32_t p = 0; p < np; p++)
+				pages[stream_stripe(st, sid, e + p)]++;
+		}
 	}
 	rc = openseg_reserve(st, seq, pages, own, "partial groups");
 	if (rc != KVF_OK)
@@ -434,10 +450,13 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		if ((rc = wb_flush(st, seq, s, sid)) != KVF_OK ||
 		    !tail_pending(st, s, tokens))
 			continue;
-		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail);
+		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail,
+			  group_fill_pages(st, tail));
 		if (rc == KVF_OK) {
 			s->tail_written = tail;
-			atomic_fetch_add(&st->c.padding_bytes, st->hdr.page_size);
+			atomic_fetch_add(&st->c.padding_bytes,
+					 (uint64_t)group_fill_pages(st, tail) *
+						 st->hdr.page_size);
 		}
 	}
 	seg_unreserve(st, seq);

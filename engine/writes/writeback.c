@@ -249,7 +249,7 @@ kvf_status wb_flush_seq(kvf_store *st, struct seq *seq, const char *call)
 }
 
 kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
-		   uint32_t sid, uint64_t g)
+		   uint32_t sid, uint64_t g, const unsigned char *src)
 {
 	struct wb_run *w = s->wb;
 	unsigned char *page;
@@ -258,7 +258,7 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	if (w->n && g != w->first + w->n && (rc = wb_flush(st, seq, s, sid)) != KVF_OK)
 		return rc;
 	page = w->spare[--w->n_spare]; /* wb_prepare made it */
-	memcpy(page, s->gbuf, st->hdr.page_size);
+	memcpy(page, src, st->hdr.page_size);
 	atomic_fetch_add(&st->c.wb_bytes, st->hdr.page_size);
 	if (w->n == 0) {
 		w->first = g;

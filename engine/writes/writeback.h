@@ -29,7 +29,7 @@ int wb_enabled(kvf_store *st, const struct seq *seq, uint32_t sid);
 int wb_long(uint64_t k);
 
 /*
- * wb_prepare - before an append seals k groups of s: *waits says whether
+ * wb_prepare - before an append seals k index entries (pages) of s: *waits says whether
  * they wait for write-back (the stream may, the append is short and the
  * tier has room); if so their pages are made and counted now, so that
  * wb_seal cannot fail for memory.  wb_unprepare gives back what an
@@ -40,7 +40,7 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 void wb_unprepare(kvf_store *st, struct stream *s);
 
 /*
- * wb_plan - count on pages[stripe] what sealing groups [g0, g0 + k) of s
+ * wb_plan - count on pages[stripe] what sealing entries [g0, g0 + k) of s
  * needs of the media: with waits, the runs that fill and the new pages
  * that go on waiting (so that an append is refused KVF_ENOSPC as it
  * would be without the tier); else the waiting run and every group.  On
@@ -51,13 +51,14 @@ void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own);
 
 /*
- * wb_seal - s's group g, full in its group buffer, waits for write-back
+ * wb_seal - s's index entry g, the page at src (a page of a full group in
+ * its group buffer; engine/base/group.h), waits for write-back
  * (wb_prepare said so); a run that fills is placed.  A page placed
- * supersedes what the index has for its group then.
+ * supersedes what the index has for its entry then.
  * Return: KVF_OK; the placement's error (KVF_ENOSPC, KVF_EFATAL).
  */
 kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
-		   uint32_t sid, uint64_t g);
+		   uint32_t sid, uint64_t g, const unsigned char *src);
 
 /*
  * Admission (kvf_options.admit_tokens): a sequence kvf_seq_create made

@@ -102,7 +102,8 @@ class StoreInfo(ctypes.Structure):
                 ("n_stripes", c_u32), ("data_pages_per_segment", c_u32),
                 ("capacity_bytes", c_u64), ("media", c_i32),
                 ("kt_pages", c_u32), ("store_id", c_u64),
-                ("read_only", c_u32)]
+                ("read_only", c_u32), ("group_pages", c_u32),
+                ("group_bytes", c_u32)]
 
 
 class SeqInfo(ctypes.Structure):

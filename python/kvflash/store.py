@@ -112,6 +112,7 @@ class Store(ReuseCalls):
         self.dtype_code = m["dtype"]
         self.dtype = A.DTYPE_NAMES[self.dtype_code]
         self.group_tokens = info["group_tokens"]
+        self.group_pages = info["group_pages"]
         self.kind = tensor or kind or (
             "torch" if A._torch() is not None else "numpy")
         self._row = self.head_dim * A.ELT_BYTES[self.dtype_code]

@@ -123,7 +123,7 @@ run info "$S"
 expect_rc 0
 expect_no_stderr
 expect_stdout_has "^store +$S\$"
-expect_stdout_has '^format +version 3 \(library [0-9]+\.[0-9]+\.[0-9]+\)$'
+expect_stdout_has '^format +version 4 \(library [0-9]+\.[0-9]+\.[0-9]+\)$'
 expect_stdout_has '^model +3 layers, 4 query heads, 2 KV heads, head_dim 64, f16$'
 expect_stdout_has '^pages +4096 bytes, 32 tokens of one head per K/V page$'
 expect_stdout_has '^segments +64\.0 KiB each \(15 data pages and a summary\); 2 stripes x 32 = 64 segments$'

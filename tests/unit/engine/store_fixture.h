@@ -331,6 +331,7 @@ struct attn_fx {
 	kvf_store *st;    /* open in fx.dir */
 	kvf_dtype dt;     /* of K, V and X */
 	uint32_t qh, kvh; /* query and KV heads */
+	uint32_t dim;     /* head_dim: DIM unless fx_attn_open_shape */
 	uint64_t rng;     /* fx_urand's state, seeded by rng_seed */
 };
 
@@ -349,6 +350,12 @@ struct attn_fx fx_attn_open(const char *name, kvf_dtype dt, uint32_t qh,
 /* fx_attn_open_kt - fx.dir/name, f16, 4 query and 2 KV heads, K^T pages
  * on, 256 KiB segments in 2 stripes, 128 MiB; rng seeded as "sparf" */
 struct attn_fx fx_attn_open_kt(const char *name);
+/* fx_attn_open_shape - fx.dir/name for heads of dim elements on pages
+ * of page_size, K^T pages when kt, 512 KiB segments in 2 stripes,
+ * 256 MiB, 3 worker threads; rng seeded as "shape" */
+struct attn_fx fx_attn_open_shape(const char *name, kvf_dtype dt, uint32_t qh,
+				  uint32_t kvh, uint32_t dim,
+				  uint32_t page_size, int kt);
 /* fx_attn_append - n tokens of random K and V to every layer of seq */
 void fx_attn_append(struct attn_fx *f, uint64_t seq, uint32_t n);
 /* fx_attn_reference - softmax(q.K^T * scale) V in double, per query head,

@@ -49,7 +49,7 @@ struct attn_fx fx_attn_open(const char *name, kvf_dtype dt, uint32_t qh,
 {
 	kvf_model m = { LAYERS, qh, kvh, DIM, dt };
 	kvf_options o = fx_options_for(&m, 128 * 1024, 64ull << 20, 2);
-	struct attn_fx f = { .dt = dt, .qh = qh, .kvh = kvh };
+	struct attn_fx f = { .dt = dt, .qh = qh, .kvh = kvh, .dim = DIM };
 
 	o.n_threads = 3;
 	f.rng = rng_seed("attend");
@@ -58,9 +58,26 @@ struct attn_fx fx_attn_open(const char *name, kvf_dtype dt, uint32_t qh,
 	return f;
 }
 
+struct attn_fx fx_attn_open_shape(const char *name, kvf_dtype dt, uint32_t qh,
+				  uint32_t kvh, uint32_t dim,
+				  uint32_t page_size, int kt)
+{
+	kvf_model m = { LAYERS, qh, kvh, dim, dt };
+	kvf_options o = fx_options_for(&m, 512 * 1024, 256ull << 20, 2);
+	struct attn_fx f = { .dt = dt, .qh = qh, .kvh = kvh, .dim = dim };
+
+	o.page_size = page_size;
+	o.kt_pages = kt ? 1 : 0;
+	o.n_threads = 3;
+	f.rng = rng_seed("shape");
+	cr_assert(eq(int, kvf_open(tmp_path(fx.dir, name), &o, &f.st), KVF_OK),
+		  "%s", kvf_last_error());
+	return f;
+}
+
 void fx_attn_append(struct attn_fx *f, uint64_t seq, uint32_t n)
 {
-	size_t cnt = (size_t)n * f->kvh * DIM;
+	size_t cnt = (size_t)n * f->kvh * f->dim;
 	void *k = malloc(cnt * fx_elt_size(f->dt) + 4),
 	     *v = malloc(cnt * fx_elt_size(f->dt) + 4);
 
@@ -81,12 +98,12 @@ void fx_attn_reference(struct attn_fx *f, uint64_t seq, uint32_t layer,
 		       uint64_t t0, double *out, double *lse, double *probs)
 {
 	uint64_t len;
-	uint32_t d = f->qh / f->kvh;
+	uint32_t d = f->qh / f->kvh, D = f->dim;
 
 	cr_assert(eq(int, kvf_seq_len(f->st, seq, layer, &len), KVF_OK));
 	for (uint32_t kh = 0; kh < f->kvh; kh++) {
 		size_t bytes =
-			(size_t)(len ? len : 1) * DIM * fx_elt_size(f->dt);
+			(size_t)(len ? len : 1) * D * fx_elt_size(f->dt);
 		void *k = malloc(bytes), *v = malloc(bytes);
 
 		cr_assert(eq(int, kvf_read(f->st, seq, layer, kh, 0, len, k, v),
@@ -103,9 +120,9 @@ void fx_attn_reference(struct attn_fx *f, uint64_t seq, uint32_t layer,
 					s[t] = -INFINITY;
 					continue;
 				}
-				for (uint32_t e = 0; e < DIM; e++)
-					dot += (double)q[h * DIM + e] * scale *
-					       fx_to_f(f->dt, k, t * DIM + e);
+				for (uint32_t e = 0; e < D; e++)
+					dot += (double)q[h * D + e] * scale *
+					       fx_to_f(f->dt, k, t * D + e);
 				s[t] = dot;
 				if (dot > m)
 					m = dot;
@@ -113,15 +130,15 @@ void fx_attn_reference(struct attn_fx *f, uint64_t seq, uint32_t layer,
 			for (uint64_t t = t0; t < len; t++)
 				if (s[t] > -INFINITY)
 					l += exp(s[t] - m);
-			for (uint32_t e = 0; e < DIM; e++) {
+			for (uint32_t e = 0; e < D; e++) {
 				double acc = 0;
 
 				for (uint64_t t = t0; t < len; t++)
 					if (s[t] > -INFINITY)
 						acc += exp(s[t] - m) *
 						       fx_to_f(f->dt, v,
-							       t * DIM + e);
-				out[h * DIM + e] = l > 0 ? acc / l : 0;
+							       t * D + e);
+				out[h * D + e] = l > 0 ? acc / l : 0;
 			}
 			lse[h] = l > 0 ? m + log(l) : -INFINITY;
 			if (probs)
@@ -151,7 +168,8 @@ struct attn_fx fx_attn_open_kt(const char *name)
 {
 	kvf_model m = { LAYERS, 4, 2, DIM, KVF_DTYPE_F16 };
 	kvf_options o = fx_options_for(&m, 256 * 1024, 128ull << 20, 2);
-	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = 4, .kvh = 2 };
+	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = 4, .kvh = 2,
+			     .dim = DIM };
 
 	o.kt_pages = 1;
 	f.rng = rng_seed("sparf");

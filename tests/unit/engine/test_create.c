@@ -321,7 +321,7 @@ Test(create, leftovers_stay_on_a_refused_create)
 	cr_assert(eq(int, kvf_open(path, NULL, &st), KVF_EINVAL));
 	cr_assert(fx_path_exists(tmp_path(path, "stripe-000.kvf")),
 		  "an open without options removed the leftovers");
-	o.model.head_dim = 3;
+	o.model.head_dim = 2000;
 	cr_assert(eq(int, kvf_open(path, &o, &st), KVF_EINVAL));
 	cr_assert(fx_path_exists(tmp_path(path, "stripe-000.kvf")),
 		  "an open with a bad model removed the leftovers");

@@ -31,7 +31,8 @@ Test(inspect, store_info)
 	kvf_store_info si = { .struct_size = sizeof(si) };
 
 	cr_assert(eq(int, kvf_store_info_get(st, &si), KVF_OK));
-	cr_assert(eq(u32, si.format_version, 3));
+	cr_assert(eq(u32, si.format_version, 4));
+	cr_assert(eq(u32, si.group_pages, 1));
 	cr_assert(eq(u32, si.library_version, kvf_version_number()));
 	cr_assert(eq(u32, si.model.n_layers, LAYERS));
 	cr_assert(eq(u32, si.model.n_q_heads, QH));

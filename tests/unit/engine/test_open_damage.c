@@ -121,17 +121,39 @@ Test(open_damage, header)
 		refused(KVF_EVERSION, msg);
 	}
 
+	/* a token group other than the model's, or a codec, is damage */
+	bad = good;
+	bad.group_tokens += 1;
+	bad.checksum = header_sum(&bad);
+	header_rw(&bad, 1);
+	refused(KVF_ECORRUPT, "token group of");
+	bad = good;
+	bad.codec = 1;
+	bad.checksum = header_sum(&bad);
+	header_rw(&bad, 1);
+	refused(KVF_ECORRUPT, "codec 1");
+
+	/* a format-3 header of a head whose rows do not divide the page
+	 * describes no store format 3 made */
+	bad = good;
+	bad.format_version = 3;
+	bad.head_dim = 80;
+	bad.checksum = header_sum(&bad);
+	header_rw(&bad, 1);
+	refused(KVF_ECORRUPT, "rows of 160 bytes that do not divide");
+
 	/* an older format: refused by version once the header checks out */
 	bad = good;
-	bad.format_version = STORE_FORMAT_VERSION - 1;
+	bad.format_version = STORE_FORMAT_OLDEST - 1;
 	bad.checksum = header_sum(&bad);
 	header_rw(&bad, 1);
 	{
-		char msg[96];
+		char msg[128];
 
 		snprintf(msg, sizeof(msg),
-			 "has format version %u, which this library no longer reads (it reads %u)",
-			 STORE_FORMAT_VERSION - 1, STORE_FORMAT_VERSION);
+			 "has format version %u, which this library no longer reads (it reads %u to %u)",
+			 STORE_FORMAT_OLDEST - 1, STORE_FORMAT_OLDEST,
+			 STORE_FORMAT_VERSION);
 		refused(KVF_EVERSION, msg);
 	}
 

@@ -99,7 +99,7 @@ static void head_dim_big(kvf_options *o)
 
 static void head_dim_odd(kvf_options *o)
 {
-	o->model.head_dim = 48;
+	o->model.head_dim = 1025; /* one past KVF_HEAD_DIM_MAX */
 }
 
 static void seg_0(kvf_options *o)
@@ -189,9 +189,9 @@ static const struct bad_option bad_options[] = {
 	  "page_size 131072 must be" },
 	{ "head_dim 0", head_dim_0, KVF_EINVAL, "model.head_dim 0" },
 	{ "head_dim 4096", head_dim_big, KVF_EINVAL,
-	  "model.head_dim 4096: one token of a head (8192 bytes) must divide the page size 4096" },
-	{ "head_dim 48", head_dim_odd, KVF_EINVAL,
-	  "model.head_dim 48: one token of a head (96 bytes)" },
+	  "model.head_dim 4096 out of range (1..1024)" },
+	{ "head_dim 1025", head_dim_odd, KVF_EINVAL,
+	  "model.head_dim 1025 out of range (1..1024)" },
 	{ "segment_size 0", seg_0, KVF_EINVAL,
 	  "segment_size 0 must be 4 to 65536 pages of 4096 bytes" },
 	{ "segment_size unaligned", seg_unaligned, KVF_EINVAL,
@@ -419,8 +419,8 @@ static const struct bad_field bad_fields[] = {
 	  "are for media KVF_MEDIA_FILE" },
 	{ "model.n_layers 0", layers_0, "model.n_layers 0",
 	  "out of range (1..65535)" },
-	{ "model.head_dim 48", head_dim_odd, "model.head_dim 48",
-	  "must divide the page size 4096" },
+	{ "model.head_dim 1025", head_dim_odd, "model.head_dim 1025",
+	  "out of range (1..1024)" },
 	{ "model.n_q_heads 5", q_heads_5, "model.n_q_heads 5",
 	  "must be a multiple of n_kv_heads 2" },
 	{ "n_threads 2^30", threads_huge, "n_threads 1073741824",
