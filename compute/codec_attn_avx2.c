@@ -330,6 +330,9 @@ KVC_INLINE void fold_heads(struct kvc_attn_state *st, uint32_t h0,
 	uint8_t tl[B];
 	float s[8 * B];
 
+	/* V's scales (and zero points) sit past its codes: fetch them
+	 * while the query takes K's in */
+	prefetch_rows(vg + vl->scales_off, vl->group_bytes - vl->scales_off);
 	kq_make(&kq, kl, kg, q + h0 * st->head_dim, (uint32_t)NH, c);
 	for (uint32_t b0 = 0; b0 < n; b0 += B) {
 		uint32_t nb = n - b0 < B ? n - b0 : B;
