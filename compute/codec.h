@@ -136,6 +136,8 @@ typedef void kvc_codec_scores_fn(const struct kvc_codec_layout *kl,
  * code conversion.
  * @kl, @vl: the layouts of the two groups (same codec, G and D as st).
  * @mask, @scores, @scores_stride: as attn_fold, over the n tokens.
+ * Uses up to about 45 KiB of stack (the query of 8 heads of up to
+ * KVC_CODEC_MAX_DIM dims with K's scales folded in), no allocation.
  */
 typedef void kvc_codec_fold_fn(struct kvc_attn_state *st, const float *q,
 			       const struct kvc_codec_layout *kl,

@@ -270,7 +270,7 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 			   kvf_codec c, float *s, int NH)
 {
 	size_t D = st->head_dim;
-	float p[8 * B], w[8 * B], vs[B], vz[B], bias[8];
+	float p[8 * B], w[8 * B], vs[B], vz[B] = { 0 }, bias[8];
 
 	/* the V rows, wanted after the scores: fetch them meanwhile */
 	for (uint32_t j = 0; j < nt; j++)
@@ -284,12 +284,24 @@ KVC_INLINE void fold_block(struct kvc_attn_state *st, uint32_t h0,
 		softmax_block(s + h * B, p + h * B, nt, st->m + h0 + h,
 			      st->l + h0 + h, st->acc + (h0 + h) * D, D);
 	block_meta(vl, vg, tb, c, vs, vz);
-	for (int h = 0; h < NH; h++) {
-		bias[h] = 0.0f;
-		for (uint32_t j = 0; j < nt; j++) {
-			w[h * B + j] = p[h * B + j] * vs[tl[j]];
+	if (nt == B) { /* a whole block, nothing masked: tl[j] == j */
+		__m256 sv = _mm256_loadu_ps(vs), zv = _mm256_loadu_ps(vz);
+
+		for (int h = 0; h < NH; h++) {
+			__m256 pv = _mm256_loadu_ps(p + h * B);
+
+			_mm256_storeu_ps(w + h * B, _mm256_mul_ps(pv, sv));
 			if (c == KVF_CODEC_INT4)
-				bias[h] += p[h * B + j] * vz[tl[j]];
+				bias[h] = hsum8(_mm256_mul_ps(pv, zv));
+		}
+	} else {
+		for (int h = 0; h < NH; h++) {
+			bias[h] = 0.0f;
+			for (uint32_t j = 0; j < nt; j++) {
+				w[h * B + j] = p[h * B + j] * vs[tl[j]];
+				if (c == KVF_CODEC_INT4)
+					bias[h] += p[h * B + j] * vz[tl[j]];
+			}
 		}
 	}
 	accumulate_v(st->acc + h0 * D, D, vl, vg, tb, tl, nt, w, c, NH);
@@ -330,6 +342,9 @@ KVC_INLINE void fold_heads(struct kvc_attn_state *st, uint32_t h0,
 	uint8_t tl[B];
 	float s[8 * B];
 
+	/* V's scales (and zero points) sit past its codes: fetch them
+	 * while the query takes K's in */
+	prefetch_rows(vg + vl->scales_off, vl->group_bytes - vl->scales_off);
 	kq_make(&kq, kl, kg, q + h0 * st->head_dim, (uint32_t)NH, c);
 	for (uint32_t b0 = 0; b0 < n; b0 += B) {
 		uint32_t nb = n - b0 < B ? n - b0 : B;
