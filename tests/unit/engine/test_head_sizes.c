@@ -12,11 +12,13 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "engine/base/catalog.h"
 #include "engine/base/meta.h"
@@ -473,3 +475,77 @@ Test(head_sizes, engine_192_f16) { engine_for(192, KVF_DTYPE_F16); }
 Test(head_sizes, engine_192_f32) { engine_for(192, KVF_DTYPE_F32); }
 Test(head_sizes, engine_256_f16) { engine_for(256, KVF_DTYPE_F16); }
 Test(head_sizes, engine_256_f32) { engine_for(256, KVF_DTYPE_F32); }
+
+/* ---- a store of format 3 ------------------------------------------------- */
+
+/* as_format_3 - make the store at path look as format 3 made it: the
+ * header without group fields (format 4 adds nothing else on media), and
+ * the catalog's copy of it */
+static void as_format_3(const char *path)
+{
+	struct store_header h;
+	struct catalog *c = NULL;
+	struct catalog_batch *b = catalog_batch_new();
+	unsigned char tag = META_TAG_CONFIG;
+	int fd = open(tmp_path(path, STORE_HEADER_FILE), O_RDWR);
+
+	cr_assert(fd >= 0 && b != NULL);
+	cr_assert(eq(int, (int)pread(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	cr_assert(eq(u32, h.format_version, 4));
+	h.format_version = 3;
+	h.group_tokens = h.group_pages = h.group_bytes = h.codec = 0;
+	h.checksum = XXH3_64bits(&h, offsetof(struct store_header, checksum));
+	cr_assert(eq(int, (int)pwrite(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	close(fd);
+	OK(catalog_open(tmp_path(path, "meta"), 0, 0, CATALOG_FSYNC, &c));
+	catalog_batch_put(b, &tag, 1, &h, sizeof(h));
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+}
+
+Test(head_sizes, format_3_store_opens_reads_the_same_and_grows)
+{
+	struct shape_run r = { 0 };
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	char path[4096];
+	float q[SH_QH * DIM], before[SH_QH * DIM], after[SH_QH * DIM];
+	uint64_t n = 2 * 32 + 5;
+
+	r.f = fx_attn_open_shape("old", KVF_DTYPE_F16, SH_QH, SH_KVH, DIM,
+				 4096, 0);
+	snprintf(path, sizeof(path), "%s", tmp_path(fx.dir, "old"));
+	r.row = DIM * 2;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		r.k[l] = malloc((n + 3) * SH_KVH * r.row);
+		r.v[l] = malloc((n + 3) * SH_KVH * r.row);
+	}
+	OK(kvf_seq_create(r.f.st, 1));
+	keep_append(&r, 1, 0, (uint32_t)n, 1);
+	for (uint32_t j = 0; j < SH_QH * DIM; j++)
+		q[j] = fx_urand(&r.f.rng);
+	OK(kvf_attend(r.f.st, 1, 1, q, before, NULL));
+	OK(kvf_close(r.f.st));
+
+	as_format_3(path);
+	OK(kvf_open(path, NULL, &r.f.st));
+	OK(kvf_store_info_get(r.f.st, &si));
+	cr_assert(eq(u32, si.format_version, 3));
+	cr_assert(eq(u32, si.group_tokens, 32));
+	cr_assert(eq(u32, si.group_pages, 1));
+	reads_same(&r, r.f.st, 1, n, "format 3");
+	OK(kvf_attend(r.f.st, 1, 1, q, after, NULL));
+	cr_assert(eq(int, memcmp(before, after, sizeof(before)), 0));
+	/* it grows, and stays format 3 */
+	keep_append(&r, 1, n, 3, 1);
+	OK(kvf_close(r.f.st));
+	OK(kvf_open(path, NULL, &r.f.st));
+	OK(kvf_store_info_get(r.f.st, &si));
+	cr_assert(eq(u32, si.format_version, 3));
+	reads_same(&r, r.f.st, 1, n + 3, "format 3 grown");
+	OK(kvf_close(r.f.st));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		free(r.k[l]);
+		free(r.v[l]);
+	}
+}
