@@ -1,7 +1,7 @@
 /*
  * test_mpi.c - kvflash_mpi under mpirun -np 4: results equal to a single
  * store's (within 1e-5 relative), for head and token sharding, before
- * and after a reopen; every bad placement or argument refused with its
+ * and after a reopen, at head sizes 32, 80 and 192; every bad placement or argument refused with its
  * status and message on every rank, changing nothing; ranks that
  * disagree on a length refused until a reopen cuts them back; and a
  * repair cut short by a crash finished at the next open.
@@ -15,6 +15,7 @@
 #include "mpi_test.h"
 
 static const kvf_model model = { 2, 8, 4, 32, KVF_DTYPE_F32 };
+#define HD_MAX 192 /* the largest head_dim of a run (good_path, check) */
 static const uint32_t chunks[] = { 37, 1, 1, 1, 1, 1, 1, 50, 3, 17 };
 #define N_CHUNKS (sizeof(chunks) / sizeof(chunks[0]))
 
@@ -98,8 +99,8 @@ static void compare(kvf_mpi_store *st, kvf_store *ref, const struct run *run,
 	const kvf_model *m = &run->m;
 	uint32_t nq = m->n_q_heads, hd = m->head_dim;
 	size_t row = (size_t)hd * (m->dtype == KVF_DTYPE_F32 ? 4 : 2);
-	float q[8 * 32], out[8 * 32], want[8 * 32], lse[8], lse_want[8];
-	float kr[120 * 32], vr[120 * 32], kw[120 * 32], vw[120 * 32];
+	float q[8 * HD_MAX], out[8 * HD_MAX], want[8 * HD_MAX], lse[8], lse_want[8];
+	float kr[120 * HD_MAX], vr[120 * HD_MAX], kw[120 * HD_MAX], vw[120 * HD_MAX];
 	uint64_t windows[] = { 0, 40, 1 };
 	kvf_attn_opts o, ro;
 	kvf_mpi_stats before = { .struct_size = sizeof(before) },
@@ -165,8 +166,8 @@ static void good_path(const char *base, kvf_mpi_shard shard,
 	char dir[4096];
 	kvf_mpi_store *st = NULL;
 	kvf_store *ref = NULL;
-	float k[50 * 4 * 32], v[50 * 4 * 32];
-	uint16_t kh[50 * 4 * 32], vh[50 * 4 * 32];
+	float k[50 * 4 * HD_MAX], v[50 * 4 * HD_MAX];
+	uint16_t kh[50 * 4 * HD_MAX], vh[50 * 4 * HD_MAX];
 	const void *kb, *vb;
 	uint64_t len;
 	kvf_status rc;
@@ -575,6 +576,22 @@ int main(int argc, char **argv)
 	}
 	if (three.comm != MPI_COMM_NULL)
 		MPI_Comm_free(&three.comm);
+	/* head sizes whose token groups are no power of two (80 in f16: 25
+	 * tokens a page) or take several pages (80 in f32: 2; 192 in f16:
+	 * 2), under both policies (blocks of 16 tokens cut their groups) */
+	{
+		struct run odd[] = {
+			{ MPI_COMM_WORLD, 4, 0, { 2, 8, 4, 80, KVF_DTYPE_F16 }, "f16x4-hd80" },
+			{ MPI_COMM_WORLD, 4, 1, { 2, 8, 4, 80, KVF_DTYPE_F32 }, "f32x4-hd80" },
+			{ MPI_COMM_WORLD, 4, 3, { 2, 8, 4, 192, KVF_DTYPE_F16 }, "f16x4-hd192" },
+		};
+
+		for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+			for (int shard = 0; shard < 2; shard++) {
+				good_path(argv[1], (kvf_mpi_shard)shard, &odd[i]);
+				MPI_Barrier(MPI_COMM_WORLD);
+			}
+	}
 	refusals(argv[1]);
 	repair_resume(argv[1]);
 	disagree(argv[1], KVF_MPI_SHARD_HEAD);

@@ -12,10 +12,13 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "engine/base/catalog.h"
 #include "engine/base/meta.h"
@@ -155,3 +158,394 @@ Test(head_sizes, sweep_f32_4k) { sweep(KVF_DTYPE_F32, 4096); }
 Test(head_sizes, sweep_f16_64k) { sweep(KVF_DTYPE_F16, 65536); }
 Test(head_sizes, sweep_bf16_64k) { sweep(KVF_DTYPE_BF16, 65536); }
 Test(head_sizes, sweep_f32_64k) { sweep(KVF_DTYPE_F32, 65536); }
+
+#undef G /* store_fixture.h's, for its own head size */
+
+/* ---- the engine for the head sizes of real models ---------------------------- */
+
+#define SH_QH 4
+#define SH_KVH 2
+
+/* struct shape_run - a store of one head size and the K/V appended to
+ * its sequence 1, kept to check reads bit for bit */
+struct shape_run {
+	struct attn_fx f;
+	uint32_t row;           /* bytes of one token of one head */
+	uint32_t GT;             /* tokens of a group */
+	uint64_t n;             /* tokens of sequence 1 */
+	unsigned char *k[LAYERS], *v[LAYERS]; /* [n][SH_KVH][dim] */
+};
+
+/* keep_append - n tokens of random K and V to every layer of seq, kept
+ * from token t0 of r's copies (NULL: not kept) */
+static void keep_append(struct shape_run *r, uint64_t seq, uint64_t t0,
+			uint32_t n, int keep)
+{
+	size_t cnt = (size_t)n * SH_KVH * r->f.dim, eb = fx_elt_size(r->f.dt);
+	unsigned char *k = malloc(cnt * eb + 4), *v = malloc(cnt * eb + 4);
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		for (size_t i = 0; i < cnt; i++) {
+			fx_put_f(r->f.dt, k, i, fx_urand(&r->f.rng));
+			fx_put_f(r->f.dt, v, i, fx_urand(&r->f.rng));
+		}
+		cr_assert(eq(int, kvf_append(r->f.st, seq, l, n, k, v), KVF_OK),
+			  "%s", kvf_last_error());
+		if (keep) {
+			memcpy(r->k[l] + t0 * SH_KVH * r->row, k, cnt * eb);
+			memcpy(r->v[l] + t0 * SH_KVH * r->row, v, cnt * eb);
+		}
+	}
+	free(k);
+	free(v);
+}
+
+/* reads_same - kvf_read of seq's tokens [0, n) of every layer and head
+ * equals the kept rows [0, n) (of r->k/v, or of k/v when given) */
+static void reads_same(struct shape_run *r, kvf_store *st, uint64_t seq,
+		       uint64_t n, const char *what)
+{
+	unsigned char *ko = malloc(n * r->row + 1), *vo = malloc(n * r->row + 1);
+
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < SH_KVH; h++) {
+			cr_assert(eq(int, kvf_read(st, seq, l, h, 0, n, ko, vo),
+				     KVF_OK), "%s: %s", what, kvf_last_error());
+			for (uint64_t t = 0; t < n; t++) {
+				size_t at = (t * SH_KVH + h) * r->row;
+
+				cr_assert(eq(int, memcmp(ko + t * r->row,
+							 r->k[l] + at, r->row), 0),
+					  "%s: K layer %u head %u token %llu",
+					  what, l, h, (unsigned long long)t);
+				cr_assert(eq(int, memcmp(vo + t * r->row,
+							 r->v[l] + at, r->row), 0),
+					  "%s: V layer %u head %u token %llu",
+					  what, l, h, (unsigned long long)t);
+			}
+		}
+	free(ko);
+	free(vo);
+}
+
+/* dense_ok - kvf_attend (default scale: 1/sqrt(the real head_dim)) of
+ * seq equals the double reference; the output into out */
+static void dense_ok(struct shape_run *r, uint64_t seq, const float *q,
+		     float *out)
+{
+	uint32_t D = r->f.dim;
+	double *rout = malloc(SH_QH * D * sizeof(double)), rlse[SH_QH];
+	float lse[SH_QH];
+	kvf_attn_opts o;
+
+	kvf_attn_opts_init(&o);
+	o.lse = lse;
+	cr_assert(eq(int, kvf_attend(r->f.st, seq, 1, q, out, &o), KVF_OK),
+		  "%s", kvf_last_error());
+	fx_attn_reference(&r->f, seq, 1, q, 1.0f / sqrtf((float)D), NULL, 0,
+			  rout, rlse, NULL);
+	fx_check_close(out, rout, SH_QH * D, 2e-5, "dense");
+	for (uint32_t h = 0; h < SH_QH; h++)
+		cr_assert(le(dbl, fabs(lse[h] - rlse[h]), 1e-4), "lse[%u]", h);
+	free(rout);
+}
+
+static void engine_for(uint32_t dim, kvf_dtype dt)
+{
+	struct shape_run r = { 0 };
+	uint32_t D = dim, GT;
+	uint64_t n, nf;
+	float *q, *out, *out2, *qq, *probs;
+	double *rout, *rp, rlse[2 * SH_QH];
+	uint64_t seqs[2] = { 1, 2 }, pos[2], tok[SH_KVH * 3], n_reused;
+	uint32_t n_out[SH_KVH], *ids;
+	float mass[SH_KVH * 3];
+	uint8_t *mask;
+	kvf_attn_opts o;
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_store *st2;
+	char exp_path[4096];
+
+	r.f = fx_attn_open_shape("s", dt, SH_QH, SH_KVH, dim, 4096, 1);
+	r.row = dim * (uint32_t)fx_elt_size(dt);
+	cr_assert(eq(int, kvf_store_info_get(r.f.st, &si), KVF_OK));
+	GT = r.GT = si.group_tokens;
+	cr_assert(waste_ok(4096, si.group_pages, si.group_bytes));
+	/* a prefill of two groups and a bit, then decode steps that fill a
+	 * third group and go on into a fourth: 3G + 5 tokens */
+	n = r.n = 3 * (uint64_t)GT + 5;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		r.k[l] = malloc(n * SH_KVH * r.row);
+		r.v[l] = malloc(n * SH_KVH * r.row);
+	}
+	cr_assert(eq(int, kvf_seq_create(r.f.st, 1), KVF_OK));
+	keep_append(&r, 1, 0, 2 * GT + 3, 1);
+	for (uint64_t t = 2 * GT + 3; t < n; t++)
+		keep_append(&r, 1, t, 1, 1);
+	reads_same(&r, r.f.st, 1, n, "appended");
+
+	q = malloc(2 * SH_QH * D * sizeof(float));
+	out = malloc(2 * SH_QH * D * sizeof(float));
+	out2 = malloc(2 * SH_QH * D * sizeof(float));
+	rout = malloc(2 * SH_QH * D * sizeof(double));
+	rp = malloc(SH_QH * (n + 8) * sizeof(double));
+	probs = malloc(SH_QH * (n + 8) * sizeof(float));
+	mask = malloc(n + 8);
+	for (uint32_t j = 0; j < 2 * SH_QH * D; j++)
+		q[j] = fx_urand(&r.f.rng) * 3;
+	qq = q + SH_QH * D;
+
+	/* dense, tier on (the default budget) */
+	dense_ok(&r, 1, q, out);
+
+	/* SparF with every dim and token, both modes, is dense */
+	for (uint32_t mode = 1; mode <= 2; mode++) {
+		kvf_attn_opts_init(&o);
+		o.sparse = mode;
+		o.top_r = D;
+		o.top_k = (uint32_t)n;
+		cr_assert(eq(int, kvf_attend(r.f.st, 1, 1, q, out2, &o), KVF_OK),
+			  "sparse %u: %s", mode, kvf_last_error());
+		for (uint32_t j = 0; j < SH_QH * D; j++)
+			cr_assert(le(flt, fabsf(out2[j] - out[j]), 2e-5f),
+				  "sparse %u [%u]: %g, dense %g", mode, j,
+				  (double)out2[j], (double)out[j]);
+	}
+	/* SparF on an eighth of the tokens reads fewer groups and still
+	 * runs (the approximate step reads K^T pages of this head size) */
+	kvf_attn_opts_init(&o);
+	o.sparse = 2;
+	o.top_r = D / 4;
+	o.top_k = (uint32_t)(n / 8 + 1);
+	cr_assert(eq(int, kvf_attend(r.f.st, 1, 1, q, out2, &o), KVF_OK), "%s",
+		  kvf_last_error());
+
+	/* scores, top-k and H2O against the reference probabilities */
+	cr_assert(eq(int, kvf_scores(r.f.st, 1, 1, q, NULL, probs, n), KVF_OK),
+		  "%s", kvf_last_error());
+	fx_attn_reference(&r.f, 1, 1, q, 1.0f / sqrtf((float)D), NULL, 0,
+			  rout, rlse, rp);
+	fx_check_close(probs, rp, SH_QH * n, 1e-5, "probs");
+	cr_assert(eq(int, kvf_topk(r.f.st, 1, 1, q, NULL, 3, tok, mass, n_out),
+		     KVF_OK));
+	for (uint32_t kh = 0; kh < SH_KVH; kh++) {
+		cr_assert(eq(u32, n_out[kh], 3));
+		for (int j = 0; j < 3; j++) {
+			uint64_t t = tok[kh * 3 + j];
+			double m = (rp[(kh * 2) * n + t] + rp[(kh * 2 + 1) * n + t]) / 2;
+			int above = 0;
+
+			for (uint64_t u = 0; u < n; u++)
+				above += (rp[(kh * 2) * n + u] +
+					  rp[(kh * 2 + 1) * n + u]) / 2 > m + 1e-6;
+			cr_assert(lt(int, above, 3), "head %u token %llu", kh,
+				  (unsigned long long)t);
+			cr_assert(le(dbl, fabs(mass[kh * 3 + j] - m), 1e-5));
+		}
+	}
+	kvf_attn_opts_init(&o);
+	o.h2o = 1;
+	cr_assert(eq(int, kvf_attend(r.f.st, 1, 1, q, out2, &o), KVF_OK));
+	cr_assert(eq(int, kvf_h2o_read(r.f.st, 1, 1, 1, 0, n, probs), KVF_OK));
+	for (uint64_t t = 0; t < n; t++)
+		cr_assert(le(dbl, fabs(probs[t] - (rp[2 * n + t] + rp[3 * n + t])),
+			     1e-5), "h2o[%llu]", (unsigned long long)t);
+
+	/* multi-query: query 0 sees tokens up to GT - 1, query 1 all */
+	pos[0] = GT - 1;
+	pos[1] = n - 1;
+	cr_assert(eq(int, kvf_attend_multi(r.f.st, 1, 1, 2, pos, q, out2, NULL),
+		     KVF_OK), "%s", kvf_last_error());
+	for (uint64_t t = 0; t < n; t++)
+		mask[t] = t <= pos[0];
+	fx_attn_reference(&r.f, 1, 1, q, 1.0f / sqrtf((float)D), mask, 0, rout,
+			  rlse, NULL);
+	fx_check_close(out2, rout, SH_QH * D, 2e-5, "multi 0");
+	fx_attn_reference(&r.f, 1, 1, qq, 1.0f / sqrtf((float)D), NULL, 0,
+			  rout, rlse, NULL);
+	fx_check_close(out2 + SH_QH * D, rout, SH_QH * D, 2e-5, "multi 1");
+
+	/* fork inside a group; the child grows on its own; a batch over
+	 * parent and child */
+	nf = GT + GT / 2 + 1;
+	cr_assert(eq(int, kvf_seq_fork(r.f.st, 1, 2, nf), KVF_OK), "%s",
+		  kvf_last_error());
+	keep_append(&r, 2, 0, 7, 0);
+	{
+		struct shape_run c = r; /* the child's rows: parent's, then new */
+		unsigned char *ko = malloc(7 * r.row), *vo = malloc(7 * r.row);
+
+		reads_same(&c, r.f.st, 2, nf, "fork");
+		cr_assert(eq(int, kvf_read(r.f.st, 2, 0, 0, nf, nf + 7, ko, vo),
+			     KVF_OK));
+		free(ko);
+		free(vo);
+	}
+	reads_same(&r, r.f.st, 1, n, "parent after fork");
+	cr_assert(eq(int, kvf_attend_batch(r.f.st, 2, seqs, 1, q, out2, NULL),
+		     KVF_OK), "%s", kvf_last_error());
+	for (uint32_t i = 0; i < 2; i++) {
+		fx_attn_reference(&r.f, seqs[i], 1, q + i * SH_QH * D,
+				  1.0f / sqrtf((float)D), NULL, 0, rout, rlse,
+				  NULL);
+		fx_check_close(out2 + i * SH_QH * D, rout, SH_QH * D, 2e-5,
+			       "batch");
+	}
+
+	/* prefix reuse: a sequence with token ids, then one whose ids share
+	 * a group and a half of them */
+	ids = malloc((n + 8) * sizeof(*ids));
+	for (uint64_t t = 0; t < n; t++)
+		ids[t] = (uint32_t)(t * 7 + 1);
+	cr_assert(eq(int, kvf_seq_create_tokens(r.f.st, 10, ids, 2 * GT,
+						&n_reused), KVF_OK));
+	cr_assert(eq(u64, n_reused, 0));
+	{
+		struct shape_run p = r;
+
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			p.k[l] = malloc(2 * (size_t)GT * SH_KVH * r.row);
+			p.v[l] = malloc(2 * (size_t)GT * SH_KVH * r.row);
+		}
+		keep_append(&p, 10, 0, 2 * GT, 1);
+		ids[GT + GT / 2] = 999999; /* the ids part there */
+		cr_assert(eq(int, kvf_seq_create_tokens(r.f.st, 11, ids, 2 * GT,
+							&n_reused), KVF_OK));
+		cr_assert(eq(u64, n_reused, GT + GT / 2), "reused %llu of %u",
+			  (unsigned long long)n_reused, GT + GT / 2);
+		reads_same(&p, r.f.st, 11, n_reused, "prefix");
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			free(p.k[l]);
+			free(p.v[l]);
+		}
+	}
+
+	/* export, import into the same store under another id */
+	snprintf(exp_path, sizeof(exp_path), "%s", tmp_path(fx.dir, "seq1.kvs"));
+	cr_assert(eq(int, kvf_seq_export(r.f.st, 1, exp_path), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, kvf_seq_import(r.f.st, exp_path, 20, NULL), KVF_OK),
+		  "%s", kvf_last_error());
+	reads_same(&r, r.f.st, 20, n, "imported");
+
+	/* reopen (partial groups come back from media) with the memory tier
+	 * off: the same bytes, the same attention bit for bit */
+	cr_assert(eq(int, kvf_close(r.f.st), KVF_OK));
+	{
+		kvf_model m = { LAYERS, SH_QH, SH_KVH, dim, dt };
+		kvf_options ro = fx_options_for(&m, 512 * 1024, 256ull << 20, 2);
+
+		ro.kt_pages = 1;
+		ro.dram_budget = 0;
+		cr_assert(eq(int, kvf_open(tmp_path(fx.dir, "s"), &ro, &st2),
+			     KVF_OK), "%s", kvf_last_error());
+	}
+	r.f.st = st2;
+	reads_same(&r, st2, 1, n, "reopened");
+	cr_assert(eq(int, kvf_attend(st2, 1, 1, q, out2, NULL), KVF_OK));
+	cr_assert(eq(int, memcmp(out, out2, SH_QH * D * sizeof(float)), 0),
+		  "attention with the tier off differs");
+	/* and it grows on from its tail */
+	keep_append(&r, 1, 0, 1, 0);
+	cr_assert(eq(int, kvf_close(st2), KVF_OK));
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		free(r.k[l]);
+		free(r.v[l]);
+	}
+	free(q);
+	free(out);
+	free(out2);
+	free(rout);
+	free(rp);
+	free(probs);
+	free(mask);
+	free(ids);
+}
+
+Test(head_sizes, engine_48_f16) { engine_for(48, KVF_DTYPE_F16); }
+Test(head_sizes, engine_48_f32) { engine_for(48, KVF_DTYPE_F32); }
+Test(head_sizes, engine_80_f16) { engine_for(80, KVF_DTYPE_F16); }
+Test(head_sizes, engine_80_f32) { engine_for(80, KVF_DTYPE_F32); }
+Test(head_sizes, engine_96_f16) { engine_for(96, KVF_DTYPE_F16); }
+Test(head_sizes, engine_96_f32) { engine_for(96, KVF_DTYPE_F32); }
+Test(head_sizes, engine_112_f16) { engine_for(112, KVF_DTYPE_F16); }
+Test(head_sizes, engine_112_f32) { engine_for(112, KVF_DTYPE_F32); }
+Test(head_sizes, engine_192_f16) { engine_for(192, KVF_DTYPE_F16); }
+Test(head_sizes, engine_192_f32) { engine_for(192, KVF_DTYPE_F32); }
+Test(head_sizes, engine_256_f16) { engine_for(256, KVF_DTYPE_F16); }
+Test(head_sizes, engine_256_f32) { engine_for(256, KVF_DTYPE_F32); }
+
+/* ---- a store of format 3 ------------------------------------------------- */
+
+/* as_format_3 - make the store at path look as format 3 made it: the
+ * header without group fields (format 4 adds nothing else on media), and
+ * the catalog's copy of it */
+static void as_format_3(const char *path)
+{
+	struct store_header h;
+	struct catalog *c = NULL;
+	struct catalog_batch *b = catalog_batch_new();
+	unsigned char tag = META_TAG_CONFIG;
+	int fd = open(tmp_path(path, STORE_HEADER_FILE), O_RDWR);
+
+	cr_assert(fd >= 0 && b != NULL);
+	cr_assert(eq(int, (int)pread(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	cr_assert(eq(u32, h.format_version, 4));
+	h.format_version = 3;
+	h.group_tokens = h.group_pages = h.group_bytes = h.codec = 0;
+	h.checksum = XXH3_64bits(&h, offsetof(struct store_header, checksum));
+	cr_assert(eq(int, (int)pwrite(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	close(fd);
+	OK(catalog_open(tmp_path(path, "meta"), 0, 0, CATALOG_FSYNC, &c));
+	catalog_batch_put(b, &tag, 1, &h, sizeof(h));
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+}
+
+Test(head_sizes, format_3_store_opens_reads_the_same_and_grows)
+{
+	struct shape_run r = { 0 };
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	char path[4096];
+	float q[SH_QH * DIM], before[SH_QH * DIM], after[SH_QH * DIM];
+	uint64_t n = 2 * 32 + 5;
+
+	r.f = fx_attn_open_shape("old", KVF_DTYPE_F16, SH_QH, SH_KVH, DIM,
+				 4096, 0);
+	snprintf(path, sizeof(path), "%s", tmp_path(fx.dir, "old"));
+	r.row = DIM * 2;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		r.k[l] = malloc((n + 3) * SH_KVH * r.row);
+		r.v[l] = malloc((n + 3) * SH_KVH * r.row);
+	}
+	OK(kvf_seq_create(r.f.st, 1));
+	keep_append(&r, 1, 0, (uint32_t)n, 1);
+	for (uint32_t j = 0; j < SH_QH * DIM; j++)
+		q[j] = fx_urand(&r.f.rng);
+	OK(kvf_attend(r.f.st, 1, 1, q, before, NULL));
+	OK(kvf_close(r.f.st));
+
+	as_format_3(path);
+	OK(kvf_open(path, NULL, &r.f.st));
+	OK(kvf_store_info_get(r.f.st, &si));
+	cr_assert(eq(u32, si.format_version, 3));
+	cr_assert(eq(u32, si.group_tokens, 32));
+	cr_assert(eq(u32, si.group_pages, 1));
+	reads_same(&r, r.f.st, 1, n, "format 3");
+	OK(kvf_attend(r.f.st, 1, 1, q, after, NULL));
+	cr_assert(eq(int, memcmp(before, after, sizeof(before)), 0));
+	/* it grows, and stays format 3 */
+	keep_append(&r, 1, n, 3, 1);
+	OK(kvf_close(r.f.st));
+	OK(kvf_open(path, NULL, &r.f.st));
+	OK(kvf_store_info_get(r.f.st, &si));
+	cr_assert(eq(u32, si.format_version, 3));
+	reads_same(&r, r.f.st, 1, n + 3, "format 3 grown");
+	OK(kvf_close(r.f.st));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		free(r.k[l]);
+		free(r.v[l]);
+	}
+}
