@@ -80,15 +80,19 @@ struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id)
 	if (seq)
 		atomic_fetch_add(&seq->refs, 1);
 	pthread_rwlock_unlock(&st->seqtab.lock);
-	if (seq && ns == SEQ_NS_USER) {
-		/* recency and frequency for eviction (engine/cleaning/evict.c) */
-		atomic_store_explicit(&seq->last_use,
-				      atomic_fetch_add_explicit(&st->seqtab.use_clock, 1,
-								memory_order_relaxed),
-				      memory_order_relaxed);
-		atomic_fetch_add_explicit(&seq->uses, 1, memory_order_relaxed);
-	}
 	return seq;
+}
+
+void seq_note_use(kvf_store *st, struct seq *seq)
+{
+	if (seq->ns != SEQ_NS_USER)
+		return;
+	/* recency and frequency for eviction (engine/cleaning/evict.c) */
+	atomic_store_explicit(&seq->last_use,
+			      atomic_fetch_add_explicit(&st->seqtab.use_clock, 1,
+							memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_fetch_add_explicit(&seq->uses, 1, memory_order_relaxed);
 }
 
 void seq_note_evicted(kvf_store *st, uint64_t id)
@@ -119,6 +123,16 @@ void seq_put(kvf_store *st, struct seq *seq)
 
 kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out)
+{
+	kvf_status rc = seq_find_locked(st, call, id, out);
+
+	if (rc == KVF_OK)
+		seq_note_use(st, *out);
+	return rc;
+}
+
+kvf_status seq_find_locked(kvf_store *st, const char *call, uint64_t id,
+			   struct seq **out)
 {
 	struct seq *seq = seq_get(st, id);
 

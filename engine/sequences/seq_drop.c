@@ -70,7 +70,9 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		return rc;
 	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
+	/* no use counted: a free is not a use, and eviction must not make
+	 * its victim look used */
+	if ((rc = seq_find_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
 	if (evicting && !evictable(seq)) {
 		seq_unlock_put(st, seq);

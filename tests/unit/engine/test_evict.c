@@ -366,6 +366,46 @@ Test(evict, a_full_store_evicts_instead_of_refusing)
 	cr_assert(exists(st, 40));
 }
 
+/* one append is one use, however often it waits for room: the sequence
+ * that happened to fill the store is not kept by its retries (LFU with
+ * equal calls is LRU) */
+Test(evict, a_retried_append_counts_one_use)
+{
+	kvf_options o = evict_opts(KVF_EVICT_LFU, 2u << 20);
+	uint64_t last_gone = 0, first_kept = 0, freed = 0;
+	kvf_evict_event *ev = calloc(64, sizeof(*ev));
+	kvf_store *st = NULL;
+	uint32_t n = 0;
+
+	cr_assert(ev != NULL);
+	o.evict_high = 1.0f;
+	OK(kvf_open(fx.path, &o, &st));
+	fx.st = st;
+	OK(fill_until(st, 40, 0));
+	/* every sequence had LAYERS appends and no other call: the log of
+	 * evicting all of them says so (kvf_seq_len would count a use) */
+	OK(kvf_evict(st, KVF_EVICT_LFU, 64ull << 20, &freed));
+	OK(kvf_evict_log(st, ev, 64, &n, NULL));
+	cr_assert(eq(u32, n, 40));
+	for (uint32_t i = 0; i < n; i++)
+		cr_assert(eq(u64, ev[i].uses, LAYERS), "sequence %llu: %llu uses",
+			  (unsigned long long)ev[i].seq,
+			  (unsigned long long)ev[i].uses);
+	/* in eviction order: the full store's runs took the oldest first */
+	for (uint32_t i = 0; i < n; i++) {
+		if (ev[i].reason == KVF_EVICTED_FULL) {
+			last_gone = ev[i].seq > last_gone ? ev[i].seq : last_gone;
+		} else if (first_kept == 0 || ev[i].seq < first_kept) {
+			first_kept = ev[i].seq;
+		}
+	}
+	cr_assert(gt(u64, last_gone, 0));
+	cr_assert(lt(u64, last_gone, first_kept),
+		  "sequence %llu outlived sequence %llu", (unsigned long long)first_kept,
+		  (unsigned long long)last_gone);
+	free(ev);
+}
+
 Test(evict, without_a_policy_a_full_store_refuses)
 {
 	kvf_store *st = open_evict(KVF_EVICT_NONE, 2u << 20);
