@@ -33,8 +33,6 @@ kvf_status seq_table_init(kvf_store *st)
 {
 	pthread_rwlock_init(&st->seqtab.lock, NULL);
 	st->seqtab.cap = 64;
-	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY; i++)
-		st->seqtab.evicted[i] = KVF_SEQ_NONE;
 	st->seqtab.slot = kvf_calloc(st->seqtab.cap, sizeof(*st->seqtab.slot));
 	if (st->seqtab.slot == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
@@ -100,16 +98,19 @@ void seq_note_evicted(kvf_store *st, uint64_t id)
 	pthread_rwlock_wrlock(&st->seqtab.lock);
 	st->seqtab.evicted[st->seqtab.evicted_next] = id;
 	st->seqtab.evicted_next = (st->seqtab.evicted_next + 1) % SEQ_EVICTED_MEMORY;
+	if (st->seqtab.evicted_n < SEQ_EVICTED_MEMORY)
+		st->seqtab.evicted_n++;
 	pthread_rwlock_unlock(&st->seqtab.lock);
 }
 
-/* was_evicted - id is among the latest evicted (for the message only) */
+/* was_evicted - id is among the latest evicted (for the message only);
+ * the ring's empty slots are no ids */
 static int was_evicted(kvf_store *st, uint64_t id)
 {
 	int found = 0;
 
 	pthread_rwlock_rdlock(&st->seqtab.lock);
-	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY && !found; i++)
+	for (uint32_t i = 0; i < st->seqtab.evicted_n && !found; i++)
 		found = st->seqtab.evicted[i] == id;
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	return found;

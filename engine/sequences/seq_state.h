@@ -187,10 +187,11 @@ struct seq_table {
 	uint32_t n;         /* live sequences */
 	_Atomic uint64_t use_clock; /* ticks at each lookup of a caller's
 				     * sequence: eviction's notion of time */
-	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring
-				     * (KVF_SEQ_NONE = empty), so that
-				     * KVF_ENOENT can say "evicted" */
+	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring,
+				     * so that KVF_ENOENT can say "evicted";
+				     * only the first evicted_n are ids */
 	uint32_t evicted_next;
+	uint32_t evicted_n;  /* ids in the ring, up to SEQ_EVICTED_MEMORY */
 };
 
 #endif /* KVF_ENGINE_SEQ_STATE_H */

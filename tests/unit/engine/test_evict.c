@@ -173,6 +173,38 @@ Test(evict, lfu_takes_the_least_often_used)
 	cr_assert(fx_data_ok(st, 1, 0, G));
 }
 
+/* "evicted" only for an id eviction took: never for one never created
+ * (UINT64_MAX is what the remembered-ids ring holds when empty) */
+Test(evict, enoent_says_evicted_only_after_an_eviction)
+{
+	kvf_store *st = open_evict(KVF_EVICT_LRU, 4u << 20);
+	const uint64_t never[] = { UINT64_MAX, 0, 77 };
+	uint64_t n;
+
+	for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+		cr_assert(eq(int, fx_append(st, never[i], 1, 0, 0, G), KVF_ENOENT));
+		cr_assert(fx_contains(kvf_last_error(), "does not exist"), "%s",
+			  kvf_last_error());
+		cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s",
+			  kvf_last_error());
+		cr_assert(eq(int, kvf_seq_len(st, never[i], 0, &n), KVF_ENOENT));
+		cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s",
+			  kvf_last_error());
+	}
+	make_seq(st, 1, 1);
+	make_seq(st, 2, 1);
+	cr_assert(eq(u64, evict_one(st, KVF_EVICT_LRU, KVF_EVICT_LRU), 1));
+	cr_assert(eq(int, fx_append(st, 1, 1, 0, G, G), KVF_ENOENT));
+	cr_assert(fx_contains(kvf_last_error(), "it was evicted"), "%s",
+		  kvf_last_error());
+	/* freed by the caller: not evicted */
+	OK(kvf_seq_free(st, 2));
+	cr_assert(eq(int, kvf_seq_len(st, 2, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_seq_len(st, UINT64_MAX, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
+}
+
 Test(evict, pinned_sequences_stay)
 {
 	kvf_store *st = open_evict(KVF_EVICT_LRU, 4u << 20);
