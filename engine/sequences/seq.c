@@ -174,6 +174,7 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	atomic_init(&seq->refs, 1);
 	/* a new sequence is the most recently used */
 	atomic_init(&seq->last_use, atomic_fetch_add(&st->seqtab.use_clock, 1));
+	seq->use_synced = UINT64_MAX; /* no "U" record yet */
 	pthread_mutex_init(&seq->lock, NULL);
 	seq->len = kvf_calloc(nl, sizeof(uint64_t));
 	seq->x_len = kvf_calloc(nl, sizeof(uint64_t));

@@ -205,6 +205,67 @@ Test(evict, enoent_says_evicted_only_after_an_eviction)
 	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
 }
 
+/* recency_store - sequences 1..5 used so that LRU's order (3, 5, 1, 4, 2)
+ * and LFU's (3, 2, 4, 5, 1: uses 6, 3, 3, 4, 5 with the appends, 3 and 2
+ * tied and taken by recency) differ from each other and from the order
+ * of creation */
+static kvf_store *recency_store(uint32_t policy, int reopen)
+{
+	kvf_store *st = open_evict(policy, 4u << 20);
+
+	for (uint64_t id = 1; id <= 5; id++)
+		make_seq(st, id, 1);
+	touch(st, 4, 0);
+	touch(st, 3, 1);
+	touch(st, 5, 3);
+	touch(st, 1, 4);
+	touch(st, 4, 2);
+	touch(st, 2, 1);
+	OK(kvf_sync(st));
+	if (reopen) {
+		OK(kvf_close(st));
+		fx.st = NULL;
+		st = open_evict(policy, 4u << 20);
+	}
+	return st;
+}
+
+/* evict_order - the order policy evicts all five in */
+static void evict_order(kvf_store *st, uint32_t policy, uint64_t *order)
+{
+	for (int i = 0; i < 5; i++)
+		order[i] = evict_one(st, policy, policy);
+}
+
+/* recency and frequency survive a reopen: eviction takes the same order
+ * after it as without it */
+Test(evict, the_order_survives_a_reopen)
+{
+	const uint32_t policies[] = { KVF_EVICT_LRU, KVF_EVICT_LFU };
+	const uint64_t want[2][5] = { { 3, 5, 1, 4, 2 }, { 3, 2, 4, 5, 1 } };
+
+	for (int p = 0; p < 2; p++) {
+		uint64_t before[5], after[5];
+		kvf_store *st = recency_store(policies[p], 0);
+
+		evict_order(st, policies[p], before);
+		OK(kvf_close(st));
+		fx.st = NULL;
+		cr_assert(eq(int, fx_rm_tree(fx.path), 0));
+		st = recency_store(policies[p], 1);
+		evict_order(st, policies[p], after);
+		OK(kvf_close(st));
+		fx.st = NULL;
+		cr_assert(eq(int, fx_rm_tree(fx.path), 0));
+		for (int i = 0; i < 5; i++) {
+			cr_assert(eq(u64, before[i], want[p][i]),
+				  "policy %u, victim %d", policies[p], i);
+			cr_assert(eq(u64, after[i], before[i]),
+				  "policy %u, victim %d after a reopen", policies[p], i);
+		}
+	}
+}
+
 Test(evict, pinned_sequences_stay)
 {
 	kvf_store *st = open_evict(KVF_EVICT_LRU, 4u << 20);
