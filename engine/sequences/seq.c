@@ -104,11 +104,14 @@ void seq_note_evicted(kvf_store *st, uint64_t id)
 }
 
 /* was_evicted - id is among the latest evicted (for the message only);
- * the ring's empty slots are no ids */
+ * the ring's empty slots are no ids, nor KVF_SEQ_NONE (an evicted id
+ * created again, seq_insert) */
 static int was_evicted(kvf_store *st, uint64_t id)
 {
 	int found = 0;
 
+	if (id == KVF_SEQ_NONE)
+		return 0;
 	pthread_rwlock_rdlock(&st->seqtab.lock);
 	for (uint32_t i = 0; i < st->seqtab.evicted_n && !found; i++)
 		found = st->seqtab.evicted[i] == id;
@@ -260,6 +263,10 @@ kvf_status seq_insert(kvf_store *st, struct seq *seq)
 	}
 	st->seqtab.slot[i] = seq;
 	st->seqtab.n++;
+	/* an id taken again is no longer "evicted" */
+	for (uint32_t e = 0; seq->ns == SEQ_NS_USER && e < st->seqtab.evicted_n; e++)
+		if (st->seqtab.evicted[e] == seq->id)
+			st->seqtab.evicted[e] = KVF_SEQ_NONE;
 out:
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	return rc;

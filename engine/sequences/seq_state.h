@@ -193,7 +193,8 @@ struct seq_table {
 				     * sequence: eviction's notion of time */
 	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring,
 				     * so that KVF_ENOENT can say "evicted";
-				     * only the first evicted_n are ids */
+				     * only the first evicted_n are ids, and
+				     * KVF_SEQ_NONE is one created again */
 	uint32_t evicted_next;
 	uint32_t evicted_n;  /* ids in the ring, up to SEQ_EVICTED_MEMORY */
 };

@@ -197,6 +197,11 @@ Test(evict, enoent_says_evicted_only_after_an_eviction)
 	cr_assert(eq(int, fx_append(st, 1, 1, 0, G, G), KVF_ENOENT));
 	cr_assert(fx_contains(kvf_last_error(), "it was evicted"), "%s",
 		  kvf_last_error());
+	/* created again, then freed by the caller: not evicted */
+	OK(kvf_seq_create(st, 1));
+	OK(kvf_seq_free(st, 1));
+	cr_assert(eq(int, kvf_seq_len(st, 1, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
 	/* freed by the caller: not evicted */
 	OK(kvf_seq_free(st, 2));
 	cr_assert(eq(int, kvf_seq_len(st, 2, 0, &n), KVF_ENOENT));
