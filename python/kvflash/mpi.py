@@ -114,7 +114,9 @@ class ShardedStore:
     rank's local store, as kvflash.Store takes them.  tensor: "torch" or
     "numpy", the kind read() and attend() give back on the root (default:
     that of dtype).  Every rank passes the same arguments.  A context
-    manager: leaving the block closes the store on every rank.
+    manager: leaving the block closes the store on every rank.  Unlike
+    kvflash.Store it is not closed when garbage collected: close is
+    collective, and the ranks would collect it at different moments.
     """
 
     def __init__(self, comm, path, *, n_layers, n_q_heads, n_kv_heads,
