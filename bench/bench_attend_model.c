@@ -440,8 +440,8 @@ int attend_model_main(const struct attend_args *a)
 	}
 	n_ids = n_bytes / 2;
 	if (r.window > w.max_seq || n_ids < (size_t)r.window + 2) {
-		fprintf(stderr, "kvbench attend: %zu tokens in %s, windows of %u (the model holds %u)\n",
-			n_ids, val_path, r.window, w.max_seq);
+		fprintf(stderr, "kvbench attend: --window %u is too long: the model holds %u positions, %s %zu tokens\n",
+			r.window, w.max_seq, val_path, n_ids);
 		goto out;
 	}
 	if ((store_dir = malloc(strlen(a->dir) + 16)) == NULL)
