@@ -310,7 +310,10 @@ typedef struct {
 #define KVF_TOKENS_NONE UINT32_MAX
 /* The default sinks (StreamingLLM keeps 4), and the default recent window
  * as a share of top_k (an eighth); by default at least 5/8 of top_k is
- * left to the scores. */
+ * left to the scores.  By groups (sparse = 2) the budget is ceil(top_k /
+ * group) whole groups, so the default sinks take their group only when
+ * that budget is at least 4 groups, the default recent window only when
+ * it is at least 8: below, every group is chosen by score. */
 #define KVF_SINK_TOKENS_DEFAULT 4u
 #define KVF_RECENT_SHARE_DEFAULT 8u
 
@@ -738,7 +741,8 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  *        chosen tokens' exact mass in it plus the approximate mass of the
  *        tokens left out; lse is then that of the chosen tokens.
  *        sparse = 2: as 1, but the tokens are chosen as whole token
- *        groups (pages): the groups of the exact set and, up to
+ *        groups (pages): the groups of the exact set (whose defaults
+ *        apply only to budgets of 4 and 8 groups on) and, up to
  *        ceil(top_k / group) groups in all, those whose tokens' squared
  *        approximate probabilities, summed over the KV head's query
  *        heads, are largest (all of them when top_k is every token

@@ -49,6 +49,10 @@
  * kvf_attend (memory and file) and the FlexGen result agree within 1e-4.
  * Benchmarks print figures and never pass or fail on them.
  *
+ * With --model DIR it measures a trained model instead: the perplexity of
+ * a llama2.c checkpoint on held-out tokens with dense attention and with
+ * each SparF mode, the model's K and V in a store (bench_attend_model.c).
+ *
  * Data: a row of (layer, kind, head, token) is noise drawn from a hash of
  * the four (so any row can be made again to check it), plus, for a heavy
  * hitter's K, HH_K * strength on the head's aligned dims.  One thread drives
@@ -75,6 +79,8 @@ static void usage(FILE *f)
 		"usage: kvbench attend [--dir DIR] [--tokens N] [--q-heads N] [--kv-heads N]\n"
 		"                      [--head-dim N] [--top-r N] [--top-k N] [--threads N]\n"
 		"                      [--repeat N] [--json] [--keep]\n"
+		"       kvbench attend --model DIR [--windows N] [--window N] [--dir DIR]\n"
+		"                      [--json] [--keep]\n"
 		"  --dir DIR        directory for the stores and the plain file\n"
 		"                   (default ./kvbench-attend)\n"
 		"  --tokens N       tokens of the sequence, K suffix (default 32K)\n"
@@ -89,7 +95,13 @@ static void usage(FILE *f)
 		"                   (default: online CPUs)\n"
 		"  --repeat N       passes; medians are reported (default 5)\n"
 		"  --json           JSON instead of a table\n"
-		"  --keep           leave the stores and the plain file in DIR\n");
+		"  --keep           leave the stores and the plain file in DIR\n"
+		"  --model DIR      perplexity of the llama2.c checkpoint DIR/tinypy.bin\n"
+		"                   on DIR/val.bin, token by token with its K and V in\n"
+		"                   a store: dense and each SparF mode at 1/8 and 1/4\n"
+		"                   (e.g. the tinypy model beside the repository)\n"
+		"  --windows N      --model: windows, spread over val.bin (default 96)\n"
+		"  --window N       --model: tokens a window (default 128, as trained)\n");
 }
 
 /* parse_head_dim - --head-dim: a multiple of 8 in [16, 512] */
@@ -119,6 +131,9 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 		BENCH_U32("--repeat", a->repeat, 1, MAX_REPEAT),
 		BENCH_BOOL("--json", a->json),
 		BENCH_BOOL("--keep", a->keep),
+		BENCH_STR("--model", a->model_dir),
+		BENCH_U32("--windows", a->windows, 1, 1u << 16),
+		BENCH_U32("--window", a->window, 2, 1u << 16),
 		{ 0 }
 	};
 	int rc;
@@ -130,7 +145,9 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 					      .head_dim = 128,
 					      .dtype = KVF_DTYPE_F16 },
 				   .n_tokens = 32768,
-				   .repeat = 5 };
+				   .repeat = 5,
+				   .windows = 96,
+				   .window = 128 };
 	rc = bench_parse_opts("attend", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
@@ -167,6 +184,8 @@ int bench_attend_main(int argc, char **argv)
 
 	if ((rc = parse_args(argc, argv, &a)) != 0)
 		return rc == 1 ? 0 : rc;
+	if (a.model_dir != NULL)
+		return attend_model_main(&a);
 	c.a = &a;
 	rc = 1;
 	if (attend_setup(&c) != 0)

@@ -53,6 +53,10 @@ struct attend_args {
 	uint32_t repeat;    /* passes; medians are reported */
 	int json;           /* JSON instead of a table */
 	int keep;           /* leave the stores and the plain file */
+	const char *model_dir; /* --model: perplexity of this model instead
+				* (bench_attend_model.c) */
+	uint32_t windows;   /* --model: windows of val.bin */
+	uint32_t window;    /* --model: tokens a window */
 };
 
 /* One pass's times, ns; [l] is layer l, [s][l] SparF mode s on layer l.
@@ -171,5 +175,10 @@ void attend_print_table(const struct attend_ctx *c,
 /* attend_print_json - the same figures as JSON */
 void attend_print_json(const struct attend_ctx *c,
 		       const struct attend_pass *m);
+
+/* bench_attend_model.c: `kvbench attend --model DIR`, perplexity of a
+ * llama2.c checkpoint with each attention mode; 0, or 1 (message
+ * printed) */
+int attend_model_main(const struct attend_args *a);
 
 #endif /* KVF_BENCH_ATTEND_INT_H */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/bench_plan_int.h"
 
@@ -149,6 +150,35 @@ static int write_data(const struct plan_ctx *c, const char *dir)
 	return 0;
 }
 
+/* remove_outputs - the data files and PNGs a plot writes: a plot that
+ * failed leaves none behind (gnuplot creates its output before it reads
+ * the plot that fails, so a failed run used to leave empty PNGs and the
+ * data beside whatever DIR already held) */
+static void remove_outputs(const struct plan_ctx *c, const char *dir)
+{
+	char path[4096];
+
+	for (int w = 0; w < 2; w++) {
+		for (uint32_t i = 0; i < PLAN_CASES; i++) {
+			snprintf(path, sizeof(path), "%s/plan_%s_%s_%s.dat", dir,
+				 sweep_name[w], c->c[i].shape, c->c[i].link);
+			(void)unlink(path);
+		}
+		snprintf(path, sizeof(path), "%s/plan_%s.png", dir, sweep_name[w]);
+		(void)unlink(path);
+	}
+}
+
+/* png_written - dir/plan_NAME.png is there and not empty */
+static int png_written(const char *dir, const char *name)
+{
+	char path[4096];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/plan_%s.png", dir, name);
+	return stat(path, &sb) == 0 && sb.st_size > 0;
+}
+
 static void script(FILE *g, const char *dir, int w)
 {
 	const char *name = sweep_name[w];
@@ -187,17 +217,23 @@ int plan_plot(const struct plan_ctx *c, const char *dir)
 		fprintf(stderr, "kvbench plan: cannot make %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	if (write_data(c, dir) != 0)
+	if (write_data(c, dir) != 0) {
+		remove_outputs(c, dir);
 		return 1;
+	}
 	if ((g = popen("gnuplot", "w")) == NULL) {
 		fprintf(stderr, "kvbench plan: cannot run gnuplot: %s\n", strerror(errno));
+		remove_outputs(c, dir);
 		return 1;
 	}
 	script(g, dir, 0);
 	script(g, dir, 1);
 	rc = pclose(g);
-	if (rc != 0) {
-		fprintf(stderr, "kvbench plan: gnuplot failed (status %d)\n", rc);
+	if (rc != 0 || !png_written(dir, sweep_name[0]) ||
+	    !png_written(dir, sweep_name[1])) {
+		fprintf(stderr, "kvbench plan: gnuplot failed (status %d): nothing written to %s\n",
+			rc, dir);
+		remove_outputs(c, dir);
 		return 1;
 	}
 	fprintf(stderr, "kvbench plan: wrote %s/plan_kvpr.png and %s/plan_xcache.png\n",

@@ -101,7 +101,9 @@ typedef struct {
 	uint64_t out_bytes_sent, out_bytes_recv; /* outputs and LSE */
 	uint64_t kv_bytes_sent, kv_bytes_recv;   /* K/V of appends and reads */
 	uint64_t ctl_bytes_sent, ctl_bytes_recv; /* headers, statuses */
-	uint64_t repaired_seqs; /* sequences this rank cut back at open */
+	uint64_t repaired_seqs; /* sequences this rank cut back: at open, or
+				 * taking back an append another rank
+				 * refused */
 } kvf_mpi_stats;
 
 typedef struct kvf_mpi_store kvf_mpi_store;
@@ -172,9 +174,13 @@ KVF_MPI_API kvf_status kvf_mpi_seq_len(kvf_mpi_store *st, uint64_t seq,
  * (HEAD) or its tokens (TOKEN) and appends them to its store.
  * Return: KVF_OK; KVF_EINVAL (NULL buffer on the root); KVF_ENOENT;
  * KVF_ERANGE (layer); a rank's kvf_append status.  Checked on every rank
- * first; a rank's store failing after the check (KVF_ENOSPC, KVF_EIO)
- * leaves the other ranks' appends in place: free the sequence, or reopen
- * (the open cuts the layer back to the longest common prefix).
+ * first; when a rank's store fails after the check (KVF_ENOSPC, KVF_EIO)
+ * the other ranks take their parts back (a local cut, crash-safe as the
+ * repair at open, and as costly: the layer's tokens past the shortest
+ * layer are copied), so the layer keeps its old length on every rank and
+ * the message adds "the other ranks took their parts back".  Should that
+ * cut fail too, its status is returned and the layer is refused until a
+ * reopen cuts it back to the longest common prefix.
  * Concurrency: collective, one call at a time per handle.
  */
 KVF_MPI_API kvf_status kvf_mpi_append(kvf_mpi_store *st, uint64_t seq,

@@ -66,6 +66,8 @@ struct kvf_mpi_store {
 	size_t elt;            /* bytes per stored element */
 	uint32_t *kv0, *nkv;   /* [n_ranks] HEAD: first KV head, count */
 	kvf_store *local;      /* this rank's store */
+	char *dir;             /* the directory passed to kvf_mpi_open (a
+				* cut's record goes there: mpi_repair.c) */
 	int fatal;             /* an MPI call failed: ranks out of step */
 	kvf_mpi_stats stats;   /* counters (struct_size unused) */
 };
@@ -99,5 +101,10 @@ int token_owner(const struct kvf_mpi_store *s, uint64_t t);
 /* mpi_repair.c */
 kvf_status repair_resume(struct kvf_mpi_store *s, const char *rank_dir);
 kvf_status repair_all(struct kvf_mpi_store *s, const char *rank_dir);
+/* repair_cut_layer - this rank's share of seq's layer back to len tokens
+ * (local; crash-safe as a repair at open): an append that another rank
+ * refused taken back (mpi_ops.c) */
+kvf_status repair_cut_layer(struct kvf_mpi_store *s, uint64_t seq,
+			    uint32_t layer, uint64_t len);
 
 #endif /* KVF_MPI_INT_H */

@@ -319,6 +319,7 @@ static void release(struct kvf_mpi_store *s)
 		MPI_Comm_free(&s->comm);
 	free(s->kv0);
 	free(s->nkv);
+	free(s->dir);
 	free(s);
 }
 
@@ -425,6 +426,8 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 	rc = agree(s, local, "kvf_mpi_open");
 	if (rc == KVF_OK)
 		rc = repair_all(s, dir);
+	if (rc == KVF_OK && !(s->dir = strdup(dir)))
+		rc = mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory");
 	if (rc != KVF_OK) {
 		if (s->local)
 			undo_local(s, dir, created);

@@ -4,6 +4,7 @@
  * and gathers a read from the ranks that hold the range.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,31 @@ static void pack_append(struct kvf_mpi_store *s, const struct plan *p,
 	}
 }
 
+/*
+ * take_back - an append some rank's store refused after the checks (a
+ * full device, an I/O error), rc its status on every rank: the ranks
+ * whose part went in cut the layer back to the length they had, old (a
+ * copy, as the repair at open cuts: mpi_repair.c), so every rank agrees
+ * again without a reopen.  Returns rc with the failing rank's message, or
+ * the status of a cut that failed too (the layer is then refused until a
+ * reopen cuts it back, as before).
+ */
+static kvf_status take_back(struct kvf_mpi_store *s, const struct op_hdr *h,
+			    const struct plan *p, uint64_t old, kvf_status mine,
+			    kvf_status rc, const char *call)
+{
+	char why[1024];
+	kvf_status back = KVF_OK;
+
+	snprintf(why, sizeof(why), "%s", kvf_mpi_last_error());
+	if (mine == KVF_OK && p->tok[s->rank])
+		back = repair_cut_layer(s, h->seq, h->layer, old);
+	back = agree(s, back, call);
+	if (back != KVF_OK)
+		return back;
+	return mpi_fail(rc, "%s; the other ranks took their parts back", why);
+}
+
 kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 			  uint32_t n_tokens, const void *k, const void *v)
 {
@@ -279,6 +305,8 @@ kvf_status kvf_mpi_append(kvf_mpi_store *s, uint64_t seq, uint32_t layer,
 			mpi_fail_store(s, local, call);
 	}
 	rc = agree(s, local, call);
+	if (rc != KVF_OK && rc != KVF_EFATAL)
+		rc = take_back(s, &h, &p, lens[s->rank], local, rc, call);
 out:
 	free(send);
 	free(mine);

@@ -157,6 +157,23 @@ static kvf_status cut(struct kvf_mpi_store *s, const char *dir, uint64_t seq,
 	return finish(s, rec, seq, scratch);
 }
 
+kvf_status repair_cut_layer(struct kvf_mpi_store *s, uint64_t seq,
+			    uint32_t layer, uint64_t len)
+{
+	uint64_t *target = calloc(2 * (size_t)s->model.n_layers, sizeof(*target));
+	kvf_status rc;
+
+	if (!target)
+		return mpi_fail(KVF_ENOMEM, "kvf_mpi_append: out of memory");
+	rc = layer_lens(s, seq, target);
+	if (rc == KVF_OK && target[layer] > len) {
+		target[layer] = len;
+		rc = cut(s, s->dir, seq, target, target + s->model.n_layers);
+	}
+	free(target);
+	return rc;
+}
+
 /* At open, before anything else: finish or drop an interrupted cut. */
 kvf_status repair_resume(struct kvf_mpi_store *s, const char *dir)
 {

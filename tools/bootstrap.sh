@@ -26,11 +26,12 @@ packages=(gcc make cmake pkg-config binutils
           librocksdb-dev liblz4-dev libxxhash-dev liburing-dev libcriterion-dev
           python3 python3-numpy python3-torch python3-pytest
           libopenblas0-pthread gnuplot-nox
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin python3-mpi4py)
 # (libopenblas0-pthread: Debian's torch calls the system BLAS, which is the
 # slow reference one unless OpenBLAS provides it; gnuplot-nox draws the
 # plots of kvbench plan --plot and kvbench endurance --plot; Open MPI for
-# the optional kvflash_mpi library, mpi/)
+# the optional kvflash_mpi library, mpi/, and mpi4py for its Python module
+# kvflash.mpi)
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -91,6 +91,9 @@ static kvf_status lock_seqs(kvf_store *st, const char *call,
 	if (rc != KVF_OK)
 		for (uint32_t j = 0; j < got; j++)
 			seq_put(st, out[j]);
+	else
+		for (uint32_t j = 0; j < n; j++)
+			seq_note_use(st, out[j]); /* one use of each per call */
 	kvf_free(sorted);
 	return rc;
 }

@@ -19,6 +19,8 @@
  *   "T" seq(8)        struct meta_tokens + u32 token ids[n]: the tokens
  *                     a sequence registered for prefix reuse
  *                     (engine/sequences/prefix.c)
+ *   "U" seq(8)        struct meta_use: recency and frequency for eviction,
+ *                     as of the last kvf_sync (engine/cleaning/evict.c)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it, in runs: consecutive pages that hold
@@ -47,6 +49,7 @@
 #define META_TAG_OPTIM_SEQ 'P'
 #define META_TAG_VBAR 'V'
 #define META_TAG_TOKENS 'T'
+#define META_TAG_USE 'U'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */
@@ -70,6 +73,16 @@ struct meta_seq {
 	uint64_t parent;       /* forked from; UINT64_MAX if none */
 	uint32_t n_layers;     /* entries in each length array that follows */
 	uint32_t reserved;
+};
+
+/* "U": a caller's sequence's place in eviction's order, so LRU and LFU
+ * keep it across a reopen.  last_use is on the store-wide use clock,
+ * which a reopen starts past every recorded value; a record whose
+ * create_seqno is not its sequence's is of an earlier one (ignored). */
+struct meta_use {
+	uint64_t create_seqno;
+	uint64_t last_use;     /* seqtab.use_clock at its last use */
+	uint64_t uses;         /* public calls on it, over its life */
 };
 
 struct meta_seg {
@@ -155,6 +168,7 @@ struct meta_tokens {
 static_assert(sizeof(struct meta_tokens) == 16, "meta_tokens");
 static_assert(sizeof(struct meta_sync) == 80, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
+static_assert(sizeof(struct meta_use) == 24, "meta_use");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
 static_assert(sizeof(struct meta_run) == 32, "meta_run");
 static_assert(sizeof(struct meta_ref) == 16, "meta_ref");

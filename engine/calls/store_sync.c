@@ -43,6 +43,8 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 			c->rc = openseg_flush_all(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = seq_vbar_record(st, seq, c->b);
+		if (c->rc == KVF_OK)
+			c->rc = seq_use_record(st, seq, c->b);
 		if (c->rc == KVF_OK && seq->changes != seq->synced_changes) {
 			c->rc = seq_record(st, seq, c->b);
 			/* counts as synced only once the batch commits */
@@ -62,6 +64,8 @@ static void sync_done(kvf_store *st, struct seq *seq, void *arg)
 		seq->synced_changes = seq->capture;
 	if (seq->vbar_capture_gen == st->dur.gen)
 		seq->vbar_synced = seq->vbar_capture;
+	if (seq->use_capture_gen == st->dur.gen)
+		seq->use_synced = seq->use_capture;
 	pthread_mutex_unlock(&seq->lock);
 }
 

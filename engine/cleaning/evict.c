@@ -319,7 +319,10 @@ uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 		atomic_fetch_add(&st->evict.runs_watermark, 1);
 	now = atomic_load(&st->seqtab.use_clock);
 	for (uint32_t i = 0; i < sc.n && freed < want_pages; i++) {
-		/* pinned or used since it was scored: it stays */
+		/* pinned since it was scored: it stays (KVF_EBUSY); freed
+		 * meanwhile: nothing to do (KVF_ENOENT).  A use since the
+		 * scoring does not save it: the run keeps the order it
+		 * scored, and the freeing counts no use (seq_find_locked) */
 		if (seq_free_id(st, "eviction", sc.c[i].id, 1) != KVF_OK)
 			continue;
 		freed += sc.c[i].pages;

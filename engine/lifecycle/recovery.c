@@ -198,6 +198,31 @@ static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
 	return rc;
 }
 
+struct use_ctx {
+	kvf_store *st;
+	uint64_t base;  /* the use clock when the records are read */
+	uint64_t clock; /* the largest stamp they set */
+};
+
+static int load_use(void *arg, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	struct use_ctx *u = arg;
+	uint64_t id;
+	struct seq *seq;
+	kvf_status rc;
+
+	if (klen != 9)
+		return kvf_fail(KVF_ECORRUPT, "kvf_open: a use record's key is %zu bytes",
+				klen);
+	id = meta_key_id(key, 8);
+	seq = seq_get_ns(u->st, SEQ_NS_USER, id);
+	rc = seq_use_load(u->st, id, seq, val, vlen, u->base, &u->clock);
+	if (seq)
+		seq_put(u->st, seq);
+	return rc;
+}
+
 /*
  * load_tails - a writable open puts each stream's part-filled tail group,
  * and each K head's part-filled K^T block, back in memory, where the
@@ -608,6 +633,19 @@ kvf_status recovery_load(kvf_store *st)
 	tag = META_TAG_VBAR;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_vbar, st)) != KVF_OK)
 		return rc;
+	/* recency and frequency as of the last sync, stamped after those
+	 * loading gave (a sequence without a record counts as older); the
+	 * use clock goes on past them */
+	{
+		struct use_ctx u = { .st = st,
+				     .base = atomic_load(&st->seqtab.use_clock) };
+
+		tag = META_TAG_USE;
+		if ((rc = catalog_scan(st->cat, &tag, 1, load_use, &u)) != KVF_OK)
+			return rc;
+		if (u.clock >= atomic_load(&st->seqtab.use_clock))
+			atomic_store(&st->seqtab.use_clock, u.clock + 1);
+	}
 	tag = META_TAG_OPTIM_SEQ;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_optim_seq, st)) != KVF_OK ||
 	    (rc = optim_recovery_load(st)) != KVF_OK)

@@ -32,8 +32,6 @@ kvf_status seq_table_init(kvf_store *st)
 {
 	pthread_rwlock_init(&st->seqtab.lock, NULL);
 	st->seqtab.cap = 64;
-	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY; i++)
-		st->seqtab.evicted[i] = KVF_SEQ_NONE;
 	st->seqtab.slot = kvf_calloc(st->seqtab.cap, sizeof(*st->seqtab.slot));
 	if (st->seqtab.slot == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
@@ -79,15 +77,19 @@ struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id)
 	if (seq)
 		atomic_fetch_add(&seq->refs, 1);
 	pthread_rwlock_unlock(&st->seqtab.lock);
-	if (seq && ns == SEQ_NS_USER) {
-		/* recency and frequency for eviction (engine/cleaning/evict.c) */
-		atomic_store_explicit(&seq->last_use,
-				      atomic_fetch_add_explicit(&st->seqtab.use_clock, 1,
-								memory_order_relaxed),
-				      memory_order_relaxed);
-		atomic_fetch_add_explicit(&seq->uses, 1, memory_order_relaxed);
-	}
 	return seq;
+}
+
+void seq_note_use(kvf_store *st, struct seq *seq)
+{
+	if (seq->ns != SEQ_NS_USER)
+		return;
+	/* recency and frequency for eviction (engine/cleaning/evict.c) */
+	atomic_store_explicit(&seq->last_use,
+			      atomic_fetch_add_explicit(&st->seqtab.use_clock, 1,
+							memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_fetch_add_explicit(&seq->uses, 1, memory_order_relaxed);
 }
 
 void seq_note_evicted(kvf_store *st, uint64_t id)
@@ -95,16 +97,22 @@ void seq_note_evicted(kvf_store *st, uint64_t id)
 	pthread_rwlock_wrlock(&st->seqtab.lock);
 	st->seqtab.evicted[st->seqtab.evicted_next] = id;
 	st->seqtab.evicted_next = (st->seqtab.evicted_next + 1) % SEQ_EVICTED_MEMORY;
+	if (st->seqtab.evicted_n < SEQ_EVICTED_MEMORY)
+		st->seqtab.evicted_n++;
 	pthread_rwlock_unlock(&st->seqtab.lock);
 }
 
-/* was_evicted - id is among the latest evicted (for the message only) */
+/* was_evicted - id is among the latest evicted (for the message only);
+ * the ring's empty slots are no ids, nor KVF_SEQ_NONE (an evicted id
+ * created again, seq_insert) */
 static int was_evicted(kvf_store *st, uint64_t id)
 {
 	int found = 0;
 
+	if (id == KVF_SEQ_NONE)
+		return 0;
 	pthread_rwlock_rdlock(&st->seqtab.lock);
-	for (uint32_t i = 0; i < SEQ_EVICTED_MEMORY && !found; i++)
+	for (uint32_t i = 0; i < st->seqtab.evicted_n && !found; i++)
 		found = st->seqtab.evicted[i] == id;
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	return found;
@@ -118,6 +126,16 @@ void seq_put(kvf_store *st, struct seq *seq)
 
 kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out)
+{
+	kvf_status rc = seq_find_locked(st, call, id, out);
+
+	if (rc == KVF_OK)
+		seq_note_use(st, *out);
+	return rc;
+}
+
+kvf_status seq_find_locked(kvf_store *st, const char *call, uint64_t id,
+			   struct seq **out)
 {
 	struct seq *seq = seq_get(st, id);
 
@@ -158,6 +176,7 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	atomic_init(&seq->refs, 1);
 	/* a new sequence is the most recently used */
 	atomic_init(&seq->last_use, atomic_fetch_add(&st->seqtab.use_clock, 1));
+	seq->use_synced = UINT64_MAX; /* no "U" record yet */
 	pthread_mutex_init(&seq->lock, NULL);
 	seq->len = kvf_calloc(nl, sizeof(uint64_t));
 	seq->x_len = kvf_calloc(nl, sizeof(uint64_t));
@@ -243,6 +262,10 @@ kvf_status seq_insert(kvf_store *st, struct seq *seq)
 	}
 	st->seqtab.slot[i] = seq;
 	st->seqtab.n++;
+	/* an id taken again is no longer "evicted" */
+	for (uint32_t e = 0; seq->ns == SEQ_NS_USER && e < st->seqtab.evicted_n; e++)
+		if (st->seqtab.evicted[e] == seq->id)
+			st->seqtab.evicted[e] = KVF_SEQ_NONE;
 out:
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	return rc;

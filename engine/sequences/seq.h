@@ -24,15 +24,23 @@ kvf_status seq_table_init(kvf_store *st);
 void seq_table_free(kvf_store *st);
 
 /* seq_get - the live caller's sequence with this id, with a reference;
- * NULL if none.  seq_get_ns - the same in namespace ns. */
+ * NULL if none; no use is counted (seq_note_use).  seq_get_ns - the same in namespace ns. */
 struct seq *seq_get(kvf_store *st, uint64_t id);
 struct seq *seq_get_ns(kvf_store *st, uint32_t ns, uint64_t id);
 void seq_put(kvf_store *st, struct seq *seq);
 
-/* seq_get_locked - seq_get, then lock it; KVF_ENOENT (message names call
- * and id) when absent or freed meanwhile */
+/* seq_get_locked - seq_get, then lock it, counting a use of it (recency
+ * and frequency for eviction): the lookup of a public call, once per call.
+ * KVF_ENOENT (message names call and id) when absent or freed meanwhile.
+ * seq_find_locked - the same without counting a use: the engine's own
+ * lookups, and a call's second try after waiting for room. */
 kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out);
+kvf_status seq_find_locked(kvf_store *st, const char *call, uint64_t id,
+			   struct seq **out);
+/* seq_note_use - count a use of a caller's sequence (seq_get_locked; a
+ * call that looks up with seq_get counts its own) */
+void seq_note_use(kvf_store *st, struct seq *seq);
 void seq_unlock_put(kvf_store *st, struct seq *seq);
 
 /* seq_alloc - a new, empty sequence not yet in the table */

@@ -70,7 +70,9 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		return rc;
 	pthread_mutex_lock(&st->dur.lock);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
+	/* no use counted: a free is not a use, and eviction must not make
+	 * its victim look used */
+	if ((rc = seq_find_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
 	if (evicting && !evictable(seq)) {
 		seq_unlock_put(st, seq);
@@ -95,6 +97,8 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 		meta_key_u64(key, META_TAG_VBAR, id);
 		catalog_batch_delete(b, key, sizeof(key));
 	}
+	meta_key_u64(key, META_TAG_USE, id); /* if a sync wrote one */
+	catalog_batch_delete(b, key, sizeof(key));
 	if (seq->has_ref_record) {
 		meta_key_u64(key, META_TAG_REF, id);
 		catalog_batch_delete(b, key, sizeof(key));

@@ -165,8 +165,12 @@ struct seq {
 				* created by kvf_seq_create with admission on */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
 	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */
-	_Atomic uint64_t last_use; /* seqtab.use_clock at its last lookup */
-	_Atomic uint64_t uses;     /* lookups by calls since open */
+	_Atomic uint64_t last_use; /* seqtab.use_clock at its last use */
+	_Atomic uint64_t uses;     /* public calls on it (seq_note_use), as
+				    * recorded ("U") plus since open */
+	uint64_t use_synced;   /* last_use in the last committed "U" record */
+	uint64_t use_capture;  /* last_use in the record a sync is writing */
+	uint64_t use_capture_gen; /* that sync (st->dur.gen) */
 	struct prefix_seq *prefix; /* its token ids and published chunks
 				    * (engine/sequences/prefix_state.h); NULL if it
 				    * registered none */
@@ -187,10 +191,12 @@ struct seq_table {
 	uint32_t n;         /* live sequences */
 	_Atomic uint64_t use_clock; /* ticks at each lookup of a caller's
 				     * sequence: eviction's notion of time */
-	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring
-				     * (KVF_SEQ_NONE = empty), so that
-				     * KVF_ENOENT can say "evicted" */
+	uint64_t evicted[SEQ_EVICTED_MEMORY]; /* latest evicted ids, a ring,
+				     * so that KVF_ENOENT can say "evicted";
+				     * only the first evicted_n are ids, and
+				     * KVF_SEQ_NONE is one created again */
 	uint32_t evicted_next;
+	uint32_t evicted_n;  /* ids in the ring, up to SEQ_EVICTED_MEMORY */
 };
 
 #endif /* KVF_ENGINE_SEQ_STATE_H */

@@ -357,3 +357,46 @@ kvf_status seq_vbar_load(kvf_store *st, uint64_t id, struct seq *seq,
 		}
 	return rc;
 }
+
+kvf_status seq_use_record(kvf_store *st, struct seq *seq,
+			  struct catalog_batch *b)
+{
+	struct meta_use m = { .create_seqno = seq->create_seqno };
+	unsigned char key[9];
+
+	if (seq->ns != SEQ_NS_USER)
+		return KVF_OK; /* optimizers are never evicted */
+	m.last_use = atomic_load(&seq->last_use);
+	m.uses = atomic_load(&seq->uses);
+	if (m.last_use == seq->use_synced)
+		return KVF_OK; /* not used since: the record stands */
+	meta_key_u64(key, META_TAG_USE, seq->id);
+	catalog_batch_put(b, key, sizeof(key), &m, sizeof(m));
+	seq->use_capture = m.last_use;
+	seq->use_capture_gen = st->dur.gen;
+	return KVF_OK;
+}
+
+kvf_status seq_use_load(kvf_store *st, uint64_t id, struct seq *seq,
+			const void *val, size_t vlen, uint64_t base,
+			uint64_t *clock)
+{
+	struct meta_use m;
+	uint64_t stamp;
+
+	(void)st;
+	if (vlen != sizeof(m))
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_open: the use record of sequence %llu is %zu bytes, not %zu",
+				(unsigned long long)id, vlen, sizeof(m));
+	memcpy(&m, val, sizeof(m));
+	if (seq == NULL || m.create_seqno != seq->create_seqno)
+		return KVF_OK; /* of a sequence freed since, or an earlier one */
+	stamp = base + m.last_use;
+	atomic_store(&seq->last_use, stamp);
+	atomic_store(&seq->uses, m.uses);
+	seq->use_synced = stamp;
+	if (stamp > *clock)
+		*clock = stamp;
+	return KVF_OK;
+}

@@ -71,4 +71,18 @@ uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer);
 /* seq_record - add seq's "S" record to b */
 kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b);
 
+/* seq_use_record - put a caller's sequence's "U" record (recency and
+ * frequency) into b if it was used since the last one; counts as written
+ * once the batch commits (use_capture, as vbar_capture).
+ * seq_use_load - take the record of sequence id back at open (after the
+ * "S" records; seq NULL: freed since), its stamp moved up by base (past
+ * the stamps loading gave the sequences, so those without a record count
+ * as older); *clock gets the largest stamp set, so the open can start the
+ * use clock past it. */
+kvf_status seq_use_record(kvf_store *st, struct seq *seq,
+			  struct catalog_batch *b);
+kvf_status seq_use_load(kvf_store *st, uint64_t id, struct seq *seq,
+			const void *val, size_t vlen, uint64_t base,
+			uint64_t *clock);
+
 #endif /* KVF_ENGINE_SEQ_STREAM_H */

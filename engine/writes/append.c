@@ -273,8 +273,11 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
+/* append_once - one try of kvf_append; again: a retry after waiting for
+ * room, which counts no second use of the sequence */
 static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
-			      uint32_t n_tokens, const void *k, const void *v)
+			      uint32_t n_tokens, const void *k, const void *v,
+			      int again)
 {
 	const char *call = "kvf_append";
 	struct src_stream src_stack[SRC_ON_STACK], *src;
@@ -290,7 +293,8 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	if (src == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+	if ((rc = (again ? seq_find_locked : seq_get_locked)(st, call, seq_id,
+							     &seq)) != KVF_OK)
 		goto out;
 	if (n_tokens > 0) {
 		/* head by head, K then V: a prefill lays a head's K and V
@@ -327,7 +331,7 @@ out:
 }
 
 static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
-				uint32_t n_tokens, const void *x)
+				uint32_t n_tokens, const void *x, int again)
 {
 	const char *call = "kvf_append_x";
 	struct src_stream *src;
@@ -342,7 +346,8 @@ static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	if (src == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, seq_id, &seq)) != KVF_OK)
+	if ((rc = (again ? seq_find_locked : seq_get_locked)(st, call, seq_id,
+							     &seq)) != KVF_OK)
 		goto out;
 	if (n_tokens > 0 && (rc = seq_x_alloc(st, seq)) == KVF_OK) {
 		for (uint32_t q = 0; q < Q; q++) {
@@ -388,7 +393,7 @@ kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	kvf_status rc;
 
 	for (int i = 0;; i++) {
-		rc = append_once(st, seq_id, layer, n_tokens, k, v);
+		rc = append_once(st, seq_id, layer, n_tokens, k, v, i > 0);
 		if (!make_room(st, i, "kvf_append", seq_id, &rc))
 			return rc;
 	}
@@ -400,7 +405,7 @@ kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	kvf_status rc;
 
 	for (int i = 0;; i++) {
-		rc = append_x_once(st, seq_id, layer, n_tokens, x);
+		rc = append_x_once(st, seq_id, layer, n_tokens, x, i > 0);
 		if (!make_room(st, i, "kvf_append_x", seq_id, &rc))
 			return rc;
 	}

@@ -537,6 +537,75 @@ static void disagree(const char *base, kvf_mpi_shard shard)
 	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
 }
 
+/*
+ * An append one rank's store refuses after the checks (rank 1's store is
+ * small and fills; the others have room): the other ranks take their
+ * parts back, so every rank agrees on the old length at once, without a
+ * reopen, and the sequence goes on.
+ */
+static void rollback(const char *base, kvf_mpi_shard shard)
+{
+	enum { BIG = 20000, OLD = 40 };
+	char dir[4096];
+	float *k = malloc((size_t)BIG * 4 * 32 * 4), *v = malloc((size_t)BIG * 4 * 32 * 4);
+	float kr[OLD * 32], vr[OLD * 32], q[8 * 32] = { 0 }, out[8 * 32];
+	kvf_options so = store_opts();
+	kvf_mpi_options o;
+	kvf_mpi_store *st = NULL;
+	uint64_t len = 0;
+	kvf_status rc;
+
+	snprintf(dir, sizeof(dir), "%s/rollback-%s", base, kvf_mpi_shard_name(shard));
+	if (test_rank == 1) {
+		so.capacity_bytes = 4ull << 20;
+		so.segment_size = 256u << 10;
+		so.dram_budget = 0;
+	}
+	kvf_mpi_options_init(&o, &model);
+	o.shard = shard;
+	o.block_tokens = 8;
+	o.store = &so;
+	rc = kvf_mpi_open(MPI_COMM_WORLD, dir, &o, &st);
+	CHECK(rc == KVF_OK && k && v, "open: %s", kvf_mpi_last_error());
+	if (rc != KVF_OK || !k || !v) {
+		kvf_mpi_close(st);
+		free(k);
+		free(v);
+		return;
+	}
+	CHECK(kvf_mpi_seq_create(st, 5) == KVF_OK, "%s", kvf_mpi_last_error());
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		tok_fill(&model, 5, l, 0, OLD, k, v);
+		CHECK(kvf_mpi_append(st, 5, l, OLD, k, v) == KVF_OK, "%s",
+		      kvf_mpi_last_error());
+	}
+	tok_fill(&model, 5, 0, OLD, BIG, k, v);
+	rc = kvf_mpi_append(st, 5, 0, BIG, k, v);
+	CHECK_RC(rc, KVF_ENOSPC, "rank 1");
+	for (uint32_t l = 0; l < model.n_layers; l++) {
+		rc = kvf_mpi_seq_len(st, 5, l, &len);
+		CHECK(rc == KVF_OK && len == OLD, "layer %u after the refused append: %llu tokens (%s)",
+		      l, (unsigned long long)len, kvf_mpi_last_error());
+	}
+	rc = kvf_mpi_attend(st, 5, 0, q, out, NULL);
+	CHECK(rc == KVF_OK, "attend: %s", kvf_mpi_last_error());
+	tok_fill(&model, 5, 0, OLD, 1, k, v);
+	CHECK(kvf_mpi_append(st, 5, 0, 1, k, v) == KVF_OK, "append after: %s",
+	      kvf_mpi_last_error());
+	tok_fill(&model, 5, 0, 0, OLD, k, v);
+	for (uint32_t h = 0; h < model.n_kv_heads; h++) {
+		rc = kvf_mpi_read(st, 5, 0, h, 0, OLD, kr, vr);
+		CHECK(rc == KVF_OK, "read: %s", kvf_mpi_last_error());
+		for (uint32_t t = 0; test_rank == 0 && rc == KVF_OK && t < OLD; t++)
+			CHECK(!memcmp(kr + t * 32, k + (t * 4 + h) * 32, 128) &&
+			      !memcmp(vr + t * 32, v + (t * 4 + h) * 32, 128),
+			      "head %u token %u differs", h, t);
+	}
+	CHECK(kvf_mpi_close(st) == KVF_OK, "%s", kvf_mpi_last_error());
+	free(k);
+	free(v);
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -596,6 +665,8 @@ int main(int argc, char **argv)
 	repair_resume(argv[1]);
 	disagree(argv[1], KVF_MPI_SHARD_HEAD);
 	disagree(argv[1], KVF_MPI_SHARD_TOKEN);
+	rollback(argv[1], KVF_MPI_SHARD_HEAD);
+	rollback(argv[1], KVF_MPI_SHARD_TOKEN);
 	if (test_rank == 0)
 		printf("test_mpi: %s\n", test_failed ? "FAILED" : "ok");
 	return test_exit();

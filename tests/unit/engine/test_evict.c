@@ -173,6 +173,104 @@ Test(evict, lfu_takes_the_least_often_used)
 	cr_assert(fx_data_ok(st, 1, 0, G));
 }
 
+/* "evicted" only for an id eviction took: never for one never created
+ * (UINT64_MAX is what the remembered-ids ring holds when empty) */
+Test(evict, enoent_says_evicted_only_after_an_eviction)
+{
+	kvf_store *st = open_evict(KVF_EVICT_LRU, 4u << 20);
+	const uint64_t never[] = { UINT64_MAX, 0, 77 };
+	uint64_t n;
+
+	for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+		cr_assert(eq(int, fx_append(st, never[i], 1, 0, 0, G), KVF_ENOENT));
+		cr_assert(fx_contains(kvf_last_error(), "does not exist"), "%s",
+			  kvf_last_error());
+		cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s",
+			  kvf_last_error());
+		cr_assert(eq(int, kvf_seq_len(st, never[i], 0, &n), KVF_ENOENT));
+		cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s",
+			  kvf_last_error());
+	}
+	make_seq(st, 1, 1);
+	make_seq(st, 2, 1);
+	cr_assert(eq(u64, evict_one(st, KVF_EVICT_LRU, KVF_EVICT_LRU), 1));
+	cr_assert(eq(int, fx_append(st, 1, 1, 0, G, G), KVF_ENOENT));
+	cr_assert(fx_contains(kvf_last_error(), "it was evicted"), "%s",
+		  kvf_last_error());
+	/* created again, then freed by the caller: not evicted */
+	OK(kvf_seq_create(st, 1));
+	OK(kvf_seq_free(st, 1));
+	cr_assert(eq(int, kvf_seq_len(st, 1, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
+	/* freed by the caller: not evicted */
+	OK(kvf_seq_free(st, 2));
+	cr_assert(eq(int, kvf_seq_len(st, 2, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_seq_len(st, UINT64_MAX, 0, &n), KVF_ENOENT));
+	cr_assert(not(fx_contains(kvf_last_error(), "evicted")), "%s", kvf_last_error());
+}
+
+/* recency_store - sequences 1..5 used so that LRU's order (3, 5, 1, 4, 2)
+ * and LFU's (3, 2, 4, 5, 1: uses 6, 3, 3, 4, 5 with the appends, 3 and 2
+ * tied and taken by recency) differ from each other and from the order
+ * of creation */
+static kvf_store *recency_store(uint32_t policy, int reopen)
+{
+	kvf_store *st = open_evict(policy, 4u << 20);
+
+	for (uint64_t id = 1; id <= 5; id++)
+		make_seq(st, id, 1);
+	touch(st, 4, 0);
+	touch(st, 3, 1);
+	touch(st, 5, 3);
+	touch(st, 1, 4);
+	touch(st, 4, 2);
+	touch(st, 2, 1);
+	OK(kvf_sync(st));
+	if (reopen) {
+		OK(kvf_close(st));
+		fx.st = NULL;
+		st = open_evict(policy, 4u << 20);
+	}
+	return st;
+}
+
+/* evict_order - the order policy evicts all five in */
+static void evict_order(kvf_store *st, uint32_t policy, uint64_t *order)
+{
+	for (int i = 0; i < 5; i++)
+		order[i] = evict_one(st, policy, policy);
+}
+
+/* recency and frequency survive a reopen: eviction takes the same order
+ * after it as without it */
+Test(evict, the_order_survives_a_reopen)
+{
+	const uint32_t policies[] = { KVF_EVICT_LRU, KVF_EVICT_LFU };
+	const uint64_t want[2][5] = { { 3, 5, 1, 4, 2 }, { 3, 2, 4, 5, 1 } };
+
+	for (int p = 0; p < 2; p++) {
+		uint64_t before[5], after[5];
+		kvf_store *st = recency_store(policies[p], 0);
+
+		evict_order(st, policies[p], before);
+		OK(kvf_close(st));
+		fx.st = NULL;
+		cr_assert(eq(int, fx_rm_tree(fx.path), 0));
+		st = recency_store(policies[p], 1);
+		evict_order(st, policies[p], after);
+		OK(kvf_close(st));
+		fx.st = NULL;
+		cr_assert(eq(int, fx_rm_tree(fx.path), 0));
+		for (int i = 0; i < 5; i++) {
+			cr_assert(eq(u64, before[i], want[p][i]),
+				  "policy %u, victim %d", policies[p], i);
+			cr_assert(eq(u64, after[i], before[i]),
+				  "policy %u, victim %d after a reopen", policies[p], i);
+		}
+	}
+}
+
 Test(evict, pinned_sequences_stay)
 {
 	kvf_store *st = open_evict(KVF_EVICT_LRU, 4u << 20);
@@ -364,6 +462,46 @@ Test(evict, a_full_store_evicts_instead_of_refusing)
 	}
 	cr_assert(lt(u64, last_gone, first_kept), "an old sequence outlived a newer one");
 	cr_assert(exists(st, 40));
+}
+
+/* one append is one use, however often it waits for room: the sequence
+ * that happened to fill the store is not kept by its retries (LFU with
+ * equal calls is LRU) */
+Test(evict, a_retried_append_counts_one_use)
+{
+	kvf_options o = evict_opts(KVF_EVICT_LFU, 2u << 20);
+	uint64_t last_gone = 0, first_kept = 0, freed = 0;
+	kvf_evict_event *ev = calloc(64, sizeof(*ev));
+	kvf_store *st = NULL;
+	uint32_t n = 0;
+
+	cr_assert(ev != NULL);
+	o.evict_high = 1.0f;
+	OK(kvf_open(fx.path, &o, &st));
+	fx.st = st;
+	OK(fill_until(st, 40, 0));
+	/* every sequence had LAYERS appends and no other call: the log of
+	 * evicting all of them says so (kvf_seq_len would count a use) */
+	OK(kvf_evict(st, KVF_EVICT_LFU, 64ull << 20, &freed));
+	OK(kvf_evict_log(st, ev, 64, &n, NULL));
+	cr_assert(eq(u32, n, 40));
+	for (uint32_t i = 0; i < n; i++)
+		cr_assert(eq(u64, ev[i].uses, LAYERS), "sequence %llu: %llu uses",
+			  (unsigned long long)ev[i].seq,
+			  (unsigned long long)ev[i].uses);
+	/* in eviction order: the full store's runs took the oldest first */
+	for (uint32_t i = 0; i < n; i++) {
+		if (ev[i].reason == KVF_EVICTED_FULL) {
+			last_gone = ev[i].seq > last_gone ? ev[i].seq : last_gone;
+		} else if (first_kept == 0 || ev[i].seq < first_kept) {
+			first_kept = ev[i].seq;
+		}
+	}
+	cr_assert(gt(u64, last_gone, 0));
+	cr_assert(lt(u64, last_gone, first_kept),
+		  "sequence %llu outlived sequence %llu", (unsigned long long)first_kept,
+		  (unsigned long long)last_gone);
+	free(ev);
 }
 
 Test(evict, without_a_policy_a_full_store_refuses)

@@ -324,6 +324,44 @@ Test(sparf, sparf_groups_eighth_on_scattered_heavy_hitters)
 	kvf_close(f.st);
 }
 
+/*
+ * By groups at a short context the budget is a group or two: the default
+ * exact set (the sinks' group and the newest) used to take all of it, so
+ * no group was ever chosen by score.  Here (100 tokens, 4 groups) one
+ * heavy hitter in group 1 carries most of the mass: at the default top_k
+ * (an eighth: one group) and at two groups, with the default exact set,
+ * SparF by groups must attend its group and come close to dense.
+ */
+Test(sparf, sparf_groups_short_context_leaves_room_for_scores)
+{
+	struct attn_fx f = fx_attn_open_kt("s");
+	const struct heavy hv = { .t = 50, .k = 3.0f, .v = 4.0f };
+	const uint32_t top_k[] = { 0, 2 * GROUP };
+	float q[4 * DIM], dense[4 * DIM], sparse[4 * DIM];
+	kvf_attn_opts o;
+
+	cr_assert(eq(int, kvf_seq_create(f.st, 1), KVF_OK));
+	append_peaky(&f, 1, 100, &hv, 1);
+	peaky_q(&f, q);
+	cr_assert(eq(int, kvf_attend(f.st, 1, 0, q, dense, NULL), KVF_OK));
+	for (size_t i = 0; i < sizeof(top_k) / sizeof(top_k[0]); i++) {
+		uint64_t pr, media;
+
+		kvf_attn_opts_init(&o);
+		o.sparse = 2;
+		o.top_r = DIM / 8;
+		o.top_k = top_k[i];
+		pages_of(&f, 1, q, sparse, &o, &pr, &media);
+		check_cosine(sparse, dense, 0.95,
+			     top_k[i] ? "two groups" : "an eighth");
+		/* the K^T pages of top_r dims, and no more groups of K and V
+		 * than the budget: ceil(top_k / G) a KV head */
+		cr_assert(le(u64, pr, 2 * (1 + 2 * ((top_k[i] ? top_k[i] : 13) + GROUP - 1) / GROUP)),
+			  "%llu pages", (unsigned long long)pr);
+	}
+	kvf_close(f.st);
+}
+
 /* sparse = 3 is refused before anything is read or written */
 Test(sparf, sparf_groups_refuses_sparse_3)
 {
