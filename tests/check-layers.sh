@@ -223,7 +223,7 @@ for f in $py_files; do
 	esac
 	while IFS= read -r hit; do
 		[ -n "$hit" ] || continue
-		problem "$f:${hit%%:*}: only python/kvflash/_lib.py (and _lib_mpi.py for kvflash_mpi) loads a C library; call it through _lib.lib"
+		problem "$f:${hit%%:*}: only python/kvflash/_lib.py loads the C library (_lib_mpi.py the optional kvflash_mpi); call it through _lib.lib"
 	done < <(grep -nE '(CDLL|cdll|LoadLibrary|find_library)' "$root/$f")
 	passed=$((passed + 1))
 done
