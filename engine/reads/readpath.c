@@ -172,26 +172,35 @@ static kvf_status no_group_page(const struct seq *seq, uint64_t g)
 }
 
 /*
- * group_fetch - the P pages of whole group g of s (not the tail) into dst
- * (P pages, KVF_MEDIA_ALIGN-aligned), from wherever each is: waiting for
- * write-back, in an open segment, in the memory media, in the memory tier,
- * or read from media (adjacent pages in one request, all in flight at
- * once, each checked and offered to the tier).  The path of stores whose
- * groups take more than one page (engine/base/group.h).
+ * The path of stores whose groups take more than one page (engine/base/
+ * group.h): a group's pages are gathered into one buffer, each from
+ * wherever it is (waiting for write-back, an open segment, the memory
+ * media, the memory tier: copied now; on media: queued), and the queued
+ * pages of many groups are read together (adjacent pages in one request,
+ * all in flight at once), each checked and offered to the tier.
  */
-static kvf_status group_fetch(kvf_store *st, struct seq *seq, struct stream *s,
-			      uint64_t g, unsigned char *dst)
+#define GATHER_PAGES 128u /* pages a gather reads in one go */
+
+struct gather {
+	struct kvf_media_io io[GATHER_PAGES]; /* requests, merged runs */
+	struct page_ref ref[GATHER_PAGES];    /* what the index says */
+	unsigned char *dst[GATHER_PAGES];     /* where each page goes */
+	uint32_t n_io, n_read;                /* requests; pages queued */
+};
+
+/* gather_group - whole group g of s (not the tail) into dst (P pages,
+ * KVF_MEDIA_ALIGN-aligned): what is in memory now, the rest queued on ga
+ * (which has room for P more pages) for gather_read */
+static kvf_status gather_group(kvf_store *st, struct seq *seq, struct stream *s,
+			       uint64_t g, unsigned char *dst, struct gather *ga)
 {
-	uint32_t P = st->group_pages, ps = st->hdr.page_size, n_io = 0;
-	struct kvf_media_io io[GROUP_MAX_PAGES];
-	struct page_ref ref[GROUP_MAX_PAGES];
-	uint32_t at[GROUP_MAX_PAGES], n_read = 0;
+	uint32_t P = st->group_pages, ps = st->hdr.page_size;
 	kvf_status rc = KVF_OK;
 
 	for (uint32_t p = 0; p < P; p++) {
 		uint64_t e = group_entry(st, g) + p;
 		unsigned char *d = dst + (size_t)p * ps;
-		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+		struct kvf_media_io *last = ga->n_io ? &ga->io[ga->n_io - 1] : NULL;
 		const unsigned char *q;
 		uint32_t slot = TIER_NONE, segid, page;
 		struct page_ref r;
@@ -221,46 +230,57 @@ static kvf_status group_fetch(kvf_store *st, struct seq *seq, struct stream *s,
 		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == d) {
 			last->n_pages++;
 		} else {
-			io[n_io++] = (struct kvf_media_io){
+			ga->io[ga->n_io++] = (struct kvf_media_io){
 				.stripe = seg_stripe(st, segid),
 				.seg = seg_in_stripe(st, segid), .page = page,
 				.n_pages = 1, .buf = d };
 		}
-		ref[n_read] = r;
-		at[n_read++] = p;
-	}
-	if (n_io == 0)
-		return KVF_OK;
-	if ((rc = kvf_media_read(st->media, io, n_io)) != KVF_OK)
-		return rc;
-	count_read(st, seq, n_read);
-	for (uint32_t i = 0; i < n_read; i++) {
-		const unsigned char *d = dst + (size_t)at[i] * ps;
-		uint32_t got = page_check(d, ps);
-
-		if (got != ref[i].check)
-			return corrupt(st, ref[i].addr, ref[i].check, got, "read");
-		if (seq->ns == SEQ_NS_USER)
-			tier_put_read(st, ref[i].addr, got, d);
+		ga->ref[ga->n_read] = r;
+		ga->dst[ga->n_read++] = d;
 	}
 	return KVF_OK;
 }
 
-/* group_rows - where group g of s is, whole, for a reader: the group
- * buffer for the tail, else fetched into buf (group_buf_bytes, aligned) */
-static kvf_status group_rows(kvf_store *st, struct seq *seq, struct stream *s,
-			     uint64_t tokens, uint64_t g, unsigned char *buf,
-			     const unsigned char **rows)
+/* gather_read - read what ga queued, check it, offer it to the tier */
+static kvf_status gather_read(kvf_store *st, struct seq *seq, struct gather *ga)
 {
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc = KVF_OK;
+
+	if (ga->n_io && (rc = kvf_media_read(st->media, ga->io, ga->n_io)) == KVF_OK)
+		count_read(st, seq, ga->n_read);
+	for (uint32_t i = 0; i < ga->n_read && rc == KVF_OK; i++) {
+		uint32_t got = page_check(ga->dst[i], ps);
+
+		if (got != ga->ref[i].check)
+			rc = corrupt(st, ga->ref[i].addr, ga->ref[i].check, got,
+				     "read");
+		else if (seq->ns == SEQ_NS_USER)
+			tier_put_read(st, ga->ref[i].addr, got, ga->dst[i]);
+	}
+	ga->n_io = ga->n_read = 0;
+	return rc;
+}
+
+/* group_fetch - gather_group and gather_read of one group */
+static kvf_status group_fetch(kvf_store *st, struct seq *seq, struct stream *s,
+			      uint64_t g, unsigned char *dst)
+{
+	struct gather ga;
 	kvf_status rc;
 
-	if (is_tail(st, tokens, g)) {
-		if ((rc = stream_tail(st, seq, s, tokens)) == KVF_OK)
-			*rows = s->gbuf;
+	ga.n_io = ga.n_read = 0;
+	if ((rc = gather_group(st, seq, s, g, dst, &ga)) != KVF_OK)
 		return rc;
-	}
-	*rows = buf;
-	return group_fetch(st, seq, s, g, buf);
+	return gather_read(st, seq, &ga);
+}
+
+/* gather_groups - groups a gather holds at once of n_streams streams */
+static uint32_t gather_groups(const kvf_store *st, uint32_t n_streams)
+{
+	uint32_t k = GATHER_PAGES / (st->group_pages * n_streams);
+
+	return k ? k : 1;
 }
 
 kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
@@ -465,25 +485,45 @@ static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
 	return KVF_OK;
 }
 
-/* spans_groups - stream_read_spans for groups of several pages, a group
- * at a time */
+/* spans_groups - stream_read_spans for groups of several pages: the
+ * groups of a gather at a time */
 static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 			       uint64_t tokens, uint64_t t0, uint64_t t1,
 			       span_fn fn, void *arg)
 {
-	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, group_buf_bytes(st));
+	uint32_t K = gather_groups(st, 1), G = st->group_tokens;
+	size_t gb = group_buf_bytes(st);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, K * gb);
+	struct gather *ga = kvf_malloc(sizeof(*ga));
+	uint64_t last = (t1 - 1) / G;
 	kvf_status rc = KVF_OK;
 
-	if (buf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a token group");
-	for (uint64_t g = t0 / st->group_tokens;
-	     g <= (t1 - 1) / st->group_tokens && rc == KVF_OK; g++) {
-		const unsigned char *rows;
+	if (buf == NULL || ga == NULL) {
+		kvf_free(buf);
+		kvf_free(ga);
+		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
+	}
+	ga->n_io = ga->n_read = 0;
+	for (uint64_t g0 = t0 / G; g0 <= last && rc == KVF_OK; g0 += K) {
+		const unsigned char *rows[GATHER_PAGES];
+		uint32_t n = (uint32_t)(last - g0 + 1 < K ? last - g0 + 1 : K);
 
-		if ((rc = group_rows(st, seq, s, tokens, g, buf, &rows)) == KVF_OK)
-			rc = emit(st, g, rows, t0, t1, fn, arg);
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			if (is_tail(st, tokens, g0 + i)) {
+				rc = stream_tail(st, seq, s, tokens);
+				rows[i] = s->gbuf;
+			} else {
+				rows[i] = buf + i * gb;
+				rc = gather_group(st, seq, s, g0 + i, buf + i * gb, ga);
+			}
+		}
+		if (rc == KVF_OK)
+			rc = gather_read(st, seq, ga);
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			rc = emit(st, g0 + i, rows[i], t0, t1, fn, arg);
 	}
 	kvf_free(buf);
+	kvf_free(ga);
 	return rc;
 }
 
@@ -631,34 +671,64 @@ static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
 	}
 }
 
-/* pair_groups - pair_core for groups of several pages, a group at a time */
+/* pair_groups - pair_core for groups of several pages: the groups of a
+ * gather (both streams' pages) at a time */
 static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 			      struct stream *bs, uint64_t tokens, uint64_t t0,
 			      uint64_t t1, const uint64_t *list, uint64_t first,
 			      uint64_t n_groups, pair_fn fn, void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	uint32_t K = gather_groups(st, 2);
 	size_t gb = group_buf_bytes(st);
-	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 2 * gb);
+	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 2 * K * gb);
+	struct gather *ga = kvf_malloc(sizeof(*ga));
 	kvf_status rc = KVF_OK;
 
-	if (buf == NULL)
-		return kvf_fail(KVF_ENOMEM, "out of memory for a token group");
-	for (uint64_t i = 0; i < n_groups && rc == KVF_OK; i++) {
-		uint64_t g = list ? list[i] : first + i, lo = g * G, hi = lo + G;
-		const unsigned char *pa, *pb;
-		size_t off;
+	if (buf == NULL || ga == NULL) {
+		kvf_free(buf);
+		kvf_free(ga);
+		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
+	}
+	ga->n_io = ga->n_read = 0;
+	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += K) {
+		const unsigned char *pa[GATHER_PAGES], *pb[GATHER_PAGES];
+		uint32_t n = (uint32_t)(n_groups - i0 < K ? n_groups - i0 : K);
 
-		lo = t0 > lo ? t0 : lo;
-		hi = t1 < hi ? t1 : hi;
-		if (lo >= hi)
-			continue;
-		off = (size_t)(lo - g * G) * rb;
-		if ((rc = group_rows(st, seq, a, tokens, g, buf, &pa)) == KVF_OK &&
-		    (rc = group_rows(st, seq, bs, tokens, g, buf + gb, &pb)) == KVF_OK)
-			rc = fn(arg, lo, (uint32_t)(hi - lo), pa + off, pb + off);
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t g = list ? list[i0 + i] : first + i0 + i;
+			unsigned char *da = buf + (size_t)(2 * i) * gb, *db = da + gb;
+
+			if (is_tail(st, tokens, g)) {
+				if ((rc = stream_tail(st, seq, a, tokens)) == KVF_OK)
+					rc = stream_tail(st, seq, bs, tokens);
+				pa[i] = a->gbuf;
+				pb[i] = bs->gbuf;
+				continue;
+			}
+			pa[i] = da;
+			pb[i] = db;
+			if ((rc = gather_group(st, seq, a, g, da, ga)) == KVF_OK)
+				rc = gather_group(st, seq, bs, g, db, ga);
+		}
+		if (rc == KVF_OK)
+			rc = gather_read(st, seq, ga);
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t g = list ? list[i0 + i] : first + i0 + i;
+			uint64_t lo = g * G, hi = lo + G;
+			size_t off;
+
+			lo = t0 > lo ? t0 : lo;
+			hi = t1 < hi ? t1 : hi;
+			if (lo >= hi)
+				continue;
+			off = (size_t)(lo - g * G) * rb;
+			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
+				pb[i] + off);
+		}
 	}
 	kvf_free(buf);
+	kvf_free(ga);
 	return rc;
 }
 

@@ -133,3 +133,35 @@ def test_zero_copy_for_contiguous_inputs(make_store, monkeypatch):
     monkeypatch.setattr(_arrays, "host", spy)
     st.append(1, 0, k, k[:, :, :])
     assert seen == [True, True]
+
+
+@pytest.mark.parametrize("head_dim,dtype", [(80, torch.float16),
+                                            (80, torch.float32),
+                                            (192, torch.float16),
+                                            (48, torch.bfloat16)])
+def test_any_head_size(make_store, head_dim, dtype):
+    """Head sizes whose rows do not divide the page: exact round trips
+    across groups (of one page or several), attention with the default
+    scale 1/sqrt(head_dim) of the real head_dim."""
+    st = make_store(dtype=dtype, head_dim=head_dim)
+    assert st.info()["group_pages"] == st.group_pages >= 1
+    st.seq_create(1)
+    n = 3 * st.group_tokens + 5
+    k = torch.randn(n, 2, head_dim).to(dtype)
+    v = torch.randn(n, 2, head_dim).to(dtype)
+    for layer in range(2):
+        st.append(1, layer, k[:n // 2], v[:n // 2])
+        st.sync()
+        st.append(1, layer, k[n // 2:], v[n // 2:])
+    for h in range(2):
+        rk, rv = st.read(1, 1, h)
+        assert rk.shape == (n, head_dim)
+        assert torch.equal(rk, k[:, h]) and torch.equal(rv, v[:, h])
+    q = torch.randn(8, head_dim)
+    out = st.attend(1, 1, q)
+    kf, vf = k.float(), v.float()
+    for h in range(8):
+        kv = h // 4  # query head h reads KV head h / (n_q / n_kv)
+        s = (kf[:, kv] @ q[h]) / head_dim ** 0.5
+        want = torch.softmax(s.double(), 0).float() @ vf[:, kv]
+        assert torch.allclose(out[h], want, atol=2e-5, rtol=2e-5)

@@ -12,11 +12,14 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -548,4 +551,284 @@ Test(head_sizes, format_3_store_opens_reads_the_same_and_grows)
 		free(r.k[l]);
 		free(r.v[l]);
 	}
+}
+
+/* ---- groups of several pages: a crash, verify, damage ----------------------- */
+
+#define MP_DIM 192 /* f32: rows of 768 bytes, 16 tokens in 3 pages of 4 KiB */
+#define MP_G 16
+#define MP_P 3
+
+/* mp_byte - byte i of the row of token t of (layer, kind, head) */
+static unsigned char mp_byte(uint32_t layer, int kind, uint64_t t, uint32_t h,
+			     uint32_t i)
+{
+	uint64_t x = (t * 0x9e3779b97f4a7c15ull) ^ (layer * 7919u) ^
+		     ((uint64_t)kind << 40) ^ ((uint64_t)h << 48) ^ i;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	return (unsigned char)(x >> 40);
+}
+
+static kvf_options mp_opts(void)
+{
+	kvf_model m = { LAYERS, SH_QH, SH_KVH, MP_DIM, KVF_DTYPE_F32 };
+	kvf_options o = fx_options_for(&m, 512 * 1024, 256ull << 20, 2);
+
+	o.n_threads = 2;
+	return o;
+}
+
+/* mp_append - tokens [t0, t0 + n) of every layer of sequence 1 */
+static kvf_status mp_append(kvf_store *st, uint64_t t0, uint32_t n)
+{
+	size_t row = MP_DIM * 4, per = (size_t)SH_KVH * row;
+	unsigned char *k = malloc(n * per), *v = malloc(n * per);
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
+		for (uint32_t t = 0; t < n; t++)
+			for (uint32_t h = 0; h < SH_KVH; h++)
+				for (uint32_t i = 0; i < row; i++) {
+					k[t * per + h * row + i] = mp_byte(l, 0, t0 + t, h, i);
+					v[t * per + h * row + i] = mp_byte(l, 1, t0 + t, h, i);
+				}
+		rc = kvf_append(st, 1, l, n, k, v);
+	}
+	free(k);
+	free(v);
+	return rc;
+}
+
+/* mp_tokens_ok - every token of sequence 1 reads back as mp_byte made it */
+static void mp_tokens_ok(kvf_store *st, uint64_t n)
+{
+	size_t row = MP_DIM * 4;
+	unsigned char *k = malloc(n * row + 1), *v = malloc(n * row + 1);
+
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < SH_KVH; h++) {
+			OK(kvf_read(st, 1, l, h, 0, n, k, v));
+			for (uint64_t t = 0; t < n; t++)
+				for (uint32_t i = 0; i < row; i++) {
+					cr_assert(eq(u8, k[t * row + i], mp_byte(l, 0, t, h, i)),
+						  "K layer %u head %u token %llu", l, h,
+						  (unsigned long long)t);
+					cr_assert(eq(u8, v[t * row + i], mp_byte(l, 1, t, h, i)),
+						  "V layer %u head %u token %llu", l, h,
+						  (unsigned long long)t);
+				}
+		}
+	free(k);
+	free(v);
+}
+
+/* mp_writer - appends of odd sizes, a sync now and then (each reported
+ * "S tokens"), and an exit without a close after appends past the last
+ * sync: what a killed process leaves */
+static void mp_writer(const char *path)
+{
+	kvf_options o = mp_opts();
+	kvf_store *st;
+	uint64_t t = 0;
+	static const uint32_t step[] = { 5, 1, 40, 1, 1, 29, 70, 3, 1, 64, 17,
+						2, 40 };
+
+	CHILD_MUST(kvf_open(path, &o, &st));
+	CHILD_MUST(kvf_seq_create(st, 1));
+	CHILD_MUST(kvf_sync(st));
+	for (size_t i = 0; i < sizeof(step) / sizeof(step[0]); i++) {
+		CHILD_MUST(mp_append(st, t, step[i]));
+		t += step[i];
+		if (i % 3 == 1) {
+			CHILD_MUST(kvf_sync(st));
+			fx_child_say("S %llu", (unsigned long long)t);
+		}
+	}
+	fx_child_say("A %llu", (unsigned long long)t);
+	_exit(0);
+}
+
+Test(head_sizes, multi_page_groups_after_a_crash)
+{
+	char path[4096], line[128];
+	unsigned long long synced = 0, appended = 0, x;
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	kvf_options o = mp_opts();
+	kvf_store *st;
+	uint64_t len;
+	int fd, status;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s", tmp_path(fx.dir, "mp"));
+	pid = fx_spawn(&fd);
+	if (pid == 0)
+		mp_writer(path);
+	while (fx_read_line(fd, line, sizeof(line))) {
+		cr_assert(line[0] != 'E', "writer: %s", line);
+		if (sscanf(line, "S %llu", &x) == 1)
+			synced = x;
+		if (sscanf(line, "A %llu", &x) == 1)
+			appended = x;
+	}
+	close(fd);
+	cr_assert(eq(int, (int)waitpid(pid, &status, 0), (int)pid));
+	cr_assert(eq(int, WIFEXITED(status) && WEXITSTATUS(status) == 0, 1));
+	cr_assert(appended > synced && synced > 0, "appended %llu, synced %llu",
+		  appended, synced);
+
+	o.dram_budget = 0;
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	cr_assert(eq(u32, si.group_pages, MP_P));
+	cr_assert(eq(u32, si.group_tokens, MP_G));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		OK(kvf_seq_len(st, 1, l, &len));
+		cr_assert(len >= synced && len <= appended,
+			  "layer %u: %llu tokens, synced %llu, appended %llu", l,
+			  (unsigned long long)len, synced, appended);
+	}
+	OK(kvf_seq_len(st, 1, 0, &len));
+	mp_tokens_ok(st, len);
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	/* it grows on from what came back, across groups */
+	OK(mp_append(st, len, 70));
+	mp_tokens_ok(st, len + 70);
+	OK(kvf_close(st));
+}
+
+/* keep_damage - kvf_verify's fn: keep the first damage */
+static int keep_damage(void *arg, const kvf_verify_damage *d)
+{
+	kvf_verify_damage *first = arg;
+
+	if (first->struct_size == 0)
+		*first = *d;
+	return 0;
+}
+
+Test(head_sizes, multi_page_groups_verify_and_damage)
+{
+	char path[4096];
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	kvf_verify_damage d = { 0 };
+	kvf_options o = mp_opts();
+	kvf_store *st;
+	uint64_t n = 2 * MP_G + 5; /* two groups of 3 pages and a tail of 1 */
+	unsigned char k[MP_DIM * 4], v[MP_DIM * 4];
+	kvf_status rc;
+
+	snprintf(path, sizeof(path), "%s", tmp_path(fx.dir, "mpv"));
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(mp_append(st, 0, (uint32_t)n));
+	OK(kvf_close(st));
+	o.dram_budget = 0;
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	cr_assert(eq(u64, vr.pages_checked, LAYERS * 2 * SH_KVH * (2 * MP_P + 1)));
+	OK(kvf_close(st));
+
+	/* a byte flipped in the first data page of stripe 0 */
+	fx_flip(path, 0, 100, 1);
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_verify(st, keep_damage, &d, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 1));
+	cr_assert(eq(u64, d.seq, 1));
+	cr_assert(d.group < 3, "group %llu", (unsigned long long)d.group);
+	cr_assert(d.kind == KVF_KIND_K || d.kind == KVF_KIND_V);
+	/* any token of that group is refused, never returned; the groups
+	 * around it still read */
+	rc = kvf_read(st, 1, d.layer, d.head, d.group * MP_G + MP_G - 1,
+		      d.group * MP_G + MP_G, k, v);
+	cr_assert(eq(int, rc, KVF_ECORRUPT), "%s", kvf_last_error());
+	cr_assert(ne(ptr, strstr(kvf_last_error(), "checksum mismatch"), NULL));
+	for (uint64_t g = 0; g < 3; g++)
+		if (g != d.group)
+			OK(kvf_read(st, 1, d.layer, d.head, g * MP_G,
+				    g * MP_G + 1, k, v));
+	OK(kvf_close(st));
+}
+
+/* newest_log - the catalog's newest write-ahead log in dir/meta */
+static void newest_log(const char *dir, char *out, size_t cap)
+	__attribute__((nonnull));
+static void newest_log(const char *dir, char *out, size_t cap)
+{
+	char meta[4200], best[256] = "";
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(meta, sizeof(meta), "%s/meta", dir);
+	d = opendir(meta);
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+
+		if (n > 4 && n < sizeof(best) && !strcmp(e->d_name + n - 4, ".log") &&
+		    strcmp(best, e->d_name) < 0)
+			snprintf(best, sizeof(best), "%s", e->d_name);
+	}
+	closedir(d);
+	cr_assert(best[0] != '\0', "no write-ahead log in %s", meta);
+	cr_assert(strlen(meta) + strlen(best) + 2 <= cap);
+	strcpy(out, meta);
+	strcat(out, "/");
+	strcat(out, best);
+}
+
+/* kvf_repair of a store of 3-page groups whose catalog lost its newest
+ * records (its log cut short): the groups the summaries prove whole come
+ * back, every token as appended */
+Test(head_sizes, multi_page_groups_repair)
+{
+	char gold[4096], work[4096], cmd[12400], logp[4500];
+	kvf_options o = mp_opts();
+	kvf_store *st;
+	uint64_t t = 0, restored = 0;
+	unsigned repaired = 0;
+	struct stat sb;
+
+	snprintf(gold, sizeof(gold), "%s", tmp_path(fx.dir, "gold"));
+	snprintf(work, sizeof(work), "%s", tmp_path(fx.dir, "work"));
+	OK(kvf_open(gold, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (int round = 0; round < 6; round++) {
+		uint32_t n = 11 + 9 * (uint32_t)round; /* whole and part groups */
+
+		OK(mp_append(st, t, n));
+		t += n;
+		OK(kvf_sync(st));
+	}
+	OK(kvf_close(st));
+	for (int cut = 1; cut < 8; cut++) {
+		kvf_repair_report r = { .struct_size = sizeof(r) };
+		uint64_t len;
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", work,
+			 gold, work);
+		cr_assert(eq(int, system(cmd), 0));
+		newest_log(work, logp, sizeof(logp));
+		cr_assert(eq(int, stat(logp, &sb), 0));
+		cr_assert(eq(int, truncate(logp, sb.st_size * cut / 8), 0));
+		if (kvf_open(work, NULL, &st) != KVF_OK) {
+			OK(kvf_repair(work, NULL, 0, &r));
+			restored += r.tokens_restored;
+			repaired++;
+			OK(kvf_open(work, NULL, &st));
+		}
+		OK(kvf_seq_len(st, 1, 0, &len));
+		cr_assert(len <= t, "%llu tokens, %llu appended",
+			  (unsigned long long)len, (unsigned long long)t);
+		mp_tokens_ok(st, len);
+		OK(kvf_close(st));
+	}
+	cr_log_info("multi-page repair: %u repaired, %llu tokens given back",
+		    repaired, (unsigned long long)restored);
+	cr_assert(repaired > 0 && restored > 0, "repaired %u, restored %llu",
+		  repaired, (unsigned long long)restored);
 }
