@@ -124,6 +124,7 @@ static void chunk_done(struct tier *t, uint32_t c)
 	k->buf = NULL;
 	k->next = t->chunk_free;
 	t->chunk_free = c;
+	t->chunks_live--;
 }
 
 /* release_slot - back to the free list; its page is freed (or its
@@ -660,22 +661,28 @@ static void put_written(kvf_store *st, uint32_t addr, uint32_t check,
 }
 
 /* swap_buffer - a buffer of chunk_bytes for the cache to give (lock
- * held, may drop it to make one); NULL: none.  A fresh one is made only
- * when the cache is small or full, or when `fresh` says so (a caller
- * that would otherwise fault fresh memory page by page) */
+ * held, may drop it to make one); NULL: none.  In order: one of the
+ * stock; a fresh one while the cache is small (TIER_SYNC_GROW); the
+ * buffer of the oldest chunk, whose pages are evicted for it (a full
+ * cache must; one that holds chunks had rather give its oldest written
+ * pages than fault fresh memory on the caller's path); a fresh one if
+ * `fresh` says so (a caller that would otherwise fault fresh memory page
+ * by page) or eviction freed pages of their own but no chunk */
 static unsigned char *swap_buffer(kvf_store *st, int fresh)
 {
 	struct tier *t = &st->tier;
+	int full = held(st) + t->chunk_bytes > grow_ceiling(t);
 	unsigned char *p;
 
-	int full = 0;
-
-	/* a full cache recycles: evicting its oldest pages frees a chunk,
-	 * whose buffer joins the stock */
-	while (t->n_stock == 0 && held(st) + t->chunk_bytes > grow_ceiling(t)) {
-		full = 1;
+	if (t->n_stock == 0 && !full && t->bytes < TIER_SYNC_GROW) {
+		grower_ring(st); /* a large budget: the grower takes over */
+		goto make;
+	}
+	while (t->n_stock == 0 && (full || t->chunks_live > 0)) {
 		if (!evict_one(t))
 			return NULL;
+		full = held(st) + t->chunk_bytes > grow_ceiling(t);
+		fresh |= !full && t->chunks_live == 0;
 	}
 	if (t->n_stock > 0) {
 		p = t->stock[--t->n_stock];
@@ -684,11 +691,9 @@ static unsigned char *swap_buffer(kvf_store *st, int fresh)
 		return p;
 	}
 	grower_ring(st);
-	/* growing, past a small cache: the grower's job.  A full cache
-	 * whose evictions freed pages of their own (not a chunk) makes one
-	 * from the memory those gave back */
-	if (!full && !fresh && t->bytes >= TIER_SYNC_GROW)
-		return NULL;
+	if (!fresh)
+		return NULL; /* growing is the grower's job */
+make:
 	if (held(st) + t->chunk_bytes > t->budget)
 		return NULL;
 	t->bytes += t->chunk_bytes; /* counted while made */
@@ -745,6 +750,7 @@ int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
 	t->chunk_free = t->chunk[c].next;
 	t->chunk[c].buf = *buf;
 	t->chunk[c].live = n;
+	t->chunks_live++;
 	for (i = 0; i < n; i++) {
 		uint32_t j = t->free_head;
 

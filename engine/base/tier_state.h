@@ -70,6 +70,7 @@ struct tier {
 	uint64_t chunk_bytes;        /* a segment buffer; 0 = pages copied */
 	struct tier_chunk *chunk;    /* [n_chunks] */
 	uint32_t n_chunks, chunk_free;
+	uint32_t chunks_live;        /* records holding a buffer */
 	unsigned char **stock;       /* [stock_cap] buffers ready to swap */
 	uint32_t n_stock, stock_cap;
 	uint32_t growing;            /* buffers the grower is making */

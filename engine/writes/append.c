@@ -141,7 +141,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 					&src[i].waits);
 			prof_end(&st->prof, PROF_TIER, m);
 		}
-		wb_plan(st, seq, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
+		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
 			own);
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)

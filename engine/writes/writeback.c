@@ -33,31 +33,11 @@ int wb_long(uint64_t k)
 	return k >= WB_RUN;
 }
 
-/* run_skew - where the runs of stream sid of seq end: after the groups g
- * with (g + 1 + skew) % WB_RUN == 0.  The skew differs from stream to
- * stream: the streams of a batch, which a decode loop fills in step, then
- * fill their runs at different steps, and write-back flows steadily
- * beside the appends instead of every run of every stream going out in
- * the same step while the appends wait. */
-static uint32_t run_skew(const struct seq *seq, uint32_t sid)
-{
-	uint64_t h = (seq->id * 0x9e3779b97f4a7c15ull) ^ (sid * 0xc2b2ae3d27d4eb4full);
-
-	return (uint32_t)((h * 0x165667b19e3779f9ull) >> 40) % WB_RUN;
-}
-
-/* run_ends - group g is the last of its run */
-static int run_ends(const struct seq *seq, uint32_t sid, uint64_t g)
-{
-	return (g + 1 + run_skew(seq, sid)) % WB_RUN == 0;
-}
-
 /* run_stripe - the stripe a run starting at group first goes to: runs,
  * not pages, take turns over the stripes */
-static uint32_t run_stripe(kvf_store *st, const struct seq *seq, uint32_t sid,
-			   uint64_t first)
+static uint32_t run_stripe(kvf_store *st, uint32_t sid, uint64_t first)
 {
-	return stream_stripe(st, sid, (first + run_skew(seq, sid)) / WB_RUN);
+	return stream_stripe(st, sid, first / WB_RUN);
 }
 
 void wb_flush_plan(const struct stream *s, uint32_t *pages, uint32_t *own)
@@ -68,12 +48,11 @@ void wb_flush_plan(const struct stream *s, uint32_t *pages, uint32_t *own)
 	}
 }
 
-void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
-	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
-	     uint32_t *own)
+void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
+	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own)
 {
 	uint32_t waiting = s->wb ? s->wb->n : 0, n = waiting;
-	uint32_t stripe = n ? s->wb->stripe : run_stripe(st, seq, sid, g0);
+	uint32_t stripe = n ? s->wb->stripe : run_stripe(st, sid, g0);
 
 	if (k == 0)
 		return;
@@ -89,9 +68,9 @@ void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
 	 * when the media could not take what it adds, as without the tier */
 	for (uint64_t j = 0; j < k; j++) {
 		if (n == 0)
-			stripe = run_stripe(st, seq, sid, g0 + j);
-		if (++n == WB_RUN || run_ends(seq, sid, g0 + j)) {
-			pages[stripe] += n;
+			stripe = run_stripe(st, sid, g0 + j);
+		if (++n == WB_RUN) {
+			pages[stripe] += WB_RUN;
 			own[stripe] += waiting;
 			waiting = 0;
 			n = 0;
@@ -275,13 +254,13 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	atomic_fetch_add(&st->c.wb_bytes, st->hdr.page_size);
 	if (w->n == 0) {
 		w->first = g;
-		w->stripe = run_stripe(st, seq, sid, g);
+		w->stripe = run_stripe(st, sid, g);
 	}
 	w->page[w->n++] = page;
 	seg_promise(st, w->stripe, 1);
 	if (g >= s->n_groups)
 		s->n_groups = (uint32_t)g + 1;
-	if ((w->n >= WB_RUN || run_ends(seq, sid, g)) && seq->admitted)
+	if (w->n >= WB_RUN && seq->admitted)
 		return wb_flush(st, seq, s, sid);
 	return KVF_OK;
 }

@@ -47,9 +47,8 @@ void wb_unprepare(kvf_store *st, struct stream *s);
  * own[stripe], the pages among them that waited before, whose room is
  * promised (openseg_reserve).  Changes nothing.
  */
-void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
-	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
-	     uint32_t *own);
+void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
+	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own);
 
 /*
  * wb_seal - s's group g, full in its group buffer, waits for write-back
