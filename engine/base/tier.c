@@ -371,11 +371,16 @@ static uint64_t grow_ceiling(const struct tier *t)
 	return t->budget - t->budget / 8;
 }
 
+/* grow_room - whether the grower should make a buffer: the cache is read
+ * (a hit since the last buffer made: memory is grown only where it pays;
+ * a store only written keeps a small cache that rotates, as a store with
+ * no tier keeps no more), the stock is short, and the cache has room */
 static int grow_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
-	return t->n_stock + t->growing < t->stock_cap &&
+	return t->hits != t->hits_grown &&
+	       t->n_stock + t->growing < t->stock_cap &&
 	       held(st) + t->chunk_bytes <= grow_ceiling(t);
 }
 
@@ -416,6 +421,7 @@ static void *grower_main(void *arg)
 			continue;
 		}
 		t->growing++;
+		t->hits_grown = t->hits;
 		t->bytes += t->chunk_bytes;
 		pthread_mutex_unlock(&t->lock);
 		p = buffer_new(t->chunk_bytes);
@@ -526,6 +532,16 @@ uint64_t tier_fixed(kvf_store *st)
 
 /* ---- the cache -------------------------------------------------------- */
 
+static int grow_room(kvf_store *st);
+static void grower_ring(kvf_store *st);
+
+/* read_grows - a hit: the cache pays, the grower may grow it (lock held) */
+static void read_grows(kvf_store *st)
+{
+	if (st->tier.chunk_bytes && grow_room(st))
+		grower_ring(st);
+}
+
 /* get_locked - tier_get with the lock held */
 static const unsigned char *get_locked(struct tier *t, uint32_t addr,
 				       uint32_t check, uint32_t *slot)
@@ -570,6 +586,8 @@ const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
 		return NULL;
 	pthread_mutex_lock(&t->lock);
 	p = get_locked(t, addr, check, slot);
+	if (p)
+		read_grows(st);
 	pthread_mutex_unlock(&t->lock);
 	return p;
 }
@@ -588,6 +606,7 @@ void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t i = 0; i < n; i++)
 		p[i] = get_locked(t, addr[i], check[i], &slot[i]);
+	read_grows(st);
 	pthread_mutex_unlock(&t->lock);
 }
 
