@@ -215,8 +215,67 @@ static int evict_one(struct tier *t)
 	return 1;
 }
 
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(unsigned char *const *)a;
+	uintptr_t y = (uintptr_t)*(unsigned char *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* carved_of - the carved buffer holding page p (carved sorted) */
+static uint32_t carved_of(const struct tier *t, const unsigned char *p)
+{
+	uint32_t lo = 0, hi = t->n_carved;
+
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if ((uintptr_t)t->carved[mid] <= (uintptr_t)p)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* loose_compact - free the carved buffers whose every page is loose (none
+ * in use): loose memory is otherwise the cache's for good, and a hold
+ * that finds nothing else to evict would fail beside it.  Only then: it
+ * sorts and scans.  Whether a buffer went. */
+static int loose_compact(struct tier *t)
+{
+	uint32_t per = t->chunk_bytes ? (uint32_t)(t->chunk_bytes / t->page_size) : 0;
+	uint32_t *cnt, kept = 0, freed = 0;
+
+	if (per == 0 || t->n_loose < per || t->n_carved == 0)
+		return 0;
+	if ((cnt = calloc(t->n_carved, sizeof(*cnt))) == NULL)
+		return 0;
+	qsort(t->carved, t->n_carved, sizeof(*t->carved), ptr_cmp);
+	for (uint32_t i = 0; i < t->n_loose; i++)
+		cnt[carved_of(t, t->loose[i])]++;
+	for (uint32_t i = 0; i < t->n_loose; i++)
+		if (cnt[carved_of(t, t->loose[i])] != per)
+			t->loose[kept++] = t->loose[i];
+	t->n_loose = kept;
+	for (uint32_t i = 0, j = 0; i < t->n_carved; i++) {
+		if (cnt[i] == per) {
+			free(t->carved[i]);
+			t->bytes -= t->chunk_bytes;
+			freed++;
+		} else {
+			t->carved[j++] = t->carved[i];
+		}
+	}
+	t->n_carved -= freed;
+	free(cnt);
+	return freed > 0;
+}
+
 /* room_one - give back some cache memory: a stock buffer first, else a
- * page; whether anything went */
+ * page, else carved buffers no page of which is in use; whether anything
+ * went */
 static int room_one(struct tier *t)
 {
 	if (t->n_stock > 0) {
@@ -224,7 +283,7 @@ static int room_one(struct tier *t)
 		t->bytes -= t->chunk_bytes;
 		return 1;
 	}
-	return evict_one(t);
+	return evict_one(t) || loose_compact(t);
 }
 
 /* make_room - evict until one more page fits under the budget */

@@ -585,3 +585,37 @@ Test(tier, stage_profile)
 	check_known(st, 1, 16 * G);
 	OK(kvf_close(st));
 }
+
+/* memory that pages waiting for write-back took from the cache comes back
+ * to the budget once they are written: after a sync wrote them, group
+ * buffers of new sequences fill nearly the whole budget, not only what
+ * the waiting pages left */
+Test(tier, written_back_memory_returns)
+{
+	kvf_options o = tier_opts(2ull << 20); /* 32 segments of 64 KiB */
+	uint32_t n = 0;
+	kvf_status rc = KVF_OK;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t t = 0; t < 31 * G; t++) /* 31 pages a stream wait */
+		OK(put_known(st, 1, t, 1));
+	cr_assert(gt(u64, stats_of(st).writeback_bytes, 512u << 10));
+	OK(kvf_sync(st));
+	cr_assert(eq(u64, stats_of(st).writeback_bytes, 0));
+	/* each new sequence holds a group buffer per stream: 8 of 4 KiB */
+	while (rc == KVF_OK && n < 1000) {
+		OK(kvf_seq_create(st, 100 + n));
+		rc = put_known(st, 100 + n, 0, 1);
+		n += rc == KVF_OK;
+	}
+	cr_assert(eq(int, rc, KVF_ENOMEM), "%s", kvf_last_error());
+	cr_assert(strstr(kvf_last_error(), "dram_budget") != NULL, "%s",
+		  kvf_last_error());
+	/* 2 MiB, less the tables, the index and sequence 1's buffers */
+	cr_assert(ge(u32, n, 48), "only %u sequences' group buffers fit", n);
+	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	check_known(st, 1, 31 * G);
+	OK(kvf_close(st));
+}
