@@ -250,6 +250,13 @@ typedef struct {
 				   * tier with no room for its pages.
 				   * Needs dram_budget > 0 and file or
 				   * flash media */
+	uint32_t profile;         /* 1 = time the write path's stages
+				   * (kvf_stats prof_*_ns: copies, hashing,
+				   * the memory tier, segments, the writer
+				   * queue, locks); two clock reads a stage,
+				   * so a few percent slower.  Default 0.
+				   * A handle option: a reopen may change
+				   * it */
 } kvf_options;
 
 /* kvf_options.evict_policy: which sequences eviction drops first.  Every
@@ -412,6 +419,31 @@ typedef struct {
 	uint64_t dram_only_bytes;    /* pages freed while they waited in DRAM
 				      * (write-back or admission): never
 				      * written to the media; since open */
+	/* the write path's stages (kvf_options.profile = 1, else 0): ns
+	 * summed over threads since open, each exclusive of the stages
+	 * inside it, so the foreground ones of a single appending thread
+	 * add up to its time in kvf_append and kvf_sync */
+	uint64_t prof_append_ns;     /* kvf_append(_x) outside the stages
+				      * below: planning, lookups */
+	uint64_t prof_lock_ns;       /* waiting for the store's and the
+				      * sequence's locks */
+	uint64_t prof_copy_ns;       /* rows copied into group buffers and
+				      * segment pages */
+	uint64_t prof_hash_ns;       /* sealed pages hashed */
+	uint64_t prof_tier_ns;       /* the memory tier: holds, pages
+				      * waiting for write-back, written
+				      * segments handed to the cache */
+	uint64_t prof_segment_ns;    /* segments reserved and opened */
+	uint64_t prof_queue_ns;      /* waiting for the segment writers */
+	uint64_t prof_sync_ns;       /* kvf_sync outside the stages above:
+				      * media sync, catalog commits */
+	uint64_t prof_writer_ns;     /* the writer threads (in the
+				      * background): segment writes and
+				      * their commits */
+	uint64_t cache_segments;     /* written segments the cache took in
+				      * place (no copy), since open */
+	uint64_t cache_segments_skipped; /* written segments not cached:
+				      * no spare buffer was ready */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */

@@ -2,9 +2,11 @@
  * bench_append.c - `kvbench append`: the store's write and read paths
  * against plain O_DIRECT loops on the same file system, in one run.
  *
- * Each pass creates a fresh store in DIR/store for a Llama-8B-like shape
- * (32 layers, 32 q heads, 8 kv heads, head_dim 128, f16 by default) and
- * measures, each side by side with its baseline:
+ * Each pass creates two fresh stores for a Llama-8B-like shape (32
+ * layers, 32 q heads, 8 kv heads, head_dim 128, f16 by default): DIR/store
+ * with the default options (the memory tier on, dram_budget 1 GiB) and
+ * DIR/store0 with dram_budget = 0, and measures, side by side with each
+ * other and with the baseline (the three take turns going first):
  *  - prefill: for each layer, every sequence of the batch appends its whole
  *    prompt in one kvf_append; then kvf_sync.  Baseline: the same number
  *    of bytes written by one thread with 1 MiB O_DIRECT pwrites into a
@@ -17,6 +19,11 @@
  *    single heads (K and V), some written by prefill and some by decode,
  *    against O_DIRECT preads of the same number of bytes, 1 MiB at a time.
  *    The store reads with O_DIRECT, so no page cache hides the media.
+ *  - where the time goes: after the passes, one more store of each kind
+ *    runs both phases with kvf_options.profile on, and the stages'
+ *    times (kvf_stats prof_*_ns: locks, copies, hashing, the memory tier,
+ *    segments, the writer queue, sync; the writer threads beside) are
+ *    printed as shares of each phase.
  * Only the calls are timed: data generation and checks are not.  Every
  * head read back is compared with what was appended.  Passes alternate
  * which side goes first; medians are reported, with the targets beside
@@ -132,19 +139,13 @@ int bench_append_main(int argc, char **argv)
 	for (uint32_t i = 0; i < a.repeat; i++)
 		if (append_one_pass(&c, (int)(i % 2), &passes[i]) != 0)
 			goto out;
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; s < SIDES; s++) {
 		med.prefill_mbs[s] =
 			median_of(passes, a.repeat,
 				  offsetof(struct append_pass, prefill_mbs[s]));
 		med.decode_mbs[s] =
 			median_of(passes, a.repeat,
 				  offsetof(struct append_pass, decode_mbs[s]));
-		med.read_pre_mbs[s] = median_of(passes, a.repeat,
-						offsetof(struct append_pass,
-							 read_pre_mbs[s]));
-		med.read_dec_mbs[s] = median_of(passes, a.repeat,
-						offsetof(struct append_pass,
-							 read_dec_mbs[s]));
 		med.prefill_cpu[s] =
 			median_of(passes, a.repeat,
 				  offsetof(struct append_pass, prefill_cpu[s]));
@@ -152,6 +153,20 @@ int bench_append_main(int argc, char **argv)
 			median_of(passes, a.repeat,
 				  offsetof(struct append_pass, decode_cpu[s]));
 	}
+	for (int s = 0; s < 2; s++) {
+		med.read_pre_mbs[s] = median_of(passes, a.repeat,
+						offsetof(struct append_pass,
+							 read_pre_mbs[s]));
+		med.read_dec_mbs[s] = median_of(passes, a.repeat,
+						offsetof(struct append_pass,
+							 read_dec_mbs[s]));
+	}
+	/* the profile: one more store of each kind, timed stage by stage
+	 * (the timing itself costs a little, so it stays out of the
+	 * medians above) */
+	for (int t = 0; t < 2; t++)
+		if (append_profile(&c, t) != 0)
+			goto out;
 	med.reopen_ms = median_of(passes, a.repeat,
 				  offsetof(struct append_pass, reopen_ms));
 	if (a.json)
@@ -160,6 +175,8 @@ int bench_append_main(int argc, char **argv)
 		append_print_table(&c, &med);
 	rc = 0;
 out:
+	if (c.store0_dir)
+		bench_remove_store(c.store0_dir);
 	if (!a.keep && c.store_dir) {
 		bench_remove_store(c.store_dir);
 		unlink(c.plain_path);
@@ -168,6 +185,7 @@ out:
 	free(c.pool);
 	kvf_free(c.chunk);
 	free(c.store_dir);
+	free(c.store0_dir);
 	free(c.plain_path);
 	return rc;
 }

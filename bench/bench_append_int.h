@@ -35,20 +35,34 @@ struct append_args {
 	int keep;                /* leave the files in dir */
 };
 
-/* One pass's figures; [0] kvflash, [1] plain. */
+/* The sides of a pass: kvflash with the default options (the memory tier
+ * on), the plain loop, kvflash with dram_budget = 0 (no tier). */
+enum { SIDE_KVF = 0, SIDE_PLAIN = 1, SIDE_NOTIER = 2, SIDES = 3 };
+
+/* One pass's figures, by side (reads: SIDE_KVF and SIDE_PLAIN only). */
 struct append_pass {
-	double prefill_mbs[2]; /* user bytes per second */
-	double decode_mbs[2];
+	double prefill_mbs[SIDES]; /* user bytes per second */
+	double decode_mbs[SIDES];
 	double read_pre_mbs[2]; /* cold head reads, prefill-written */
 	double read_dec_mbs[2]; /* cold head reads, decode-written */
-	double prefill_cpu[2];  /* CPU seconds of the process in the phase */
-	double decode_cpu[2];
+	double prefill_cpu[SIDES]; /* CPU seconds of the process in the phase */
+	double decode_cpu[SIDES];
 	double reopen_ms; /* kvf_open of the closed store */
+};
+
+/* The stage profile of one store (kvf_options.profile) through both
+ * phases: [0] prefill, [1] decode, each the kvf_stats difference over the
+ * phase, with the phase's wall time. */
+struct append_prof {
+	kvf_stats d[2];
+	double wall_ns[2];
+	double mbs[2];
 };
 
 struct append_ctx {
 	const struct append_args *a;
 	char *store_dir;           /* DIR/store */
+	char *store0_dir;          /* DIR/store0 (dram_budget = 0) */
 	char *plain_path;          /* DIR/plain.dat */
 	uint16_t *pool;            /* random f16 values */
 	size_t pool_elts;          /* elements in pool */
@@ -60,6 +74,7 @@ struct append_ctx {
 	int direct_io;             /* the store opened with O_DIRECT forced */
 	int plain_direct;          /* the plain file is O_DIRECT */
 	kvf_stats stats;           /* after the append phases (last pass) */
+	struct append_prof prof[2]; /* [0] defaults, [1] dram_budget = 0 */
 	uint64_t verified_bytes;   /* bytes of heads checked (last pass) */
 };
 
@@ -71,6 +86,10 @@ uint64_t append_default_capacity(const struct append_ctx *c);
 /* append_one_pass - one pass of every side into *p (first: which side
  * goes first); 0, or -1 with a message printed */
 int append_one_pass(struct append_ctx *c, int first, struct append_pass *p);
+/* append_profile - the stage profile of a fresh store through both
+ * phases, with the default options (no_tier 0) or dram_budget = 0, into
+ * c->prof[no_tier]; 0, or -1 with a message printed */
+int append_profile(struct append_ctx *c, int no_tier);
 /* append_print_json, append_print_table - the medians m, reported */
 void append_print_json(const struct append_ctx *c,
 		       const struct append_pass *m);

@@ -133,16 +133,22 @@ static double plain_read(struct append_ctx *c, uint32_t n_heads,
 
 /* ---- the store ------------------------------------------------------------- */
 
-static kvf_status store_open(struct append_ctx *c, int create, kvf_store **out)
+/* store_open - the store at dir, created fresh (create) or reopened with
+ * its defaults; no_tier: dram_budget = 0; profile: kvf_options.profile */
+static kvf_status store_open(struct append_ctx *c, const char *dir, int create,
+			     int no_tier, int profile, kvf_store **out)
 {
 	const struct append_args *a = c->a;
 	kvf_options o;
 
 	if (!create)
-		return kvf_open(c->store_dir, NULL, out);
+		return kvf_open(dir, NULL, out);
 	bench_store_options(&o, &a->model, a->n_stripes, a->segment_bytes,
 			    a->capacity_bytes);
-	return bench_open_direct(c->store_dir, &o, out, &c->direct_io);
+	if (no_tier)
+		o.dram_budget = 0;
+	o.profile = (uint32_t)profile;
+	return bench_open_direct(dir, &o, out, &c->direct_io);
 }
 
 /* prefill - every sequence of batch 0 appends its prompt, layer by layer
@@ -261,51 +267,64 @@ static double read_heads(struct append_ctx *c, kvf_store *st, int batch,
 	return bench_mbs((uint64_t)a->n_reads * 2 * n * c->row_bytes, ns);
 }
 
-/* one_pass - a fresh store through every phase; `first` picks the side
- * that goes first (0 kvflash, 1 plain) */
+/* one_pass - fresh stores through every phase; `first` picks the side
+ * that goes first (the three take turns) */
 int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 {
 	const struct append_args *a = c->a;
 	uint64_t pre_n = a->prompt_tokens, dec_n = a->decode_steps, t0;
 	uint16_t *k = malloc((pre_n > dec_n ? pre_n : dec_n) * c->row_bytes);
 	uint16_t *v = malloc((pre_n > dec_n ? pre_n : dec_n) * c->row_bytes);
-	kvf_store *st = NULL;
+	kvf_store *st = NULL, *st0 = NULL;
 	kvf_status rc;
 	double cpu;
 	int ret = -1;
 
-	if (bench_remove_store(c->store_dir) != 0)
+	if (bench_remove_store(c->store_dir) != 0 ||
+	    bench_remove_store(c->store0_dir) != 0)
 		goto out;
 	if (k == NULL || v == NULL) {
 		fprintf(stderr, "kvbench append: out of memory\n");
 		goto out;
 	}
-	if ((rc = store_open(c, 1, &st)) != KVF_OK) {
+	if ((rc = store_open(c, c->store_dir, 1, 0, 0, &st)) != KVF_OK ||
+	    (rc = store_open(c, c->store0_dir, 1, 1, 0, &st0)) != KVF_OK) {
 		bench_fail("append", "kvf_open", rc);
 		goto out;
 	}
-	for (int i = 0; i < 2; i++) {
-		int side = first ^ i;
+	for (int i = 0; i < SIDES; i++) {
+		int side = (first + i) % SIDES;
 
 		p->prefill_mbs[side] =
-			side ? plain_write(c, c->prefill_bytes,
-					   &p->prefill_cpu[1]) :
-			       prefill(c, st, &p->prefill_cpu[0]);
+			side == SIDE_PLAIN ?
+				plain_write(c, c->prefill_bytes,
+					    &p->prefill_cpu[side]) :
+				prefill(c, side == SIDE_KVF ? st : st0,
+					&p->prefill_cpu[side]);
 		if (p->prefill_mbs[side] < 0)
 			goto out;
 	}
-	for (int i = 0; i < 2; i++) {
-		int side = first ^ i;
+	for (int i = 0; i < SIDES; i++) {
+		int side = (first + i) % SIDES;
 
-		p->decode_mbs[side] = side ? plain_write(c, c->decode_bytes,
-							 &p->decode_cpu[1]) :
-					     decode(c, st, &p->decode_cpu[0]);
+		p->decode_mbs[side] =
+			side == SIDE_PLAIN ?
+				plain_write(c, c->decode_bytes,
+					    &p->decode_cpu[side]) :
+				decode(c, side == SIDE_KVF ? st : st0,
+				       &p->decode_cpu[side]);
 		if (p->decode_mbs[side] < 0)
 			goto out;
 	}
 	c->stats.struct_size = sizeof(c->stats);
 	if ((rc = kvf_stats_get(st, &c->stats)) != KVF_OK) {
 		bench_fail("append", "kvf_stats_get", rc);
+		goto out;
+	}
+	rc = kvf_close(st0);
+	st0 = NULL;
+	if (rc != KVF_OK || bench_remove_store(c->store0_dir) != 0) {
+		bench_fail("append", "kvf_close", rc);
 		goto out;
 	}
 	/* the plain file holds the prefill bytes again for the reads */
@@ -318,14 +337,14 @@ int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 		goto out;
 	}
 	t0 = bench_now_ns();
-	if ((rc = store_open(c, 0, &st)) != KVF_OK) {
+	if ((rc = store_open(c, c->store_dir, 0, 0, 0, &st)) != KVF_OK) {
 		bench_fail("append", "kvf_open (reopen)", rc);
 		goto out;
 	}
 	p->reopen_ms = (double)(bench_now_ns() - t0) / 1e6;
 	c->verified_bytes = 0;
 	for (int i = 0; i < 2; i++) {
-		int side = first ^ i;
+		int side = (first + i) % 2;
 
 		p->read_pre_mbs[side] =
 			side ? plain_read(c, a->n_reads,
@@ -335,7 +354,7 @@ int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 			goto out;
 	}
 	for (int i = 0; i < 2; i++) {
-		int side = first ^ i;
+		int side = (first + i) % 2;
 
 		p->read_dec_mbs[side] =
 			side ? plain_read(c, a->n_reads,
@@ -348,8 +367,68 @@ int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 out:
 	if (st && (rc = kvf_close(st)) != KVF_OK && ret == 0)
 		ret = bench_fail("append", "kvf_close", rc);
+	if (st0 && (rc = kvf_close(st0)) != KVF_OK && ret == 0)
+		ret = bench_fail("append", "kvf_close", rc);
 	free(k);
 	free(v);
+	return ret;
+}
+
+/* stats_minus - a - b, field by field (every kvf_stats counter is a
+ * uint64_t after struct_size but for three doubles, not used here) */
+static void stats_minus(kvf_stats *d, const kvf_stats *a, const kvf_stats *b)
+{
+	*d = *a;
+	d->prof_append_ns = a->prof_append_ns - b->prof_append_ns;
+	d->prof_lock_ns = a->prof_lock_ns - b->prof_lock_ns;
+	d->prof_copy_ns = a->prof_copy_ns - b->prof_copy_ns;
+	d->prof_hash_ns = a->prof_hash_ns - b->prof_hash_ns;
+	d->prof_tier_ns = a->prof_tier_ns - b->prof_tier_ns;
+	d->prof_segment_ns = a->prof_segment_ns - b->prof_segment_ns;
+	d->prof_queue_ns = a->prof_queue_ns - b->prof_queue_ns;
+	d->prof_sync_ns = a->prof_sync_ns - b->prof_sync_ns;
+	d->prof_writer_ns = a->prof_writer_ns - b->prof_writer_ns;
+	d->cache_segments = a->cache_segments - b->cache_segments;
+	d->cache_segments_skipped =
+		a->cache_segments_skipped - b->cache_segments_skipped;
+}
+
+int append_profile(struct append_ctx *c, int no_tier)
+{
+	struct append_prof *pr = &c->prof[no_tier];
+	kvf_stats s[3];
+	kvf_store *st = NULL;
+	kvf_status rc;
+	double cpu;
+	int ret = -1;
+
+	if (bench_remove_store(c->store0_dir) != 0)
+		return -1;
+	if ((rc = store_open(c, c->store0_dir, 1, no_tier, 1, &st)) != KVF_OK)
+		return bench_fail("append", "kvf_open (profile)", rc);
+	for (int i = 0; i < 3; i++) {
+		s[i].struct_size = sizeof(s[i]);
+		if ((rc = kvf_stats_get(st, &s[i])) != KVF_OK) {
+			bench_fail("append", "kvf_stats_get", rc);
+			goto out;
+		}
+		if (i == 0 && (pr->mbs[0] = prefill(c, st, &cpu)) < 0)
+			goto out;
+		if (i == 1 && (pr->mbs[1] = decode(c, st, &cpu)) < 0)
+			goto out;
+	}
+	for (int i = 0; i < 2; i++) {
+		stats_minus(&pr->d[i], &s[i + 1], &s[i]);
+		/* the timed part of the phase (its calls and the sync) */
+		pr->wall_ns[i] = (double)(i ? c->decode_bytes : c->prefill_bytes) /
+				 pr->mbs[i] * 1e3;
+	}
+	ret = 0;
+out:
+	if ((rc = kvf_close(st)) != KVF_OK && ret == 0)
+		ret = bench_fail("append", "kvf_close", rc);
+	if (bench_remove_store(c->store0_dir) != 0)
+		ret = -1;
 	return ret;
 }
 
@@ -381,7 +460,9 @@ int append_setup(struct append_ctx *c)
 	c->chunk = kvf_aligned_alloc(4096, PLAIN_CHUNK);
 	c->store_dir = malloc(plen);
 	c->plain_path = malloc(plen);
-	if (!c->pool || !c->chunk || !c->store_dir || !c->plain_path) {
+	c->store0_dir = malloc(plen);
+	if (!c->pool || !c->chunk || !c->store_dir || !c->plain_path ||
+	    !c->store0_dir) {
 		fprintf(stderr, "kvbench append: out of memory\n");
 		return -1;
 	}
@@ -389,6 +470,7 @@ int append_setup(struct append_ctx *c)
 	memcpy(c->chunk, c->pool,
 	       PLAIN_CHUNK < c->pool_elts * 2 ? PLAIN_CHUNK : c->pool_elts * 2);
 	snprintf(c->store_dir, plen, "%s/store", a->dir);
+	snprintf(c->store0_dir, plen, "%s/store0", a->dir);
 	snprintf(c->plain_path, plen, "%s/plain.dat", a->dir);
 	if (bench_make_dir("append", a->dir, NULL) != 0)
 		return -1;

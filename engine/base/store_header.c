@@ -175,6 +175,9 @@ static kvf_status check_options(const kvf_options *o)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: admit_tokens %llu keeps sequences off the media, but a memory store has none to keep them off",
 				(unsigned long long)o->admit_tokens);
+	if (o->profile > 1)
+		return kvf_fail(KVF_EINVAL, "kvf_open: profile %u must be 0 or 1",
+				o->profile);
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;

@@ -45,6 +45,7 @@
 #include "engine/base/fatal_state.h"
 #include "engine/base/key.h"
 #include "engine/base/meta.h"
+#include "engine/base/prof.h"
 #include "engine/segments/openseg_state.h"
 #include "engine/optim/optim_state.h"
 #include "engine/sequences/prefix_state.h"
@@ -122,6 +123,7 @@ struct kvf_store {
 	pthread_rwlock_t world; /* see the file comment */
 	struct pool *pool;      /* workers for compute near the data */
 	struct store_counters c;
+	struct prof prof;       /* engine/base/prof.h */
 
 	struct store_fatal fatal;     /* engine/base/fatal.h */
 	struct seg_table segtab;      /* engine/segments/segtable.h */

@@ -3,6 +3,9 @@
  */
 #include "engine/base/tier.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -15,6 +18,14 @@
 				  * slow enough that pages hit every step
 				  * stay, fast enough that idle ones go */
 #define RECENT_SHARE 4u          /* the recent pool: a quarter of it */
+#define TIER_MIN_CHUNKS 8u       /* a budget of fewer segments copies pages */
+#define TIER_SYNC_GROW (16u << 20) /* cache memory made on the write path
+				    * when no stock is ready: a small
+				    * cache (a test's, a tiny budget) fills
+				    * as it always did; past it, faulting
+				    * fresh memory (0.4-1.4 s a GiB on a
+				    * VM) is left to the grower */
+#define STOCK_MAX 32u            /* buffers the grower keeps ready */
 
 /* hash_of - Fibonacci hashing: the product's high bits mix every bit of
  * the address (segment and page alike) */
@@ -25,8 +36,7 @@ static uint32_t hash_of(const struct tier *t, uint32_t addr)
 
 static uint64_t held(kvf_store *st)
 {
-	return atomic_load(&st->tier.fixed) +
-	       (uint64_t)st->tier.used * st->hdr.page_size;
+	return atomic_load(&st->tier.fixed) + st->tier.bytes;
 }
 
 static void note_peak(kvf_store *st)
@@ -99,11 +109,40 @@ static void hash_remove(struct tier *t, uint32_t i)
 	*p = t->slot[i].hnext;
 }
 
-/* release_slot - back to the free list; its page is freed */
+/* chunk_done - the last page of chunk c left: its buffer joins the stock
+ * (counted there already) or, the stock full, is freed */
+static void chunk_done(struct tier *t, uint32_t c)
+{
+	struct tier_chunk *k = &t->chunk[c];
+
+	if (t->n_stock < t->stock_cap) {
+		t->stock[t->n_stock++] = k->buf;
+	} else {
+		free(k->buf);
+		t->bytes -= t->chunk_bytes;
+	}
+	k->buf = NULL;
+	k->next = t->chunk_free;
+	t->chunk_free = c;
+	t->chunks_live--;
+}
+
+/* release_slot - back to the free list; its page is freed (or its
+ * chunk's share of it given back) */
 static void release_slot(struct tier *t, uint32_t i)
 {
-	kvf_free(t->slot[i].data);
+	uint32_t c = t->slot[i].chunk;
+
+	if (c == TIER_NONE) {
+		kvf_free(t->slot[i].data);
+		t->bytes -= t->page_size;
+	} else if (c == TIER_LOOSE) {
+		t->loose[t->n_loose++] = t->slot[i].data;
+	} else if (--t->chunk[c].live == 0) {
+		chunk_done(t, c);
+	}
 	t->slot[i].data = NULL;
+	t->slot[i].chunk = TIER_NONE;
 	t->slot[i].next = t->free_head;
 	t->free_head = i;
 	t->used--;
@@ -176,32 +215,101 @@ static int evict_one(struct tier *t)
 	return 1;
 }
 
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(unsigned char *const *)a;
+	uintptr_t y = (uintptr_t)*(unsigned char *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* carved_of - the carved buffer holding page p (carved sorted) */
+static uint32_t carved_of(const struct tier *t, const unsigned char *p)
+{
+	uint32_t lo = 0, hi = t->n_carved;
+
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if ((uintptr_t)t->carved[mid] <= (uintptr_t)p)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* loose_compact - free the carved buffers whose every page is loose (none
+ * in use): loose memory is otherwise the cache's for good, and a hold
+ * that finds nothing else to evict would fail beside it.  Only then: it
+ * sorts and scans.  Whether a buffer went. */
+static int loose_compact(struct tier *t)
+{
+	uint32_t per = t->chunk_bytes ? (uint32_t)(t->chunk_bytes / t->page_size) : 0;
+	uint32_t *cnt, kept = 0, freed = 0;
+
+	if (per == 0 || t->n_loose < per || t->n_carved == 0)
+		return 0;
+	if ((cnt = calloc(t->n_carved, sizeof(*cnt))) == NULL)
+		return 0;
+	qsort(t->carved, t->n_carved, sizeof(*t->carved), ptr_cmp);
+	for (uint32_t i = 0; i < t->n_loose; i++)
+		cnt[carved_of(t, t->loose[i])]++;
+	for (uint32_t i = 0; i < t->n_loose; i++)
+		if (cnt[carved_of(t, t->loose[i])] != per)
+			t->loose[kept++] = t->loose[i];
+	t->n_loose = kept;
+	for (uint32_t i = 0, j = 0; i < t->n_carved; i++) {
+		if (cnt[i] == per) {
+			free(t->carved[i]);
+			t->bytes -= t->chunk_bytes;
+			freed++;
+		} else {
+			t->carved[j++] = t->carved[i];
+		}
+	}
+	t->n_carved -= freed;
+	free(cnt);
+	return freed > 0;
+}
+
+/* room_one - give back some cache memory: a stock buffer first, else a
+ * page, else carved buffers no page of which is in use; whether anything
+ * went */
+static int room_one(struct tier *t)
+{
+	if (t->n_stock > 0) {
+		free(t->stock[--t->n_stock]);
+		t->bytes -= t->chunk_bytes;
+		return 1;
+	}
+	return evict_one(t) || loose_compact(t);
+}
+
 /* make_room - evict until one more page fits under the budget */
 static int make_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
-	while (held(st) + st->hdr.page_size > t->budget ||
+	while ((t->n_loose == 0 && held(st) + st->hdr.page_size > t->budget) ||
 	       t->free_head == TIER_NONE)
-		if (!evict_one(t))
+		if (!room_one(t))
 			return 0;
 	return 1;
 }
 
-/* insert - addr's page into a free slot, at the head of the recent pool */
-static void insert(kvf_store *st, uint32_t addr, uint32_t check,
-		   const void *page)
+/* slot_add - free slot i (holding its data) caches addr, at the head of
+ * the recent pool */
+static void slot_add(kvf_store *st, uint32_t i, uint32_t addr, uint32_t check,
+		     uint32_t chunk)
 {
 	struct tier *t = &st->tier;
-	uint32_t i = t->free_head, h = hash_of(t, addr);
+	uint32_t h = hash_of(t, addr);
 	struct tier_slot *s = &t->slot[i];
 
-	s->data = kvf_malloc(st->hdr.page_size);
-	if (s->data == NULL)
-		return; /* a cache page is optional */
 	t->free_head = s->next;
 	t->used++;
-	memcpy(s->data, page, st->hdr.page_size);
+	s->chunk = chunk;
 	s->addr = addr;
 	s->check = check;
 	s->pins = 0;
@@ -215,12 +323,35 @@ static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 	note_peak(st);
 }
 
+/* insert - a copy of addr's page into a free slot, at the head of the
+ * recent pool */
+static void insert(kvf_store *st, uint32_t addr, uint32_t check,
+		   const void *page)
+{
+	struct tier *t = &st->tier;
+	uint32_t i = t->free_head, kind = TIER_NONE;
+	struct tier_slot *s = &t->slot[i];
+
+	if (t->n_loose > 0) { /* warm memory first */
+		s->data = t->loose[--t->n_loose];
+		kind = TIER_LOOSE;
+	} else {
+		s->data = kvf_malloc(st->hdr.page_size);
+		if (s->data == NULL)
+			return; /* a cache page is optional */
+		t->bytes += st->hdr.page_size;
+	}
+	memcpy(s->data, page, st->hdr.page_size);
+	slot_add(st, i, addr, check, kind);
+}
+
 /* ---- life ------------------------------------------------------------- */
 
 void tier_init(kvf_store *st)
 {
 	memset(&st->tier, 0, sizeof(st->tier));
 	pthread_mutex_init(&st->tier.lock, NULL);
+	pthread_cond_init(&st->tier.grow, NULL);
 	st->tier.free_head = TIER_NONE;
 	for (int p = 0; p < TIER_POOLS; p++)
 		st->tier.pool[p] = (struct tier_list){ TIER_NONE, TIER_NONE, 0 };
@@ -255,20 +386,167 @@ kvf_status tier_start(kvf_store *st)
 		t->free_head = i;
 	}
 	t->recent_cap = t->n_slots / RECENT_SHARE ? t->n_slots / RECENT_SHARE : 1;
+	t->page_size = st->hdr.page_size;
 	tables = n * sizeof(*t->slot) + (uint64_t)t->n_buckets * sizeof(*t->bucket);
+	if (t->budget / st->hdr.segment_size >= TIER_MIN_CHUNKS) {
+		uint64_t nc = t->budget / st->hdr.segment_size + 1;
+
+		t->stock_cap = (uint32_t)(nc / 8 < STOCK_MAX ? nc / 8 : STOCK_MAX);
+		t->chunk = kvf_calloc(nc, sizeof(*t->chunk));
+		t->stock = kvf_calloc(t->stock_cap, sizeof(*t->stock));
+		if (t->chunk == NULL || t->stock == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for the page cache of a %llu-byte dram_budget",
+					(unsigned long long)t->budget);
+		t->loose_cap = (uint32_t)(nc * (st->hdr.segment_size / st->hdr.page_size));
+		t->loose = kvf_calloc(t->loose_cap, sizeof(*t->loose));
+		t->carved = kvf_calloc(nc, sizeof(*t->carved));
+		if (t->loose == NULL || t->carved == NULL)
+			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for the page cache of a %llu-byte dram_budget",
+					(unsigned long long)t->budget);
+		tables += (uint64_t)t->loose_cap * sizeof(*t->loose) +
+			  nc * sizeof(*t->carved);
+		t->n_chunks = (uint32_t)nc;
+		t->chunk_free = TIER_NONE;
+		for (uint32_t c = t->n_chunks; c-- > 0;) {
+			t->chunk[c].next = t->chunk_free;
+			t->chunk_free = c;
+		}
+		t->chunk_bytes = st->hdr.segment_size;
+		tables += nc * sizeof(*t->chunk) + t->stock_cap * sizeof(*t->stock);
+	}
+	for (uint32_t i = 0; i < t->n_slots; i++)
+		t->slot[i].chunk = TIER_NONE;
 	return tier_hold(st, tables, "the page cache's tables");
+}
+
+/* ---- the grower ------------------------------------------------------- */
+
+/* grow_room - whether the grower may make one more buffer: the stock is
+ * short and the cache has room for it within 7/8 of what the budget
+ * leaves it (the rest stays for holds, which cannot wait for a buffer
+ * being made) */
+static uint64_t grow_ceiling(const struct tier *t)
+{
+	return t->budget - t->budget / 8;
+}
+
+/* grow_room - whether the grower should make a buffer: the cache is read
+ * (a hit since the last buffer made: memory is grown only where it pays;
+ * a store only written keeps a small cache that rotates, as a store with
+ * no tier keeps no more), the stock is short, and the cache has room */
+static int grow_room(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+
+	return t->hits != t->hits_grown &&
+	       t->n_stock + t->growing < t->stock_cap &&
+	       held(st) + t->chunk_bytes <= grow_ceiling(t);
+}
+
+/* buffer_new - a segment buffer, its pages faulted in now (the kernel
+ * zeroes each page at its first touch: a cost paid here, not by the
+ * writer that gets the buffer).  Touched page by page rather than with
+ * MADV_POPULATE_WRITE, which holds the process's mmap lock throughout:
+ * held by a thread at idle priority, that stalled every mmap of the
+ * process behind it, and every fault queued behind those.  Plain
+ * posix_memalign, not kvf_alloc: the grower is a background thread and
+ * must not take a test's injected failure.  Freed with free() (kvf_free
+ * is free()). */
+static unsigned char *buffer_new(size_t bytes)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, KVF_MEDIA_ALIGN, bytes) != 0)
+		return NULL;
+	for (size_t o = 0; o < bytes; o += 4096)
+		((volatile unsigned char *)p)[o] = 0;
+	return p;
+}
+
+static void *grower_main(void *arg)
+{
+	kvf_store *st = arg;
+	struct tier *t = &st->tier;
+	struct sched_param sp = { 0 };
+
+	/* only a CPU nothing else wants: appends and reads come first */
+	(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	pthread_mutex_lock(&t->lock);
+	while (!t->grower_stop) {
+		unsigned char *p;
+
+		if (!grow_room(st)) {
+			pthread_cond_wait(&t->grow, &t->lock);
+			continue;
+		}
+		t->growing++;
+		t->hits_grown = t->hits;
+		t->bytes += t->chunk_bytes;
+		pthread_mutex_unlock(&t->lock);
+		p = buffer_new(t->chunk_bytes);
+		pthread_mutex_lock(&t->lock);
+		t->growing--;
+		if (p == NULL || t->n_stock >= t->stock_cap) {
+			free(p);
+			t->bytes -= t->chunk_bytes;
+			if (p == NULL) /* wait for the next ring */
+				pthread_cond_wait(&t->grow, &t->lock);
+			continue;
+		}
+		t->stock[t->n_stock++] = p;
+		note_peak(st);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return NULL;
+}
+
+/* grower_ring - ask for stock (lock held); starts the grower the first
+ * time */
+static void grower_ring(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+
+	if (!t->grower_on && !t->grower_stop) {
+		if (pthread_create(&t->grower, NULL, grower_main, st) != 0)
+			return; /* no stock then: pages are cached as they can */
+		t->grower_on = 1;
+	}
+	pthread_cond_signal(&t->grow);
 }
 
 void tier_free(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
+	pthread_mutex_lock(&t->lock);
+	t->grower_stop = 1;
+	pthread_cond_signal(&t->grow);
+	pthread_mutex_unlock(&t->lock);
+	if (t->grower_on)
+		pthread_join(t->grower, NULL);
+	t->grower_on = 0;
 	for (uint32_t i = 0; t->slot && i < t->n_slots; i++)
-		kvf_free(t->slot[i].data);
+		if (t->slot[i].chunk == TIER_NONE)
+			kvf_free(t->slot[i].data);
+	for (uint32_t c = 0; c < t->n_chunks; c++)
+		free(t->chunk[c].buf);
+	while (t->n_carved > 0)
+		free(t->carved[--t->n_carved]);
+	kvf_free(t->loose);
+	kvf_free(t->carved);
+	t->loose = NULL;
+	t->carved = NULL;
+	while (t->n_stock > 0)
+		free(t->stock[--t->n_stock]);
+	kvf_free(t->chunk);
+	kvf_free(t->stock);
 	kvf_free(t->slot);
 	kvf_free(t->bucket);
+	t->chunk = NULL;
+	t->stock = NULL;
 	t->slot = NULL;
 	t->bucket = NULL;
+	pthread_cond_destroy(&t->grow);
 	pthread_mutex_destroy(&t->lock);
 }
 
@@ -286,7 +564,7 @@ kvf_status tier_hold(kvf_store *st, uint64_t bytes, const char *what)
 	pthread_mutex_lock(&t->lock);
 	ok = atomic_load(&t->fixed) + bytes <= t->budget;
 	while (ok && held(st) + bytes > t->budget)
-		ok = evict_one(t);
+		ok = room_one(t);
 	if (ok) {
 		atomic_fetch_add(&t->fixed, bytes);
 		note_peak(st);
@@ -312,6 +590,16 @@ uint64_t tier_fixed(kvf_store *st)
 }
 
 /* ---- the cache -------------------------------------------------------- */
+
+static int grow_room(kvf_store *st);
+static void grower_ring(kvf_store *st);
+
+/* read_grows - a hit: the cache pays, the grower may grow it (lock held) */
+static void read_grows(kvf_store *st)
+{
+	if (st->tier.chunk_bytes && grow_room(st))
+		grower_ring(st);
+}
 
 /* get_locked - tier_get with the lock held */
 static const unsigned char *get_locked(struct tier *t, uint32_t addr,
@@ -357,6 +645,8 @@ const unsigned char *tier_get(kvf_store *st, uint32_t addr, uint32_t check,
 		return NULL;
 	pthread_mutex_lock(&t->lock);
 	p = get_locked(t, addr, check, slot);
+	if (p)
+		read_grows(st);
 	pthread_mutex_unlock(&t->lock);
 	return p;
 }
@@ -375,6 +665,7 @@ void tier_get_many(kvf_store *st, const uint32_t *addr, const uint32_t *check,
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t i = 0; i < n; i++)
 		p[i] = get_locked(t, addr[i], check[i], &slot[i]);
+	read_grows(st);
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -432,22 +723,195 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 	pthread_mutex_unlock(&t->lock);
 }
 
-void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
-		      const void *page)
+/* put_written - a copy of a page just written (lock held) */
+static void put_written(kvf_store *st, uint32_t addr, uint32_t check,
+			const void *page)
 {
 	struct tier *t = &st->tier;
-	uint32_t i;
+	uint32_t i = find(t, addr);
 
-	if (t->n_slots == 0)
-		return;
-	pthread_mutex_lock(&t->lock);
-	i = find(t, addr);
 	if (i != TIER_NONE) /* the address was reused: the old bytes go */
 		evict(t, i);
 	if (t->pool[TIER_RECENT].n >= t->recent_cap && t->pool[TIER_RECENT].n)
 		demote(t);
 	if (make_room(st))
 		insert(st, addr, check, page);
+}
+
+/* swap_buffer - a buffer of chunk_bytes for the cache to give (lock
+ * held, may drop it to make one); NULL: none.  In order: one of the
+ * stock; a fresh one while the cache is small (TIER_SYNC_GROW); the
+ * buffer of the oldest chunk, whose pages are evicted for it (a full
+ * cache must; one that holds chunks had rather give its oldest written
+ * pages than fault fresh memory on the caller's path); a fresh one if
+ * `fresh` says so (a caller that would otherwise fault fresh memory page
+ * by page) or eviction freed pages of their own but no chunk */
+static unsigned char *swap_buffer(kvf_store *st, int fresh)
+{
+	struct tier *t = &st->tier;
+	int full = held(st) + t->chunk_bytes > grow_ceiling(t);
+	unsigned char *p;
+
+	if (t->n_stock == 0 && !full && t->bytes < TIER_SYNC_GROW) {
+		grower_ring(st); /* a large budget: the grower takes over */
+		goto make;
+	}
+	while (t->n_stock == 0 && (full || t->chunks_live > 0)) {
+		if (!evict_one(t))
+			return NULL;
+		full = held(st) + t->chunk_bytes > grow_ceiling(t);
+		fresh |= !full && t->chunks_live == 0;
+	}
+	if (t->n_stock > 0) {
+		p = t->stock[--t->n_stock];
+		if (t->n_stock < t->stock_cap / 2)
+			grower_ring(st);
+		return p;
+	}
+	grower_ring(st);
+	if (!fresh)
+		return NULL; /* growing is the grower's job */
+make:
+	if (held(st) + t->chunk_bytes > t->budget)
+		return NULL;
+	t->bytes += t->chunk_bytes; /* counted while made */
+	pthread_mutex_unlock(&t->lock);
+	p = kvf_aligned_alloc(KVF_MEDIA_ALIGN, t->chunk_bytes);
+	pthread_mutex_lock(&t->lock);
+	if (p == NULL)
+		t->bytes -= t->chunk_bytes;
+	return p;
+}
+
+int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
+		     uint32_t n, const struct seg_summary_entry *e,
+		     uint32_t check_mask)
+{
+	struct tier *t = &st->tier;
+	uint32_t ps = st->hdr.page_size, c, i;
+	unsigned char *spare;
+
+	if (t->n_slots == 0 || n == 0)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	if (t->chunk_bytes == 0) { /* a small budget: copies */
+		for (i = 0; i < n; i++)
+			put_written(st, addr_make(segid, i, st->page_bits),
+				    (uint32_t)e[i].page_hash & check_mask,
+				    *buf + (size_t)i * ps);
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
+	/* the old bytes of reused addresses go first */
+	for (i = 0; i < n; i++) {
+		uint32_t j = find(t, addr_make(segid, i, st->page_bits));
+
+		if (j != TIER_NONE)
+			evict(t, j);
+	}
+	while (t->n_slots - t->used < n)
+		if (!evict_one(t))
+			goto no;
+	if (t->chunk_free == TIER_NONE || (spare = swap_buffer(st, 0)) == NULL)
+		goto no;
+	/* swap_buffer may have dropped the lock: look again */
+	if (t->chunk_free == TIER_NONE || t->n_slots - t->used < n) {
+		if (t->n_stock < t->stock_cap) {
+			t->stock[t->n_stock++] = spare;
+		} else {
+			free(spare);
+			t->bytes -= t->chunk_bytes;
+		}
+		goto no;
+	}
+	c = t->chunk_free;
+	t->chunk_free = t->chunk[c].next;
+	t->chunk[c].buf = *buf;
+	t->chunk[c].live = n;
+	t->chunks_live++;
+	for (i = 0; i < n; i++) {
+		uint32_t j = t->free_head;
+
+		t->slot[j].data = *buf + (size_t)i * ps;
+		slot_add(st, j, addr_make(segid, i, st->page_bits),
+			 (uint32_t)e[i].page_hash & check_mask, c);
+	}
+	*buf = spare;
+	t->adopted++;
+	pthread_mutex_unlock(&t->lock);
+	return 1;
+no:
+	t->not_adopted++;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+/* carve - a buffer to cut into loose pages (lock held; may drop it):
+ * whether there are loose pages now */
+static int carve(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+	unsigned char *b;
+	uint32_t per;
+
+	if (t->n_carved >= t->n_chunks - 1)
+		return 0; /* (never: carved memory stays within the budget) */
+	b = swap_buffer(st, 1);
+	if (b == NULL)
+		return t->n_loose > 0;
+	per = (uint32_t)(t->chunk_bytes / t->page_size);
+	t->carved[t->n_carved++] = b;
+	for (uint32_t i = per; i-- > 0;)
+		t->loose[t->n_loose++] = b + (size_t)i * t->page_size;
+	return 1;
+}
+
+kvf_status tier_page_take(kvf_store *st, unsigned char **page)
+{
+	struct tier *t = &st->tier;
+	uint32_t ps = st->hdr.page_size;
+	int ok;
+
+	if (t->chunk_bytes == 0) { /* no chunks: a page of its own */
+		if (tier_hold(st, ps, "a page waiting for write-back") != KVF_OK)
+			return KVF_ENOMEM;
+		if ((*page = kvf_malloc(ps)) == NULL) {
+			tier_release(st, ps);
+			return kvf_fail(KVF_ENOMEM, "out of memory for a page waiting for write-back");
+		}
+		return KVF_OK;
+	}
+	pthread_mutex_lock(&t->lock);
+	ok = atomic_load(&t->fixed) + ps <= t->budget &&
+	     (t->n_loose > 0 || carve(st));
+	if (ok) {
+		/* its memory moves from the cache's count to the held one */
+		*page = t->loose[--t->n_loose];
+		t->bytes -= ps;
+		atomic_fetch_add(&t->fixed, ps);
+		note_peak(st);
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (!ok)
+		return kvf_fail(KVF_ENOMEM, "a page waiting for write-back does not fit in the dram_budget of %llu bytes",
+				(unsigned long long)t->budget);
+	return KVF_OK;
+}
+
+void tier_page_give(kvf_store *st, unsigned char *page)
+{
+	struct tier *t = &st->tier;
+	uint32_t ps = st->hdr.page_size;
+
+	if (t->chunk_bytes == 0) {
+		kvf_free(page);
+		tier_release(st, ps);
+		return;
+	}
+	pthread_mutex_lock(&t->lock);
+	t->loose[t->n_loose++] = page;
+	t->bytes += ps;
+	atomic_fetch_sub(&t->fixed, ps);
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -495,5 +959,7 @@ void tier_figures(kvf_store *st, kvf_stats *s)
 	s->cache_hits = t->hits;
 	s->cache_misses = t->misses;
 	s->cache_evictions = t->evictions;
+	s->cache_segments = t->adopted;
+	s->cache_segments_skipped = t->not_adopted;
 	pthread_mutex_unlock(&t->lock);
 }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "api/status.h"
+#include "engine/base/segfmt.h"
 #include "engine/base/tier_state.h"
 #include "kvflash.h"
 
@@ -70,10 +71,36 @@ void tier_unpin_many(kvf_store *st, const uint32_t *slot, uint32_t n);
  * room (or a cold hot-pool page to replace now and then) */
 void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page);
-/* tier_put_written - a page just written for a sequence (a sealed group):
- * into the recent pool, which pushes its oldest into the hot pool */
-void tier_put_written(kvf_store *st, uint32_t addr, uint32_t check,
-		      const void *page);
+/*
+ * tier_put_segment - the n data pages of segment segid, just written from
+ * *buf for a sequence (e[i].hash the hash of page i): into the recent
+ * pool, which pushes its oldest into the hot pool (a page's check is its
+ * hash & check_mask).  The pages are not
+ * copied: the cache takes *buf over as it is (a chunk, freed when its last
+ * page leaves) and gives the caller a buffer of the same size from its
+ * stock in exchange (*buf changed, return 1).  The stock is made ahead by
+ * a background thread at idle priority, so fresh memory is faulted off the
+ * write path; with none ready the pages are not cached (return 0, *buf
+ * kept), except while the cache is small (TIER_SYNC_GROW), where a buffer
+ * is made on the spot.  A budget under TIER_MIN_CHUNKS segments copies
+ * each page instead (return 0).  Caller: the segment's owner, under its
+ * sequence's lock, once the write is done (no reader left on *buf).
+ */
+int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
+		     uint32_t n, const struct seg_summary_entry *e,
+		     uint32_t check_mask);
+
+/*
+ * tier_page_take - a page of memory for a page waiting for write-back,
+ * held against the budget as tier_hold(page_size) would: memory the cache
+ * has faulted in already (a loose page, or a buffer of its stock carved
+ * into pages) before fresh memory, which the kernel zeroes page by page
+ * at first touch.  Return: KVF_OK; KVF_ENOMEM (message set) when the
+ * budget cannot cover it.  Give it back with tier_page_give, never
+ * kvf_free.
+ */
+kvf_status tier_page_take(kvf_store *st, unsigned char **page);
+void tier_page_give(kvf_store *st, unsigned char *page);
 
 /* tier_drop_segment - forget every cached page of segment segid (it is
  * being reused, or was never written) */

@@ -10,11 +10,14 @@
 #include <stdint.h>
 
 #define TIER_NONE UINT32_MAX
+#define TIER_LOOSE (UINT32_MAX - 1) /* tier_slot.chunk: a loose page */
 
 enum tier_pool { TIER_RECENT = 0, TIER_HOT = 1, TIER_POOLS };
 
 struct tier_slot {
 	unsigned char *data; /* page_size bytes; NULL while free */
+	uint32_t chunk;      /* the chunk data lies in; TIER_NONE: a page
+			      * of its own; TIER_LOOSE: a loose page */
 	uint32_t addr;       /* media address cached */
 	uint32_t check;      /* the index's check of its page (page_check) */
 	uint32_t hnext;      /* hash chain */
@@ -22,6 +25,14 @@ struct tier_slot {
 	uint16_t pins;       /* callers using data now */
 	uint8_t pool;        /* enum tier_pool */
 	uint8_t heat;        /* hot pool: hits not yet cooled (0..3) */
+};
+
+/* A segment buffer the cache took over whole once its write was done
+ * (tier_put_segment): its data pages are cached where they were written. */
+struct tier_chunk {
+	unsigned char *buf; /* the buffer; NULL while the record is free */
+	uint32_t live;      /* slots still pointing into it */
+	uint32_t next;      /* free records, via next */
 };
 
 struct tier_list {
@@ -32,7 +43,11 @@ struct tier_list {
 /*
  * struct tier - owned by tier.c.  Invariants: a slot is on exactly one of
  * the free list and the two pool lists, and in the hash iff on a pool
- * list; fixed + (used slots * page_size) <= budget when budget != 0.
+ * list; bytes = pages of their own * page_size + (chunks holding a buffer
+ * + stock + growing + carved) * chunk_bytes - loose pages taken *
+ * page_size (tier_page_take counts them in fixed); fixed + bytes <=
+ * budget when budget != 0.  The grower thread touches only stock, bytes and growing, under
+ * lock.
  */
 struct tier {
 	uint64_t budget;             /* bytes; 0 = no tier */
@@ -49,6 +64,30 @@ struct tier {
 	uint32_t recent_cap;         /* slots the recent pool may hold */
 	uint32_t miss_tick;          /* read misses since the hand moved */
 	uint64_t hits, misses, evictions;
+	uint64_t bytes;              /* cache memory (see above) */
+	uint32_t page_size;
+	/* written segments cached in place (tier.h) */
+	uint64_t chunk_bytes;        /* a segment buffer; 0 = pages copied */
+	struct tier_chunk *chunk;    /* [n_chunks] */
+	uint32_t n_chunks, chunk_free;
+	uint32_t chunks_live;        /* records holding a buffer */
+	unsigned char **stock;       /* [stock_cap] buffers ready to swap */
+	uint32_t n_stock, stock_cap;
+	uint32_t growing;            /* buffers the grower is making */
+	uint64_t hits_grown;         /* hits when the grower last made one */
+	pthread_t grower;            /* makes stock in the background */
+	int grower_on, grower_stop;
+	pthread_cond_t grow;         /* the grower's doorbell */
+	uint64_t adopted, not_adopted; /* segments cached in place, or not
+					* (no buffer to swap) */
+	/* loose pages: buffers carved into pages (tier_page_take) for pages
+	 * waiting for write-back and pages read from media, so that those
+	 * reuse memory already faulted in; carved buffers are freed at
+	 * close only */
+	unsigned char **loose;       /* [loose_cap] free loose pages */
+	uint32_t n_loose, loose_cap;
+	unsigned char **carved;      /* [n_chunks] buffers carved */
+	uint32_t n_carved;
 };
 
 #endif /* KVF_ENGINE_TIER_STATE_H */

@@ -69,7 +69,7 @@ static void sync_done(kvf_store *st, struct seq *seq, void *arg)
 	pthread_mutex_unlock(&seq->lock);
 }
 
-kvf_status kvf_sync(kvf_store *st)
+static kvf_status sync_once(kvf_store *st)
 {
 	struct sync_ctx c = { 0 };
 	kvf_status rc;
@@ -115,5 +115,18 @@ kvf_status kvf_sync(kvf_store *st)
 	pthread_rwlock_unlock(&st->world);
 	pthread_mutex_unlock(&st->dur.lock);
 	catalog_batch_free(c.b);
+	return rc;
+}
+
+kvf_status kvf_sync(kvf_store *st)
+{
+	struct prof_mark m;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_sync: store is NULL");
+	m = prof_begin(&st->prof);
+	rc = sync_once(st);
+	prof_end(&st->prof, PROF_SYNC, m);
 	return rc;
 }

@@ -79,6 +79,15 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.dram_only_bytes = atomic_load(&st->c.dram_only_bytes);
 	s.attend_calls = atomic_load(&st->c.attend_calls);
 	s.attend_bytes_read = atomic_load(&st->c.attend_bytes_read);
+	s.prof_append_ns = atomic_load(&st->prof.ns[PROF_APPEND]);
+	s.prof_lock_ns = atomic_load(&st->prof.ns[PROF_LOCK]);
+	s.prof_copy_ns = atomic_load(&st->prof.ns[PROF_COPY]);
+	s.prof_hash_ns = atomic_load(&st->prof.ns[PROF_HASH]);
+	s.prof_tier_ns = atomic_load(&st->prof.ns[PROF_TIER]);
+	s.prof_segment_ns = atomic_load(&st->prof.ns[PROF_SEGMENT]);
+	s.prof_queue_ns = atomic_load(&st->prof.ns[PROF_QUEUE]);
+	s.prof_sync_ns = atomic_load(&st->prof.ns[PROF_SYNC]);
+	s.prof_writer_ns = atomic_load(&st->prof.ns[PROF_WRITER]);
 	tier_figures(st, &s);
 	evict_stats(st, &s);
 	prefix_stats(st, &s);

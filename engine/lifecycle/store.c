@@ -383,6 +383,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	    (rc = store_take_options(opts, &st->opts)) != KVF_OK)
 		goto fail;
 	st->read_only = st->opts.read_only != 0;
+	st->prof.on = st->opts.profile != 0;
 	st->dir = kvf_strdup(dir);
 	hpath = store_path_join(dir, STORE_HEADER_FILE);
 	mpath = store_path_join(dir, "meta");

@@ -17,7 +17,6 @@
 #include "engine/base/meta.h"
 #include "engine/segments/segtable.h"
 #include "engine/base/store_state.h"
-#include "engine/base/tier.h"
 #include "engine/base/wake.h"
 #include "engine/segments/writer.h"
 
@@ -27,6 +26,7 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 {
 	uint32_t ns = st->hdr.n_stripes, d = st->data_per_seg;
 	uint32_t need[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	struct prof_mark m = prof_begin(&st->prof);
 	kvf_status rc;
 
 	for (uint32_t s = 0; s < ns; s++) {
@@ -37,6 +37,7 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 			need[s] = (pages[s] - room + d - 1) / d;
 	}
 	rc = seg_reserve(st, seq, need, own);
+	prof_end(&st->prof, PROF_SEGMENT, m);
 	if (rc != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	return KVF_OK;
@@ -87,6 +88,9 @@ static kvf_status openseg_flush(kvf_store *st, struct seq *seq,
 	job->n_runs = os->n_runs;
 	writer_seqno(st, job);
 	job->owner = seq->id;
+	/* what was just written is read next: the buffer goes to the
+	 * memory tier once written (seg_cache_written) */
+	job->cache = seq->ns == SEQ_NS_USER;
 	os->sb = NULL;
 	os->segid = SEG_NONE;
 	os->n_pages = 0;
@@ -102,9 +106,14 @@ kvf_status openseg_slot(kvf_store *st, struct seq *seq, uint32_t stripe,
 	struct open_seg *os = &seq->open[stripe];
 	kvf_status rc;
 
-	if (os->segid == SEG_NONE &&
-	    (rc = openseg_open(st, seq, os, stripe)) != KVF_OK)
-		return rc;
+	if (os->segid == SEG_NONE) {
+		struct prof_mark m = prof_begin(&st->prof);
+
+		rc = openseg_open(st, seq, os, stripe);
+		prof_end(&st->prof, PROF_SEGMENT, m);
+		if (rc != KVF_OK)
+			return rc;
+	}
 	*page = os->sb->buf + (size_t)os->n_pages * st->hdr.page_size;
 	return KVF_OK;
 }
@@ -121,12 +130,12 @@ kvf_status openseg_fill(kvf_store *st, struct seq *seq, uint32_t stripe,
 			struct page_ref *out)
 {
 	const struct open_seg *os = &seq->open[stripe];
+	struct prof_mark m = prof_begin(&st->prof);
+	uint64_t h = page_hash(os->sb->buf + (size_t)os->n_pages * st->hdr.page_size,
+			       st->hdr.page_size);
 
-	return openseg_fill_hashed(st, seq, stripe, key, replaces,
-				   page_hash(os->sb->buf + (size_t)os->n_pages *
-							   st->hdr.page_size,
-					     st->hdr.page_size),
-				   out);
+	prof_end(&st->prof, PROF_HASH, m);
+	return openseg_fill_hashed(st, seq, stripe, key, replaces, h, out);
 }
 
 kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
@@ -146,10 +155,6 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 	if (replaces != ADDR_NONE)
 		os->sb->superseded[os->n_superseded++] = replaces;
 	seg_page_born(st, os->segid, n);
-	if (seq->ns == SEQ_NS_USER) /* what was just written is read next */
-		tier_put_written(st, addr_make(os->segid, n, st->page_bits),
-				 (uint32_t)h & PAGE_CHECK_MASK,
-				 os->sb->buf + (size_t)n * st->hdr.page_size);
 	out->addr = addr_make(os->segid, n, st->page_bits);
 	out->check = (uint32_t)h & PAGE_CHECK_MASK;
 	os->n_pages = n + 1;
@@ -162,12 +167,15 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
 			 const void *page, struct page_key key,
 			 uint32_t replaces, struct page_ref *out)
 {
+	struct prof_mark m;
 	unsigned char *dst;
 	kvf_status rc = openseg_slot(st, seq, stripe, &dst);
 
 	if (rc != KVF_OK)
 		return rc;
+	m = prof_begin(&st->prof);
 	memcpy(dst, page, st->hdr.page_size);
+	prof_end(&st->prof, PROF_COPY, m);
 	return openseg_fill(st, seq, stripe, key, replaces, out);
 }
 

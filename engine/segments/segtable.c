@@ -181,6 +181,30 @@ static kvf_status seg_allocate_ahead(kvf_store *st, uint32_t s, uint32_t need)
 	return rc;
 }
 
+void seg_allocate_next(kvf_store *st, uint32_t s, uint32_t ahead)
+{
+	struct seg_table *t = &st->segtab;
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe, d = st->data_per_seg;
+	uint32_t ids[SEG_AHEAD_MAX], n;
+
+	pthread_mutex_lock(&t->lock);
+	n = t->reserved[s] + CLEANER_RESERVE + (t->promised[s] + d - 1) / d + ahead;
+	if (n > t->free_count[s])
+		n = t->free_count[s];
+	if (n > SEG_AHEAD_MAX)
+		n = SEG_AHEAD_MAX;
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = t->free_fifo[(uint64_t)s * cap + (t->free_head[s] + i) % cap];
+	pthread_mutex_unlock(&t->lock);
+	/* outside the lock: a segment given out meanwhile is allocated
+	 * twice at worst, which the media takes as done; a failure (a full
+	 * file system) is left for the writer's own allocation to report */
+	for (uint32_t i = 0; i < n; i++)
+		if (kvf_media_allocate_segment(st->media, s,
+					       seg_in_stripe(st, ids[i])) != KVF_OK)
+			break;
+}
+
 int seg_fs_full_take(void)
 {
 	int was = fs_full;
@@ -572,6 +596,22 @@ void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
 	si->seqno = seqno;
 	si->write_ns = write_ns;
 	pthread_mutex_unlock(&st->segtab.lock);
+}
+
+int seg_cache_written(kvf_store *st, uint32_t segid, uint64_t seqno,
+		      unsigned char **buf, uint32_t n,
+		      const struct seg_summary_entry *e)
+{
+	const struct seg_info *si = &st->segtab.info[segid];
+	int took = 0;
+
+	/* under the lock, so that the segment cannot be reclaimed (and its
+	 * pages dropped from the cache) before they are in it */
+	pthread_mutex_lock(&st->segtab.lock);
+	if (si->state == SEG_SEALED && si->seqno == seqno)
+		took = tier_put_segment(st, segid, buf, n, e, PAGE_CHECK_MASK);
+	pthread_mutex_unlock(&st->segtab.lock);
+	return took;
 }
 
 uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,

@@ -22,6 +22,7 @@
 #include "kvflash.h"
 
 struct seq;
+struct seg_summary_entry;
 struct catalog_batch;
 
 /* seg_table_begin - the lock and the first epoch (first thing at open);
@@ -95,6 +96,23 @@ kvf_status seg_reserve(kvf_store *st, struct seq *seq, const uint32_t *need,
 int seg_fs_full_take(void);
 void seg_unreserve(kvf_store *st, struct seq *seq);
 
+/* seg_allocate_next - allocate on the media, with no lock held while it
+ * does, the free segments of stripe s that writers take next (those
+ * reserved or promised, the cleaner's, and `ahead` more; at most
+ * SEG_AHEAD_MAX), so that an append's own allocation (seg_reserve) finds
+ * them done: a stripe file's fallocate waits behind the segment writes
+ * in flight, and it waited on the appending thread with the segment
+ * table locked.  The segment writers call it after each write. */
+#define SEG_AHEAD_MAX 64u
+void seg_allocate_next(kvf_store *st, uint32_t s, uint32_t ahead);
+
+/* seg_cache_written - segid, just written as seqno from *buf (n data
+ * pages, their summary entries e), goes to the memory tier
+ * (tier_put_segment: *buf may be swapped) if the segment still holds that
+ * write; whether *buf was taken */
+int seg_cache_written(kvf_store *st, uint32_t segid, uint64_t seqno,
+		      unsigned char **buf, uint32_t n,
+		      const struct seg_summary_entry *e);
 /*
  * seg_take_open - a free segment of stripe for seq to fill (one it
  * reserved, else one not promised to anyone), marked OPEN; SEG_NONE if

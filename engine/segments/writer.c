@@ -213,6 +213,7 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&st->writer.lock);
 	for (;;) {
 		struct flush_job *job = st->writer.head;
+		struct prof_mark m;
 
 		if (job == NULL) {
 			if (st->writer.stop)
@@ -224,7 +225,13 @@ static void *writer_main(void *arg)
 		if (st->writer.head == NULL)
 			st->writer.tail = NULL;
 		pthread_mutex_unlock(&st->writer.lock);
+		m = prof_begin(&st->prof);
 		job_run(st, job);
+		/* the stripe's next segments, off the appenders' path */
+		if (!atomic_load(&st->fatal.on))
+			seg_allocate_next(st, seg_stripe(st, job->segid),
+					  WRITER_MAX_INFLIGHT);
+		prof_end(&st->prof, PROF_WRITER, m);
 		pthread_mutex_lock(&st->writer.lock);
 		atomic_store(&job->done, 1);
 		st->writer.inflight--;
@@ -291,6 +298,8 @@ void writer_stop(kvf_store *st)
 
 void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 {
+	struct prof_mark m;
+
 	job->next = NULL;
 	job->seq_next = seq->jobs;
 	seq->jobs = job;
@@ -299,9 +308,11 @@ void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 		atomic_store(&job->done, 1);
 		return;
 	}
+	m = prof_begin(&st->prof);
 	pthread_mutex_lock(&st->writer.lock);
 	while (st->writer.inflight >= WRITER_MAX_INFLIGHT)
 		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	prof_end(&st->prof, PROF_QUEUE, m);
 	st->writer.inflight++;
 	if (st->writer.tail)
 		st->writer.tail->next = job;
@@ -318,6 +329,14 @@ void job_free(kvf_store *st, struct flush_job *j)
 	 * media keeps that buffer, the one it gave back is sb's from here */
 	if (j->given)
 		j->sb->buf = j->given;
+	else if (j->cache && atomic_load(&j->done) && !atomic_load(&st->fatal.on)) {
+		struct prof_mark m = prof_begin(&st->prof);
+
+		/* the cache takes the written buffer whole (no copy) */
+		(void)seg_cache_written(st, j->segid, j->seqno, &j->sb->buf,
+					j->n_pages, j->sb->entries);
+		prof_end(&st->prof, PROF_TIER, m);
+	}
 	segbuf_put(st, j->sb); /* j lives in it */
 }
 
@@ -326,11 +345,14 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 	struct flush_job **pp = &seq->jobs;
 
 	if (wait && seq->jobs) {
+		struct prof_mark m = prof_begin(&st->prof);
+
 		pthread_mutex_lock(&st->writer.lock);
 		for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
 			while (!atomic_load(&j->done))
 				pthread_cond_wait(&st->writer.idle, &st->writer.lock);
 		pthread_mutex_unlock(&st->writer.lock);
+		prof_end(&st->prof, PROF_QUEUE, m);
 	}
 	while (*pp) {
 		struct flush_job *j = *pp;

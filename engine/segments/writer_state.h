@@ -32,6 +32,7 @@ struct flush_job {
 	uint64_t seqno;          /* commit sequence number (writer_seqno) */
 	uint32_t epoch;          /* write_epoch parity it was given in */
 	uint64_t owner;          /* sequence it was filled for */
+	int cache;               /* a caller's pages: cached once written */
 	unsigned char *given;    /* the buffer the media gave back for sb's,
 				  * which it now keeps; swapped in at reap */
 	_Atomic int done;        /* written and committed (or failed) */

@@ -214,14 +214,11 @@ void stream_wb_free(kvf_store *st, struct stream *s)
 	atomic_fetch_add(&st->c.dram_only_bytes,
 			 (uint64_t)s->wb->n * st->hdr.page_size);
 	for (uint32_t i = 0; i < s->wb->n; i++) {
-		kvf_free(s->wb->page[i]);
-		tier_release(st, st->hdr.page_size);
+		tier_page_give(st, s->wb->page[i]);
 		atomic_fetch_sub(&st->c.wb_bytes, st->hdr.page_size);
 	}
-	for (uint32_t i = 0; i < s->wb->n_spare; i++) {
-		kvf_free(s->wb->spare[i]);
-		tier_release(st, st->hdr.page_size);
-	}
+	for (uint32_t i = 0; i < s->wb->n_spare; i++)
+		tier_page_give(st, s->wb->spare[i]);
 	tier_release(st, (size_t)s->wb->cap * 2 * sizeof(s->wb->page[0]));
 	kvf_free(s->wb->page);
 	kvf_free(s->wb->spare);

@@ -132,6 +132,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	struct prof_mark cm;
 	int sealing = 0;
 	kvf_status rc = KVF_OK;
 
@@ -140,9 +141,14 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		src[i].waits = 0;
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
 		if ((rc = stream_reserve(st, src[i].s, (g0 + k + 1) * P)) == KVF_OK &&
-		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK)
+		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK &&
+		    k > 0) {
+			struct prof_mark m = prof_begin(&st->prof);
+
 			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k * P,
 					&src[i].waits);
+			prof_end(&st->prof, PROF_TIER, m);
+		}
 		wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P, src[i].waits,
 			pages, own);
 	}
@@ -161,6 +167,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		return rc;
 	}
 
+	cm = prof_begin(&st->prof);
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
 		struct stream *s = src[i].s;
 		int waits = src[i].waits;
@@ -191,10 +198,13 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			done += m;
 			t += m;
 			if (at + m == G && waits) {
+				struct prof_mark pm = prof_begin(&st->prof);
+
 				for (uint32_t p = 0; p < P && rc == KVF_OK; p++)
 					rc = wb_seal(st, seq, s, src[i].sid,
 						     (t / G - 1) * P + p,
 						     s->gbuf + (size_t)p * st->hdr.page_size);
+				prof_end(&st->prof, PROF_TIER, pm);
 				s->tail_written = 0;
 			} else if (at + m == G) {
 				rc = seal(st, seq, s, src[i].sid, t / G - 1, G, P);
@@ -207,8 +217,14 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc == KVF_OK && kt_layer != UINT32_MAX)
 		rc = kt_append(st, seq, kt_layer, tokens, n, src[0].src,
 			       src[0].stride);
-	for (uint32_t i = 0; i < n_src; i++)
-		wb_unprepare(st, src[i].s); /* what a failure left unused */
+	prof_end(&st->prof, PROF_COPY, cm);
+	if (k > 0) {
+		struct prof_mark m = prof_begin(&st->prof);
+
+		for (uint32_t i = 0; i < n_src; i++)
+			wb_unprepare(st, src[i].s); /* what a failure left unused */
+		prof_end(&st->prof, PROF_TIER, m);
+	}
 	if (sealing)
 		seg_unreserve(st, seq);
 	if (rc == KVF_OK)
@@ -281,6 +297,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 {
 	const char *call = "kvf_append";
 	struct src_stream src_stack[SRC_ON_STACK], *src;
+	struct prof_mark lm;
 	struct seq *seq;
 	uint32_t H;
 	kvf_status rc;
@@ -292,9 +309,11 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 				    : kvf_calloc(2 * (size_t)H, sizeof(*src));
 	if (src == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	lm = prof_begin(&st->prof);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = (again ? seq_find_locked : seq_get_locked)(st, call, seq_id,
-							     &seq)) != KVF_OK)
+	rc = (again ? seq_find_locked : seq_get_locked)(st, call, seq_id, &seq);
+	prof_end(&st->prof, PROF_LOCK, lm);
+	if (rc != KVF_OK)
 		goto out;
 	if (n_tokens > 0) {
 		/* head by head, K then V: a prefill lays a head's K and V
@@ -390,25 +409,39 @@ static int make_room(kvf_store *st, int attempt, const char *call,
 kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		      uint32_t n_tokens, const void *k, const void *v)
 {
+	struct prof_mark m = { 0, 0 };
 	kvf_status rc;
+
+	if (st) /* NULL is refused below */
+		m = prof_begin(&st->prof);
 
 	for (int i = 0;; i++) {
 		rc = append_once(st, seq_id, layer, n_tokens, k, v, i > 0);
 		if (!make_room(st, i, "kvf_append", seq_id, &rc))
-			return rc;
+			break;
 	}
+	if (st)
+		prof_end(&st->prof, PROF_APPEND, m);
+	return rc;
 }
 
 kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			uint32_t n_tokens, const void *x)
 {
+	struct prof_mark m = { 0, 0 };
 	kvf_status rc;
+
+	if (st) /* NULL is refused below */
+		m = prof_begin(&st->prof);
 
 	for (int i = 0;; i++) {
 		rc = append_x_once(st, seq_id, layer, n_tokens, x, i > 0);
 		if (!make_room(st, i, "kvf_append_x", seq_id, &rc))
-			return rc;
+			break;
 	}
+	if (st)
+		prof_end(&st->prof, PROF_APPEND, m);
+	return rc;
 }
 
 /* tail_pending - stream s has tail tokens not yet in a page on media */

@@ -118,8 +118,7 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 		seg_promise(st, stripe, (int32_t)(w->n - done));
 	}
 	for (uint32_t i = 0; i < done; i++) {
-		kvf_free(w->page[i]);
-		tier_release(st, ps);
+		tier_page_give(st, w->page[i]);
 		atomic_fetch_sub(&st->c.wb_bytes, ps);
 	}
 	/* what a failure left waits on, from the first page not placed */
@@ -194,14 +193,9 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 	while (w->n_spare < k) {
 		unsigned char *p;
 
-		if (tier_hold(st, ps, "a page waiting for write-back") != KVF_OK) {
+		if (tier_page_take(st, &p) != KVF_OK) {
 			wb_unprepare(st, s);
 			goto out; /* no room after all: written as they fill */
-		}
-		if ((p = kvf_malloc(ps)) == NULL) {
-			tier_release(st, ps);
-			wb_unprepare(st, s);
-			return kvf_fail(KVF_ENOMEM, "out of memory for a page waiting for write-back");
 		}
 		w->spare[w->n_spare++] = p;
 	}
@@ -218,10 +212,8 @@ void wb_unprepare(kvf_store *st, struct stream *s)
 {
 	if (s == NULL || s->wb == NULL)
 		return;
-	while (s->wb->n_spare > 0) {
-		kvf_free(s->wb->spare[--s->wb->n_spare]);
-		tier_release(st, st->hdr.page_size);
-	}
+	while (s->wb->n_spare > 0)
+		tier_page_give(st, s->wb->spare[--s->wb->n_spare]);
 }
 
 kvf_status wb_flush_seq(kvf_store *st, struct seq *seq, const char *call)

@@ -50,7 +50,7 @@ class Options(ctypes.Structure):
                 ("trim", c_u32), ("verify_reads", c_u32),
                 ("dram_budget", c_u64), ("evict_policy", c_u32),
                 ("evict_high", c_f32), ("evict_low", c_f32),
-                ("admit_tokens", c_u64)]
+                ("admit_tokens", c_u64), ("profile", c_u32)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -87,7 +87,13 @@ STATS_FIELDS = [
     ("prefix_lookups", c_u64),
     ("prefix_hits", c_u64), ("prefix_tokens_asked", c_u64),
     ("prefix_tokens_reused", c_u64), ("prefix_bytes_saved", c_u64),
-    ("prefix_chunks", c_u64), ("dram_only_bytes", c_u64)]
+    ("prefix_chunks", c_u64), ("dram_only_bytes", c_u64),
+    ("prof_append_ns", c_u64), ("prof_lock_ns", c_u64),
+    ("prof_copy_ns", c_u64), ("prof_hash_ns", c_u64),
+    ("prof_tier_ns", c_u64), ("prof_segment_ns", c_u64),
+    ("prof_queue_ns", c_u64), ("prof_sync_ns", c_u64),
+    ("prof_writer_ns", c_u64), ("cache_segments", c_u64),
+    ("cache_segments_skipped", c_u64)]
 
 
 class Stats(ctypes.Structure):

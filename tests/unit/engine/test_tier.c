@@ -4,7 +4,9 @@
  * call served from DRAM; a sequence larger than the budget read once a
  * step, only what is not cached; group buffers refused past the budget
  * with nothing changed; the budget never exceeded while threads append
- * and attend at once; pages of reused segments never served.
+ * and attend at once; pages of reused segments never served; written
+ * segments cached in place, a full cache recycling its memory, the
+ * stage profile.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -423,4 +425,197 @@ Test(tier, enospc_with_write_back)
 	}
 	OK(kvf_close(st));
 	free((void *)p);
+}
+
+/* the value of token t, head h, dim d of (seq, layer, kind): any f16
+ * bits with the top exponent bit clear (finite) */
+static uint16_t val(uint64_t seq, uint32_t l, int kind, uint64_t t, uint32_t h,
+		    uint32_t d)
+{
+	uint64_t x = (seq << 40) ^ ((uint64_t)l << 32) ^ ((uint64_t)kind << 31) ^
+		     (t << 12) ^ ((uint64_t)h << 8) ^ d;
+
+	x *= 0x9e3779b97f4a7c15ull;
+	return (uint16_t)(x >> 48) & 0xbfffu;
+}
+
+/* append n tokens from token t0 of seq to every layer, one call a layer */
+static kvf_status put_known(kvf_store *st, uint64_t seq, uint64_t t0, uint32_t n)
+{
+	size_t elts = (size_t)n * KVH * DIM;
+	uint16_t *k = malloc(elts * 2), *v = malloc(elts * 2);
+	kvf_status rc = KVF_OK;
+
+	cr_assert(k && v);
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
+		for (uint32_t t = 0; t < n; t++)
+			for (uint32_t h = 0; h < KVH; h++)
+				for (uint32_t d = 0; d < DIM; d++) {
+					size_t i = ((size_t)t * KVH + h) * DIM + d;
+
+					k[i] = val(seq, l, 0, t0 + t, h, d);
+					v[i] = val(seq, l, 1, t0 + t, h, d);
+				}
+		rc = kvf_append(st, seq, l, n, k, v);
+	}
+	free(k);
+	free(v);
+	return rc;
+}
+
+/* every token of seq's n is the one appended */
+static void check_known(kvf_store *st, uint64_t seq, uint64_t n)
+{
+	uint16_t *k = malloc(n * DIM * 2), *v = malloc(n * DIM * 2);
+
+	cr_assert(k && v);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVH; h++) {
+			OK(kvf_read(st, seq, l, h, 0, n, k, v));
+			for (uint64_t t = 0; t < n; t++)
+				for (uint32_t d = 0; d < DIM; d++) {
+					cr_assert(eq(u16, k[t * DIM + d], val(seq, l, 0, t, h, d)),
+						  "seq %llu layer %u head %u K token %llu",
+						  (unsigned long long)seq, l, h,
+						  (unsigned long long)t);
+					cr_assert(eq(u16, v[t * DIM + d], val(seq, l, 1, t, h, d)),
+						  "seq %llu layer %u head %u V token %llu",
+						  (unsigned long long)seq, l, h,
+						  (unsigned long long)t);
+				}
+		}
+	free(k);
+	free(v);
+}
+
+/* written segments enter the cache whole, without a copy: a sync's
+ * segments are all taken (a small cache makes its buffers on the spot),
+ * and what was written is then read from DRAM */
+Test(tier, written_segments_cached_in_place)
+{
+	kvf_options o = tier_opts(16ull << 20);
+	float q[QH * DIM], out[QH * DIM];
+	uint64_t rng = rng_seed("tier in place");
+	kvf_stats a, b;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put_known(st, 1, 0, 40 * G));
+	OK(kvf_sync(st));
+	a = stats_of(st);
+	cr_assert(gt(u64, a.cache_segments, 0));
+	cr_assert(eq(u64, a.cache_segments_skipped, 0));
+	/* every data page written is cached: taken whole, none copied */
+	cr_assert(eq(u64, a.cache_bytes, a.data_bytes));
+	query(&rng, q);
+	attend(st, 1, 0, q, out, 0);
+	b = stats_of(st);
+	cr_assert(eq(u64, b.attend_bytes_read - a.attend_bytes_read, 0));
+	check_known(st, 1, 40 * G);
+	cr_assert(le(u64, b.dram_peak, o.dram_budget));
+	OK(kvf_close(st));
+}
+
+/* a cache full of written segments recycles them: decode appends of
+ * several sequences past the budget (their pages waiting for write-back
+ * in memory the cache gives up), then a prefill; every token reads back
+ * as appended, before and after a reopen, and the budget holds */
+Test(tier, full_cache_recycles_its_memory)
+{
+	kvf_options o = tier_opts(3ull << 20); /* 48 segments of 64 KiB */
+	const char *p = strdup(tmp_path(fx.dir, "s"));
+	kvf_stats s;
+	kvf_store *st;
+
+	OK(kvf_open(p, &o, &st));
+	for (uint64_t q = 1; q <= 4; q++)
+		OK(kvf_seq_create(st, q));
+	for (uint32_t t = 0; t < 40 * G; t++) /* 4 x 2.5 MiB, a token a call */
+		for (uint64_t q = 1; q <= 3; q++)
+			OK(put_known(st, q, t, 1));
+	OK(put_known(st, 4, 0, 40 * G));
+	OK(kvf_sync(st));
+	s = stats_of(st);
+	cr_assert(le(u64, s.dram_peak, o.dram_budget));
+	cr_assert(gt(u64, s.cache_evictions, 0));
+	cr_assert(gt(u64, s.cache_segments, 48));
+	cr_assert(gt(u64, s.writeback_runs, 0));
+	for (uint64_t q = 1; q <= 4; q++)
+		check_known(st, q, 40 * G);
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	for (uint64_t q = 1; q <= 4; q++)
+		check_known(st, q, 40 * G);
+	OK(kvf_close(st));
+	free((void *)p);
+}
+
+/* kvf_options.profile: refused past 1; off, the stage times stay 0; on,
+ * an append and a sync are timed stage by stage */
+Test(tier, stage_profile)
+{
+	kvf_options o = tier_opts(16ull << 20);
+	kvf_store *st;
+	kvf_stats s;
+
+	o.profile = 2;
+	cr_assert(eq(int, kvf_open(tmp_path(fx.dir, "s"), &o, &st), KVF_EINVAL));
+	cr_assert(strstr(kvf_last_error(), "profile 2") != NULL, "%s",
+		  kvf_last_error());
+	o.profile = 0;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(put_known(st, 1, 0, 8 * G));
+	OK(kvf_sync(st));
+	s = stats_of(st);
+	cr_assert(eq(u64, s.prof_append_ns + s.prof_copy_ns + s.prof_hash_ns +
+				  s.prof_sync_ns + s.prof_writer_ns, 0));
+	OK(kvf_close(st));
+	o.profile = 1; /* a handle option: the reopen changes it */
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(put_known(st, 1, 8 * G, 8 * G));
+	OK(kvf_sync(st));
+	s = stats_of(st);
+	cr_assert(gt(u64, s.prof_append_ns, 0));
+	cr_assert(gt(u64, s.prof_copy_ns, 0));
+	cr_assert(gt(u64, s.prof_hash_ns, 0));
+	cr_assert(gt(u64, s.prof_sync_ns, 0));
+	cr_assert(gt(u64, s.prof_writer_ns, 0));
+	check_known(st, 1, 16 * G);
+	OK(kvf_close(st));
+}
+
+/* memory that pages waiting for write-back took from the cache comes back
+ * to the budget once they are written: after a sync wrote them, group
+ * buffers of new sequences fill nearly the whole budget, not only what
+ * the waiting pages left */
+Test(tier, written_back_memory_returns)
+{
+	kvf_options o = tier_opts(2ull << 20); /* 32 segments of 64 KiB */
+	uint32_t n = 0;
+	kvf_status rc = KVF_OK;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t t = 0; t < 31 * G; t++) /* 31 pages a stream wait */
+		OK(put_known(st, 1, t, 1));
+	cr_assert(gt(u64, stats_of(st).writeback_bytes, 512u << 10));
+	OK(kvf_sync(st));
+	cr_assert(eq(u64, stats_of(st).writeback_bytes, 0));
+	/* each new sequence holds a group buffer per stream: 8 of 4 KiB */
+	while (rc == KVF_OK && n < 1000) {
+		OK(kvf_seq_create(st, 100 + n));
+		rc = put_known(st, 100 + n, 0, 1);
+		n += rc == KVF_OK;
+	}
+	cr_assert(eq(int, rc, KVF_ENOMEM), "%s", kvf_last_error());
+	cr_assert(strstr(kvf_last_error(), "dram_budget") != NULL, "%s",
+		  kvf_last_error());
+	/* 2 MiB, less the tables, the index and sequence 1's buffers */
+	cr_assert(ge(u32, n, 48), "only %u sequences' group buffers fit", n);
+	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	check_known(st, 1, 31 * G);
+	OK(kvf_close(st));
 }
