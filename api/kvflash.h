@@ -578,6 +578,35 @@ KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
 			       uint64_t *n_tokens);
 
 /*
+ * kvf_seq_truncate - keep the first n_tokens tokens of every layer of a
+ * sequence and drop the rest: K and V, X (a layer with fewer X rows keeps
+ * them all), K^T pages, the means of V and H2O scores that covered
+ * dropped tokens, and the registered token ids past n_tokens (their
+ * prefix chunks are no longer offered for reuse from the moment it
+ * returns; register the new ones with kvf_seq_add_tokens).  For
+ * speculative decoding (drop the rejected draft tokens), beam search and
+ * an edited chat.  Pages shared with a fork or a prefix sharer stay as
+ * they are for it: this sequence gives up its references, and copies the
+ * kept part of the group the cut falls in.  Appends then continue at
+ * n_tokens.  n_tokens equal to the length changes nothing.
+ * Crash contract: like kvf_seq_free, the cut is in the catalog when it
+ * returns, and certainly in effect after the next kvf_sync; a crash
+ * brings the sequence back either as before the cut (its synced tokens)
+ * or cut (then with at least min(n_tokens, what the last sync covered)
+ * tokens), never with a dropped token and a later one.  A cut of tokens
+ * appended since the last sync writes nothing.  The room of the dropped
+ * pages is reused after the next kvf_sync.
+ * Return: KVF_OK; KVF_ENOENT (seq); KVF_ERANGE (n_tokens past the end of
+ * some layer: the message names the layer and its length); KVF_EINVAL
+ * (st NULL); KVF_ENOTSUP (read-only); KVF_EIO, KVF_ECORRUPT (the group
+ * the cut falls in could not be read back: nothing changed); KVF_ENOMEM;
+ * KVF_EFATAL.
+ * Concurrency: any thread; waits for calls on seq, and for a kvf_sync.
+ */
+KVF_API kvf_status kvf_seq_truncate(kvf_store *st, uint64_t seq,
+				    uint64_t n_tokens);
+
+/*
  * kvf_seq_pin, kvf_seq_unpin - keep a sequence out of eviction while the
  * caller uses it (a request being served).  Pins count: a sequence pinned
  * twice needs two unpins.  Pins belong to the handle: a reopen starts
@@ -648,6 +677,23 @@ KVF_API kvf_status kvf_evict_log(kvf_store *st, kvf_evict_event *out,
  */
 KVF_API kvf_status kvf_append(kvf_store *st, uint64_t seq, uint32_t layer,
 			      uint32_t n_tokens, const void *k, const void *v);
+
+/* kvf_append_at's pos: append wherever the layer ends (kvf_append) */
+#define KVF_POS_ANY UINT64_MAX
+
+/*
+ * kvf_append_at - kvf_append, only if the layer holds exactly pos tokens
+ * now: the engine states the position of its first new token, so a
+ * position that went astray (a retried step, a rollback not done) is
+ * refused instead of stored at the wrong place.  pos KVF_POS_ANY appends
+ * wherever the layer ends.
+ * Return: as kvf_append; KVF_ERANGE also when the layer's length is not
+ * pos (the message names both; nothing changed).
+ * Concurrency: as kvf_append; the check and the append are one step.
+ */
+KVF_API kvf_status kvf_append_at(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t pos, uint32_t n_tokens, const void *k,
+				 const void *v);
 
 /*
  * kvf_read - tokens [t0, t1) of one KV head into caller buffers.
@@ -1265,6 +1311,18 @@ static inline void kvf_tensor_init(kvf_tensor *t)
 KVF_API kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq,
 				     uint32_t layer, const kvf_tensor *k,
 				     const kvf_tensor *v);
+
+/*
+ * kvf_append_tensor_at - kvf_append_tensor, only if the layer holds
+ * exactly pos tokens now (kvf_append_at; KVF_POS_ANY: wherever it ends).
+ * Return: as kvf_append_tensor; KVF_ERANGE also when the layer's length
+ * is not pos (the message names both; nothing changed).
+ * Concurrency: as kvf_append.
+ */
+KVF_API kvf_status kvf_append_tensor_at(kvf_store *st, uint64_t seq,
+					uint32_t layer, uint64_t pos,
+					const kvf_tensor *k,
+					const kvf_tensor *v);
 
 /*
  * kvf_append_x_tensor - kvf_append_x with the layout stated: x describes

@@ -103,6 +103,8 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 	}
 	rc = commit_batch(st, b, call);
 	catalog_batch_free(b);
+	if (rc == KVF_OK)
+		seq_record_done(st, seq);
 	if (rc == KVF_OK && tok)
 		prefix_attach(st, seq, tok);
 	pthread_mutex_unlock(&seq->lock);
@@ -359,6 +361,8 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
+	if (rc == KVF_OK)
+		seq_record_done(st, child);
 	if (rc == KVF_OK && tok)
 		prefix_attach(st, child, tok);
 	pthread_mutex_unlock(&child->lock);

@@ -1,12 +1,12 @@
 /*
- * append_typed.c - appends that state their layout: kvf_append_tensor and
- * kvf_append_x_tensor.
+ * append_typed.c - appends that state their layout: kvf_append_tensor,
+ * kvf_append_tensor_at and kvf_append_x_tensor.
  *
  * A kvf_tensor names the element type, the shape and the byte strides of
  * the caller's rows.  Everything about it is checked against the store's
  * model before anything is read or changed: dtype, heads, head_dim, the
  * token count, strides that would make rows overlap, and the buffer size
- * when the caller states it.  A dense view goes straight to kvf_append /
+ * when the caller states it.  A dense view goes straight to kvf_append_at /
  * kvf_append_x (no copy here); a strided one is gathered into a dense
  * buffer first, one copy of its rows, then appended the same way, so the
  * all-or-nothing contract of kvf_append holds for both.
@@ -151,6 +151,10 @@ static kvf_status gather(const char *call, const struct view *v,
 	return KVF_OK;
 }
 
+static kvf_status append_tensor(kvf_store *st, const char *call, uint64_t seq,
+				uint32_t layer, uint64_t pos,
+				const kvf_tensor *k, const kvf_tensor *v);
+
 /* model_of - the store's model (kvf_store_info_get) */
 static kvf_status model_of(kvf_store *st, const char *call, kvf_model *m)
 {
@@ -170,7 +174,21 @@ static kvf_status model_of(kvf_store *st, const char *call, kvf_model *m)
 kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
 			     const kvf_tensor *k, const kvf_tensor *v)
 {
-	const char *call = "kvf_append_tensor";
+	return append_tensor(st, "kvf_append_tensor", seq, layer, KVF_POS_ANY,
+			     k, v);
+}
+
+kvf_status kvf_append_tensor_at(kvf_store *st, uint64_t seq, uint32_t layer,
+				uint64_t pos, const kvf_tensor *k,
+				const kvf_tensor *v)
+{
+	return append_tensor(st, "kvf_append_tensor_at", seq, layer, pos, k, v);
+}
+
+static kvf_status append_tensor(kvf_store *st, const char *call, uint64_t seq,
+				uint32_t layer, uint64_t pos,
+				const kvf_tensor *k, const kvf_tensor *v)
+{
 	unsigned char *kb = NULL, *vb = NULL;
 	struct view kv, vv;
 	kvf_model m;
@@ -194,8 +212,8 @@ kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
 		return rc;
 	if (!vv.dense && (rc = gather(call, &vv, m.n_kv_heads, row, &vb)) != KVF_OK)
 		goto out;
-	rc = kvf_append(st, seq, layer, (uint32_t)kv.n_tokens,
-			kb ? kb : kv.data, vb ? vb : vv.data);
+	rc = kvf_append_at(st, seq, layer, pos, (uint32_t)kv.n_tokens,
+			   kb ? kb : kv.data, vb ? vb : vv.data);
 out:
 	kvf_free(kb);
 	kvf_free(vb);

@@ -26,6 +26,7 @@ c_char_p = ctypes.c_char_p
 DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 0, 1, 2
 MEDIA_FILE, MEDIA_MEMORY, MEDIA_FLASH = 0, 1, 2
 OPT_ADAM, OPT_ADAMW, OPT_SGD, OPT_ADAGRAD = 0, 1, 2, 3
+POS_ANY = (1 << 64) - 1  # KVF_POS_ANY: append wherever the layer ends
 # kvf_evict_policy, kvf_evict_reason
 EVICT_POLICIES = {"none": 0, "lru": 1, "lfu": 2, "endurance": 3}
 EVICT_REASONS = {1: "full", 2: "watermark", 3: "call"}
@@ -179,6 +180,9 @@ SIGNATURES = {
     "kvf_seq_export": (S, [c_ptr, c_u64, c_char_p]),
     "kvf_seq_import": (S, [c_ptr, c_char_p, c_u64, P(c_u64)]),
     "kvf_append_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor), P(Tensor)]),
+    "kvf_append_tensor_at": (S, [c_ptr, c_u64, c_u32, c_u64, P(Tensor),
+                                 P(Tensor)]),
+    "kvf_seq_truncate": (S, [c_ptr, c_u64, c_u64]),
     "kvf_append_x_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor)]),
     "kvf_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr, c_ptr]),
     "kvf_read_x": (S, [c_ptr, c_u64, c_u32, c_u64, c_u64, c_ptr]),

@@ -220,6 +220,13 @@ class Store(ReuseCalls):
         check(lib.kvf_seq_free(self._h("seq_free"),
                                _u64(seq, "seq_free", "seq")))
 
+    def truncate(self, seq, n):
+        """Keep the first n tokens of every layer of a sequence (K, V, X,
+        token ids) and drop the rest (kvf_seq_truncate)."""
+        check(lib.kvf_seq_truncate(self._h("truncate"),
+                                   _u64(seq, "truncate", "seq"),
+                                   _u64(n, "truncate", "n")))
+
     def seq_len(self, seq, layer=0):
         n = ctypes.c_uint64()
         check(lib.kvf_seq_len(self._h("seq_len"), _u64(seq, "seq_len", "seq"),
@@ -290,19 +297,22 @@ class Store(ReuseCalls):
         t.head_stride = strides[1] if heads > 1 else 0
         return t, x
 
-    def append(self, seq, layer, k, v):
+    def append(self, seq, layer, k, v, pos=None):
         """Append k and v ([n_tokens, n_kv_heads, head_dim], the store's
-        dtype, any strides) to one layer of a sequence."""
+        dtype, any strides) to one layer of a sequence.  pos: None, or the
+        position of the first new token, which must be the layer's length
+        (else kvflash.OutOfRange naming both: kvf_append_tensor_at)."""
         call = "append"
         st = self._h(call)
+        at = _lib.POS_ANY if pos is None else _u64(pos, call, "pos")
         tk, kx = self._view(call, "k", k, self.n_kv_heads)
         tv, vx = self._view(call, "v", v, self.n_kv_heads)
         if tk.n_tokens != tv.n_tokens:
             raise InvalidArgument(EINVAL, "%s: k has %d tokens, v has %d" % (
                 call, tk.n_tokens, tv.n_tokens))
-        check(lib.kvf_append_tensor(st, _u64(seq, call, "seq"),
-                                    _u32(layer, call, "layer"),
-                                    ctypes.byref(tk), ctypes.byref(tv)))
+        check(lib.kvf_append_tensor_at(st, _u64(seq, call, "seq"),
+                                       _u32(layer, call, "layer"), at,
+                                       ctypes.byref(tk), ctypes.byref(tv)))
         del kx, vx
 
     def append_x(self, seq, layer, x):
