@@ -127,7 +127,14 @@ KVF_API const char *kvf_media_name(kvf_media_kind media);
 typedef struct {
 	uint32_t n_layers;   /* transformer layers */
 	uint32_t n_q_heads;  /* query heads per layer */
-	uint32_t n_kv_heads; /* key/value heads; n_q_heads % n_kv_heads == 0 */
+	uint32_t n_kv_heads; /* key/value heads; n_q_heads % n_kv_heads == 0.
+			      * Grouped-query attention: query head h
+			      * attends with KV head
+			      * h / (n_q_heads / n_kv_heads), so each
+			      * KV head serves a run of consecutive
+			      * query heads (as torch's
+			      * repeat_interleave; 1 = multi-query,
+			      * n_q_heads = multi-head) */
 	uint32_t head_dim;   /* elements per head vector */
 	kvf_dtype dtype;     /* element type of stored K/V */
 } kvf_model;
@@ -466,6 +473,24 @@ KVF_API kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out);
  * Concurrency: any thread.
  */
 KVF_API kvf_status kvf_seq_create(kvf_store *st, uint64_t seq);
+
+/*
+ * kvf_seq_reset - start sequence seq empty, whatever the store holds under
+ * that id: a sequence left by an earlier run (creation is durable at once,
+ * so a killed engine's sequences are still there when it restarts, and
+ * kvf_seq_create of their ids answers KVF_EEXIST) is freed first, as
+ * kvf_seq_free frees it (its forks keep what they share), then the id is
+ * created afresh.  An engine that keeps no state of its own across a
+ * crash starts each request with kvf_seq_reset instead of kvf_seq_create.
+ * Crash contract: a crash during the call leaves the id absent, the old
+ * sequence, or the new empty one; calling it again gives the new one.
+ * Return: KVF_OK; KVF_EINVAL (st NULL, id UINT64_MAX); KVF_ENOTSUP
+ * (read-only); KVF_EEXIST (another thread created seq meanwhile);
+ * KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; a call on seq running meanwhile either
+ * finishes first or answers KVF_ENOENT.
+ */
+KVF_API kvf_status kvf_seq_reset(kvf_store *st, uint64_t seq);
 
 /*
  * kvf_seq_fork - make child a copy of parent's first n_tokens tokens of

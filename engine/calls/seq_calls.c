@@ -1,6 +1,6 @@
 /*
  * seq_calls.c - the public sequence calls: kvf_seq_create, kvf_seq_free,
- * kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
+ * kvf_seq_reset, kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
  * and copies its partial tail group); freeing itself is seq_drop.c's, as
  * eviction frees too.  A file of its own: these are the
  * calls a caller makes on sequences, apart from the table (seq.c) and
@@ -116,6 +116,24 @@ out:
 kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 {
 	return seq_free_id(st, "kvf_seq_free", id, 0);
+}
+
+kvf_status kvf_seq_reset(kvf_store *st, uint64_t id)
+{
+	const char *call = "kvf_seq_reset";
+	kvf_status rc;
+
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		return rc;
+	if (id == SEQ_NO_PARENT)
+		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
+				call, (unsigned long long)id);
+	/* two commits: a crash between them leaves the id free, which the
+	 * next reset takes as it finds it */
+	rc = seq_free_id(st, call, id, 0);
+	if (rc != KVF_OK && rc != KVF_ENOENT)
+		return rc;
+	return seq_create_with(st, call, id, NULL);
 }
 
 kvf_status kvf_seq_len(kvf_store *st, uint64_t id, uint32_t layer,

@@ -166,6 +166,7 @@ SIGNATURES = {
     "kvf_seq_create": (S, [c_ptr, c_u64]),
     "kvf_seq_fork": (S, [c_ptr, c_u64, c_u64, c_u64]),
     "kvf_seq_free": (S, [c_ptr, c_u64]),
+    "kvf_seq_reset": (S, [c_ptr, c_u64]),
     "kvf_seq_pin": (S, [c_ptr, c_u64]),
     "kvf_seq_unpin": (S, [c_ptr, c_u64]),
     "kvf_evict": (S, [c_ptr, c_u32, c_u64, ctypes.POINTER(c_u64)]),

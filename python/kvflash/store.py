@@ -220,6 +220,12 @@ class Store(ReuseCalls):
         check(lib.kvf_seq_free(self._h("seq_free"),
                                _u64(seq, "seq_free", "seq")))
 
+    def seq_reset(self, seq):
+        """Start sequence seq empty whatever the store holds under its id
+        (a sequence a crashed run left is freed first: kvf_seq_reset)."""
+        check(lib.kvf_seq_reset(self._h("seq_reset"),
+                                _u64(seq, "seq_reset", "seq")))
+
     def truncate(self, seq, n):
         """Keep the first n tokens of every layer of a sequence (K, V, X,
         token ids) and drop the rest (kvf_seq_truncate)."""

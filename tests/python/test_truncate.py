@@ -81,3 +81,18 @@ def test_truncate_refusals_and_reopen(make_store, tmp_path):
     with kvflash.Store(os.path.join(tmp_path, "t"), read_only=1) as ro:
         with pytest.raises(kvflash.NotSupported, match="read-only"):
             ro.truncate(1, 3)
+
+
+def test_seq_reset(make_store):
+    st = make_store(media="memory")
+    st.seq_create(1)
+    k = torch.randn(5, 2, 64).half()
+    st.append(1, 0, k, k)
+    with pytest.raises(kvflash.Exists):
+        st.seq_create(1)
+    st.seq_reset(1)                     # what was left goes: empty again
+    assert st.seq_len(1, 0) == 0
+    st.seq_reset(9)                     # a free id: created
+    assert sorted(st.seq_list()) == [1, 9]
+    with pytest.raises(kvflash.InvalidArgument, match="reserved"):
+        st.seq_reset(2 ** 64 - 1)
