@@ -1322,12 +1322,16 @@ static inline void kvf_tensor_init(kvf_tensor *t)
 
 /*
  * kvf_append_tensor - kvf_append with the layout stated: k and v describe
- * [n_tokens][n_kv_heads][head_dim] rows in the store's dtype, with any
- * strides.  Nothing is converted: a dtype or shape other than the store's
- * is refused.  A dense view is appended straight from the caller's memory;
- * a strided one is gathered first (one copy of its rows).
+ * [n_tokens][n_kv_heads][head_dim] rows with any strides, in f16, bf16 or
+ * f32 whatever the store's dtype.  Rows of another dtype are converted:
+ * narrowing (f32 to f16 or bf16, f16 and bf16 to each other through an
+ * exact f32) rounds to nearest even once, values past f16's range become
+ * infinities, NaN stays NaN (made quiet), infinities and signed zeros are
+ * kept; widening is exact.  A dense view of the store's dtype is appended
+ * straight from the caller's memory; any other is gathered (and
+ * converted) first, one copy of its rows.
  * Return: as kvf_append; KVF_EINVAL also for a view that is NULL, has a
- * struct_size too small, a dtype other than the store's, n_heads or
+ * struct_size too small, a dtype that is no kvf_dtype, n_heads or
  * head_dim other than the store's, k and v of different n_tokens, more
  * than 2^32 - 1 tokens, strides that make rows overlap, or a view that reaches past its data_bytes (the
  * message names the view, the value and the limit); KVF_EVERSION.
@@ -1351,11 +1355,33 @@ KVF_API kvf_status kvf_append_tensor_at(kvf_store *st, uint64_t seq,
 
 /*
  * kvf_append_x_tensor - kvf_append_x with the layout stated: x describes
- * [n_tokens][n_q_heads][head_dim] rows in the store's dtype.
+ * [n_tokens][n_q_heads][head_dim] rows in f16, bf16 or f32, converted to
+ * the store's dtype as kvf_append_tensor converts.
  * Return and concurrency: as kvf_append_tensor.
  */
 KVF_API kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq,
 				       uint32_t layer, const kvf_tensor *x);
+
+/*
+ * kvf_read_as - kvf_read into buffers of dtype (f16, bf16 or f32, any
+ * store dtype): k_out and v_out are [t1-t0][head_dim] of dtype, converted
+ * as kvf_append_tensor converts (a value narrowed when appended comes
+ * back as it was stored; f16 read as f32 and appended again is exact).
+ * Return: as kvf_read; KVF_EINVAL also for a dtype that is no kvf_dtype;
+ * KVF_ENOMEM (room to convert).
+ * Concurrency: as kvf_read.
+ */
+KVF_API kvf_status kvf_read_as(kvf_store *st, uint64_t seq, uint32_t layer,
+			       uint32_t kv_head, uint64_t t0, uint64_t t1,
+			       kvf_dtype dtype, void *k_out, void *v_out);
+
+/*
+ * kvf_read_x_as - kvf_read_x into x_out ([t1-t0][n_q_heads * head_dim])
+ * of dtype.  Return and concurrency: as kvf_read_as.
+ */
+KVF_API kvf_status kvf_read_x_as(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t t0, uint64_t t1, kvf_dtype dtype,
+				 void *x_out);
 
 /*
  * kvf_attend_multi - attention of n_q query positions of one sequence at

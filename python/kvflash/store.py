@@ -58,7 +58,8 @@ class Store(ReuseCalls):
           **options)
 
     dtype: torch.float16/bfloat16/float32, numpy.float16/float32, or
-    "f16"/"bf16"/"f32".  options: the fields of kvf_options (media =
+    "f16"/"bf16"/"f32"; required with a shape (no dtype is assumed).
+    Appends take any of the three and convert to it.  options: the fields of kvf_options (media =
     "file" | "memory" | "flash", page_size, n_threads, kt_pages,
     segment_size, capacity_bytes, n_stripes, queue_depth, device_paths,
     direct_io, read_only, flash_channels, flash_cell, flash_spare, trim,
@@ -72,6 +73,13 @@ class Store(ReuseCalls):
     def __init__(self, path, *, n_layers=0, n_q_heads=0, n_kv_heads=0,
                  head_dim=0, dtype=None, tensor=None, **options):
         self._st = None
+        if dtype is None and (n_layers or n_q_heads or n_kv_heads or
+                              head_dim):
+            raise InvalidArgument(EINVAL, "Store: a model shape needs its "
+                                  "dtype (torch.float16, torch.bfloat16, "
+                                  "torch.float32 or 'f16', 'bf16', 'f32'); "
+                                  "none is assumed.  To reopen a store as "
+                                  "stored, give no shape")
         model = _lib.Model(n_layers, n_q_heads, n_kv_heads, head_dim, 0)
         kind = None
         if dtype is not None:
@@ -270,17 +278,18 @@ class Store(ReuseCalls):
     # ---- K/V and X --------------------------------------------------------
 
     def _view(self, call, what, x, heads):
-        """A checked kvf_tensor of x ([n, heads, head_dim] rows in the
-        store's dtype) and the object that keeps its memory alive."""
+        """A checked kvf_tensor of x ([n, heads, head_dim] rows of f16,
+        bf16 or f32: the library converts them to the store's dtype) and
+        the object that keeps its memory alive."""
         if A.kind_of(x) is None:
             raise InvalidArgument(EINVAL, "%s: %s must be a torch tensor or a "
                                   "numpy array, got %s" % (
                                       call, what, type(x).__name__))
         code = A.dtype_code(x)
-        if code != self.dtype_code:
-            raise InvalidArgument(EINVAL, "%s: %s has dtype %s, the store "
-                                  "holds %s (convert it first)" % (
-                                      call, what, A.dtype_str(x), self.dtype))
+        if code is None:   # f16, bf16 and f32 convert (kvf_append_tensor)
+            raise InvalidArgument(EINVAL, "%s: %s has dtype %s, not float16, "
+                                  "bfloat16 or float32" % (
+                                      call, what, A.dtype_str(x)))
         shape = tuple(x.shape)
         if len(shape) == 2 and heads > 0 and \
                 shape[1] == heads * self.head_dim and what == "x":
@@ -304,8 +313,9 @@ class Store(ReuseCalls):
         return t, x
 
     def append(self, seq, layer, k, v, pos=None):
-        """Append k and v ([n_tokens, n_kv_heads, head_dim], the store's
-        dtype, any strides) to one layer of a sequence.  pos: None, or the
+        """Append k and v ([n_tokens, n_kv_heads, head_dim], float16,
+        bfloat16 or float32, converted to the store's dtype with rounding to
+        nearest even; any strides) to one layer of a sequence.  pos: None, or the
         position of the first new token, which must be the layer's length
         (else kvflash.OutOfRange naming both: kvf_append_tensor_at)."""
         call = "append"
@@ -337,32 +347,40 @@ class Store(ReuseCalls):
             t1 = (self.seq_x_len if x else self.seq_len)(seq, layer)
         return _u64(t0, call, "t0"), _u64(t1, call, "t1")
 
-    def read(self, seq, layer, kv_head, t0=0, t1=None):
+    def _out_dtype(self, dtype):
+        """The kvf_dtype code a typed read returns: the store's for None."""
+        return self.dtype_code if dtype is None else A.parse_dtype(dtype)[0]
+
+    def read(self, seq, layer, kv_head, t0=0, t1=None, *, dtype=None):
         """Tokens [t0, t1) (t1 None: to the end) of one KV head: (k, v),
-        each [t1 - t0, head_dim] in the store's dtype."""
+        each [t1 - t0, head_dim] in the store's dtype, or in dtype
+        (float16, bfloat16, float32; converted as append converts:
+        kvf_read_as)."""
         call = "read"
         st = self._h(call)
         t0, t1 = self._range(call, seq, layer, t0, t1)
         n = max(t1 - t0, 0)
-        k = A.empty(self.kind, (n, self.head_dim), self.dtype_code)
-        v = A.empty(self.kind, (n, self.head_dim), self.dtype_code)
-        check(lib.kvf_read(st, _u64(seq, call, "seq"),
-                           _u32(layer, call, "layer"),
-                           _u32(kv_head, call, "kv_head"), t0, t1,
-                           A.pointer(k), A.pointer(v)))
+        code = self._out_dtype(dtype)
+        k = A.empty(self.kind, (n, self.head_dim), code)
+        v = A.empty(self.kind, (n, self.head_dim), code)
+        check(lib.kvf_read_as(st, _u64(seq, call, "seq"),
+                              _u32(layer, call, "layer"),
+                              _u32(kv_head, call, "kv_head"), t0, t1, code,
+                              A.pointer(k), A.pointer(v)))
         return k, v
 
-    def read_x(self, seq, layer, t0=0, t1=None):
-        """X tokens [t0, t1) of one layer: [t1 - t0, n_q_heads * head_dim]."""
+    def read_x(self, seq, layer, t0=0, t1=None, *, dtype=None):
+        """X tokens [t0, t1) of one layer: [t1 - t0, n_q_heads * head_dim],
+        in the store's dtype or in dtype (kvf_read_x_as)."""
         call = "read_x"
         st = self._h(call)
         t0, t1 = self._range(call, seq, layer, t0, t1, x=True)
         n = max(t1 - t0, 0)
-        x = A.empty(self.kind, (n, self.n_q_heads * self.head_dim),
-                    self.dtype_code)
-        check(lib.kvf_read_x(st, _u64(seq, call, "seq"),
-                             _u32(layer, call, "layer"), t0, t1,
-                             A.pointer(x)))
+        code = self._out_dtype(dtype)
+        x = A.empty(self.kind, (n, self.n_q_heads * self.head_dim), code)
+        check(lib.kvf_read_x_as(st, _u64(seq, call, "seq"),
+                                _u32(layer, call, "layer"), t0, t1, code,
+                                A.pointer(x)))
         return x
 
     # ---- attention ------------------------------------------------------
