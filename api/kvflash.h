@@ -1260,6 +1260,24 @@ KVF_API kvf_status kvf_opt_step(kvf_opt *opt, const kvf_grad *grad,
 				void *params_out);
 
 /*
+ * kvf_opt_step_config - kvf_opt_step with this step's hyper-parameters:
+ * the caller's training loop owns the schedule (warm-up, cosine, step
+ * decay; torch.optim's param_groups) and passes lr, weight_decay, beta1,
+ * beta2, eps, momentum, dampening, nesterov, lr_decay, max_grad_norm and
+ * grad_scale each step, as Smart-Infinity's host hands them to the
+ * device with each update.  The moments and the step count carry on as
+ * with kvf_opt_step (Adam's bias correction counts every step); the
+ * stored configuration is unchanged (kvf_opt_step keeps using it).
+ * @cfg: filled with kvf_opt_config_init; kind and out_dtype must be the
+ *        optimizer's; checked as kvf_opt_create checks it.
+ * Return: as kvf_opt_step; KVF_EINVAL also for a hyper-parameter torch
+ * refuses (the message names it), another kind or out_dtype; KVF_EVERSION.
+ * Concurrency: as kvf_opt_step.
+ */
+KVF_API kvf_status kvf_opt_step_config(kvf_opt *opt, const kvf_opt_config *cfg,
+				       const kvf_grad *grad, void *params_out);
+
+/*
  * kvf_opt_read - the current parameters [i0, i0 + n) as fp32.
  * Return: KVF_OK; KVF_EINVAL; KVF_ECLOSED (its store was closed);
  * KVF_ERANGE; KVF_ECORRUPT; KVF_EIO; KVF_EFATAL.

@@ -208,6 +208,7 @@ SIGNATURES = {
                            P(c_ptr)]),
     "kvf_opt_open": (S, [c_ptr, c_char_p, P(c_ptr)]),
     "kvf_opt_step": (S, [c_ptr, P(Grad), c_ptr]),
+    "kvf_opt_step_config": (S, [c_ptr, P(OptConfig), P(Grad), c_ptr]),
     "kvf_opt_read": (S, [c_ptr, c_u64, c_u64, c_ptr]),
     "kvf_opt_steps": (S, [c_ptr, P(c_u64), P(c_u64)]),
     "kvf_opt_close": (S, [c_ptr]),

@@ -615,10 +615,13 @@ class Store(ReuseCalls):
                                  ctypes.byref(cfg),
                                  A.pointer(keep) if keep is not None
                                  else None, ctypes.byref(handle)))
-        return Optimizer(self, name, handle, cfg.out_dtype)
+        opt = Optimizer(self, name, handle, cfg.out_dtype)
+        opt.kind = kind
+        return opt
 
     def opt_open(self, name):
-        """The optimizer state called name (kvf_opt_open)."""
+        """The optimizer state called name (kvf_opt_open).  Set the
+        handle's kind (and out_dtype) to step it with hyper-parameters."""
         handle = ctypes.c_void_p()
         check(lib.kvf_opt_open(self._h("opt_open"), name.encode(),
                                ctypes.byref(handle)))
@@ -672,6 +675,7 @@ class Optimizer:
         self.name = name
         self._h = handle
         self.out_dtype = out_dtype
+        self.kind = None  # "adam"...: known when created, set after open
         steps, n = ctypes.c_uint64(), ctypes.c_uint64()
         check(lib.kvf_opt_steps(handle, ctypes.byref(steps), ctypes.byref(n)))
         self.n_params = n.value
@@ -688,13 +692,36 @@ class Optimizer:
                                 ctypes.byref(n)))
         return steps.value
 
-    def step(self, grad, params_out=None, indices=None):
+    def _step_config(self, call, hyper):
+        """This step's kvf_opt_config: the kind's defaults and hyper (the
+        fields opt_create takes)."""
+        if self.kind not in _OPT_KINDS or self.out_dtype is None:
+            raise InvalidArgument(EINVAL, "%s: hyper-parameters need the "
+                                  "handle's kind and out_dtype (set them "
+                                  "after opt_open)" % call)
+        cfg = _lib.new(_lib.OptConfig, _OPT_KINDS[self.kind])
+        cfg.out_dtype = self.out_dtype
+        fields = [f for f, _ in _lib.OptConfig._fields_
+                  if f not in ("struct_size", "kind", "out_dtype")]
+        for key, val in hyper.items():
+            if key not in fields:
+                raise InvalidArgument(EINVAL, "%s: unknown hyper-parameter %r "
+                                      "(known: %s)" % (call, key,
+                                                       ", ".join(fields)))
+            setattr(cfg, key, val)
+        return cfg
+
+    def step(self, grad, params_out=None, indices=None, **hyper):
         """One step with grad (n_params values, dense; or, with indices, the
         values at those ascending indices: Top-K).  params_out: None, or a
         contiguous CPU tensor/array of n_params elements in the out_dtype,
-        written in place (zero copy)."""
+        written in place (zero copy).  hyper: this step's hyper-parameters
+        (lr, beta1, beta2, eps, weight_decay, momentum, dampening,
+        nesterov, lr_decay, max_grad_norm, grad_scale; the rest take the
+        kind's defaults: kvf_opt_step_config); none: the stored ones."""
         call = "Optimizer.step"
         h = self._handle(call)
+        cfg = self._step_config(call, hyper) if hyper else None
         g = _lib.Grad()
         gx = A.host(grad)
         code = A.dtype_code(gx) if A.kind_of(gx) else None
@@ -738,7 +765,11 @@ class Optimizer:
                                           call, A.dtype_str(params_out),
                                           A.DTYPE_NAMES[self.out_dtype]))
             out_ptr = A.pointer(params_out)
-        check(lib.kvf_opt_step(h, ctypes.byref(g), out_ptr))
+        if cfg is None:
+            check(lib.kvf_opt_step(h, ctypes.byref(g), out_ptr))
+        else:
+            check(lib.kvf_opt_step_config(h, ctypes.byref(cfg),
+                                          ctypes.byref(g), out_ptr))
         del gx, idx
 
     def read(self, i0=0, n=None, kind=None):
