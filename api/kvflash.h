@@ -613,7 +613,8 @@ KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
  * an edited chat.  Pages shared with a fork or a prefix sharer stay as
  * they are for it: this sequence gives up its references, and copies the
  * kept part of the group the cut falls in.  Appends then continue at
- * n_tokens.  n_tokens equal to the length changes nothing.
+ * n_tokens.  n_tokens equal to the length keeps every K/V token (token
+ * ids registered past it still go).
  * Crash contract: like kvf_seq_free, the cut is in the catalog when it
  * returns, and certainly in effect after the next kvf_sync; a crash
  * brings the sequence back either as before the cut (its synced tokens)
