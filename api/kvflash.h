@@ -145,7 +145,14 @@ KVF_API const char *kvf_codec_name(kvf_codec codec);
 typedef struct {
 	uint32_t n_layers;   /* transformer layers */
 	uint32_t n_q_heads;  /* query heads per layer */
-	uint32_t n_kv_heads; /* key/value heads; n_q_heads % n_kv_heads == 0 */
+	uint32_t n_kv_heads; /* key/value heads; n_q_heads % n_kv_heads == 0.
+			      * Grouped-query attention: query head h
+			      * attends with KV head
+			      * h / (n_q_heads / n_kv_heads), so each
+			      * KV head serves a run of consecutive
+			      * query heads (as torch's
+			      * repeat_interleave; 1 = multi-query,
+			      * n_q_heads = multi-head) */
 	uint32_t head_dim;   /* elements per head vector, 1..KVF_HEAD_DIM_MAX,
 			      * any value in every dtype and page size (see
 			      * below) */
@@ -539,6 +546,24 @@ KVF_API kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out);
 KVF_API kvf_status kvf_seq_create(kvf_store *st, uint64_t seq);
 
 /*
+ * kvf_seq_reset - start sequence seq empty, whatever the store holds under
+ * that id: a sequence left by an earlier run (creation is durable at once,
+ * so a killed engine's sequences are still there when it restarts, and
+ * kvf_seq_create of their ids answers KVF_EEXIST) is freed first, as
+ * kvf_seq_free frees it (its forks keep what they share), then the id is
+ * created afresh.  An engine that keeps no state of its own across a
+ * crash starts each request with kvf_seq_reset instead of kvf_seq_create.
+ * Crash contract: a crash during the call leaves the id absent, the old
+ * sequence, or the new empty one; calling it again gives the new one.
+ * Return: KVF_OK; KVF_EINVAL (st NULL, id UINT64_MAX); KVF_ENOTSUP
+ * (read-only); KVF_EEXIST (another thread created seq meanwhile);
+ * KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; a call on seq running meanwhile either
+ * finishes first or answers KVF_ENOENT.
+ */
+KVF_API kvf_status kvf_seq_reset(kvf_store *st, uint64_t seq);
+
+/*
  * kvf_seq_fork - make child a copy of parent's first n_tokens tokens of
  * every layer.  Full token groups are shared by reference; the partial
  * last group is copied.  Later appends to either do not affect the other.
@@ -649,6 +674,36 @@ KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
 			       uint64_t *n_tokens);
 
 /*
+ * kvf_seq_truncate - keep the first n_tokens tokens of every layer of a
+ * sequence and drop the rest: K and V, X (a layer with fewer X rows keeps
+ * them all), K^T pages, the means of V and H2O scores that covered
+ * dropped tokens, and the registered token ids past n_tokens (their
+ * prefix chunks are no longer offered for reuse from the moment it
+ * returns; register the new ones with kvf_seq_add_tokens).  For
+ * speculative decoding (drop the rejected draft tokens), beam search and
+ * an edited chat.  Pages shared with a fork or a prefix sharer stay as
+ * they are for it: this sequence gives up its references, and copies the
+ * kept part of the group the cut falls in.  Appends then continue at
+ * n_tokens.  n_tokens equal to the length keeps every K/V token (token
+ * ids registered past it still go).
+ * Crash contract: like kvf_seq_free, the cut is in the catalog when it
+ * returns, and certainly in effect after the next kvf_sync; a crash
+ * brings the sequence back either as before the cut (its synced tokens)
+ * or cut (then with at least min(n_tokens, what the last sync covered)
+ * tokens), never with a dropped token and a later one.  A cut of tokens
+ * appended since the last sync writes nothing.  The room of the dropped
+ * pages is reused after the next kvf_sync.
+ * Return: KVF_OK; KVF_ENOENT (seq); KVF_ERANGE (n_tokens past the end of
+ * some layer: the message names the layer and its length); KVF_EINVAL
+ * (st NULL); KVF_ENOTSUP (read-only); KVF_EIO, KVF_ECORRUPT (the group
+ * the cut falls in could not be read back: nothing changed); KVF_ENOMEM;
+ * KVF_EFATAL.
+ * Concurrency: any thread; waits for calls on seq, and for a kvf_sync.
+ */
+KVF_API kvf_status kvf_seq_truncate(kvf_store *st, uint64_t seq,
+				    uint64_t n_tokens);
+
+/*
  * kvf_seq_pin, kvf_seq_unpin - keep a sequence out of eviction while the
  * caller uses it (a request being served).  Pins count: a sequence pinned
  * twice needs two unpins.  Pins belong to the handle: a reopen starts
@@ -719,6 +774,23 @@ KVF_API kvf_status kvf_evict_log(kvf_store *st, kvf_evict_event *out,
  */
 KVF_API kvf_status kvf_append(kvf_store *st, uint64_t seq, uint32_t layer,
 			      uint32_t n_tokens, const void *k, const void *v);
+
+/* kvf_append_at's pos: append wherever the layer ends (kvf_append) */
+#define KVF_POS_ANY UINT64_MAX
+
+/*
+ * kvf_append_at - kvf_append, only if the layer holds exactly pos tokens
+ * now: the engine states the position of its first new token, so a
+ * position that went astray (a retried step, a rollback not done) is
+ * refused instead of stored at the wrong place.  pos KVF_POS_ANY appends
+ * wherever the layer ends.
+ * Return: as kvf_append; KVF_ERANGE also when the layer's length is not
+ * pos (the message names both; nothing changed).
+ * Concurrency: as kvf_append; the check and the append are one step.
+ */
+KVF_API kvf_status kvf_append_at(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t pos, uint32_t n_tokens, const void *k,
+				 const void *v);
 
 /*
  * kvf_read - tokens [t0, t1) of one KV head into caller buffers.
@@ -1266,6 +1338,24 @@ KVF_API kvf_status kvf_opt_step(kvf_opt *opt, const kvf_grad *grad,
 				void *params_out);
 
 /*
+ * kvf_opt_step_config - kvf_opt_step with this step's hyper-parameters:
+ * the caller's training loop owns the schedule (warm-up, cosine, step
+ * decay; torch.optim's param_groups) and passes lr, weight_decay, beta1,
+ * beta2, eps, momentum, dampening, nesterov, lr_decay, max_grad_norm and
+ * grad_scale each step, as Smart-Infinity's host hands them to the
+ * device with each update.  The moments and the step count carry on as
+ * with kvf_opt_step (Adam's bias correction counts every step); the
+ * stored configuration is unchanged (kvf_opt_step keeps using it).
+ * @cfg: filled with kvf_opt_config_init; kind and out_dtype must be the
+ *        optimizer's; checked as kvf_opt_create checks it.
+ * Return: as kvf_opt_step; KVF_EINVAL also for a hyper-parameter torch
+ * refuses (the message names it), another kind or out_dtype; KVF_EVERSION.
+ * Concurrency: as kvf_opt_step.
+ */
+KVF_API kvf_status kvf_opt_step_config(kvf_opt *opt, const kvf_opt_config *cfg,
+				       const kvf_grad *grad, void *params_out);
+
+/*
  * kvf_opt_read - the current parameters [i0, i0 + n) as fp32.
  * Return: KVF_OK; KVF_EINVAL; KVF_ECLOSED (its store was closed);
  * KVF_ERANGE; KVF_ECORRUPT; KVF_EIO; KVF_EFATAL.
@@ -1328,12 +1418,16 @@ static inline void kvf_tensor_init(kvf_tensor *t)
 
 /*
  * kvf_append_tensor - kvf_append with the layout stated: k and v describe
- * [n_tokens][n_kv_heads][head_dim] rows in the store's dtype, with any
- * strides.  Nothing is converted: a dtype or shape other than the store's
- * is refused.  A dense view is appended straight from the caller's memory;
- * a strided one is gathered first (one copy of its rows).
+ * [n_tokens][n_kv_heads][head_dim] rows with any strides, in f16, bf16 or
+ * f32 whatever the store's dtype.  Rows of another dtype are converted:
+ * narrowing (f32 to f16 or bf16, f16 and bf16 to each other through an
+ * exact f32) rounds to nearest even once, values past f16's range become
+ * infinities, NaN stays NaN (made quiet), infinities and signed zeros are
+ * kept; widening is exact.  A dense view of the store's dtype is appended
+ * straight from the caller's memory; any other is gathered (and
+ * converted) first, one copy of its rows.
  * Return: as kvf_append; KVF_EINVAL also for a view that is NULL, has a
- * struct_size too small, a dtype other than the store's, n_heads or
+ * struct_size too small, a dtype that is no kvf_dtype, n_heads or
  * head_dim other than the store's, k and v of different n_tokens, more
  * than 2^32 - 1 tokens, strides that make rows overlap, or a view that reaches past its data_bytes (the
  * message names the view, the value and the limit); KVF_EVERSION.
@@ -1344,12 +1438,46 @@ KVF_API kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq,
 				     const kvf_tensor *v);
 
 /*
+ * kvf_append_tensor_at - kvf_append_tensor, only if the layer holds
+ * exactly pos tokens now (kvf_append_at; KVF_POS_ANY: wherever it ends).
+ * Return: as kvf_append_tensor; KVF_ERANGE also when the layer's length
+ * is not pos (the message names both; nothing changed).
+ * Concurrency: as kvf_append.
+ */
+KVF_API kvf_status kvf_append_tensor_at(kvf_store *st, uint64_t seq,
+					uint32_t layer, uint64_t pos,
+					const kvf_tensor *k,
+					const kvf_tensor *v);
+
+/*
  * kvf_append_x_tensor - kvf_append_x with the layout stated: x describes
- * [n_tokens][n_q_heads][head_dim] rows in the store's dtype.
+ * [n_tokens][n_q_heads][head_dim] rows in f16, bf16 or f32, converted to
+ * the store's dtype as kvf_append_tensor converts.
  * Return and concurrency: as kvf_append_tensor.
  */
 KVF_API kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq,
 				       uint32_t layer, const kvf_tensor *x);
+
+/*
+ * kvf_read_as - kvf_read into buffers of dtype (f16, bf16 or f32, any
+ * store dtype): k_out and v_out are [t1-t0][head_dim] of dtype, converted
+ * as kvf_append_tensor converts (a value narrowed when appended comes
+ * back as it was stored; f16 read as f32 and appended again is exact).
+ * Return: as kvf_read; KVF_EINVAL also for a dtype that is no kvf_dtype;
+ * KVF_ENOMEM (room to convert).
+ * Concurrency: as kvf_read.
+ */
+KVF_API kvf_status kvf_read_as(kvf_store *st, uint64_t seq, uint32_t layer,
+			       uint32_t kv_head, uint64_t t0, uint64_t t1,
+			       kvf_dtype dtype, void *k_out, void *v_out);
+
+/*
+ * kvf_read_x_as - kvf_read_x into x_out ([t1-t0][n_q_heads * head_dim])
+ * of dtype.  Return and concurrency: as kvf_read_as.
+ */
+KVF_API kvf_status kvf_read_x_as(kvf_store *st, uint64_t seq, uint32_t layer,
+				 uint64_t t0, uint64_t t1, kvf_dtype dtype,
+				 void *x_out);
 
 /*
  * kvf_attend_multi - attention of n_q query positions of one sequence at

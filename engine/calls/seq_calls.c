@@ -1,6 +1,6 @@
 /*
  * seq_calls.c - the public sequence calls: kvf_seq_create, kvf_seq_free,
- * kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
+ * kvf_seq_reset, kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
  * and copies its partial tail group); freeing itself is seq_drop.c's, as
  * eviction frees too.  A file of its own: these are the
  * calls a caller makes on sequences, apart from the table (seq.c) and
@@ -104,6 +104,8 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 	}
 	rc = commit_batch(st, b, call);
 	catalog_batch_free(b);
+	if (rc == KVF_OK)
+		seq_record_done(st, seq);
 	if (rc == KVF_OK && tok)
 		prefix_attach(st, seq, tok);
 	pthread_mutex_unlock(&seq->lock);
@@ -115,6 +117,24 @@ out:
 kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 {
 	return seq_free_id(st, "kvf_seq_free", id, 0);
+}
+
+kvf_status kvf_seq_reset(kvf_store *st, uint64_t id)
+{
+	const char *call = "kvf_seq_reset";
+	kvf_status rc;
+
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		return rc;
+	if (id == SEQ_NO_PARENT)
+		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
+				call, (unsigned long long)id);
+	/* two commits: a crash between them leaves the id free, which the
+	 * next reset takes as it finds it */
+	rc = seq_free_id(st, call, id, 0);
+	if (rc != KVF_OK && rc != KVF_ENOENT)
+		return rc;
+	return seq_create_with(st, call, id, NULL);
 }
 
 kvf_status kvf_seq_len(kvf_store *st, uint64_t id, uint32_t layer,
@@ -366,6 +386,8 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 		kvf_fail_wrap(rc, call);
 		goto out_child;
 	}
+	if (rc == KVF_OK)
+		seq_record_done(st, child);
 	if (rc == KVF_OK && tok)
 		prefix_attach(st, child, tok);
 	pthread_mutex_unlock(&child->lock);

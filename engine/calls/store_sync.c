@@ -60,8 +60,10 @@ static void sync_done(kvf_store *st, struct seq *seq, void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&seq->lock);
-	if (seq->capture_gen == st->dur.gen)
+	if (seq->capture_gen == st->dur.gen) {
 		seq->synced_changes = seq->capture;
+		seq_record_done(st, seq);
+	}
 	if (seq->vbar_capture_gen == st->dur.gen)
 		seq->vbar_synced = seq->vbar_capture;
 	if (seq->use_capture_gen == st->dur.gen)

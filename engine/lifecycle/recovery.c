@@ -155,6 +155,9 @@ static int load_seq_ns(kvf_store *st, uint32_t ns, const void *key,
 	memcpy(seq->len, (const char *)val + sizeof(m), nl * sizeof(uint64_t));
 	memcpy(seq->x_len, (const char *)val + sizeof(m) + nl * sizeof(uint64_t),
 	       nl * sizeof(uint64_t));
+	/* what the catalog holds (recovery may cut len back below it) */
+	memcpy(seq->rec_len, seq->len, nl * sizeof(uint64_t));
+	memcpy(seq->rec_len + nl, seq->x_len, nl * sizeof(uint64_t));
 	for (uint32_t l = 0; l < nl; l++)
 		if ((seq->x_len[l] && (rc = seq_x_alloc(st, seq)) != KVF_OK) ||
 		    (seq->len[l] && (rc = seq_kt_alloc(st, seq)) != KVF_OK)) {

@@ -231,13 +231,39 @@ out:
 	return rc;
 }
 
+kvf_status optim_config_take(const char *call, const kvf_opt_config *in,
+			     kvf_opt_config *out)
+{
+	kvf_opt_config cfg;
+	char why[160];
+	kvf_status rc;
+
+	if ((rc = kvf_struct_check(call, "cfg", in, sizeof(cfg))) != KVF_OK)
+		return rc;
+	kvf_opt_config_init(&cfg, in->kind);
+	memcpy(&cfg, in, in->struct_size < sizeof(cfg) ? in->struct_size
+						       : sizeof(cfg));
+	cfg.struct_size = sizeof(cfg);
+	if (!kvc_optim_config_check(&cfg, why, sizeof(why)))
+		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
+	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",
+				call, (int)cfg.out_dtype);
+	if (!(cfg.max_grad_norm >= 0) || !isfinite(cfg.max_grad_norm) ||
+	    !(cfg.grad_scale >= 0) || !isfinite(cfg.grad_scale))
+		return kvf_fail(KVF_EINVAL,
+				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
+				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
+	*out = cfg;
+	return KVF_OK;
+}
+
 kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 			  const kvf_opt_config *cfg_in, const float *init,
 			  kvf_opt **out)
 {
 	const char *call = "kvf_opt_create";
 	kvf_opt_config cfg;
-	char why[160];
 	kvf_status rc;
 
 	if (out == NULL || st == NULL)
@@ -250,22 +276,8 @@ kvf_status kvf_opt_create(kvf_store *st, const char *name, uint64_t n_params,
 	if (n_params == 0 || n_params > UINT32_MAX)
 		return kvf_fail(KVF_EINVAL, "%s: n_params %llu out of range (1..%u)",
 				call, (unsigned long long)n_params, UINT32_MAX);
-	if ((rc = kvf_struct_check(call, "cfg", cfg_in, sizeof(cfg))) != KVF_OK)
+	if ((rc = optim_config_take(call, cfg_in, &cfg)) != KVF_OK)
 		return rc;
-	kvf_opt_config_init(&cfg, cfg_in->kind);
-	memcpy(&cfg, cfg_in, cfg_in->struct_size < sizeof(cfg) ? cfg_in->struct_size
-							       : sizeof(cfg));
-	cfg.struct_size = sizeof(cfg);
-	if (!kvc_optim_config_check(&cfg, why, sizeof(why)))
-		return kvf_fail(KVF_EINVAL, "%s: %s", call, why);
-	if ((unsigned)cfg.out_dtype > KVF_DTYPE_F32)
-		return kvf_fail(KVF_EINVAL, "%s: out_dtype %d is not a kvf_dtype",
-				call, (int)cfg.out_dtype);
-	if (!(cfg.max_grad_norm >= 0) || !isfinite(cfg.max_grad_norm) ||
-	    !(cfg.grad_scale >= 0) || !isfinite(cfg.grad_scale))
-		return kvf_fail(KVF_EINVAL,
-				"%s: max_grad_norm %g and grad_scale %g must be finite and >= 0",
-				call, (double)cfg.max_grad_norm, (double)cfg.grad_scale);
 	for (int attempt = 0;; attempt++) {
 		uint32_t want = 1;
 

@@ -140,6 +140,12 @@ kvf_status optim_load_page(void *arg, uint64_t i, const unsigned char *page,
 
 /* ---- optim_handle.c ------------------------------------------------------ */
 
+/* optim_config_take - a caller's kvf_opt_config (any struct_size, the
+ * kind's defaults for fields it lacks), checked as torch.optim checks
+ * it, into *out; KVF_EINVAL naming the field (message starts with call),
+ * KVF_EVERSION */
+kvf_status optim_config_take(const char *call, const kvf_opt_config *in,
+			     kvf_opt_config *out);
 /* optim_enter - the checks every call on a handle starts with */
 kvf_status optim_enter(kvf_opt *o, const char *call);
 

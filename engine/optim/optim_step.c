@@ -116,9 +116,10 @@ static double grad_sumsq(kvf_opt *o, const kvf_grad *g)
 
 /* check_grad - the gradient's shape and values, before anything moves;
  * *scale gets grad_scale times the clipping coefficient */
-static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
+static kvf_status check_grad(kvf_opt *o, const char *call,
+			     const kvf_opt_config *cfg, const kvf_grad *g,
+			     float *scale)
 {
-	const char *call = "kvf_opt_step";
 	double sumsq;
 
 	if (g == NULL)
@@ -154,10 +155,10 @@ static kvf_status check_grad(kvf_opt *o, const kvf_grad *g, float *scale)
 		return kvf_fail(KVF_ERANGE,
 				"%s: the gradient holds NaN or infinity; nothing changed",
 				call);
-	*scale = o->cfg.grad_scale > 0 ? o->cfg.grad_scale : 1.0f;
-	if (o->cfg.max_grad_norm > 0)
+	*scale = cfg->grad_scale > 0 ? cfg->grad_scale : 1.0f;
+	if (cfg->max_grad_norm > 0)
 		*scale *= kvc_optim_clip_coef(sqrt(sumsq) * *scale,
-					      o->cfg.max_grad_norm);
+					      cfg->max_grad_norm);
 	return KVF_OK;
 }
 
@@ -390,10 +391,10 @@ static kvf_status run_pipelined(struct step_ctx *x)
  * params_out may be partly written, unless the failure came first: no
  * room, KVF_ENOSPC, when *want is the free segments a stripe a
  * generation needs) */
-static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
-			    float scale, uint32_t *want)
+static kvf_status step_once(kvf_opt *o, const char *call,
+			    const kvf_opt_config *cfg, const kvf_grad *g,
+			    void *params_out, float scale, uint32_t *want)
 {
-	const char *call = "kvf_opt_step";
 	kvf_store *st = o->st;
 	struct kvc_optim_step step;
 	struct seq *seq;
@@ -413,7 +414,7 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	pthread_mutex_lock(&seq->lock);
 	gen = seq->optim_gen;
 	steps = seq->optim_steps;
-	kvc_optim_step_prepare(&step, &o->cfg, steps + 1, scale);
+	kvc_optim_step_prepare(&step, cfg, steps + 1, scale);
 	/* its message names call */
 	rc = optim_reserve_gen(o, seq, 1 - gen, call, want);
 	x = (struct step_ctx){ .o = o, .seq = seq, .g = g, .params_out = params_out,
@@ -436,22 +437,56 @@ static kvf_status step_once(kvf_opt *o, const kvf_grad *g, void *params_out,
 	return rc;
 }
 
+/* opt_step - a step with the hyper-parameters cfg */
+static kvf_status opt_step(kvf_opt *o, const char *call,
+			   const kvf_opt_config *cfg, const kvf_grad *g,
+			   void *params_out)
+{
+	float scale = 1.0f;
+	kvf_status rc;
+
+	if ((rc = check_grad(o, call, cfg, g, &scale)) != KVF_OK)
+		return rc;
+	for (int attempt = 0;; attempt++) {
+		uint32_t want = 1;
+
+		rc = step_once(o, call, cfg, g, params_out, scale, &want);
+		if (!optim_make_room(o->st, attempt, want, call, o->name, &rc))
+			return rc;
+	}
+}
+
 kvf_status kvf_opt_step(kvf_opt *o, const kvf_grad *g, void *params_out)
 {
 	const char *call = "kvf_opt_step";
-	float scale = 1.0f;
 	kvf_status rc;
 
 	if ((rc = optim_enter(o, call)) != KVF_OK ||
 	    (rc = store_writable(o->st, call)) != KVF_OK)
 		return rc;
-	if ((rc = check_grad(o, g, &scale)) != KVF_OK)
-		return rc;
-	for (int attempt = 0;; attempt++) {
-		uint32_t want = 1;
+	return opt_step(o, call, &o->cfg, g, params_out);
+}
 
-		rc = step_once(o, g, params_out, scale, &want);
-		if (!optim_make_room(o->st, attempt, want, call, o->name, &rc))
-			return rc;
-	}
+kvf_status kvf_opt_step_config(kvf_opt *o, const kvf_opt_config *cfg,
+			       const kvf_grad *g, void *params_out)
+{
+	const char *call = "kvf_opt_step_config";
+	kvf_opt_config c;
+	kvf_status rc;
+
+	if ((rc = optim_enter(o, call)) != KVF_OK ||
+	    (rc = store_writable(o->st, call)) != KVF_OK ||
+	    (rc = optim_config_take(call, cfg, &c)) != KVF_OK)
+		return rc;
+	/* what shapes the state and the output stays the optimizer's */
+	if (c.kind != o->cfg.kind)
+		return kvf_fail(KVF_EINVAL,
+				"%s: cfg.kind %d is not the kind %d optimizer '%s' was created with",
+				call, (int)c.kind, (int)o->cfg.kind, o->name);
+	if (c.out_dtype != o->cfg.out_dtype)
+		return kvf_fail(KVF_EINVAL,
+				"%s: cfg.out_dtype %s is not the %s optimizer '%s' writes",
+				call, kvf_dtype_name(c.out_dtype),
+				kvf_dtype_name(o->cfg.out_dtype), o->name);
+	return opt_step(o, call, &c, g, params_out);
 }

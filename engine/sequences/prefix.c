@@ -400,6 +400,28 @@ void prefix_forget(kvf_store *st, struct seq *seq)
 	prefix_seq_free(ps);
 }
 
+void prefix_truncate(kvf_store *st, struct seq *seq, uint64_t n_tokens)
+{
+	struct prefix_index *pi = &st->prefix;
+	struct prefix_seq *ps = seq->prefix;
+	uint64_t keep = n_tokens / st->group_tokens;
+
+	if (ps == NULL)
+		return;
+	pthread_mutex_lock(&pi->lock);
+	/* deepest first, as prefix_forget */
+	for (; ps->n_pub > keep; ps->n_pub--) {
+		struct prefix_node *n = ps->nodes[ps->n_pub - 1];
+
+		holder_remove(n, seq->id);
+		if (n->n_holders == 0 && n->child == NULL)
+			node_remove(st, n);
+	}
+	pthread_mutex_unlock(&pi->lock);
+	if (ps->n_tokens > n_tokens)
+		ps->n_tokens = n_tokens;
+}
+
 /* ---- records -------------------------------------------------------------- */
 
 kvf_status prefix_record(struct catalog_batch *b, uint64_t id,

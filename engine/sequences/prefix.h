@@ -64,6 +64,11 @@ void prefix_attach(kvf_store *st, struct seq *seq, struct prefix_seq *ps);
 void prefix_publish(kvf_store *st, struct seq *seq);
 /* prefix_forget - seq (locked, being freed) leaves the index */
 void prefix_forget(kvf_store *st, struct seq *seq);
+/* prefix_truncate - seq (locked) keeps its first n_tokens token ids and
+ * the chunks they cover whole; the rest leave the index at once, so no
+ * creation can share what seq no longer holds.  The caller writes the
+ * "T" record. */
+void prefix_truncate(kvf_store *st, struct seq *seq, uint64_t n_tokens);
 
 /* prefix_record - put seq id's "T" record (its token ids) into b.
  * KVF_OK or KVF_ENOMEM. */

@@ -180,11 +180,12 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	pthread_mutex_init(&seq->lock, NULL);
 	seq->len = kvf_calloc(nl, sizeof(uint64_t));
 	seq->x_len = kvf_calloc(nl, sizeof(uint64_t));
+	seq->rec_len = kvf_calloc(4 * (size_t)nl, sizeof(uint64_t));
 	seq->kv = kvf_calloc(seq_n_kv_streams(st), sizeof(struct stream));
 	seq->open = kvf_calloc(st->hdr.n_stripes, sizeof(struct open_seg));
 	seq->reserved = kvf_calloc(st->hdr.n_stripes, sizeof(uint32_t));
-	if (!seq->len || !seq->x_len || !seq->kv || !seq->open ||
-	    !seq->reserved) {
+	if (!seq->len || !seq->x_len || !seq->rec_len || !seq->kv ||
+	    !seq->open || !seq->reserved) {
 		seq_destroy(st, seq);
 		return NULL;
 	}
@@ -219,6 +220,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	kvf_free(seq->vbar_n);
 	kvf_free(seq->len);
 	kvf_free(seq->x_len);
+	kvf_free(seq->rec_len);
 	kvf_free(seq->reserved);
 	pthread_mutex_destroy(&seq->lock);
 	kvf_free(seq);

@@ -137,6 +137,11 @@ struct seq {
 	int has_ref_record;    /* an "R" record exists (forked) */
 	uint64_t *len;         /* K/V tokens per layer */
 	uint64_t *x_len;       /* X tokens per layer */
+	uint64_t *rec_len;     /* [4][n_layers]: the K/V, then X, lengths
+				* of its last committed "S" record, then
+				* those of the record being committed
+				* (seq_record); kvf_seq_truncate never
+				* commits a length past them */
 	struct stream *kv;     /* [layer][kind K,V][kv_head] */
 	struct stream *x;      /* [layer][q_head], NULL before the first X */
 	struct stream *kt;     /* [layer][kv_head] K^T pages, NULL without

@@ -227,6 +227,23 @@ void stream_wb_free(kvf_store *st, struct stream *s)
 	s->wb = NULL;
 }
 
+void stream_wb_cut(kvf_store *st, struct stream *s, uint64_t e)
+{
+	uint32_t keep;
+
+	if (s->wb == NULL || s->wb->first + s->wb->n <= e)
+		return;
+	keep = e > s->wb->first ? (uint32_t)(e - s->wb->first) : 0;
+	seg_promise(st, s->wb->stripe, -(int32_t)(s->wb->n - keep));
+	atomic_fetch_add(&st->c.dram_only_bytes,
+			 (uint64_t)(s->wb->n - keep) * st->hdr.page_size);
+	for (uint32_t i = keep; i < s->wb->n; i++) {
+		tier_page_give(st, s->wb->page[i]);
+		atomic_fetch_sub(&st->c.wb_bytes, st->hdr.page_size);
+	}
+	s->wb->n = keep;
+}
+
 void streams_free(kvf_store *st, struct stream *s, uint32_t n)
 {
 	if (s == NULL)
@@ -282,9 +299,15 @@ uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g)
 
 kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
 {
+	return seq_record_lens(st, seq, seq->len, seq->x_len, b);
+}
+
+kvf_status seq_record_lens(kvf_store *st, struct seq *seq, const uint64_t *len,
+			   const uint64_t *x_len, struct catalog_batch *b)
+{
 	uint32_t nl = st->hdr.n_layers;
-	size_t len = sizeof(struct meta_seq) + 2 * (size_t)nl * sizeof(uint64_t);
-	unsigned char *val = kvf_malloc(len);
+	size_t len_bytes = sizeof(struct meta_seq) + 2 * (size_t)nl * sizeof(uint64_t);
+	unsigned char *val = kvf_malloc(len_bytes);
 	struct meta_seq m = { .create_seqno = seq->create_seqno,
 			      .family = seq->family, .parent = seq->parent,
 			      .n_layers = nl };
@@ -293,14 +316,24 @@ kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b)
 	if (val == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for a sequence record");
 	memcpy(val, &m, sizeof(m));
-	memcpy(val + sizeof(m), seq->len, nl * sizeof(uint64_t));
-	memcpy(val + sizeof(m) + nl * sizeof(uint64_t), seq->x_len,
+	memcpy(val + sizeof(m), len, nl * sizeof(uint64_t));
+	memcpy(val + sizeof(m) + nl * sizeof(uint64_t), x_len,
 	       nl * sizeof(uint64_t));
 	meta_key_u64(key, seq->ns == SEQ_NS_OPTIM ? META_TAG_OPTIM_SEQ : META_TAG_SEQ,
 		     seq->id);
-	catalog_batch_put(b, key, sizeof(key), val, len);
+	catalog_batch_put(b, key, sizeof(key), val, len_bytes);
 	kvf_free(val);
+	/* what the record says, once it commits (seq_record_done) */
+	memcpy(seq->rec_len + 2 * nl, len, nl * sizeof(uint64_t));
+	memcpy(seq->rec_len + 3 * nl, x_len, nl * sizeof(uint64_t));
 	return KVF_OK;
+}
+
+void seq_record_done(kvf_store *st, struct seq *seq)
+{
+	uint32_t nl = st->hdr.n_layers;
+
+	memcpy(seq->rec_len, seq->rec_len + 2 * nl, 2 * nl * sizeof(uint64_t));
 }
 
 kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,

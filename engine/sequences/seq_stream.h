@@ -33,6 +33,9 @@ void streams_free(kvf_store *st, struct stream *s, uint32_t n);
 /* stream_wb_free - drop s's pages waiting for write-back (the sequence
  * goes; they were never synced) */
 void stream_wb_free(kvf_store *st, struct stream *s);
+/* stream_wb_cut - drop s's pages waiting for write-back from index entry
+ * e on (a truncation: they were never written) */
+void stream_wb_cut(kvf_store *st, struct stream *s, uint64_t e);
 /* stream_stripe - the stripe index entry g of stream sid goes to */
 uint32_t stream_stripe(kvf_store *st, uint32_t sid, uint64_t g);
 /* streams per sequence: K/V, X, K^T, and all of them */
@@ -68,8 +71,14 @@ kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq);
 /* seq_tokens - tokens of the stream kind in a layer */
 uint64_t seq_tokens(struct seq *seq, enum kv_kind kind, uint32_t layer);
 
-/* seq_record - add seq's "S" record to b */
+/* seq_record - add seq's "S" record to b; seq_record_lens - one that
+ * states the lengths len and x_len ([n_layers] each) instead of seq's;
+ * seq_record_done - the batch holding the last of them committed: its
+ * lengths are seq->rec_len's now.  Caller holds seq->lock throughout. */
 kvf_status seq_record(kvf_store *st, struct seq *seq, struct catalog_batch *b);
+kvf_status seq_record_lens(kvf_store *st, struct seq *seq, const uint64_t *len,
+			   const uint64_t *x_len, struct catalog_batch *b);
+void seq_record_done(kvf_store *st, struct seq *seq);
 
 /* seq_use_record - put a caller's sequence's "U" record (recency and
  * frequency) into b if it was used since the last one; counts as written

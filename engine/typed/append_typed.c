@@ -1,15 +1,21 @@
 /*
- * append_typed.c - appends that state their layout: kvf_append_tensor and
- * kvf_append_x_tensor.
+ * append_typed.c - appends and reads that state their layout and element
+ * type: kvf_append_tensor, kvf_append_tensor_at, kvf_append_x_tensor,
+ * kvf_read_as and kvf_read_x_as.
  *
  * A kvf_tensor names the element type, the shape and the byte strides of
  * the caller's rows.  Everything about it is checked against the store's
- * model before anything is read or changed: dtype, heads, head_dim, the
- * token count, strides that would make rows overlap, and the buffer size
- * when the caller states it.  A dense view goes straight to kvf_append /
- * kvf_append_x (no copy here); a strided one is gathered into a dense
- * buffer first, one copy of its rows, then appended the same way, so the
- * all-or-nothing contract of kvf_append holds for both.
+ * model before anything is read or changed: heads, head_dim, the token
+ * count, strides that would make rows overlap, and the buffer size when
+ * the caller states it.  Its dtype may be any of f16, bf16 and f32: rows
+ * of another dtype than the store's are converted (narrowing rounds to
+ * nearest even, NaN stays NaN, infinities and signed zeros are kept;
+ * compute/half.h).  A dense view of the store's dtype goes straight to
+ * kvf_append_at / kvf_append_x (no copy here); any other is gathered (and
+ * converted) into a dense buffer first, one pass over its rows, then
+ * appended the same way, so the all-or-nothing contract of kvf_append
+ * holds for all.  The typed reads read in the store's dtype and convert
+ * into the caller's buffers.
  *
  * Built on the public calls only (the model comes from
  * kvf_store_info_get), so it needs no lock of its own.
@@ -20,20 +26,8 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
+#include "compute/half.h"
 #include "kvflash.h"
-
-static const char *dtype_name(kvf_dtype t)
-{
-	switch (t) {
-	case KVF_DTYPE_F16:
-		return "f16";
-	case KVF_DTYPE_BF16:
-		return "bf16";
-	case KVF_DTYPE_F32:
-		return "f32";
-	}
-	return "unknown";
-}
 
 static uint32_t dtype_bytes(kvf_dtype t)
 {
@@ -47,6 +41,7 @@ struct view {
 	uint64_t token_stride; /* bytes */
 	uint64_t head_stride;  /* bytes */
 	int dense;             /* rows lie as [n_tokens][heads][head_dim] */
+	kvf_dtype dtype;       /* of its elements */
 };
 
 /* strides_overlap - whether rows of row bytes at t * ts + h * hs (t below
@@ -69,12 +64,12 @@ static int strides_overlap(uint64_t ts, uint64_t nt, uint64_t hs, uint64_t nh,
 }
 
 /*
- * view_check - check t (named what) against heads x head_dim rows of the
- * store's dtype; fill v.
+ * view_check - check t (named what) against heads x head_dim rows; fill
+ * v.  Its dtype is any kvf_dtype (converted to the store's later).
  */
 static kvf_status view_check(const char *call, const char *what,
-			     const kvf_tensor *t, kvf_dtype dtype,
-			     uint32_t heads, uint32_t head_dim, struct view *v)
+			     const kvf_tensor *t, uint32_t heads,
+			     uint32_t head_dim, struct view *v)
 {
 	uint64_t row, extent, ts, hs;
 	kvf_status rc;
@@ -88,10 +83,6 @@ static kvf_status view_check(const char *call, const char *what,
 	if ((unsigned)t->dtype > KVF_DTYPE_F32)
 		return kvf_fail(KVF_EINVAL, "%s: %s.dtype %d is not a kvf_dtype",
 				call, what, (int)t->dtype);
-	if (t->dtype != dtype)
-		return kvf_fail(KVF_EINVAL,
-				"%s: %s has dtype %s, the store holds %s (convert it first)",
-				call, what, dtype_name(t->dtype), dtype_name(dtype));
 	if (t->n_heads != heads)
 		return kvf_fail(KVF_EINVAL,
 				"%s: %s has %u heads, the store has %u",
@@ -107,7 +98,7 @@ static kvf_status view_check(const char *call, const char *what,
 				UINT32_MAX);
 	if (t->n_tokens > 0 && t->data == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: %s.data is NULL", call, what);
-	row = (uint64_t)head_dim * dtype_bytes(dtype);
+	row = (uint64_t)head_dim * dtype_bytes(t->dtype);
 	hs = t->head_stride ? t->head_stride : row;
 	ts = t->token_stride ? t->token_stride : (uint64_t)heads * row;
 	if (strides_overlap(ts, t->n_tokens, hs, heads, row))
@@ -128,27 +119,62 @@ static kvf_status view_check(const char *call, const char *what,
 	v->token_stride = ts;
 	v->head_stride = hs;
 	v->dense = hs == row && ts == (uint64_t)heads * row;
+	v->dtype = t->dtype;
 	return KVF_OK;
 }
 
-/* gather - the rows of v as a dense [n][heads][row] buffer (kvf_free it) */
-static kvf_status gather(const char *call, const struct view *v,
-			 uint32_t heads, uint64_t row, unsigned char **out)
+/* convert - n elements of src (dtype from) as dtype to into dst; one
+ * rounding (to nearest even) when narrowing: a 16-bit value widens to
+ * f32 exactly first */
+static void convert(void *dst, kvf_dtype to, const void *src, kvf_dtype from,
+		    size_t n)
 {
+	unsigned char *d = dst;
+
+	if (to == from) {
+		memcpy(dst, src, n * dtype_bytes(to));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float f = kvc_elt(src, i, from);
+		uint16_t h;
+
+		if (to == KVF_DTYPE_F32) {
+			memcpy(d + i * 4, &f, 4);
+			continue;
+		}
+		h = to == KVF_DTYPE_F16 ? kvf_f32_to_f16(f) : kvf_f32_to_bf16(f);
+		memcpy(d + i * 2, &h, 2);
+	}
+}
+
+/* gather - the rows of v as a dense [n][heads][head_dim] buffer of dtype
+ * to (kvf_free it) */
+static kvf_status gather(const char *call, const struct view *v,
+			 uint32_t heads, uint32_t head_dim, kvf_dtype to,
+			 unsigned char **out)
+{
+	uint64_t row = (uint64_t)head_dim * dtype_bytes(to);
 	size_t bytes = (size_t)v->n_tokens * heads * row;
 	unsigned char *buf = kvf_malloc(bytes ? bytes : 1);
 
 	if (buf == NULL)
 		return kvf_fail(KVF_ENOMEM,
-				"%s: out of memory for %zu bytes to gather a strided view",
+				"%s: out of memory for %zu bytes to gather a view",
 				call, bytes);
 	for (uint64_t t = 0; t < v->n_tokens; t++)
 		for (uint32_t h = 0; h < heads; h++)
-			memcpy(buf + ((size_t)t * heads + h) * row,
-			       v->data + t * v->token_stride + h * v->head_stride,
-			       (size_t)row);
+			convert(buf + ((size_t)t * heads + h) * row, to,
+				v->data + t * v->token_stride + h * v->head_stride,
+				v->dtype, head_dim);
 	*out = buf;
 	return KVF_OK;
+}
+
+/* direct - whether v can be appended as it lies */
+static int direct(const struct view *v, kvf_dtype store)
+{
+	return v->dense && v->dtype == store;
 }
 
 /* model_of - the store's model (kvf_store_info_get) */
@@ -167,21 +193,21 @@ static kvf_status model_of(kvf_store *st, const char *call, kvf_model *m)
 	return KVF_OK;
 }
 
-kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
-			     const kvf_tensor *k, const kvf_tensor *v)
+/* append_tensor - kvf_append_tensor(_at) for call */
+static kvf_status append_tensor(kvf_store *st, const char *call, uint64_t seq,
+				uint32_t layer, uint64_t pos,
+				const kvf_tensor *k, const kvf_tensor *v)
 {
-	const char *call = "kvf_append_tensor";
 	unsigned char *kb = NULL, *vb = NULL;
 	struct view kv, vv;
 	kvf_model m;
-	uint64_t row;
 	kvf_status rc;
 
 	if ((rc = model_of(st, call, &m)) != KVF_OK)
 		return rc;
-	if ((rc = view_check(call, "k", k, m.dtype, m.n_kv_heads, m.head_dim,
+	if ((rc = view_check(call, "k", k, m.n_kv_heads, m.head_dim,
 			     &kv)) != KVF_OK ||
-	    (rc = view_check(call, "v", v, m.dtype, m.n_kv_heads, m.head_dim,
+	    (rc = view_check(call, "v", v, m.n_kv_heads, m.head_dim,
 			     &vv)) != KVF_OK)
 		return rc;
 	if (kv.n_tokens != vv.n_tokens)
@@ -189,17 +215,32 @@ kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
 				"%s: k has %llu tokens, v has %llu",
 				call, (unsigned long long)kv.n_tokens,
 				(unsigned long long)vv.n_tokens);
-	row = (uint64_t)m.head_dim * dtype_bytes(m.dtype);
-	if (!kv.dense && (rc = gather(call, &kv, m.n_kv_heads, row, &kb)) != KVF_OK)
+	if (!direct(&kv, m.dtype) &&
+	    (rc = gather(call, &kv, m.n_kv_heads, m.head_dim, m.dtype, &kb)) != KVF_OK)
 		return rc;
-	if (!vv.dense && (rc = gather(call, &vv, m.n_kv_heads, row, &vb)) != KVF_OK)
+	if (!direct(&vv, m.dtype) &&
+	    (rc = gather(call, &vv, m.n_kv_heads, m.head_dim, m.dtype, &vb)) != KVF_OK)
 		goto out;
-	rc = kvf_append(st, seq, layer, (uint32_t)kv.n_tokens,
-			kb ? kb : kv.data, vb ? vb : vv.data);
+	rc = kvf_append_at(st, seq, layer, pos, (uint32_t)kv.n_tokens,
+			   kb ? kb : kv.data, vb ? vb : vv.data);
 out:
 	kvf_free(kb);
 	kvf_free(vb);
 	return rc;
+}
+
+kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
+			     const kvf_tensor *k, const kvf_tensor *v)
+{
+	return append_tensor(st, "kvf_append_tensor", seq, layer, KVF_POS_ANY,
+			     k, v);
+}
+
+kvf_status kvf_append_tensor_at(kvf_store *st, uint64_t seq, uint32_t layer,
+				uint64_t pos, const kvf_tensor *k,
+				const kvf_tensor *v)
+{
+	return append_tensor(st, "kvf_append_tensor_at", seq, layer, pos, k, v);
 }
 
 kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
@@ -213,15 +254,128 @@ kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
 
 	if ((rc = model_of(st, call, &m)) != KVF_OK)
 		return rc;
-	if ((rc = view_check(call, "x", x, m.dtype, m.n_q_heads, m.head_dim,
+	if ((rc = view_check(call, "x", x, m.n_q_heads, m.head_dim,
 			     &xv)) != KVF_OK)
 		return rc;
-	if (!xv.dense &&
-	    (rc = gather(call, &xv, m.n_q_heads,
-			 (uint64_t)m.head_dim * dtype_bytes(m.dtype), &xb)) != KVF_OK)
+	if (!direct(&xv, m.dtype) &&
+	    (rc = gather(call, &xv, m.n_q_heads, m.head_dim, m.dtype, &xb)) != KVF_OK)
 		return rc;
 	rc = kvf_append_x(st, seq, layer, (uint32_t)xv.n_tokens,
 			  xb ? xb : xv.data);
 	kvf_free(xb);
 	return rc;
+}
+
+/* read_as - rows read in the store's dtype (n elements at each of a, b;
+ * either NULL) converted to dtype into out_a, out_b */
+static kvf_status read_as(const char *call, kvf_store *st, kvf_dtype dtype,
+			  size_t n, kvf_dtype store,
+			  kvf_status (*rd)(kvf_store *, const void *, void *, void *),
+			  const void *arg, void *out_a, void *out_b)
+{
+	unsigned char *a = NULL, *b = NULL;
+	kvf_status rc;
+
+	if (dtype == store) /* nothing to convert: straight in */
+		return rd(st, arg, out_a, out_b);
+	if ((out_a && (a = kvf_malloc(n * dtype_bytes(store) + 1)) == NULL) ||
+	    (out_b && (b = kvf_malloc(n * dtype_bytes(store) + 1)) == NULL)) {
+		kvf_free(a);
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory for %zu elements",
+				call, n);
+	}
+	rc = rd(st, arg, a, b);
+	if (rc == KVF_OK && out_a)
+		convert(out_a, dtype, a, store, n);
+	if (rc == KVF_OK && out_b)
+		convert(out_b, dtype, b, store, n);
+	kvf_free(a);
+	kvf_free(b);
+	return rc;
+}
+
+struct read_args {
+	uint64_t seq, t0, t1;
+	uint32_t layer, kv_head;
+};
+
+static kvf_status rd_kv(kvf_store *st, const void *arg, void *k, void *v)
+{
+	const struct read_args *r = arg;
+
+	return kvf_read(st, r->seq, r->layer, r->kv_head, r->t0, r->t1, k, v);
+}
+
+static kvf_status rd_x(kvf_store *st, const void *arg, void *x, void *unused)
+{
+	const struct read_args *r = arg;
+
+	(void)unused;
+	return kvf_read_x(st, r->seq, r->layer, r->t0, r->t1, x);
+}
+
+/* typed_checks - the checks kvf_read_as and kvf_read_x_as make before
+ * they allocate: the dtype, and a range within the layer's len tokens
+ * (x: of X); kvf_read checks the rest */
+static kvf_status typed_checks(const char *call, kvf_store *st, uint64_t seq,
+			       uint32_t layer, int x, kvf_dtype dtype,
+			       uint64_t t0, uint64_t t1, kvf_model *m)
+{
+	uint64_t len;
+	kvf_status rc;
+
+	if ((rc = model_of(st, call, m)) != KVF_OK)
+		return rc;
+	rc = x ? kvf_seq_x_len(st, seq, layer, &len)
+	       : kvf_seq_len(st, seq, layer, &len);
+	if (rc != KVF_OK)
+		return kvf_fail_wrap(rc, call);
+	if (t1 > len)
+		return kvf_fail(KVF_ERANGE,
+				"%s: tokens [%llu, %llu) past the end of sequence %llu (layer %u has %llu%s)",
+				call, (unsigned long long)t0,
+				(unsigned long long)t1,
+				(unsigned long long)seq, layer,
+				(unsigned long long)len, x ? " X rows" : " tokens");
+	if ((unsigned)dtype > KVF_DTYPE_F32)
+		return kvf_fail(KVF_EINVAL, "%s: dtype %d is not a kvf_dtype",
+				call, (int)dtype);
+	if (t0 > t1)
+		return kvf_fail(KVF_EINVAL, "%s: reversed range [%llu, %llu)",
+				call, (unsigned long long)t0,
+				(unsigned long long)t1);
+	return KVF_OK;
+}
+
+kvf_status kvf_read_as(kvf_store *st, uint64_t seq, uint32_t layer,
+		       uint32_t kv_head, uint64_t t0, uint64_t t1,
+		       kvf_dtype dtype, void *k_out, void *v_out)
+{
+	const char *call = "kvf_read_as";
+	struct read_args r = { seq, t0, t1, layer, kv_head };
+	kvf_model m;
+	kvf_status rc;
+
+	if ((rc = typed_checks(call, st, seq, layer, 0, dtype, t0, t1, &m)) != KVF_OK)
+		return rc;
+	return read_as(call, st, dtype, (size_t)(t1 - t0) * m.head_dim, m.dtype,
+		       rd_kv, &r, k_out, v_out);
+}
+
+kvf_status kvf_read_x_as(kvf_store *st, uint64_t seq, uint32_t layer,
+			 uint64_t t0, uint64_t t1, kvf_dtype dtype,
+			 void *x_out)
+{
+	const char *call = "kvf_read_x_as";
+	struct read_args r = { seq, t0, t1, layer, 0 };
+	kvf_model m;
+	kvf_status rc;
+
+	if ((rc = typed_checks(call, st, seq, layer, 1, dtype, t0, t1, &m)) != KVF_OK)
+		return rc;
+	if (x_out == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: x_out is NULL", call);
+	return read_as(call, st, dtype,
+		       (size_t)(t1 - t0) * m.n_q_heads * m.head_dim, m.dtype,
+		       rd_x, &r, x_out, NULL);
 }

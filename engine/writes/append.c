@@ -289,13 +289,26 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
-/* append_once - one try of kvf_append; again: a retry after waiting for
- * room, which counts no second use of the sequence */
-static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
-			      uint32_t n_tokens, const void *k, const void *v,
-			      int again)
+/* at_pos - an append that states its position finds the layer there */
+static kvf_status at_pos(const char *call, struct seq *seq, uint32_t layer,
+			 uint64_t pos)
 {
-	const char *call = "kvf_append";
+	if (pos == KVF_POS_ANY || seq->len[layer] == pos)
+		return KVF_OK;
+	return kvf_fail(KVF_ERANGE,
+			"%s: layer %u of sequence %llu holds %llu tokens, not the position %llu the append expects",
+			call, layer, (unsigned long long)seq->id,
+			(unsigned long long)seq->len[layer],
+			(unsigned long long)pos);
+}
+
+/* append_once - one try of an append at pos (KVF_POS_ANY: at the end);
+ * again: a retry after waiting for room, which counts no second use of
+ * the sequence */
+static kvf_status append_once(kvf_store *st, const char *call, uint64_t seq_id,
+			      uint32_t layer, uint64_t pos, uint32_t n_tokens,
+			      const void *k, const void *v, int again)
+{
 	struct src_stream src_stack[SRC_ON_STACK], *src;
 	struct prof_mark lm;
 	struct seq *seq;
@@ -315,7 +328,7 @@ static kvf_status append_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	prof_end(&st->prof, PROF_LOCK, lm);
 	if (rc != KVF_OK)
 		goto out;
-	if (n_tokens > 0) {
+	if ((rc = at_pos(call, seq, layer, pos)) == KVF_OK && n_tokens > 0) {
 		/* head by head, K then V: a prefill lays a head's K and V
 		 * runs side by side, so reading the head back is one run */
 		for (uint32_t h = 0; h < H; h++)
@@ -416,13 +429,28 @@ kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		m = prof_begin(&st->prof);
 
 	for (int i = 0;; i++) {
-		rc = append_once(st, seq_id, layer, n_tokens, k, v, i > 0);
+		rc = append_once(st, "kvf_append", seq_id, layer, KVF_POS_ANY,
+				 n_tokens, k, v, i > 0);
 		if (!make_room(st, i, "kvf_append", seq_id, &rc))
 			break;
 	}
 	if (st)
 		prof_end(&st->prof, PROF_APPEND, m);
 	return rc;
+}
+
+kvf_status kvf_append_at(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			 uint64_t pos, uint32_t n_tokens, const void *k,
+			 const void *v)
+{
+	kvf_status rc;
+
+	for (int i = 0;; i++) {
+		rc = append_once(st, "kvf_append_at", seq_id, layer, pos,
+				 n_tokens, k, v, i > 0);
+		if (!make_room(st, i, "kvf_append_at", seq_id, &rc))
+			return rc;
+	}
 }
 
 kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,

@@ -26,6 +26,7 @@ c_char_p = ctypes.c_char_p
 DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 0, 1, 2
 MEDIA_FILE, MEDIA_MEMORY, MEDIA_FLASH = 0, 1, 2
 OPT_ADAM, OPT_ADAMW, OPT_SGD, OPT_ADAGRAD = 0, 1, 2, 3
+POS_ANY = (1 << 64) - 1  # KVF_POS_ANY: append wherever the layer ends
 # kvf_evict_policy, kvf_evict_reason
 EVICT_POLICIES = {"none": 0, "lru": 1, "lfu": 2, "endurance": 3}
 EVICT_REASONS = {1: "full", 2: "watermark", 3: "call"}
@@ -172,6 +173,7 @@ SIGNATURES = {
     "kvf_seq_create": (S, [c_ptr, c_u64]),
     "kvf_seq_fork": (S, [c_ptr, c_u64, c_u64, c_u64]),
     "kvf_seq_free": (S, [c_ptr, c_u64]),
+    "kvf_seq_reset": (S, [c_ptr, c_u64]),
     "kvf_seq_pin": (S, [c_ptr, c_u64]),
     "kvf_seq_unpin": (S, [c_ptr, c_u64]),
     "kvf_evict": (S, [c_ptr, c_u32, c_u64, ctypes.POINTER(c_u64)]),
@@ -186,9 +188,15 @@ SIGNATURES = {
     "kvf_seq_export": (S, [c_ptr, c_u64, c_char_p]),
     "kvf_seq_import": (S, [c_ptr, c_char_p, c_u64, P(c_u64)]),
     "kvf_append_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor), P(Tensor)]),
+    "kvf_append_tensor_at": (S, [c_ptr, c_u64, c_u32, c_u64, P(Tensor),
+                                 P(Tensor)]),
+    "kvf_seq_truncate": (S, [c_ptr, c_u64, c_u64]),
     "kvf_append_x_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor)]),
     "kvf_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr, c_ptr]),
     "kvf_read_x": (S, [c_ptr, c_u64, c_u32, c_u64, c_u64, c_ptr]),
+    "kvf_read_as": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_i32,
+                        c_ptr, c_ptr]),
+    "kvf_read_x_as": (S, [c_ptr, c_u64, c_u32, c_u64, c_u64, c_i32, c_ptr]),
     "kvf_attend": (S, [c_ptr, c_u64, c_u32, c_ptr, c_ptr, P(AttnOpts)]),
     "kvf_attend_batch": (S, [c_ptr, c_u32, c_ptr, c_u32, c_ptr, c_ptr,
                              P(AttnOpts)]),
@@ -207,6 +215,7 @@ SIGNATURES = {
                            P(c_ptr)]),
     "kvf_opt_open": (S, [c_ptr, c_char_p, P(c_ptr)]),
     "kvf_opt_step": (S, [c_ptr, P(Grad), c_ptr]),
+    "kvf_opt_step_config": (S, [c_ptr, P(OptConfig), P(Grad), c_ptr]),
     "kvf_opt_read": (S, [c_ptr, c_u64, c_u64, c_ptr]),
     "kvf_opt_steps": (S, [c_ptr, P(c_u64), P(c_u64)]),
     "kvf_opt_close": (S, [c_ptr]),

@@ -41,7 +41,8 @@ class Store(ReuseCalls):
           **options)
 
     dtype: torch.float16/bfloat16/float32, numpy.float16/float32, or
-    "f16"/"bf16"/"f32".  options: the fields of kvf_options (media =
+    "f16"/"bf16"/"f32"; required with a shape (no dtype is assumed).
+    Appends take any of the three and convert to it.  options: the fields of kvf_options (media =
     "file" | "memory" | "flash", page_size, n_threads, kt_pages,
     segment_size, capacity_bytes, n_stripes, queue_depth, device_paths,
     direct_io, read_only, flash_channels, flash_cell, flash_spare, trim,
@@ -55,6 +56,13 @@ class Store(ReuseCalls):
     def __init__(self, path, *, n_layers=0, n_q_heads=0, n_kv_heads=0,
                  head_dim=0, dtype=None, tensor=None, **options):
         self._st = None
+        if dtype is None and (n_layers or n_q_heads or n_kv_heads or
+                              head_dim):
+            raise InvalidArgument(EINVAL, "Store: a model shape needs its "
+                                  "dtype (torch.float16, torch.bfloat16, "
+                                  "torch.float32 or 'f16', 'bf16', 'f32'); "
+                                  "none is assumed.  To reopen a store as "
+                                  "stored, give no shape")
         model = _lib.Model(n_layers, n_q_heads, n_kv_heads, head_dim, 0)
         kind = None
         if dtype is not None:
@@ -204,6 +212,19 @@ class Store(ReuseCalls):
         check(lib.kvf_seq_free(self._h("seq_free"),
                                _u64(seq, "seq_free", "seq")))
 
+    def seq_reset(self, seq):
+        """Start sequence seq empty whatever the store holds under its id
+        (a sequence a crashed run left is freed first: kvf_seq_reset)."""
+        check(lib.kvf_seq_reset(self._h("seq_reset"),
+                                _u64(seq, "seq_reset", "seq")))
+
+    def truncate(self, seq, n):
+        """Keep the first n tokens of every layer of a sequence (K, V, X,
+        token ids) and drop the rest (kvf_seq_truncate)."""
+        check(lib.kvf_seq_truncate(self._h("truncate"),
+                                   _u64(seq, "truncate", "seq"),
+                                   _u64(n, "truncate", "n")))
+
     def seq_len(self, seq, layer=0):
         n = ctypes.c_uint64()
         check(lib.kvf_seq_len(self._h("seq_len"), _u64(seq, "seq_len", "seq"),
@@ -241,17 +262,18 @@ class Store(ReuseCalls):
     # ---- K/V and X --------------------------------------------------------
 
     def _view(self, call, what, x, heads):
-        """A checked kvf_tensor of x ([n, heads, head_dim] rows in the
-        store's dtype) and the object that keeps its memory alive."""
+        """A checked kvf_tensor of x ([n, heads, head_dim] rows of f16,
+        bf16 or f32: the library converts them to the store's dtype) and
+        the object that keeps its memory alive."""
         if A.kind_of(x) is None:
             raise InvalidArgument(EINVAL, "%s: %s must be a torch tensor or a "
                                   "numpy array, got %s" % (
                                       call, what, type(x).__name__))
         code = A.dtype_code(x)
-        if code != self.dtype_code:
-            raise InvalidArgument(EINVAL, "%s: %s has dtype %s, the store "
-                                  "holds %s (convert it first)" % (
-                                      call, what, A.dtype_str(x), self.dtype))
+        if code is None:   # f16, bf16 and f32 convert (kvf_append_tensor)
+            raise InvalidArgument(EINVAL, "%s: %s has dtype %s, not float16, "
+                                  "bfloat16 or float32" % (
+                                      call, what, A.dtype_str(x)))
         shape = tuple(x.shape)
         if len(shape) == 2 and heads > 0 and \
                 shape[1] == heads * self.head_dim and what == "x":
@@ -274,19 +296,23 @@ class Store(ReuseCalls):
         t.head_stride = strides[1] if heads > 1 else 0
         return t, x
 
-    def append(self, seq, layer, k, v):
-        """Append k and v ([n_tokens, n_kv_heads, head_dim], the store's
-        dtype, any strides) to one layer of a sequence."""
+    def append(self, seq, layer, k, v, pos=None):
+        """Append k and v ([n_tokens, n_kv_heads, head_dim], float16,
+        bfloat16 or float32, converted to the store's dtype with rounding to
+        nearest even; any strides) to one layer of a sequence.  pos: None, or the
+        position of the first new token, which must be the layer's length
+        (else kvflash.OutOfRange naming both: kvf_append_tensor_at)."""
         call = "append"
         st = self._h(call)
+        at = _lib.POS_ANY if pos is None else _u64(pos, call, "pos")
         tk, kx = self._view(call, "k", k, self.n_kv_heads)
         tv, vx = self._view(call, "v", v, self.n_kv_heads)
         if tk.n_tokens != tv.n_tokens:
             raise InvalidArgument(EINVAL, "%s: k has %d tokens, v has %d" % (
                 call, tk.n_tokens, tv.n_tokens))
-        check(lib.kvf_append_tensor(st, _u64(seq, call, "seq"),
-                                    _u32(layer, call, "layer"),
-                                    ctypes.byref(tk), ctypes.byref(tv)))
+        check(lib.kvf_append_tensor_at(st, _u64(seq, call, "seq"),
+                                       _u32(layer, call, "layer"), at,
+                                       ctypes.byref(tk), ctypes.byref(tv)))
         del kx, vx
 
     def append_x(self, seq, layer, x):
@@ -305,32 +331,40 @@ class Store(ReuseCalls):
             t1 = (self.seq_x_len if x else self.seq_len)(seq, layer)
         return _u64(t0, call, "t0"), _u64(t1, call, "t1")
 
-    def read(self, seq, layer, kv_head, t0=0, t1=None):
+    def _out_dtype(self, dtype):
+        """The kvf_dtype code a typed read returns: the store's for None."""
+        return self.dtype_code if dtype is None else A.parse_dtype(dtype)[0]
+
+    def read(self, seq, layer, kv_head, t0=0, t1=None, *, dtype=None):
         """Tokens [t0, t1) (t1 None: to the end) of one KV head: (k, v),
-        each [t1 - t0, head_dim] in the store's dtype."""
+        each [t1 - t0, head_dim] in the store's dtype, or in dtype
+        (float16, bfloat16, float32; converted as append converts:
+        kvf_read_as)."""
         call = "read"
         st = self._h(call)
         t0, t1 = self._range(call, seq, layer, t0, t1)
         n = max(t1 - t0, 0)
-        k = A.empty(self.kind, (n, self.head_dim), self.dtype_code)
-        v = A.empty(self.kind, (n, self.head_dim), self.dtype_code)
-        check(lib.kvf_read(st, _u64(seq, call, "seq"),
-                           _u32(layer, call, "layer"),
-                           _u32(kv_head, call, "kv_head"), t0, t1,
-                           A.pointer(k), A.pointer(v)))
+        code = self._out_dtype(dtype)
+        k = A.empty(self.kind, (n, self.head_dim), code)
+        v = A.empty(self.kind, (n, self.head_dim), code)
+        check(lib.kvf_read_as(st, _u64(seq, call, "seq"),
+                              _u32(layer, call, "layer"),
+                              _u32(kv_head, call, "kv_head"), t0, t1, code,
+                              A.pointer(k), A.pointer(v)))
         return k, v
 
-    def read_x(self, seq, layer, t0=0, t1=None):
-        """X tokens [t0, t1) of one layer: [t1 - t0, n_q_heads * head_dim]."""
+    def read_x(self, seq, layer, t0=0, t1=None, *, dtype=None):
+        """X tokens [t0, t1) of one layer: [t1 - t0, n_q_heads * head_dim],
+        in the store's dtype or in dtype (kvf_read_x_as)."""
         call = "read_x"
         st = self._h(call)
         t0, t1 = self._range(call, seq, layer, t0, t1, x=True)
         n = max(t1 - t0, 0)
-        x = A.empty(self.kind, (n, self.n_q_heads * self.head_dim),
-                    self.dtype_code)
-        check(lib.kvf_read_x(st, _u64(seq, call, "seq"),
-                             _u32(layer, call, "layer"), t0, t1,
-                             A.pointer(x)))
+        code = self._out_dtype(dtype)
+        x = A.empty(self.kind, (n, self.n_q_heads * self.head_dim), code)
+        check(lib.kvf_read_x_as(st, _u64(seq, call, "seq"),
+                                _u32(layer, call, "layer"), t0, t1, code,
+                                A.pointer(x)))
         return x
 
     # ---- attention ------------------------------------------------------
@@ -565,10 +599,13 @@ class Store(ReuseCalls):
                                  ctypes.byref(cfg),
                                  A.pointer(keep) if keep is not None
                                  else None, ctypes.byref(handle)))
-        return Optimizer(self, name, handle, cfg.out_dtype)
+        opt = Optimizer(self, name, handle, cfg.out_dtype)
+        opt.kind = kind
+        return opt
 
     def opt_open(self, name):
-        """The optimizer state called name (kvf_opt_open)."""
+        """The optimizer state called name (kvf_opt_open).  Set the
+        handle's kind (and out_dtype) to step it with hyper-parameters."""
         handle = ctypes.c_void_p()
         check(lib.kvf_opt_open(self._h("opt_open"), name.encode(),
                                ctypes.byref(handle)))
@@ -622,6 +659,7 @@ class Optimizer:
         self.name = name
         self._h = handle
         self.out_dtype = out_dtype
+        self.kind = None  # "adam"...: known when created, set after open
         steps, n = ctypes.c_uint64(), ctypes.c_uint64()
         check(lib.kvf_opt_steps(handle, ctypes.byref(steps), ctypes.byref(n)))
         self.n_params = n.value
@@ -638,13 +676,36 @@ class Optimizer:
                                 ctypes.byref(n)))
         return steps.value
 
-    def step(self, grad, params_out=None, indices=None):
+    def _step_config(self, call, hyper):
+        """This step's kvf_opt_config: the kind's defaults and hyper (the
+        fields opt_create takes)."""
+        if self.kind not in _OPT_KINDS or self.out_dtype is None:
+            raise InvalidArgument(EINVAL, "%s: hyper-parameters need the "
+                                  "handle's kind and out_dtype (set them "
+                                  "after opt_open)" % call)
+        cfg = _lib.new(_lib.OptConfig, _OPT_KINDS[self.kind])
+        cfg.out_dtype = self.out_dtype
+        fields = [f for f, _ in _lib.OptConfig._fields_
+                  if f not in ("struct_size", "kind", "out_dtype")]
+        for key, val in hyper.items():
+            if key not in fields:
+                raise InvalidArgument(EINVAL, "%s: unknown hyper-parameter %r "
+                                      "(known: %s)" % (call, key,
+                                                       ", ".join(fields)))
+            setattr(cfg, key, val)
+        return cfg
+
+    def step(self, grad, params_out=None, indices=None, **hyper):
         """One step with grad (n_params values, dense; or, with indices, the
         values at those ascending indices: Top-K).  params_out: None, or a
         contiguous CPU tensor/array of n_params elements in the out_dtype,
-        written in place (zero copy)."""
+        written in place (zero copy).  hyper: this step's hyper-parameters
+        (lr, beta1, beta2, eps, weight_decay, momentum, dampening,
+        nesterov, lr_decay, max_grad_norm, grad_scale; the rest take the
+        kind's defaults: kvf_opt_step_config); none: the stored ones."""
         call = "Optimizer.step"
         h = self._handle(call)
+        cfg = self._step_config(call, hyper) if hyper else None
         g = _lib.Grad()
         gx = A.host(grad)
         code = A.dtype_code(gx) if A.kind_of(gx) else None
@@ -688,7 +749,11 @@ class Optimizer:
                                           call, A.dtype_str(params_out),
                                           A.DTYPE_NAMES[self.out_dtype]))
             out_ptr = A.pointer(params_out)
-        check(lib.kvf_opt_step(h, ctypes.byref(g), out_ptr))
+        if cfg is None:
+            check(lib.kvf_opt_step(h, ctypes.byref(g), out_ptr))
+        else:
+            check(lib.kvf_opt_step_config(h, ctypes.byref(cfg),
+                                          ctypes.byref(g), out_ptr))
         del gx, idx
 
     def read(self, i0=0, n=None, kind=None):

@@ -18,9 +18,12 @@ update rules and defaults are torch.optim's.
 Each parameter's state is named "<name>/<group>/<index>" in the store.  A
 store that already holds state under those names resumes it: the
 parameters are set from the stored fp32 masters and the step count goes
-on.  Hyper-parameters are fixed when the state is created (they are kept
-with it): changing a group's lr afterwards (an LR scheduler) raises
-kvflash.NotSupported rather than being silently ignored.
+on.  Hyper-parameters follow param_groups as torch.optim's do: every step
+passes its group's lr, betas, eps, weight_decay, momentum... to the store
+(kvf_opt_step_config), so torch.optim.lr_scheduler schedulers (warm-up,
+cosine, StepLR, OneCycleLR's momentum) work.  A scheduler's own position
+is the caller's to keep across a reopen (its state_dict, or last_epoch),
+as with torch.optim.
 """
 
 import torch
@@ -89,6 +92,7 @@ class _StoreOptimizer(Optimizer):
                                "parameters, parameter %d of group %d has %d"
                                % (call, name, h.n_params, pi, gi, n))
             h.out_dtype = _lib_dtype(p.dtype)
+            h.kind = self._kind
             with torch.no_grad():
                 p.copy_(h.read(kind="torch").view_as(p).to(p.dtype))
         except NotFound:
@@ -107,19 +111,11 @@ class _StoreOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            cfg = self._config(group)
+            cfg = self._config(group)   # this step's, as the group says now
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                h, cfg0 = self._handles[p]
-                if cfg != cfg0:
-                    changed = sorted(k for k in cfg if cfg[k] != cfg0.get(k))
-                    raise NotSupported(ENOTSUP, "%s(%s).step: %s changed "
-                                       "from %s to %s; the store keeps the "
-                                       "hyper-parameters fixed at creation" % (
-                                           type(self).__name__, self.name,
-                                           changed[0], cfg0[changed[0]],
-                                           cfg[changed[0]]))
+                h, _ = self._handles[p]
                 g = p.grad
                 if g.is_sparse:
                     raise NotSupported(ENOTSUP, "%s.step: sparse gradients "
@@ -129,7 +125,7 @@ class _StoreOptimizer(Optimizer):
                 direct = p.device.type == "cpu" and p.is_contiguous()
                 out = p if direct else torch.empty(
                     p.shape, dtype=p.dtype)
-                h.step(g, params_out=out.view(-1))
+                h.step(g, params_out=out.view(-1), **cfg)
                 if not direct:
                     p.copy_(out)
                 self.state[p]["step"] += 1

@@ -88,9 +88,8 @@ def test_wrong_dtype_and_shape_change_nothing(make_store):
     st.append(1, 0, k, k)
     before = (st.seq_len(1, 0), st.stats()["user_bytes"])
     cases = [
-        ((k.float(), k), "append: k has dtype torch.float32, the store "
-                         "holds f16"),
-        ((k, k.to(torch.bfloat16)), "v has dtype torch.bfloat16"),
+        ((k.double(), k), "append: k has dtype torch.float64, not "
+                          "float16, bfloat16 or float32"),
         ((k[:, :1], k[:, :1]), "k must have shape [n_tokens, 2, 64], got "
                                "(9, 1, 64)"),
         ((k[..., :32], k[..., :32]), "got (9, 2, 32)"),
@@ -98,6 +97,7 @@ def test_wrong_dtype_and_shape_change_nothing(make_store):
         ((k, k[:8]), "append: k has 9 tokens, v has 8"),
         (([1, 2], k), "k must be a torch tensor or a numpy array, got list"),
         ((k.numpy().astype(np.float64), k), "k has dtype float64"),
+        ((k, k.numpy().astype(np.int32)), "v has dtype int32"),
     ]
     for (a, b), msg in cases:
         with pytest.raises(kvflash.InvalidArgument) as e:

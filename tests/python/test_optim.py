@@ -94,10 +94,16 @@ def test_refusals(make_store):
         kt.Adam(m.parameters(), "not a store")
     opt = kt.Adam(m.parameters(), st, lr=1e-2)
     train(m, opt, 2)
-    opt.param_groups[0]["lr"] = 5e-3
-    with pytest.raises(kvflash.NotSupported) as e:
+    # a group's hyper-parameter that torch refuses is refused at the step,
+    # and nothing moves
+    before = [p.detach().clone() for p in m.parameters()]
+    opt.param_groups[0]["betas"] = (0.9, 1.5)
+    with pytest.raises(kvflash.InvalidArgument) as e:
         train(m, opt, 1)
-    assert "lr changed from 0.01 to 0.005" in e.value.message
+    assert "beta2" in e.value.message
+    for p, q in zip(m.parameters(), before):
+        assert torch.equal(p, q)
+    opt.param_groups[0]["betas"] = (0.9, 0.999)
     with pytest.raises(kvflash.InvalidArgument) as e:
         kt.Adam(m.parameters(), st, lr=-1.0, name="neg")
     assert "lr" in e.value.message
@@ -131,3 +137,69 @@ def test_half_params_and_low_level_handle(make_store):
     st.opt_free("raw")
     with pytest.raises(kvflash.NotFound):
         st.opt_open("raw")
+
+
+def cosine_warmup(warmup, total):
+    """LambdaLR's factor: linear warm-up, then a cosine to 10%."""
+    import math
+
+    def f(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        t = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+    return f
+
+
+SCHEDULES = [
+    (kt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.05),
+     lambda o: torch.optim.lr_scheduler.LambdaLR(o, cosine_warmup(20, 200))),
+    (kt.Adam, torch.optim.Adam, dict(lr=1e-2),
+     lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=30, gamma=0.5)),
+    (kt.SGD, torch.optim.SGD, dict(lr=0.05, momentum=0.9),
+     lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=25, gamma=0.3)),
+    (kt.Adagrad, torch.optim.Adagrad, dict(lr=0.05),
+     lambda o: torch.optim.lr_scheduler.LambdaLR(o, cosine_warmup(10, 200))),
+]
+
+
+@pytest.mark.parametrize("ours,theirs,hyper,sched", SCHEDULES)
+def test_lr_schedulers_across_a_reopen(tmp_path, ours, theirs, hyper, sched):
+    """200 steps under a scheduler, the store closed and reopened halfway
+    (the scheduler's position comes back through its state_dict, as with
+    torch.optim), equal torch.optim's within the usual tolerance."""
+    path = os.path.join(tmp_path, "sched")
+    shape = dict(n_layers=1, n_q_heads=1, n_kv_heads=1, head_dim=64,
+                 dtype=torch.float32, n_threads=2)
+    a = make_model()
+    b = copy.deepcopy(a)
+    opt_b = theirs(b.parameters(), **hyper)
+    sched_b = sched(opt_b)
+    lrs = []
+    with kvflash.Store(path, **shape) as st:
+        opt_a = ours(a.parameters(), st, **hyper, name="s")
+        sched_a = sched(opt_a)
+        for i in range(100):
+            train(a, opt_a, 1, seed=10 + i)
+            sched_a.step()
+        saved = sched_a.state_dict()
+        opt_a.close()
+    with kvflash.Store(path) as st:
+        opt_c = ours(a.parameters(), st, **hyper, name="s")
+        sched_c = sched(opt_c)
+        sched_c.load_state_dict(saved)
+        # the groups' lr is the optimizer's state (torch keeps it in the
+        # optimizer's state_dict): put it back where the schedule was
+        for group, lr in zip(opt_c.param_groups, sched_c.get_last_lr()):
+            group["lr"] = lr
+        for i in range(100, 200):
+            lrs.append(opt_c.param_groups[0]["lr"])
+            train(a, opt_c, 1, seed=10 + i)
+            sched_c.step()
+        opt_c.close()
+    for i in range(200):
+        train(b, opt_b, 1, seed=10 + i)
+        sched_b.step()
+    assert len(set(lrs)) > 3            # the schedule did change the lr
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=2e-5, rtol=1e-4)

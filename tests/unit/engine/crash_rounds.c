@@ -28,21 +28,27 @@ enum op_kind {
 	OP_SYNC,
 	OP_META,
 	OP_READ,
-	OP_OPT_STEP
+	OP_OPT_STEP,
+	OP_TRUNCATE
 };
 
 struct script {
 	uint64_t rng;      /* state */
 	int after_sync;    /* the last operation was a sync (or the start) */
 	int meta_anywhere; /* KVF_CRASH_META_ANYWHERE */
+	uint64_t synced[ID_POOL][LAYERS][2]; /* K/V and X lengths as of the
+					      * last sync */
 };
 
 /* One decided operation: what step() will do, enough to replay it. */
 struct op {
 	enum op_kind kind;
 	uint32_t seq, layer, n, child; /* pool indexes, layer, tokens */
-	int meta;                      /* 0 create, 1 fork, 2 free */
-	uint64_t tag, fork_at;
+	int meta;                      /* 0 create, 1 fork, 2 free;
+					* OP_TRUNCATE: 1 = followed by a
+					* sync (any point), 0 = alone (only
+					* tokens appended since the sync) */
+	uint64_t tag, fork_at;         /* fork_at: also the cut */
 };
 
 static int pick_live(struct script *sc, const struct model *m, uint32_t *out)
@@ -73,6 +79,55 @@ static uint32_t pick_n(struct script *sc)
 	default:
 		return (uint32_t)(1 + rng_below(&sc->rng, 3 * G));
 	}
+}
+
+/*
+ * decide_cut - a kvf_seq_truncate of sequence s.  Right after a sync it
+ * may cut anywhere, and is followed by its own sync (as create, fork and
+ * free are: it commits at once, which the exact checks cannot follow).
+ * Elsewhere it cuts only tokens appended since the last sync, which
+ * changes nothing the store promised: a crash must bring back the sync's
+ * state exactly.  When there is no such cut, it is a read.
+ */
+static void decide_cut(struct script *sc, const struct model *m, uint32_t s,
+		       struct op *op)
+{
+	uint64_t lo = 0, hi = UINT64_MAX;
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		if (m->seqs[s].kv[l].len < hi)
+			hi = m->seqs[s].kv[l].len;
+		for (int k = 0; k < 2 && !sc->after_sync; k++)
+			if (sc->synced[s][l][k] > lo)
+				lo = sc->synced[s][l][k];
+	}
+	op->kind = OP_READ;
+	if (lo > hi)
+		return;
+	op->kind = OP_TRUNCATE;
+	op->meta = sc->after_sync;
+	op->fork_at = lo + rng_below(&sc->rng, hi - lo + 1);
+}
+
+/* script_synced - the script starts on a store holding m, all of it
+ * synced (a round starts on a reopened store) */
+static void script_synced(struct script *sc, const struct model *m)
+{
+	for (uint32_t i = 0; i < ID_POOL; i++)
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			sc->synced[i][l][0] = m->seqs[i].kv[l].len;
+			sc->synced[i][l][1] = m->seqs[i].x[l].len;
+		}
+}
+
+/* cut_track - t keeps its first n tokens */
+static void cut_track(struct track *t, uint64_t n)
+{
+	struct track c = { 0 };
+
+	track_prefix(&c, t, n);
+	track_prefix(t, &c, c.len);
+	free(c.runs);
 }
 
 /* decide - the next operation of the script, from its rng and the model */
@@ -129,8 +184,10 @@ static struct op decide(struct script *sc, struct model *m)
 		op.kind = OP_SYNC;
 	} else if (r < 90) {
 		op.kind = OP_OPT_STEP;
-	} else {
+	} else if (r < 95) {
 		op.kind = OP_READ;
+	} else {
+		decide_cut(sc, m, s, &op);
 	}
 	op.tag = ++m->next_tag;
 	return op;
@@ -142,8 +199,16 @@ static void apply(struct script *sc, struct model *m, const struct op *op)
 	struct mseq *s = &m->seqs[op->seq];
 
 	sc->after_sync = op->kind == OP_SYNC ||
-			 (op->kind == OP_META && !sc->meta_anywhere);
+			 (op->kind == OP_META && !sc->meta_anywhere) ||
+			 (op->kind == OP_TRUNCATE && op->meta);
 	switch (op->kind) {
+	case OP_TRUNCATE:
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			cut_track(&s->kv[l], op->fork_at);
+			if (s->x[l].len > op->fork_at)
+				cut_track(&s->x[l], op->fork_at);
+		}
+		break;
 	case OP_APPEND:
 		track_push(&s->kv[op->layer], op->n, op->tag);
 		break;
@@ -178,6 +243,12 @@ static void apply(struct script *sc, struct model *m, const struct op *op)
 	default:
 		break;
 	}
+	if (sc->after_sync)
+		for (uint32_t i = 0; i < ID_POOL; i++)
+			for (uint32_t l = 0; l < LAYERS; l++) {
+				sc->synced[i][l][0] = m->seqs[i].kv[l].len;
+				sc->synced[i][l][1] = m->seqs[i].x[l].len;
+			}
 }
 
 /* ---- the writer child --------------------------------------------------- */
@@ -249,6 +320,16 @@ static void run_op(kvf_store *st, const struct model *m, const struct op *op,
 	case OP_SYNC:
 		do_sync(st, op_no);
 		break;
+	case OP_TRUNCATE:
+		if (op->meta)
+			announce('B', op_no);
+		must(kvf_seq_truncate(st, id, op->fork_at), "kvf_seq_truncate",
+		     op_no);
+		if (op->meta) {
+			must(kvf_sync(st), "kvf_sync", op_no);
+			announce('D', op_no);
+		}
+		break;
 	case OP_OPT_STEP:
 		optim_step(m->optim_steps + 1, op_no);
 		break;
@@ -299,6 +380,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 	kvf_options o = crash_opts();
 	kvf_store *st = NULL;
 
+	script_synced(&sc, m);
 	sc.meta_anywhere = getenv("KVF_CRASH_META_ANYWHERE") != NULL;
 	if (journal && powercut_arm(journal, path) != 0)
 		fail("powercut_arm %s: %s", journal, strerror(errno));
@@ -413,6 +495,8 @@ static int check_store(const char *path, const struct model *a,
 /* Totals over a test's rounds, for its closing line. */
 struct tally {
 	unsigned rounds, in_flight;
+	unsigned cuts, cuts_unsynced; /* truncations before the kill: all,
+				       * and those of unsynced tokens only */
 	uint64_t steps, steps_in_flight, cleaned;
 	struct powercut_stats cut;
 };
@@ -439,6 +523,7 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 	char *text, *line;
 
 	sc.meta_anywhere = getenv("KVF_CRASH_META_ANYWHERE") != NULL;
+	script_synced(&sc, m);
 	/* a writer killed before it armed leaves no journal: nothing to cut */
 	if (journal && unlink(journal) != 0 && errno != ENOENT)
 		fail("unlink %s: %s", journal, strerror(errno));
@@ -502,6 +587,10 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 		apply(&sc, &scratch, &op);
 		if (op.kind == OP_META && op_no <= last_done)
 			n_meta++;
+		if (op.kind == OP_TRUNCATE && op_no <= last_begun) {
+			tl->cuts++;
+			tl->cuts_unsynced += !op.meta;
+		}
 		if (op_no == last_done)
 			model_copy(&done, &scratch);
 		if (op_no == last_begun)
@@ -625,9 +714,10 @@ void crash_rounds(const char *test, unsigned n, int power,
 	fprintf(stderr,
 		"%s: %u trials (%u with a sync in flight, %" PRIu64
 		" with an optimizer step in flight), every synced token back; %" PRIu64
-		" optimizer steps checked, %" PRIu64 " segments cleaned\n",
+		" optimizer steps checked, %" PRIu64
+		" segments cleaned; %u truncations (%u of unsynced tokens)\n",
 		test, tl.rounds, tl.in_flight, tl.steps_in_flight, tl.steps,
-		tl.cleaned);
+		tl.cleaned, tl.cuts, tl.cuts_unsynced);
 	if (power)
 		fprintf(stderr,
 			"%s: power cuts: %" PRIu64 " unsynced pages (%" PRIu64
