@@ -832,3 +832,79 @@ Test(head_sizes, multi_page_groups_repair)
 	cr_assert(repaired > 0 && restored > 0, "repaired %u, restored %llu",
 		  repaired, (unsigned long long)restored);
 }
+
+/* ---- groups of several pages: truncation ----------------------------------- */
+
+/* mp_entries - index entries of K or V of one head holding n tokens */
+static uint64_t mp_entries(uint64_t n)
+{
+	return n / MP_G * MP_P + (n % MP_G * MP_DIM * 4 + 4095) / 4096;
+}
+
+/* mp_cut - sequence 1 with `len` tokens (synced up to `synced`) cut to
+ * `cut`, then `more` appended; checked, synced, reopened with the tier
+ * off, checked, and verified: the index holds exactly the entries of the
+ * tokens kept (a group of several pages cut inside keeps only the pages
+ * its kept tokens reach) */
+static void mp_cut(uint64_t budget, uint64_t synced, uint64_t len, uint64_t cut,
+		   uint32_t more)
+{
+	char path[4096], name[64];
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	kvf_options o = mp_opts();
+	kvf_store *st;
+	uint64_t n;
+
+	snprintf(name, sizeof(name), "mpt-%llu-%llu-%llu-%llu-%u",
+		 (unsigned long long)budget, (unsigned long long)synced,
+		 (unsigned long long)len, (unsigned long long)cut, more);
+	snprintf(path, sizeof(path), "%s", tmp_path(fx.dir, name));
+	o.dram_budget = budget;
+	OK(kvf_open(path, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(mp_append(st, 0, (uint32_t)synced));
+	OK(kvf_sync(st));
+	OK(mp_append(st, synced, (uint32_t)(len - synced)));
+	OK(kvf_seq_truncate(st, 1, cut));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		OK(kvf_seq_len(st, 1, l, &n));
+		cr_assert(eq(u64, n, cut), "layer %u after the cut", l);
+	}
+	mp_tokens_ok(st, cut);
+	OK(mp_append(st, cut, more));
+	mp_tokens_ok(st, cut + more);
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	o.dram_budget = 0;
+	OK(kvf_open(path, &o, &st));
+	mp_tokens_ok(st, cut + more);
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	cr_assert(eq(u64, vr.pages_checked,
+		     LAYERS * 2 * SH_KVH * mp_entries(cut + more)),
+		  "synced %llu, length %llu, cut %llu, more %u",
+		  (unsigned long long)synced, (unsigned long long)len,
+		  (unsigned long long)cut, more);
+	OK(kvf_close(st));
+}
+
+Test(head_sizes, multi_page_groups_truncate)
+{
+	/* (synced, length, cut, more): inside the tail group; inside a
+	 * whole group; inside a group a sync wrote part of, below and above
+	 * what it wrote; on a group boundary; to nothing; a long way back */
+	static const uint64_t cases[][4] = {
+		{ 0, 3 * MP_G + 9, 3 * MP_G + 4, 1 },
+		{ MP_G, 3 * MP_G + 9, 2 * MP_G + 5, MP_G - 4 },
+		{ 2 * MP_G + 7, 3 * MP_G + 9, 2 * MP_G + 3, 2 },
+		{ 2 * MP_G + 7, 3 * MP_G + 9, 2 * MP_G + 9, 0 },
+		{ 3 * MP_G, 3 * MP_G + 9, 2 * MP_G, MP_G },
+		{ 3 * MP_G + 5, 3 * MP_G + 9, 0, 1 },
+		{ 5, 10 * MP_G, 4 * MP_G + 1, 1 },
+	};
+
+	for (int tier = 0; tier < 2; tier++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			mp_cut(tier ? 0 : (64ull << 20), cases[i][0], cases[i][1],
+			       cases[i][2], (uint32_t)cases[i][3]);
+}
