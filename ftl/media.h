@@ -26,8 +26,6 @@
 
 #include "kvflash.h"
 
-/* bytes of a new stripe file allocated at once; the rest grows by segment */
-#define KVF_MEDIA_PREALLOC_BYTES (64ull << 20)
 #define KVF_MEDIA_OPS_VERSION 3 /* bump when kvf_media_ops changes */
 #define KVF_MEDIA_ALIGN 4096u   /* buffer alignment for every I/O (bytes) */
 #define KVF_MEDIA_MAX_STRIPES 64u

@@ -3,7 +3,8 @@
  *
  * Sync: every sequence's partial groups and open segments are written
  * (under that sequence's lock, one at a time, so other sequences keep
- * appending), the media is synced, then one catalog batch with the
+ * appending; small open segments share the stripes' packs,
+ * engine/sequences/seq_pack.h), the packs' summaries and records follow, the media is synced, then one catalog batch with the
  * sequences' lengths commits with its log synced.  Segments that died
  * before the sync began are then reused (engine/segments/segtable.h explains why
  * not sooner).  The commit itself is a durable point (engine/durability/durable.c).
@@ -21,6 +22,7 @@
 #include "engine/base/fatal.h"
 #include "engine/segments/openseg.h"
 #include "engine/sequences/seq.h"
+#include "engine/sequences/seq_pack.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
 
@@ -40,7 +42,7 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	if (!seq->dead && seq->admitted) {
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
-			c->rc = openseg_flush_all(st, seq);
+			c->rc = seq_flush_packed(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = seq_vbar_record(st, seq, c->b);
 		if (c->rc == KVF_OK && seq->changes != seq->synced_changes) {
@@ -85,6 +87,14 @@ kvf_status kvf_sync(kvf_store *st)
 		st->dur.gen++;
 		if ((rc = seq_foreach(st, sync_seq, &c)) == KVF_OK)
 			rc = c.rc;
+		/* the packs go out whatever happened: index entries point
+		 * into them */
+		{
+			kvf_status prc = openseg_pack_end(st);
+
+			if (rc == KVF_OK || prc == KVF_EFATAL)
+				rc = prc;
+		}
 		if (rc != KVF_ENOSPC)
 			break;
 		/* no room for the partial pages: clean (or evict), then go

@@ -4,7 +4,9 @@
  * promised from them.
  *
  * Free segments wait in one FIFO per stripe, so erases spread evenly over
- * each stripe's segments.  A page's reference count is the number of
+ * each stripe's segments; but a segment given back unwritten, and on file
+ * media every reclaimed one, goes to the front: used again before the
+ * stripe file grows into a segment it never held.  A page's reference count is the number of
  * index slots that point at it (several after a fork); a sealed segment
  * whose last reference goes becomes DYING, and seg_reclaim makes it FREE
  * once a sync has made its death durable (see segtable.h).
@@ -104,6 +106,22 @@ static void free_push(kvf_store *st, uint32_t segid)
 	uint32_t tail = (st->segtab.free_head[s] + st->segtab.free_count[s]) % cap;
 
 	st->segtab.free_fifo[(uint64_t)s * cap + tail] = segid;
+	st->segtab.free_count[s]++;
+	st->segtab.n_free++;
+	st->segtab.info[segid].state = SEG_FREE;
+}
+
+/* free_push_front - segid is taken next: a segment given back unwritten,
+ * or on file media one reclaimed, which is used again before a segment
+ * the stripe file never held (so the file does not spread over its whole
+ * capacity; a file on an SSD leaves wear levelling to the SSD) */
+static void free_push_front(kvf_store *st, uint32_t segid)
+{
+	uint32_t s = seg_stripe(st, segid);
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
+
+	st->segtab.free_head[s] = (st->segtab.free_head[s] + cap - 1) % cap;
+	st->segtab.free_fifo[(uint64_t)s * cap + st->segtab.free_head[s]] = segid;
 	st->segtab.free_count[s]++;
 	st->segtab.n_free++;
 	st->segtab.info[segid].state = SEG_FREE;
@@ -538,7 +556,10 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 		st->segtab.n_dying--;
 		st->segtab.wear_dirty = 1;
 		atomic_fetch_add(&st->c.segments_reclaimed, 1);
-		free_push(st, ids[k]);
+		if (st->hdr.media == KVF_MEDIA_FILE)
+			free_push_front(st, ids[k]);
+		else
+			free_push(st, ids[k]);
 	}
 	pthread_mutex_unlock(&st->segtab.lock);
 	return rc;
@@ -615,7 +636,7 @@ void seg_give_back(kvf_store *st, uint32_t segid)
 	pthread_mutex_lock(&st->segtab.lock);
 	st->segtab.info[segid].live_bits = NULL;
 	st->segtab.info[segid].live = 0;
-	free_push(st, segid);
+	free_push_front(st, segid);
 	pthread_mutex_unlock(&st->segtab.lock);
 }
 

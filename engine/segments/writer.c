@@ -173,12 +173,23 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n *
 						 sizeof(*job->sb->entries));
 	memcpy(sum, &h, sizeof(h));
-	job->given = job->sb->buf;
-	rc = kvf_media_give_segment(st->media, seg_stripe(st, job->segid),
-				    seg_in_stripe(st, job->segid), &job->given,
-				    (size_t)(n + sum_pages) * ps);
-	if (job->given == job->sb->buf)
+	if (job->data_written) { /* a pack: its pages went as they came */
+		struct kvf_media_io io = { .stripe = seg_stripe(st, job->segid),
+					   .seg = seg_in_stripe(st, job->segid),
+					   .page = n, .n_pages = sum_pages,
+					   .buf = sum };
+
 		job->given = NULL;
+		rc = kvf_media_write(st->media, &io, 1);
+	} else {
+		job->given = job->sb->buf;
+		rc = kvf_media_give_segment(st->media, seg_stripe(st, job->segid),
+					    seg_in_stripe(st, job->segid),
+					    &job->given,
+					    (size_t)(n + sum_pages) * ps);
+		if (job->given == job->sb->buf)
+			job->given = NULL;
+	}
 	if (rc != KVF_OK) {
 		store_set_fatal(st, rc, "segment write");
 		return;
@@ -291,9 +302,14 @@ void writer_stop(kvf_store *st)
 
 void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 {
-	job->next = NULL;
 	job->seq_next = seq->jobs;
 	seq->jobs = job;
+	writer_enqueue(st, job);
+}
+
+void writer_enqueue(kvf_store *st, struct flush_job *job)
+{
+	job->next = NULL;
 	if (!st->writer.running) { /* read-only or closing: write here */
 		job_run(st, job);
 		atomic_store(&job->done, 1);
@@ -321,17 +337,23 @@ void job_free(kvf_store *st, struct flush_job *j)
 	segbuf_put(st, j->sb); /* j lives in it */
 }
 
+void writer_wait_jobs(kvf_store *st, struct flush_job *list)
+{
+	if (list == NULL)
+		return;
+	pthread_mutex_lock(&st->writer.lock);
+	for (struct flush_job *j = list; j; j = j->seq_next)
+		while (!atomic_load(&j->done))
+			pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 {
 	struct flush_job **pp = &seq->jobs;
 
-	if (wait && seq->jobs) {
-		pthread_mutex_lock(&st->writer.lock);
-		for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
-			while (!atomic_load(&j->done))
-				pthread_cond_wait(&st->writer.idle, &st->writer.lock);
-		pthread_mutex_unlock(&st->writer.lock);
-	}
+	if (wait)
+		writer_wait_jobs(st, seq->jobs);
 	while (*pp) {
 		struct flush_job *j = *pp;
 
