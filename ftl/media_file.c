@@ -349,6 +349,32 @@ static kvf_status file_allocate(struct kvf_media *m, uint32_t stripe,
 			      (unsigned long long)(seg * len), s->path);
 }
 
+/* file_release_tail - punch out the pages of a stripe file's segment from
+ * page on (a segment written part full at a sync keeps only what it
+ * holds); the segment counts as not allocated again, so its next use
+ * fallocates it whole.  A device keeps its blocks (the discard at trim
+ * covers them). */
+static kvf_status file_release_tail(struct kvf_media *m, uint32_t stripe,
+				    uint64_t seg, uint32_t page)
+{
+	struct file_stripe *s = &to_file(m)->stripes[stripe];
+	uint64_t len = kvf_media_segment_bytes(&m->geo);
+	uint64_t from = (uint64_t)page * m->geo.page_size;
+
+	if (s->is_blkdev)
+		return KVF_OK;
+	if (s->allocated)
+		atomic_fetch_and(&s->allocated[seg / 64], ~(1ull << (seg % 64)));
+	if (kvf_sysio->fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 (off_t)(seg * len + from), (off_t)(len - from)) == 0 ||
+	    errno == EOPNOTSUPP)
+		return KVF_OK;
+	return kvf_fail_errno(KVF_EIO, errno,
+			      "kvf_media_release_tail: punch hole of %llu bytes at offset %llu of %s",
+			      (unsigned long long)(len - from),
+			      (unsigned long long)(seg * len + from), s->path);
+}
+
 static const struct kvf_media_ops file_ops = {
 	.version = KVF_MEDIA_OPS_VERSION,
 	.name = "file",
@@ -359,6 +385,7 @@ static const struct kvf_media_ops file_ops = {
 	.stats = file_stats,
 	.close = file_close,
 	.allocate_segment = file_allocate,
+	.release_tail = file_release_tail,
 };
 
 /* open_fd - open path with O_DIRECT if wanted, falling back to buffered

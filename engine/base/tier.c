@@ -99,6 +99,14 @@ static void hash_remove(struct tier *t, uint32_t i)
 	*p = t->slot[i].hnext;
 }
 
+/* slot_free - a slot is free: on the free list, or never used (the slot
+ * table is touched only as the cache fills: a cache sized for a 1 GiB
+ * budget that holds 4.5 MiB keeps its 8 MiB of slots unmapped) */
+static int slot_free(const struct tier *t)
+{
+	return t->free_head != TIER_NONE || t->fresh < t->n_slots;
+}
+
 /* release_slot - back to the free list; its page is freed */
 static void release_slot(struct tier *t, uint32_t i)
 {
@@ -181,8 +189,7 @@ static int make_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
-	while (held(st) + st->hdr.page_size > t->budget ||
-	       t->free_head == TIER_NONE)
+	while (held(st) + st->hdr.page_size > t->budget || !slot_free(t))
 		if (!evict_one(t))
 			return 0;
 	return 1;
@@ -193,13 +200,17 @@ static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page)
 {
 	struct tier *t = &st->tier;
-	uint32_t i = t->free_head, h = hash_of(t, addr);
+	uint32_t i = t->free_head != TIER_NONE ? t->free_head : t->fresh;
+	uint32_t h = hash_of(t, addr);
 	struct tier_slot *s = &t->slot[i];
 
 	s->data = kvf_malloc(st->hdr.page_size);
 	if (s->data == NULL)
 		return; /* a cache page is optional */
-	t->free_head = s->next;
+	if (i == t->free_head)
+		t->free_head = s->next;
+	else
+		t->fresh++;
 	t->used++;
 	memcpy(s->data, page, st->hdr.page_size);
 	s->addr = addr;
@@ -250,10 +261,7 @@ kvf_status tier_start(kvf_store *st)
 				(unsigned long long)t->budget);
 	memset(t->bucket, 0xff, (size_t)t->n_buckets * sizeof(*t->bucket));
 	t->n_slots = (uint32_t)n;
-	for (uint32_t i = t->n_slots; i-- > 0;) {
-		t->slot[i].next = t->free_head;
-		t->free_head = i;
-	}
+	t->fresh = 0; /* slots from fresh on are free, and untouched */
 	t->recent_cap = t->n_slots / RECENT_SHARE ? t->n_slots / RECENT_SHARE : 1;
 	tables = n * sizeof(*t->slot) + (uint64_t)t->n_buckets * sizeof(*t->bucket);
 	return tier_hold(st, tables, "the page cache's tables");
@@ -263,7 +271,7 @@ void tier_free(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
-	for (uint32_t i = 0; t->slot && i < t->n_slots; i++)
+	for (uint32_t i = 0; t->slot && i < t->fresh; i++)
 		kvf_free(t->slot[i].data);
 	kvf_free(t->slot);
 	kvf_free(t->bucket);
@@ -419,8 +427,7 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 		return;
 	pthread_mutex_lock(&t->lock);
 	if (find(t, addr) == TIER_NONE) {
-		int room = t->free_head != TIER_NONE &&
-			   held(st) + ps <= t->budget;
+		int room = slot_free(t) && held(st) + ps <= t->budget;
 
 		if (!room && ++t->miss_tick >= MISSES_PER_HAND_STEP) {
 			t->miss_tick = 0;

@@ -30,9 +30,9 @@ struct tier_list {
 };
 
 /*
- * struct tier - owned by tier.c.  Invariants: a slot is on exactly one of
- * the free list and the two pool lists, and in the hash iff on a pool
- * list; fixed + (used slots * page_size) <= budget when budget != 0.
+ * struct tier - owned by tier.c.  Invariants: a slot below fresh is on
+ * exactly one of the free list and the two pool lists, and in the hash
+ * iff on a pool list; slots from fresh on are on none; fixed + (used slots * page_size) <= budget when budget != 0.
  */
 struct tier {
 	uint64_t budget;             /* bytes; 0 = no tier */
@@ -44,6 +44,8 @@ struct tier {
 	uint32_t n_slots, n_buckets;
 	uint32_t hash_shift;         /* 32 - log2(n_buckets) */
 	uint32_t free_head;          /* free slots, via next */
+	uint32_t fresh;              /* slots [fresh, n_slots) were never
+				      * used: free too, and not on the list */
 	uint32_t used;               /* slots holding a page */
 	struct tier_list pool[TIER_POOLS];
 	uint32_t recent_cap;         /* slots the recent pool may hold */

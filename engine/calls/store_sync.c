@@ -85,7 +85,7 @@ kvf_status kvf_sync(kvf_store *st)
 		pthread_mutex_lock(&st->dur.lock);
 		pthread_rwlock_rdlock(&st->world);
 		st->dur.gen++;
-		if ((rc = seq_foreach(st, sync_seq, &c)) == KVF_OK)
+		if ((rc = seq_foreach_created(st, sync_seq, &c)) == KVF_OK)
 			rc = c.rc;
 		/* the packs go out whatever happened: index entries point
 		 * into them */

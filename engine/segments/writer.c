@@ -211,6 +211,13 @@ static void job_run(kvf_store *st, struct flush_job *job)
 		store_set_fatal(st, rc, "segment commit");
 		return;
 	}
+	/* a segment written part full (at a sync) stays so: on a stripe
+	 * file, the rest of its space goes back (best effort: a failure
+	 * leaves the space allocated, nothing else) */
+	if (n + sum_pages < st->pages_per_seg)
+		(void)kvf_media_release_tail(st->media, seg_stripe(st, job->segid),
+					     seg_in_stripe(st, job->segid),
+					     n + sum_pages);
 	seg_sealed(st, job->segid, n, rec.seqno, rec.write_ns);
 	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
 	atomic_fetch_add(&st->c.segments_written, 1);
