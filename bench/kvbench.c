@@ -42,6 +42,8 @@ static const struct bench_cmd cmds[] = {
 	  "a chat workload (shared system prompts, multi-turn) with prefix reuse and without" },
 	{ "export", bench_export_main,
 	  "lz4 on f16/bf16 K/V (alone, byte planes) and kvf_seq_export/import speed" },
+	{ "scale", bench_scale_main,
+	  "open time, index memory, disk and recovery time as a store grows to 10,000 sequences and 100M tokens" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };
