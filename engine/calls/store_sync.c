@@ -42,7 +42,9 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	if (!seq->dead && seq->admitted) {
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
-			c->rc = seq_flush_packed(st, seq);
+			c->rc = seq->ns == SEQ_NS_USER
+					? seq_flush_packed(st, seq)
+					: openseg_flush_all(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = seq_vbar_record(st, seq, c->b);
 		if (c->rc == KVF_OK && seq->changes != seq->synced_changes) {

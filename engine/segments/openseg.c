@@ -181,6 +181,10 @@ kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
 		if (rc != KVF_OK)
 			return rc;
 	}
+	/* pages of seq a sync moved into its packs count as in flight
+	 * until the packs are recorded (a fork's record may not name them
+	 * sooner); the sync needs seq's lock no more meanwhile */
+	writer_wait_mark(st, &st->pack.done, seq->pack_epoch);
 	return seq_jobs_reap(st, seq, 1);
 }
 
@@ -245,6 +249,8 @@ void openseg_pack_init(kvf_store *st)
 	for (uint32_t s = 0; s < KVF_PACK_MAX_STRIPES; s++)
 		st->pack.open[s] = (struct open_seg){ .segid = SEG_NONE };
 	st->pack.jobs = NULL;
+	st->pack.epoch = 1;
+	st->pack.done = 0;
 }
 
 /* pack_small - whether os is small enough for a pack */
@@ -331,6 +337,7 @@ kvf_status openseg_pack_move(kvf_store *st, struct seq *seq, uint32_t stripe)
 		job->owner = seq->id;
 		*p = *os;
 		*os = (struct open_seg){ .segid = SEG_NONE };
+		seq->pack_epoch = st->pack.epoch;
 		st->pack.n_packed++;
 		return KVF_OK;
 	}
@@ -362,6 +369,7 @@ kvf_status openseg_pack_move(kvf_store *st, struct seq *seq, uint32_t stripe)
 	seg_give_back(st, os->segid);
 	segbuf_put(st, os->sb);
 	*os = (struct open_seg){ .segid = SEG_NONE };
+	seq->pack_epoch = st->pack.epoch;
 	st->pack.n_packed++;
 	return KVF_OK;
 }
@@ -383,6 +391,8 @@ kvf_status openseg_pack_end(kvf_store *st)
 		st->pack.jobs = j->seq_next;
 		job_free(st, j);
 	}
+	/* forks waiting for their parent's packs go on (openseg_flush_all) */
+	writer_mark(st, &st->pack.done, st->pack.epoch++);
 	if (atomic_load(&st->fatal.on))
 		return store_check(st, "pack write");
 	return KVF_OK;

@@ -66,7 +66,9 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 			       uint64_t hash, struct page_ref *out);
 
 /* openseg_flush_all - write and commit every open segment of seq, and
- * wait for its segments in flight.  Caller holds seq->lock.  KVF_EFATAL on
+ * wait for its segments in flight, the packs its pages went into at a
+ * sync still under way included.  Caller holds seq->lock (and, if it is
+ * the sync packing, has ended it: openseg_pack_end).  KVF_EFATAL on
  * failure. */
 kvf_status openseg_flush_all(kvf_store *st, struct seq *seq);
 

@@ -35,6 +35,9 @@ struct seg_pack {
 				* buffer holds their summary entries and runs */
 	struct flush_job *jobs; /* packs handed to the writer (summary and
 				 * record), not yet reaped; seq_next chain */
+	uint64_t epoch;         /* the durable point packing now, from 1 */
+	uint64_t done;          /* the last whose packs are written and
+				 * recorded; writer.lock (writer_mark) */
 	uint64_t n_packed;      /* open segments that went into a pack
 				 * rather than taking a segment of their own
 				 * (since open) */

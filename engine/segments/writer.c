@@ -355,6 +355,22 @@ void writer_wait_jobs(kvf_store *st, struct flush_job *list)
 	pthread_mutex_unlock(&st->writer.lock);
 }
 
+void writer_mark(kvf_store *st, uint64_t *at, uint64_t v)
+{
+	pthread_mutex_lock(&st->writer.lock);
+	*at = v;
+	pthread_cond_broadcast(&st->writer.idle);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
+void writer_wait_mark(kvf_store *st, const uint64_t *at, uint64_t v)
+{
+	pthread_mutex_lock(&st->writer.lock);
+	while (*at < v)
+		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 {
 	struct flush_job **pp = &seq->jobs;
