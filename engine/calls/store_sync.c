@@ -21,6 +21,7 @@
 #include "engine/durability/durable.h"
 #include "engine/base/fatal.h"
 #include "engine/segments/openseg.h"
+#include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_pack.h"
 #include "engine/sequences/seq_stream.h"
@@ -29,7 +30,25 @@
 struct sync_ctx {
 	struct catalog_batch *b;
 	kvf_status rc;
+	int pack;   /* small open segments go into packs */
 };
+
+/* SYNC_PACK_SEQS - from how many sequences a sync packs (or when a
+ * segment each would take a quarter of the free ones).  Packing writes
+ * each sequence's tail under its lock, one after the other, where a
+ * segment of its own goes to the writer threads (8 in flight).  Below it
+ * a sync takes a segment per sequence as ever, which costs little room:
+ * the unwritten part of each goes back to the file system
+ * (kvf_media_release_tail), and it dies at a later sync. */
+#define SYNC_PACK_SEQS 32u
+
+static int sync_packs(kvf_store *st)
+{
+	uint32_t n = seq_count(st);
+
+	return n > SYNC_PACK_SEQS ||
+	       (uint64_t)n * st->hdr.n_stripes * 4 > seg_free_count(st);
+}
 
 static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 {
@@ -42,7 +61,7 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	if (!seq->dead && seq->admitted) {
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
-			c->rc = seq->ns == SEQ_NS_USER
+			c->rc = c->pack && seq->ns == SEQ_NS_USER
 					? seq_flush_packed(st, seq)
 					: openseg_flush_all(st, seq);
 		if (c->rc == KVF_OK)
@@ -87,6 +106,7 @@ kvf_status kvf_sync(kvf_store *st)
 		pthread_mutex_lock(&st->dur.lock);
 		pthread_rwlock_rdlock(&st->world);
 		st->dur.gen++;
+		c.pack = sync_packs(st);
 		if ((rc = seq_foreach_created(st, sync_seq, &c)) == KVF_OK)
 			rc = c.rc;
 		/* the packs go out whatever happened: index entries point

@@ -138,6 +138,10 @@ static uint32_t free_pop(kvf_store *st, uint32_t s)
 	st->segtab.free_head[s] = (st->segtab.free_head[s] + 1) % cap;
 	st->segtab.free_count[s]--;
 	st->segtab.n_free--;
+	if (st->segtab.info[segid].kept) {
+		st->segtab.info[segid].kept = 0;
+		st->segtab.n_kept--;
+	}
 	return segid;
 }
 
@@ -153,6 +157,8 @@ static uint32_t avail_for_writers(kvf_store *st, uint32_t s, uint32_t own)
 
 	return st->segtab.free_count[s] > held ? st->segtab.free_count[s] - held : 0;
 }
+
+#define KEEP_MIN 4u /* reclaimed segments kept untrimmed, at least */
 
 /* set when the last KVF_ENOSPC of this thread came from the file system
  * (seg_fs_full_take) */
@@ -515,9 +521,23 @@ void seg_refs_drop_locked(kvf_store *st, uint32_t segid)
 	si->live = 0;
 }
 
+/* keep_cap - reclaimed segments of a stripe file left untrimmed, to be
+ * reused first: a few, and a sixteenth of the segments in use.  Trimming
+ * every one punched ~20 holes at each of kvbench demo's durable points,
+ * and each reuse allocated them again; an untrimmed free segment holds
+ * disk, so only so many (the flags are not kept across a reopen: a
+ * reopened store may hold that many free segments' space until it reuses
+ * them).  Caller holds segtab.lock. */
+static uint32_t keep_cap(kvf_store *st)
+{
+	if (st->hdr.media != KVF_MEDIA_FILE)
+		return 0;
+	return KEEP_MIN + (st->n_segments - st->segtab.n_free) / 16;
+}
+
 kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 {
-	uint32_t *ids, n = 0, done = 0;
+	uint32_t *ids, n = 0, done = 0, keep = 0;
 	kvf_status rc = KVF_OK;
 
 	/* pick them under the lock, trim without it: a trim can take
@@ -529,10 +549,15 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	for (uint32_t i = 0; i < st->n_segments && n < st->segtab.n_dying; i++)
 		if (st->segtab.info[i].state == SEG_DYING && st->segtab.info[i].died_epoch <= upto)
 			ids[n++] = i;
+	/* the first `keep` go back untrimmed (keep_cap) */
+	if (st->trim && keep_cap(st) > st->segtab.n_kept)
+		keep = keep_cap(st) - st->segtab.n_kept;
+	if (keep > n)
+		keep = n;
 	pthread_mutex_unlock(&st->segtab.lock);
 	if (n == 0)
 		return KVF_OK;
-	for (done = 0; done < n && st->trim; done++) {
+	for (done = keep; done < n && st->trim; done++) {
 		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
 					    seg_in_stripe(st, ids[done]));
 		if (rc != KVF_OK)
@@ -560,6 +585,10 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 			free_push_front(st, ids[k]);
 		else
 			free_push(st, ids[k]);
+		if (k < keep && st->trim) {
+			si->kept = 1;
+			st->segtab.n_kept++;
+		}
 	}
 	pthread_mutex_unlock(&st->segtab.lock);
 	return rc;

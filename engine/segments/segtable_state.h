@@ -26,6 +26,8 @@ struct seg_info {
 	uint32_t n_data;       /* data pages */
 	uint32_t live;         /* pages with refs > 0 */
 	uint32_t erase_count;  /* times trimmed for reuse */
+	uint8_t kept;          /* FREE, reclaimed without a trim: its space
+				* is still allocated (seg_table.n_kept) */
 	uint64_t seqno;        /* commit sequence number (sealed) */
 	uint64_t write_ns;     /* when sealed, ns since the epoch */
 	uint64_t owner;        /* sequence it was filled for */
@@ -63,6 +65,7 @@ struct seg_table {
 	uint32_t shared_n;      /* pages in the map */
 	uint32_t n_free;        /* free segments, all stripes */
 	uint32_t n_dying;       /* DYING segments */
+	uint32_t n_kept;        /* FREE segments with `kept` set */
 	uint64_t epoch;         /* durable-point epoch, from 1; a death
 				 * recorded in epoch e is reusable after the
 				 * durable point that ends e; 0 = already */
