@@ -166,14 +166,17 @@ typedef struct {
 	float flash_spare;        /* spare factor (physical - logical) /
 				   * physical; 0 = 0.07 */
 	uint32_t trim;            /* trim segments when they are reclaimed:
-				   * 0 = the default, always: devices get a
-				   * discard, stripe files a punched hole
-				   * (a dead segment's space goes back to
-				   * the file system), the flash emulator
-				   * and memory drop the pages;
-				   * 1 = always, too; 2 = never (stripe
-				   * files keep every block they ever
-				   * allocated, up to capacity_bytes) */
+				   * devices get a discard, stripe files a
+				   * punched hole (a dead segment's space
+				   * goes back to the file system), the
+				   * flash emulator and memory drop the
+				   * pages.  0 = the default: every one, but
+				   * that stripe files keep a few reclaimed
+				   * segments (2, and half a segment a
+				   * segment of live pages) untrimmed for
+				   * reuse; 1 = every one; 2 = never
+				   * (stripe files keep every block they
+				   * ever allocated, up to capacity_bytes) */
 	uint32_t verify_reads;    /* check pages against their hash when
 				   * read: 0 = those read from file or
 				   * flash media (a memory store's pages,

@@ -236,12 +236,13 @@ static void store_release(kvf_store *st, int created, int made_dir,
 /* trim_policy - whether reclaiming a segment trims it: by default
  * everywhere, stripe files included, where a punched hole gives a dead
  * segment's space back to the file system (a store allocates about what
- * it holds; reusing the segment allocates it again, one fallocate).
+ * it holds; reusing the segment allocates it again, one fallocate; a few
+ * stay untrimmed for reuse unless trim = 1, segtable.c's keep_cap).
  * trim = 2 keeps the blocks of stripe files (docs/store.md, "Footprint"). */
 static int trim_policy(kvf_store *st)
 {
-	if (st->opts.trim == 1 || st->opts.trim == 2)
-		return st->opts.trim == 1;
+	if (st->opts.trim == 2)
+		return 0;
 	return 1;
 }
 

@@ -532,7 +532,7 @@ void seg_refs_drop_locked(kvf_store *st, uint32_t segid)
  * segtab.lock. */
 static uint32_t keep_cap(kvf_store *st, uint64_t live_pages)
 {
-	if (st->hdr.media != KVF_MEDIA_FILE)
+	if (st->hdr.media != KVF_MEDIA_FILE || st->opts.trim == 1)
 		return 0;
 	return KEEP_MIN + (uint32_t)(live_pages / (2ull * st->data_per_seg));
 }

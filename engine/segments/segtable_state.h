@@ -23,11 +23,11 @@ enum seg_state {
 
 struct seg_info {
 	uint8_t state;         /* enum seg_state */
+	uint8_t kept;          /* FREE, reclaimed without a trim: its space
+				* is still allocated (seg_table.n_kept) */
 	uint32_t n_data;       /* data pages */
 	uint32_t live;         /* pages with refs > 0 */
 	uint32_t erase_count;  /* times trimmed for reuse */
-	uint8_t kept;          /* FREE, reclaimed without a trim: its space
-				* is still allocated (seg_table.n_kept) */
 	uint64_t seqno;        /* commit sequence number (sealed) */
 	uint64_t write_ns;     /* when sealed, ns since the epoch */
 	uint64_t owner;        /* sequence it was filled for */
