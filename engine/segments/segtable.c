@@ -537,15 +537,12 @@ static uint32_t keep_cap(kvf_store *st, uint64_t live_pages)
 	return KEEP_MIN + (uint32_t)(live_pages / (2ull * st->data_per_seg));
 }
 
-kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
+uint32_t seg_reclaim_pick(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 {
-	uint32_t *ids, n = 0, done = 0, keep = 0;
+	uint32_t *ids, n = 0, keep = 0;
 	uint64_t live = 0;
-	kvf_status rc = KVF_OK;
 
-	/* pick them under the lock, trim without it: a trim can take
-	 * milliseconds (discard), and appenders take segtab.lock per page.
-	 * Only one reclaim runs at a time (callers hold dur.lock or are
+	/* Only one reclaim runs at a time (callers hold dur.lock or are
 	 * alone at open), and nothing else touches a dying segment. */
 	pthread_mutex_lock(&st->segtab.lock);
 	ids = st->segtab.reclaim_ids;
@@ -559,9 +556,26 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 		keep = keep_cap(st, live) - st->segtab.n_kept;
 	if (keep > n)
 		keep = n;
+	st->segtab.n_picked = n;
+	st->segtab.keep_picked = keep;
 	pthread_mutex_unlock(&st->segtab.lock);
-	if (n == 0)
-		return KVF_OK;
+	for (uint32_t k = 0; k < n; k++) {
+		unsigned char key[5];
+
+		meta_key_u32(key, META_TAG_SEG, ids[k]);
+		catalog_batch_delete(b, key, sizeof(key));
+	}
+	return n;
+}
+
+kvf_status seg_reclaim_apply(kvf_store *st)
+{
+	uint32_t *ids = st->segtab.reclaim_ids, n = st->segtab.n_picked;
+	uint32_t keep = st->segtab.keep_picked, done;
+	kvf_status rc = KVF_OK;
+
+	/* trim without the lock: a trim can take milliseconds (discard),
+	 * and appenders take segtab.lock per page */
 	for (done = keep; done < n && st->trim; done++) {
 		rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
 					    seg_in_stripe(st, ids[done]));
@@ -575,10 +589,7 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t k = 0; k < done; k++) {
 		struct seg_info *si = &st->segtab.info[ids[k]];
-		unsigned char key[5];
 
-		meta_key_u32(key, META_TAG_SEG, ids[k]);
-		catalog_batch_delete(b, key, sizeof(key));
 		si->live_bits = NULL;
 		si->n_data = 0;
 		si->live = 0;
@@ -595,8 +606,28 @@ kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 			st->segtab.n_kept++;
 		}
 	}
+	st->segtab.n_picked = 0;
 	pthread_mutex_unlock(&st->segtab.lock);
 	return rc;
+}
+
+kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b)
+{
+	kvf_status rc;
+
+	if (seg_reclaim_pick(st, upto, b) == 0)
+		return KVF_OK;
+	/* the records go, durably, before a trim can zero their segments:
+	 * a crash in between would find a record whose summary is gone,
+	 * and take it for damage */
+	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK) {
+		pthread_mutex_lock(&st->segtab.lock);
+		st->segtab.n_picked = 0;
+		pthread_mutex_unlock(&st->segtab.lock);
+		return rc;
+	}
+	catalog_batch_clear(b);
+	return seg_reclaim_apply(st);
 }
 
 void seg_wear_record(kvf_store *st, struct catalog_batch *b)

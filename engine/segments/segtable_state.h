@@ -66,6 +66,9 @@ struct seg_table {
 	uint32_t n_free;        /* free segments, all stripes */
 	uint32_t n_dying;       /* DYING segments */
 	uint32_t n_kept;        /* FREE segments with `kept` set */
+	uint32_t n_picked;      /* dying segments seg_reclaim_pick chose (in
+				 * reclaim_ids), for seg_reclaim_apply */
+	uint32_t keep_picked;   /* of them, the first to stay untrimmed */
 	uint64_t epoch;         /* durable-point epoch, from 1; a death
 				 * recorded in epoch e is reusable after the
 				 * durable point that ends e; 0 = already */
