@@ -186,11 +186,12 @@ typedef struct {
 	uint64_t segment_size;    /* bytes per segment per stripe; 1 MiB */
 	uint64_t capacity_bytes;  /* media bytes over all stripes; 4 GiB.
 				   * A limit, not an allocation: a new
-				   * stripe file is sparse with its first
-				   * 64 MiB allocated, and grows segment
-				   * by segment as data is written, up to
-				   * this or the file system's free space;
-				   * then appends answer KVF_ENOSPC */
+				   * stripe file is sparse, and allocates
+				   * segment by segment as data is written
+				   * (reusing freed segments first, and
+				   * giving dead ones back, see trim), up
+				   * to this or the file system's free
+				   * space; then appends answer KVF_ENOSPC */
 	uint32_t n_stripes;       /* stripes; 0 = n_device_paths or 1 */
 	uint32_t queue_depth;     /* I/O requests in flight per ring; 32 */
 	const char *const *device_paths; /* NULL = files in the store dir */
@@ -207,13 +208,18 @@ typedef struct {
 	uint32_t flash_cell;      /* 0 = TLC, 1 SLC, 2 MLC, 3 TLC, 4 QLC */
 	float flash_spare;        /* spare factor (physical - logical) /
 				   * physical; 0 = 0.07 */
-	uint32_t trim;            /* trim segments when they are reused:
-				   * 0 = where it helps (devices, the flash
-				   * emulator, memory; not stripe files,
-				   * whose holes would only be refilled),
-				   * 1 = always (stripe files then give a
-				   * dead segment's space back to the file
-				   * system), 2 = never */
+	uint32_t trim;            /* trim segments when they are reclaimed:
+				   * devices get a discard, stripe files a
+				   * punched hole (a dead segment's space
+				   * goes back to the file system), the
+				   * flash emulator and memory drop the
+				   * pages.  0 = the default: every one, but
+				   * that stripe files keep a few reclaimed
+				   * segments (2, and half a segment a
+				   * segment of live pages) untrimmed for
+				   * reuse; 1 = every one; 2 = never
+				   * (stripe files keep every block they
+				   * ever allocated, up to capacity_bytes) */
 	uint32_t verify_reads;    /* check pages against their hash when
 				   * read: 0 = those read from file or
 				   * flash media (a memory store's pages,

@@ -201,5 +201,6 @@ int bench_evict_main(int argc, char **argv);
 int bench_prefix_main(int argc, char **argv);
 int bench_export_main(int argc, char **argv);
 int bench_codec_main(int argc, char **argv);
+int bench_scale_main(int argc, char **argv);
 
 #endif /* KVF_BENCH_COMMON_H */

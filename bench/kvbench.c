@@ -44,6 +44,8 @@ static const struct bench_cmd cmds[] = {
 	  "lz4 on f16/bf16 K/V (alone, byte planes) and kvf_seq_export/import speed" },
 	{ "codec", bench_codec_main,
 	  "compressed KV codecs (fp8, int8, int4): attention accuracy vs f16, bytes, warm speed" },
+	{ "scale", bench_scale_main,
+	  "open time, index memory, disk and recovery time as a store grows to 10,000 sequences and 100M tokens" },
 	{ "optim", bench_optim_main,
 	  "Adam steps on optimizer state in the store (memory, O_DIRECT file) vs plain copies; Top-K" },
 };

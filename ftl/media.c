@@ -194,6 +194,28 @@ kvf_status kvf_media_allocate_segment(struct kvf_media *m, uint32_t stripe,
 	return m->ops->allocate_segment(m, stripe, seg);
 }
 
+kvf_status kvf_media_release_tail(struct kvf_media *m, uint32_t stripe,
+				  uint64_t seg, uint32_t page)
+{
+	if (m == NULL)
+		return kvf_fail(KVF_EINVAL, "kvf_media_release_tail: media is NULL");
+	if (m->closed)
+		return kvf_fail(KVF_ECLOSED,
+				"kvf_media_release_tail: media is closed");
+	if (stripe >= m->geo.n_stripes || seg >= m->geo.segs_per_stripe ||
+	    page > m->geo.pages_per_segment)
+		return kvf_fail(KVF_ERANGE,
+				"kvf_media_release_tail: page %u of segment %llu of stripe %u out of range (%u stripes of %llu segments of %u pages)",
+				page, (unsigned long long)seg, stripe,
+				m->geo.n_stripes,
+				(unsigned long long)m->geo.segs_per_stripe,
+				m->geo.pages_per_segment);
+	if (m->ops->release_tail == NULL || m->read_only ||
+	    page == m->geo.pages_per_segment)
+		return KVF_OK;
+	return m->ops->release_tail(m, stripe, seg, page);
+}
+
 kvf_status kvf_media_trim_segment(struct kvf_media *m, uint32_t stripe,
 				  uint64_t seg)
 {

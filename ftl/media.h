@@ -26,9 +26,7 @@
 
 #include "kvflash.h"
 
-/* bytes of a new stripe file allocated at once; the rest grows by segment */
-#define KVF_MEDIA_PREALLOC_BYTES (64ull << 20)
-#define KVF_MEDIA_OPS_VERSION 3 /* bump when kvf_media_ops changes */
+#define KVF_MEDIA_OPS_VERSION 4 /* bump when kvf_media_ops changes */
 #define KVF_MEDIA_ALIGN 4096u   /* buffer alignment for every I/O (bytes) */
 #define KVF_MEDIA_MAX_STRIPES 64u
 #define KVF_MEDIA_DEFAULT_QD 32u
@@ -104,6 +102,11 @@ struct kvf_media_ops {
 	 * fail for lack of room (stripe files grow as they are used) */
 	kvf_status (*allocate_segment)(struct kvf_media *m, uint32_t stripe,
 				       uint64_t seg);
+	/* optional (NULL: nothing to give back): the pages of seg from
+	 * page on stay unwritten until the segment is trimmed; give their
+	 * space back (a stripe file punches them out) */
+	kvf_status (*release_tail)(struct kvf_media *m, uint32_t stripe,
+				   uint64_t seg, uint32_t page);
 };
 
 /* The head of every backend's handle (backends embed it first). */
@@ -186,6 +189,15 @@ kvf_status kvf_media_read_pages(struct kvf_media *m, uint32_t stripe,
  * message names the file); KVF_EIO; KVF_ERANGE; KVF_EINVAL. */
 kvf_status kvf_media_allocate_segment(struct kvf_media *m, uint32_t stripe,
 				      uint64_t seg);
+
+/* kvf_media_release_tail - segment seg of stripe was written only below
+ * page, and stays so until it is trimmed: where the backend allocated
+ * space for the rest (a stripe file grows a whole segment at a time),
+ * that space goes back.  The next kvf_media_allocate_segment of seg
+ * allocates it again.  Best effort for the caller: KVF_OK, or KVF_EIO
+ * (nothing read or written changes either way); KVF_ERANGE, KVF_EINVAL. */
+kvf_status kvf_media_release_tail(struct kvf_media *m, uint32_t stripe,
+				  uint64_t seg, uint32_t page);
 
 /* kvf_media_trim_segment - the segment's contents are no longer needed;
  * it reads back as zeros. */

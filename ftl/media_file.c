@@ -10,7 +10,9 @@
  * file's blocks are allocated segment by segment (fallocate) when the
  * engine is about to use a segment (kvf_media_allocate_segment), so a full
  * file system is reported as KVF_ENOSPC before anything is written, and a
- * store takes the space its live data needs.  A block device must be at
+ * store takes the space its live data needs: nothing is allocated when
+ * the file is made (a 64 MiB first stretch used to be, which made a new
+ * store of a few MiB take 64 MiB of disk).  A block device must be at
  * least the geometry's size.  Trim punches a hole in a file and discards on
  * a device.  Sync is fdatasync per stripe.
  *
@@ -347,6 +349,32 @@ static kvf_status file_allocate(struct kvf_media *m, uint32_t stripe,
 			      (unsigned long long)(seg * len), s->path);
 }
 
+/* file_release_tail - punch out the pages of a stripe file's segment from
+ * page on (a segment written part full at a sync keeps only what it
+ * holds); the segment counts as not allocated again, so its next use
+ * fallocates it whole.  A device keeps its blocks (the discard at trim
+ * covers them). */
+static kvf_status file_release_tail(struct kvf_media *m, uint32_t stripe,
+				    uint64_t seg, uint32_t page)
+{
+	struct file_stripe *s = &to_file(m)->stripes[stripe];
+	uint64_t len = kvf_media_segment_bytes(&m->geo);
+	uint64_t from = (uint64_t)page * m->geo.page_size;
+
+	if (s->is_blkdev)
+		return KVF_OK;
+	if (s->allocated)
+		atomic_fetch_and(&s->allocated[seg / 64], ~(1ull << (seg % 64)));
+	if (kvf_sysio->fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 (off_t)(seg * len + from), (off_t)(len - from)) == 0 ||
+	    errno == EOPNOTSUPP)
+		return KVF_OK;
+	return kvf_fail_errno(KVF_EIO, errno,
+			      "kvf_media_release_tail: punch hole of %llu bytes at offset %llu of %s",
+			      (unsigned long long)(len - from),
+			      (unsigned long long)(seg * len + from), s->path);
+}
+
 static const struct kvf_media_ops file_ops = {
 	.version = KVF_MEDIA_OPS_VERSION,
 	.name = "file",
@@ -357,6 +385,7 @@ static const struct kvf_media_ops file_ops = {
 	.stats = file_stats,
 	.close = file_close,
 	.allocate_segment = file_allocate,
+	.release_tail = file_release_tail,
 };
 
 /* open_fd - open path with O_DIRECT if wanted, falling back to buffered
@@ -400,37 +429,12 @@ static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io
 	return KVF_OK;
 }
 
-/* preallocate - allocate the first `bytes` of a new stripe file (whole
- * segments of seg_bytes) and mark those segments allocated */
-static kvf_status preallocate(struct file_stripe *s, uint64_t bytes,
-			      uint64_t seg_bytes)
-{
-	int err;
-
-	if (kvf_sysio->fallocate(s->fd, 0, 0, (off_t)bytes) != 0) {
-		err = errno;
-		if (err == ENOSPC)
-			return kvf_fail(KVF_ENOSPC,
-					"kvf_media_open: no space to preallocate %llu bytes for %s",
-					(unsigned long long)bytes, s->path);
-		if (err != EOPNOTSUPP)
-			return kvf_fail_errno(KVF_EIO, err,
-					      "kvf_media_open: fallocate %llu bytes for %s",
-					      (unsigned long long)bytes, s->path);
-		return KVF_OK; /* ftruncate follows; space is not reserved */
-	}
-	for (uint64_t g = 0; g < bytes / seg_bytes; g++)
-		atomic_fetch_or(&s->allocated[g / 64], 1ull << (g % 64));
-	return KVF_OK;
-}
-
 /* prepare_stripe - lock the file and size it to hold the geometry (a
  * read-only open takes a shared lock and must find it sized already) */
 static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
-				 uint64_t seg_bytes, int read_only)
+				 int read_only)
 {
 	struct stat st;
-	kvf_status rc;
 
 	s->lock_fd = kvf_sysio->open(s->path, O_RDONLY | O_CLOEXEC, 0);
 	if (s->lock_fd < 0)
@@ -473,12 +477,8 @@ static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
 				"kvf_media_open: %s holds %llu bytes, the geometry needs %llu",
 				s->path, (unsigned long long)st.st_size,
 				(unsigned long long)need);
-	/* sparse, but for a first stretch: the rest of the blocks come
-	 * segment by segment (file_allocate) */
-	if ((rc = preallocate(s, need < KVF_MEDIA_PREALLOC_BYTES ? need
-							      : KVF_MEDIA_PREALLOC_BYTES,
-			      seg_bytes)) != KVF_OK)
-		return rc;
+	/* sparse: the blocks come segment by segment (file_allocate), so a
+	 * new store allocates nothing for its stripes */
 	if (kvf_sysio->ftruncate(s->fd, (off_t)need) != 0)
 		return kvf_fail_errno(KVF_EIO, errno,
 				      "kvf_media_open: ftruncate %s to %llu bytes",
@@ -563,8 +563,7 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 			goto out_close;
 		}
 		if ((rc = open_fd(s, cfg->direct_io, cfg->read_only != 0)) != KVF_OK ||
-		    (rc = prepare_stripe(s, need, kvf_media_segment_bytes(g),
-					     cfg->read_only != 0)) != KVF_OK) {
+		    (rc = prepare_stripe(s, need, cfg->read_only != 0)) != KVF_OK) {
 			n_touched++;
 			goto out_close;
 		}

@@ -1,6 +1,7 @@
 /*
  * kvtool_info.c - `kvtool info [--json] DIR`: a store's configuration
- * (kvf_store_info_get), its sequences and segments, and the figures of
+ * (kvf_store_info_get), its sequences and segments, the disk its files
+ * hold against the bytes it holds live, and the figures of
  * kvf_stats_get.
  *
  * kvf_stats_get counts two ways, and each figure is labelled with its
@@ -10,7 +11,9 @@
  * are 0 here ("this open").  The store is opened read-only and never
  * changed.
  */
+#include <dirent.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvtool.h"
 
@@ -20,7 +23,60 @@ struct info {
 	kvf_store_info si;   /* configuration */
 	kvf_stats stats;     /* figures: since create, and this open */
 	size_t n_seqs;       /* live sequences */
+	uint64_t disk_media; /* blocks the stripe files (or flash image) in
+			      * the directory hold: they are sparse, so not
+			      * their size */
+	uint64_t disk_other; /* and the rest: catalog, header, mark */
 };
+
+/* blocks_under - the bytes of disk every file under path holds */
+static uint64_t blocks_under(const char *path)
+{
+	struct stat sb;
+	uint64_t sum = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (lstat(path, &sb) != 0)
+		return 0;
+	if (!S_ISDIR(sb.st_mode))
+		return (uint64_t)sb.st_blocks * 512;
+	if ((d = opendir(path)) == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		char p[4352];
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+		sum += blocks_under(p);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* disk_use - what the store's files hold on disk: the media files in the
+ * directory (stripes on devices named by device_paths are not there),
+ * and everything else */
+static void disk_use(struct info *in)
+{
+	uint64_t all = blocks_under(in->dir), media = 0;
+	struct dirent *e;
+	DIR *d = opendir(in->dir);
+
+	while (d && (e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, "stripe-", 7) == 0 ||
+		    strcmp(e->d_name, "flash.img") == 0) {
+			char p[4352];
+
+			snprintf(p, sizeof(p), "%s/%s", in->dir, e->d_name);
+			media += blocks_under(p);
+		}
+	if (d)
+		closedir(d);
+	in->disk_media = media;
+	in->disk_other = all - media;
+}
 
 static void version_text(char *buf, size_t cap, unsigned v)
 {
@@ -105,6 +161,13 @@ static void print_text(const struct info *in)
 	       s->segments_corrupt, s->segments_free);
 	printf("live pages   %llu (%s)\n", (unsigned long long)s->live_pages,
 	       human_bytes(b[2], sizeof(b[2]), s->live_pages * si->page_size));
+	printf("disk         %s allocated for %s live: media files %s, catalog and the rest %s%s\n",
+	       human_bytes(b[0], sizeof(b[0]), in->disk_media + in->disk_other),
+	       human_bytes(b[1], sizeof(b[1]), s->live_pages * si->page_size),
+	       human_bytes(b[3], sizeof(b[3]), in->disk_media),
+	       human_bytes(b[4], sizeof(b[4]), in->disk_other),
+	       si->media == KVF_MEDIA_MEMORY ? " (a memory store: its pages were in the process)" :
+	       in->disk_media == 0 && s->live_pages ? " (the stripes are devices, not counted)" : "");
 	printf("syncs        %llu since the store was created\n",
 	       (unsigned long long)s->n_syncs);
 	printf("index        %s of memory\n",
@@ -161,6 +224,11 @@ static void print_json(const struct info *in)
 	printf(", \"live_pages\": %llu, \"live_share\": %.6f, \"n_syncs\": %llu, \"index_bytes\": %llu",
 	       (unsigned long long)s->live_pages, s->live_share,
 	       (unsigned long long)s->n_syncs, (unsigned long long)s->index_bytes);
+	printf(", \"disk\": {\"allocated_bytes\": %llu, \"media_bytes\": %llu, \"other_bytes\": %llu, \"live_bytes\": %llu}",
+	       (unsigned long long)(in->disk_media + in->disk_other),
+	       (unsigned long long)in->disk_media,
+	       (unsigned long long)in->disk_other,
+	       (unsigned long long)(s->live_pages * si->page_size));
 	printf(", \"since_create\": {\"user_bytes\": %llu, \"host_bytes_written\": %llu, \"data_bytes\": %llu, \"padding_bytes\": %llu, \"cleaner_bytes\": %llu, \"kt_bytes\": %llu, \"summary_bytes\": %llu",
 	       (unsigned long long)s->user_bytes,
 	       (unsigned long long)s->host_bytes_written,
@@ -213,6 +281,7 @@ int cmd_info(const struct cmd *c, int argc, char **argv)
 	    kvf_stats_get(st, &in.stats) != KVF_OK ||
 	    kvf_seq_list(st, NULL, 0, &in.n_seqs) != KVF_OK)
 		return store_close(c, st, call_failed(c));
+	disk_use(&in);
 	if (json)
 		print_json(&in);
 	else

@@ -130,6 +130,7 @@ struct kvf_store {
 	struct seq_table seqtab;      /* engine/sequences/seq.h */
 	struct writer writer;         /* engine/segments/writer.h */
 	struct segbuf_pool bufs;      /* engine/segments/writer.h */
+	struct seg_pack pack;         /* engine/segments/openseg.h */
 	struct read_spares reads;     /* engine/reads/readpath.h */
 	struct durable dur;           /* engine/durability/durable.h */
 	struct cleaner cleaner;       /* engine/cleaning/cleaner.h */

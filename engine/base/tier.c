@@ -287,19 +287,33 @@ static int room_one(struct tier *t)
 }
 
 /* make_room - evict until one more page fits under the budget */
+/* slot_free - a slot is free: on the free list, or never used (the slot
+ * table is touched only as the cache fills: a cache sized for a 1 GiB
+ * budget that holds 4.5 MiB keeps its 8 MiB of slots unmapped) */
+static int slot_free(const struct tier *t)
+{
+	return t->free_head != TIER_NONE || t->fresh < t->n_slots;
+}
+
+/* slot_next - the free slot slot_add takes next (slot_free(t) holds) */
+static uint32_t slot_next(const struct tier *t)
+{
+	return t->free_head != TIER_NONE ? t->free_head : t->fresh;
+}
+
 static int make_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
 	while ((t->n_loose == 0 && held(st) + st->hdr.page_size > t->budget) ||
-	       t->free_head == TIER_NONE)
+	       !slot_free(t))
 		if (!room_one(t))
 			return 0;
 	return 1;
 }
 
-/* slot_add - free slot i (holding its data) caches addr, at the head of
- * the recent pool */
+/* slot_add - free slot i = slot_next(t) (holding its data) caches addr,
+ * at the head of the recent pool */
 static void slot_add(kvf_store *st, uint32_t i, uint32_t addr, uint32_t check,
 		     uint32_t chunk)
 {
@@ -307,7 +321,10 @@ static void slot_add(kvf_store *st, uint32_t i, uint32_t addr, uint32_t check,
 	uint32_t h = hash_of(t, addr);
 	struct tier_slot *s = &t->slot[i];
 
-	t->free_head = s->next;
+	if (i == t->free_head)
+		t->free_head = s->next;
+	else
+		t->fresh++;
 	t->used++;
 	s->chunk = chunk;
 	s->addr = addr;
@@ -329,7 +346,7 @@ static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page)
 {
 	struct tier *t = &st->tier;
-	uint32_t i = t->free_head, kind = TIER_NONE;
+	uint32_t i = slot_next(t), kind = TIER_NONE;
 	struct tier_slot *s = &t->slot[i];
 
 	if (t->n_loose > 0) { /* warm memory first */
@@ -381,10 +398,7 @@ kvf_status tier_start(kvf_store *st)
 				(unsigned long long)t->budget);
 	memset(t->bucket, 0xff, (size_t)t->n_buckets * sizeof(*t->bucket));
 	t->n_slots = (uint32_t)n;
-	for (uint32_t i = t->n_slots; i-- > 0;) {
-		t->slot[i].next = t->free_head;
-		t->free_head = i;
-	}
+	t->fresh = 0; /* slots from fresh on are free, and untouched */
 	t->recent_cap = t->n_slots / RECENT_SHARE ? t->n_slots / RECENT_SHARE : 1;
 	t->page_size = st->hdr.page_size;
 	tables = n * sizeof(*t->slot) + (uint64_t)t->n_buckets * sizeof(*t->bucket);
@@ -414,8 +428,6 @@ kvf_status tier_start(kvf_store *st)
 		t->chunk_bytes = st->hdr.segment_size;
 		tables += nc * sizeof(*t->chunk) + t->stock_cap * sizeof(*t->stock);
 	}
-	for (uint32_t i = 0; i < t->n_slots; i++)
-		t->slot[i].chunk = TIER_NONE;
 	return tier_hold(st, tables, "the page cache's tables");
 }
 
@@ -525,7 +537,7 @@ void tier_free(kvf_store *st)
 	if (t->grower_on)
 		pthread_join(t->grower, NULL);
 	t->grower_on = 0;
-	for (uint32_t i = 0; t->slot && i < t->n_slots; i++)
+	for (uint32_t i = 0; t->slot && i < t->fresh; i++)
 		if (t->slot[i].chunk == TIER_NONE)
 			kvf_free(t->slot[i].data);
 	for (uint32_t c = 0; c < t->n_chunks; c++)
@@ -710,7 +722,7 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 		return;
 	pthread_mutex_lock(&t->lock);
 	if (find(t, addr) == TIER_NONE) {
-		int room = t->free_head != TIER_NONE &&
+		int room = slot_free(t) &&
 			   held(st) + ps <= t->budget;
 
 		if (!room && ++t->miss_tick >= MISSES_PER_HAND_STEP) {
@@ -830,7 +842,7 @@ int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
 	t->chunk[c].live = n;
 	t->chunks_live++;
 	for (i = 0; i < n; i++) {
-		uint32_t j = t->free_head;
+		uint32_t j = slot_next(t);
 
 		t->slot[j].data = *buf + (size_t)i * ps;
 		slot_add(st, j, addr_make(segid, i, st->page_bits),

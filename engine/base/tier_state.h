@@ -41,9 +41,10 @@ struct tier_list {
 };
 
 /*
- * struct tier - owned by tier.c.  Invariants: a slot is on exactly one of
- * the free list and the two pool lists, and in the hash iff on a pool
- * list; bytes = pages of their own * page_size + (chunks holding a buffer
+ * struct tier - owned by tier.c.  Invariants: a slot below fresh is on
+ * exactly one of the free list and the two pool lists, and in the hash
+ * iff on a pool list; slots from fresh on are on none, and untouched;
+ * bytes = pages of their own * page_size + (chunks holding a buffer
  * + stock + growing + carved) * chunk_bytes - loose pages taken *
  * page_size (tier_page_take counts them in fixed); fixed + bytes <=
  * budget when budget != 0.  The grower thread touches only stock, bytes and growing, under
@@ -59,6 +60,7 @@ struct tier {
 	uint32_t n_slots, n_buckets;
 	uint32_t hash_shift;         /* 32 - log2(n_buckets) */
 	uint32_t free_head;          /* free slots, via next */
+	uint32_t fresh;              /* slots from here on never used */
 	uint32_t used;               /* slots holding a page */
 	struct tier_list pool[TIER_POOLS];
 	uint32_t recent_cap;         /* slots the recent pool may hold */

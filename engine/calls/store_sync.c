@@ -3,7 +3,8 @@
  *
  * Sync: every sequence's partial groups and open segments are written
  * (under that sequence's lock, one at a time, so other sequences keep
- * appending), the media is synced, then one catalog batch with the
+ * appending; small open segments share the stripes' packs,
+ * engine/sequences/seq_pack.h), the packs' summaries and records follow, the media is synced, then one catalog batch with the
  * sequences' lengths commits with its log synced.  Segments that died
  * before the sync began are then reused (engine/segments/segtable.h explains why
  * not sooner).  The commit itself is a durable point (engine/durability/durable.c).
@@ -20,14 +21,34 @@
 #include "engine/durability/durable.h"
 #include "engine/base/fatal.h"
 #include "engine/segments/openseg.h"
+#include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
+#include "engine/sequences/seq_pack.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
 
 struct sync_ctx {
 	struct catalog_batch *b;
 	kvf_status rc;
+	int pack;   /* small open segments go into packs */
 };
+
+/* SYNC_PACK_SEQS - from how many sequences a sync packs (or when a
+ * segment each would take a quarter of the free ones).  Packing writes
+ * each sequence's tail under its lock, one after the other, where a
+ * segment of its own goes to the writer threads (8 in flight).  Below it
+ * a sync takes a segment per sequence as ever, which costs little room:
+ * the unwritten part of each goes back to the file system
+ * (kvf_media_release_tail), and it dies at a later sync. */
+#define SYNC_PACK_SEQS 32u
+
+static int sync_packs(kvf_store *st)
+{
+	uint32_t n = seq_count(st);
+
+	return n > SYNC_PACK_SEQS ||
+	       (uint64_t)n * st->hdr.n_stripes * 4 > seg_free_count(st);
+}
 
 static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 {
@@ -40,7 +61,9 @@ static void sync_seq(kvf_store *st, struct seq *seq, void *arg)
 	if (!seq->dead && seq->admitted) {
 		c->rc = seq_seal_partials(st, seq);
 		if (c->rc == KVF_OK)
-			c->rc = openseg_flush_all(st, seq);
+			c->rc = c->pack && seq->ns == SEQ_NS_USER
+					? seq_flush_packed(st, seq)
+					: openseg_flush_all(st, seq);
 		if (c->rc == KVF_OK)
 			c->rc = seq_vbar_record(st, seq, c->b);
 		if (c->rc == KVF_OK)
@@ -89,8 +112,17 @@ static kvf_status sync_once(kvf_store *st)
 		pthread_mutex_lock(&st->dur.lock);
 		pthread_rwlock_rdlock(&st->world);
 		st->dur.gen++;
-		if ((rc = seq_foreach(st, sync_seq, &c)) == KVF_OK)
+		c.pack = sync_packs(st);
+		if ((rc = seq_foreach_created(st, sync_seq, &c)) == KVF_OK)
 			rc = c.rc;
+		/* the packs go out whatever happened: index entries point
+		 * into them */
+		{
+			kvf_status prc = openseg_pack_end(st);
+
+			if (rc == KVF_OK || prc == KVF_EFATAL)
+				rc = prc;
+		}
 		if (rc != KVF_ENOSPC)
 			break;
 		/* no room for the partial pages: clean (or evict), then go

@@ -72,6 +72,9 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	ms.summary_bytes = atomic_load(&st->c.summary_bytes);
 	ms.optim_bytes = atomic_load(&st->c.optim_bytes);
 	catalog_batch_put(b, &tag, 1, &ms, sizeof(ms));
+	/* the records of the segments this point makes reusable go in the
+	 * same batch, so they are gone before any of them is trimmed */
+	(void)seg_reclaim_pick(st, e0, b);
 	if ((rc = catalog_commit(st->cat, b, 1)) != KVF_OK)
 		return store_set_fatal(st, rc, "catalog commit");
 	st->dur.synced_seqno = ms.seqno;
@@ -88,7 +91,7 @@ kvf_status store_durable_point(kvf_store *st, struct catalog_batch *b,
 	catalog_batch_clear(reclaim);
 	/* the point itself is durable: a trim that fails only leaves its
 	 * segment dying, to be tried again at the next one */
-	(void)seg_reclaim(st, e0, reclaim);
+	(void)seg_reclaim_apply(st);
 	rc = KVF_OK;
 	if (st->segtab.wear_dirty)
 		seg_wear_record(st, reclaim);

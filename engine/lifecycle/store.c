@@ -43,6 +43,7 @@
 #include "engine/base/store_header.h"
 #include "engine/base/store_int.h"
 #include "engine/base/syncmark.h"
+#include "engine/segments/openseg.h"
 #include "engine/base/tier.h"
 #include "engine/segments/writer.h"
 #include "ftl/nand.h"
@@ -235,21 +236,17 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	kvf_free(st);
 }
 
-/* trim_policy - whether reusing a segment trims it first: on devices, the
- * flash emulator (its GC then skips the dead pages) and memory (the bytes
- * go to the media's spares, or are freed past them), but not on the
- * preallocated stripe files, where punching a hole only makes the next
- * write allocate the blocks again */
+/* trim_policy - whether reclaiming a segment trims it: by default
+ * everywhere, stripe files included, where a punched hole gives a dead
+ * segment's space back to the file system (a store allocates about what
+ * it holds; reusing the segment allocates it again, one fallocate; a few
+ * stay untrimmed for reuse unless trim = 1, segtable.c's keep_cap).
+ * trim = 2 keeps the blocks of stripe files (docs/store.md, "Footprint"). */
 static int trim_policy(kvf_store *st)
 {
-	struct kvf_media_stats ms;
-
-	if (st->opts.trim == 1 || st->opts.trim == 2)
-		return st->opts.trim == 1;
-	kvf_media_stats(st->media, &ms);
-	if (st->hdr.media != KVF_MEDIA_FILE)
-		return 1;
-	return ms.blkdev_stripes == st->hdr.n_stripes;
+	if (st->opts.trim == 2)
+		return 0;
+	return 1;
 }
 
 /* compute_threads - pool workers: n_threads (0 = online CPUs) less the
@@ -373,6 +370,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	fatal_init(&st->fatal);
 	seg_table_begin(st);
 	writer_init(st);
+	openseg_pack_init(st);
 	read_spares_init(st);
 	optim_registry_init(st);
 	recompute_init(st);

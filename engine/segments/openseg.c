@@ -9,14 +9,17 @@
  */
 #include "engine/segments/openseg.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/key.h"
+#include "engine/base/fatal.h"
 #include "engine/base/meta.h"
 #include "engine/segments/segtable.h"
 #include "engine/base/store_state.h"
+#include "engine/base/tier.h"
 #include "engine/base/wake.h"
 #include "engine/segments/writer.h"
 
@@ -187,6 +190,10 @@ kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
 		if (rc != KVF_OK)
 			return rc;
 	}
+	/* pages of seq a sync moved into its packs count as in flight
+	 * until the packs are recorded (a fork's record may not name them
+	 * sooner); the sync needs seq's lock no more meanwhile */
+	writer_wait_mark(st, &st->pack.done, seq->pack_epoch);
 	return seq_jobs_reap(st, seq, 1);
 }
 
@@ -222,4 +229,181 @@ void openseg_release(kvf_store *st, struct seq *seq)
 		os->n_superseded = 0;
 		os->n_runs = 0;
 	}
+}
+
+/* ---- packs: the tails of many sequences in one segment ------------------
+ *
+ * Before packs, every sequence's open segment went to the media at each
+ * durable point however little it held, taking a whole segment: 10,000
+ * sequences of 32 tokens and one kvf_sync needed 10,000 segments.  Now
+ * an open segment of at most half a segment's data pages goes into the
+ * stripe's pack: the first one becomes the pack (adopted, its pages stay
+ * where they are), later ones are copied after it, and their index
+ * entries move with them (seq_pack.c).  A pack's pages are written to the
+ * media as they join, under their sequence's lock, so a reader never
+ * needs the pack's buffer; the summary and the record follow at the end
+ * of the durable point (openseg_pack_end), before its media sync.
+ *
+ * Order: a pack gets its seqno when it is adopted, so a later segment of
+ * any sequence in it is newer (recovery keeps the newest entry of a
+ * group).  A sequence created after that seqno does not join it (recovery
+ * would take its pages for an earlier sequence's with the same id): the
+ * pack is written and the sequence's segment becomes the next one.
+ */
+
+static_assert(KVF_PACK_MAX_STRIPES == KVF_MEDIA_MAX_STRIPES, "pack stripes");
+
+void openseg_pack_init(kvf_store *st)
+{
+	for (uint32_t s = 0; s < KVF_PACK_MAX_STRIPES; s++)
+		st->pack.open[s] = (struct open_seg){ .segid = SEG_NONE };
+	st->pack.jobs = NULL;
+	st->pack.epoch = 1;
+	st->pack.done = 0;
+}
+
+/* pack_small - whether os is small enough for a pack */
+static int pack_small(kvf_store *st, const struct open_seg *os)
+{
+	return os->segid != SEG_NONE && os->n_pages > 0 &&
+	       os->n_pages <= st->data_per_seg / 2;
+}
+
+/* pack_joins - whether seq's open segment on stripe fits the pack there
+ * (else it is adopted as the next pack) */
+static int pack_joins(kvf_store *st, struct seq *seq, uint32_t stripe)
+{
+	const struct open_seg *p = &st->pack.open[stripe];
+
+	return p->segid != SEG_NONE &&
+	       st->data_per_seg - p->n_pages >= seq->open[stripe].n_pages &&
+	       p->sb->job.seqno > seq->create_seqno;
+}
+
+uint32_t openseg_pack_where(kvf_store *st, struct seq *seq, uint32_t stripe)
+{
+	const struct open_seg *os = &seq->open[stripe];
+	const struct open_seg *p = &st->pack.open[stripe];
+
+	if (!pack_small(st, os))
+		return ADDR_NONE;
+	if (pack_joins(st, seq, stripe))
+		return addr_make(p->segid, p->n_pages, st->page_bits);
+	return addr_make(os->segid, 0, st->page_bits);
+}
+
+/* pack_submit - hand stripe's pack to the writer (summary and record) */
+static void pack_submit(kvf_store *st, uint32_t stripe)
+{
+	struct open_seg *p = &st->pack.open[stripe];
+	struct flush_job *job;
+
+	if (p->segid == SEG_NONE)
+		return;
+	job = &p->sb->job; /* seqno, epoch and owner set at adoption */
+	atomic_init(&job->done, 0);
+	job->sb = p->sb;
+	job->segid = p->segid;
+	job->n_pages = p->n_pages;
+	job->n_superseded = p->n_superseded;
+	job->n_runs = p->n_runs;
+	job->data_written = 1;
+	job->cache = 0; /* its pages went to media as they joined */
+	job->given = NULL;
+	job->seq_next = st->pack.jobs;
+	st->pack.jobs = job;
+	*p = (struct open_seg){ .segid = SEG_NONE };
+	writer_enqueue(st, job);
+}
+
+/* pack_write - put n pages of buf at page `page` of segid on the media */
+static kvf_status pack_write(kvf_store *st, uint32_t segid, uint32_t page,
+			     uint32_t n, unsigned char *buf)
+{
+	struct kvf_media_io io = { .stripe = seg_stripe(st, segid),
+				   .seg = seg_in_stripe(st, segid),
+				   .page = page, .n_pages = n, .buf = buf };
+	kvf_status rc = kvf_media_write(st->media, &io, 1);
+
+	if (rc != KVF_OK) /* the index may point there already */
+		return store_set_fatal(st, rc, "pack write");
+	return KVF_OK;
+}
+
+kvf_status openseg_pack_move(kvf_store *st, struct seq *seq, uint32_t stripe)
+{
+	struct open_seg *os = &seq->open[stripe], *p = &st->pack.open[stripe];
+	uint32_t n = os->n_pages, base;
+	kvf_status rc;
+
+	if (!pack_joins(st, seq, stripe)) { /* os becomes the pack */
+		struct flush_job *job = &os->sb->job;
+
+		pack_submit(st, stripe);
+		if ((rc = pack_write(st, os->segid, 0, n, os->sb->buf)) != KVF_OK)
+			return rc;
+		memset(job, 0, sizeof(*job));
+		writer_seqno(st, job);
+		job->owner = seq->id;
+		*p = *os;
+		*os = (struct open_seg){ .segid = SEG_NONE };
+		seq->pack_epoch = st->pack.epoch;
+		st->pack.n_packed++;
+		return KVF_OK;
+	}
+	base = p->n_pages;
+	if ((rc = pack_write(st, p->segid, base, n, os->sb->buf)) != KVF_OK)
+		return rc;
+	memcpy(p->sb->entries + base, os->sb->entries,
+	       (size_t)n * sizeof(*os->sb->entries));
+	for (uint32_t r = 0; r < os->n_runs; r++) {
+		struct meta_run run = os->sb->runs[r];
+
+		run.page += base;
+		p->sb->runs[p->n_runs++] = run;
+	}
+	memcpy(p->sb->superseded + p->n_superseded, os->sb->superseded,
+	       (size_t)os->n_superseded * sizeof(uint32_t));
+	p->n_superseded += os->n_superseded;
+	p->sb->job.owner = KVF_SEQ_NONE; /* several sequences' pages */
+	for (uint32_t i = 0; i < n; i++) {
+		seg_page_born(st, p->segid, base + i);
+		if (seq->ns == SEQ_NS_USER)
+			tier_put_read(st, addr_make(p->segid, base + i, st->page_bits),
+					 (uint32_t)os->sb->entries[i].page_hash &
+						 PAGE_CHECK_MASK,
+					 os->sb->buf + (size_t)i * st->hdr.page_size);
+	}
+	p->n_pages = base + n;
+	/* the pages left os's segment: it goes back unwritten */
+	seg_give_back(st, os->segid);
+	segbuf_put(st, os->sb);
+	*os = (struct open_seg){ .segid = SEG_NONE };
+	seq->pack_epoch = st->pack.epoch;
+	st->pack.n_packed++;
+	return KVF_OK;
+}
+
+kvf_status openseg_flush_stripe(kvf_store *st, struct seq *seq,
+				uint32_t stripe)
+{
+	return openseg_flush(st, seq, &seq->open[stripe]);
+}
+
+kvf_status openseg_pack_end(kvf_store *st)
+{
+	struct flush_job *j;
+
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		pack_submit(st, s);
+	writer_wait_jobs(st, st->pack.jobs);
+	while ((j = st->pack.jobs) != NULL) {
+		st->pack.jobs = j->seq_next;
+		job_free(st, j);
+	}
+	/* forks waiting for their parent's packs go on (openseg_flush_all) */
+	writer_mark(st, &st->pack.done, st->pack.epoch++);
+	if (atomic_load(&st->fatal.on))
+		return store_check(st, "pack write");
+	return KVF_OK;
 }

@@ -66,9 +66,37 @@ kvf_status openseg_fill_hashed(kvf_store *st, struct seq *seq, uint32_t stripe,
 			       uint64_t hash, struct page_ref *out);
 
 /* openseg_flush_all - write and commit every open segment of seq, and
- * wait for its segments in flight.  Caller holds seq->lock.  KVF_EFATAL on
+ * wait for its segments in flight, the packs its pages went into at a
+ * sync still under way included.  Caller holds seq->lock (and, if it is
+ * the sync packing, has ended it: openseg_pack_end).  KVF_EFATAL on
  * failure. */
 kvf_status openseg_flush_all(kvf_store *st, struct seq *seq);
+
+/* openseg_flush_stripe - hand seq's open segment on stripe to the writer
+ * (without waiting for it).  Caller holds seq->lock. */
+kvf_status openseg_flush_stripe(kvf_store *st, struct seq *seq,
+				uint32_t stripe);
+
+/*
+ * Packs (openseg.c explains them): at a durable point, small open segments
+ * of many sequences share a segment.  Callers hold dur.lock from the first
+ * openseg_pack_move to openseg_pack_end, and seq->lock for each move.
+ *
+ * openseg_pack_init - no packs (at open).
+ * openseg_pack_where - where page 0 of seq's open segment on stripe would
+ * go in the pack: its own address if the segment would become the pack,
+ * ADDR_NONE if it is too big for one (flush it as ever).
+ * openseg_pack_move - move it there: its pages are written to the media
+ * now; if they went into another segment, the caller has already pointed
+ * their index entries at their new addresses (openseg_pack_where's,
+ * page by page).  KVF_EFATAL if the write failed.
+ * openseg_pack_end - write every pack's summary and record, and wait for
+ * them (before the durable point's media sync).
+ */
+void openseg_pack_init(kvf_store *st);
+uint32_t openseg_pack_where(kvf_store *st, struct seq *seq, uint32_t stripe);
+kvf_status openseg_pack_move(kvf_store *st, struct seq *seq, uint32_t stripe);
+kvf_status openseg_pack_end(kvf_store *st);
 
 /* openseg_page - the bytes of addr if it lies in one of seq's open
  * segments or segments still being written, else NULL (it is on media).

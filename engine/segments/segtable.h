@@ -62,10 +62,19 @@ void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
 uint64_t *seg_bits_take(kvf_store *st, uint32_t segid);
 
 /*
- * seg_reclaim - trim every DYING segment that died in an epoch <= upto,
- * mark it FREE and add the deletion of its record to b.
- * Return: KVF_OK or the media's error (the segment then stays DYING).
+ * seg_reclaim_pick - choose every DYING segment that died in an epoch <=
+ * upto and add the deletion of its record to b; the caller commits b,
+ * durably, before seg_reclaim_apply trims them (a trim before the
+ * deletion is durable would leave, after a crash, a record whose summary
+ * reads as zeros: damage).  Returns how many.
+ * seg_reclaim_apply - trim the chosen segments (but a few kept for reuse
+ * on stripe files) and mark them FREE.  KVF_OK or the media's error (a
+ * segment not trimmed stays DYING; its record is gone, so a reopen finds
+ * it free).
+ * seg_reclaim - both, committing b (synced) in between.
  */
+uint32_t seg_reclaim_pick(kvf_store *st, uint64_t upto, struct catalog_batch *b);
+kvf_status seg_reclaim_apply(kvf_store *st);
 kvf_status seg_reclaim(kvf_store *st, uint64_t upto, struct catalog_batch *b);
 
 /* seg_wear_record - add the erase-count array to b ("W") */

@@ -173,12 +173,23 @@ static void job_run(kvf_store *st, struct flush_job *job)
 	h.checksum = XXH3_64bits(sum, sizeof(h) + (size_t)n *
 						 sizeof(*job->sb->entries));
 	memcpy(sum, &h, sizeof(h));
-	job->given = job->sb->buf;
-	rc = kvf_media_give_segment(st->media, seg_stripe(st, job->segid),
-				    seg_in_stripe(st, job->segid), &job->given,
-				    (size_t)(n + sum_pages) * ps);
-	if (job->given == job->sb->buf)
+	if (job->data_written) { /* a pack: its pages went as they came */
+		struct kvf_media_io io = { .stripe = seg_stripe(st, job->segid),
+					   .seg = seg_in_stripe(st, job->segid),
+					   .page = n, .n_pages = sum_pages,
+					   .buf = sum };
+
 		job->given = NULL;
+		rc = kvf_media_write(st->media, &io, 1);
+	} else {
+		job->given = job->sb->buf;
+		rc = kvf_media_give_segment(st->media, seg_stripe(st, job->segid),
+					    seg_in_stripe(st, job->segid),
+					    &job->given,
+					    (size_t)(n + sum_pages) * ps);
+		if (job->given == job->sb->buf)
+			job->given = NULL;
+	}
 	if (rc != KVF_OK) {
 		store_set_fatal(st, rc, "segment write");
 		return;
@@ -200,6 +211,13 @@ static void job_run(kvf_store *st, struct flush_job *job)
 		store_set_fatal(st, rc, "segment commit");
 		return;
 	}
+	/* a segment written part full (at a sync) stays so: on a stripe
+	 * file, the rest of its space goes back (best effort: a failure
+	 * leaves the space allocated, nothing else) */
+	if (n + sum_pages < st->pages_per_seg)
+		(void)kvf_media_release_tail(st->media, seg_stripe(st, job->segid),
+					     seg_in_stripe(st, job->segid),
+					     n + sum_pages);
 	seg_sealed(st, job->segid, n, rec.seqno, rec.write_ns);
 	atomic_fetch_add(&st->c.summary_bytes, (uint64_t)sum_pages * ps);
 	atomic_fetch_add(&st->c.segments_written, 1);
@@ -230,7 +248,9 @@ static void *writer_main(void *arg)
 		/* the stripe's next segments, off the appenders' path */
 		if (!atomic_load(&st->fatal.on))
 			seg_allocate_next(st, seg_stripe(st, job->segid),
-					  WRITER_MAX_INFLIGHT);
+					  job->n_pages == st->data_per_seg &&
+						  !job->data_written ?
+						  WRITER_MAX_INFLIGHT : 0);
 		prof_end(&st->prof, PROF_WRITER, m);
 		pthread_mutex_lock(&st->writer.lock);
 		atomic_store(&job->done, 1);
@@ -298,11 +318,16 @@ void writer_stop(kvf_store *st)
 
 void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job)
 {
+	job->seq_next = seq->jobs;
+	seq->jobs = job;
+	writer_enqueue(st, job);
+}
+
+void writer_enqueue(kvf_store *st, struct flush_job *job)
+{
 	struct prof_mark m;
 
 	job->next = NULL;
-	job->seq_next = seq->jobs;
-	seq->jobs = job;
 	if (!st->writer.running) { /* read-only or closing: write here */
 		job_run(st, job);
 		atomic_store(&job->done, 1);
@@ -340,6 +365,33 @@ void job_free(kvf_store *st, struct flush_job *j)
 	segbuf_put(st, j->sb); /* j lives in it */
 }
 
+void writer_wait_jobs(kvf_store *st, struct flush_job *list)
+{
+	if (list == NULL)
+		return;
+	pthread_mutex_lock(&st->writer.lock);
+	for (struct flush_job *j = list; j; j = j->seq_next)
+		while (!atomic_load(&j->done))
+			pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
+void writer_mark(kvf_store *st, uint64_t *at, uint64_t v)
+{
+	pthread_mutex_lock(&st->writer.lock);
+	*at = v;
+	pthread_cond_broadcast(&st->writer.idle);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
+void writer_wait_mark(kvf_store *st, const uint64_t *at, uint64_t v)
+{
+	pthread_mutex_lock(&st->writer.lock);
+	while (*at < v)
+		pthread_cond_wait(&st->writer.idle, &st->writer.lock);
+	pthread_mutex_unlock(&st->writer.lock);
+}
+
 kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 {
 	struct flush_job **pp = &seq->jobs;
@@ -347,11 +399,7 @@ kvf_status seq_jobs_reap(kvf_store *st, struct seq *seq, int wait)
 	if (wait && seq->jobs) {
 		struct prof_mark m = prof_begin(&st->prof);
 
-		pthread_mutex_lock(&st->writer.lock);
-		for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
-			while (!atomic_load(&j->done))
-				pthread_cond_wait(&st->writer.idle, &st->writer.lock);
-		pthread_mutex_unlock(&st->writer.lock);
+		writer_wait_jobs(st, seq->jobs);
 		prof_end(&st->prof, PROF_QUEUE, m);
 	}
 	while (*pp) {

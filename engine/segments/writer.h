@@ -65,6 +65,17 @@ uint64_t writer_written_bound(kvf_store *st);
  * while WRITER_MAX_INFLIGHT jobs are in flight.  Caller holds seq->lock.
  */
 void writer_submit(kvf_store *st, struct seq *seq, struct flush_job *job);
+/* writer_enqueue - writer_submit without a sequence's list: the caller
+ * keeps track of job (a pack's, openseg.h) */
+void writer_enqueue(kvf_store *st, struct flush_job *job);
+/* writer_mark - set *at to v under the writer's lock and wake its
+ * waiters; writer_wait_mark - wait until *at >= v (a pack's end,
+ * openseg.c) */
+void writer_mark(kvf_store *st, uint64_t *at, uint64_t v);
+void writer_wait_mark(kvf_store *st, const uint64_t *at, uint64_t v);
+/* writer_wait_jobs - wait until every job on the seq_next chain list is
+ * done */
+void writer_wait_jobs(kvf_store *st, struct flush_job *list);
 
 /*
  * seq_jobs_reap - drop seq's finished jobs, returning their buffers; with

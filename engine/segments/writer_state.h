@@ -31,8 +31,11 @@ struct flush_job {
 	uint32_t n_runs;         /* entries in sb->runs */
 	uint64_t seqno;          /* commit sequence number (writer_seqno) */
 	uint32_t epoch;          /* write_epoch parity it was given in */
-	uint64_t owner;          /* sequence it was filled for */
+	uint64_t owner;          /* sequence it was filled for (KVF_SEQ_NONE:
+				  * a pack of several, openseg.h) */
 	int cache;               /* a caller's pages: cached once written */
+	int data_written;        /* its data pages are on media already (a
+				  * pack's): write the summary only */
 	unsigned char *given;    /* the buffer the media gave back for sb's,
 				  * which it now keeps; swapped in at reap */
 	_Atomic int done;        /* written and committed (or failed) */

@@ -11,6 +11,7 @@
  */
 #include "engine/sequences/seq_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -297,8 +298,18 @@ void seq_table_remove(kvf_store *st, struct seq *seq)
 	pthread_rwlock_unlock(&st->seqtab.lock);
 }
 
-kvf_status seq_foreach(kvf_store *st,
-		       void (*fn)(kvf_store *, struct seq *, void *), void *arg)
+static int by_creation(const void *a, const void *b)
+{
+	const struct seq *x = *(struct seq *const *)a, *y = *(struct seq *const *)b;
+
+	return x->create_seqno < y->create_seqno ? -1
+						 : x->create_seqno > y->create_seqno;
+}
+
+/* foreach - seq_foreach; in order of creation when `sorted` */
+static kvf_status foreach(kvf_store *st,
+			  void (*fn)(kvf_store *, struct seq *, void *),
+			  void *arg, int sorted)
 {
 	struct seq **list;
 	uint32_t n = 0;
@@ -314,12 +325,27 @@ kvf_status seq_foreach(kvf_store *st,
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	if (list == NULL)
 		return kvf_fail(KVF_ENOMEM, "out of memory for the list of sequences");
+	if (sorted) /* create_seqno is fixed from creation on */
+		qsort(list, n, sizeof(*list), by_creation);
 	for (uint32_t i = 0; i < n; i++) {
 		fn(st, list[i], arg);
 		seq_put(st, list[i]);
 	}
 	kvf_free(list);
 	return KVF_OK;
+}
+
+kvf_status seq_foreach(kvf_store *st,
+		       void (*fn)(kvf_store *, struct seq *, void *), void *arg)
+{
+	return foreach(st, fn, arg, 0);
+}
+
+kvf_status seq_foreach_created(kvf_store *st,
+			       void (*fn)(kvf_store *, struct seq *, void *),
+			       void *arg)
+{
+	return foreach(st, fn, arg, 1);
 }
 
 uint32_t seq_count(kvf_store *st)

@@ -83,6 +83,11 @@ void seq_destroy(kvf_store *st, struct seq *seq);
  * Return: KVF_OK, or KVF_ENOMEM having called fn on none. */
 kvf_status seq_foreach(kvf_store *st,
 		       void (*fn)(kvf_store *, struct seq *, void *), void *arg);
+/* seq_foreach_created - seq_foreach, oldest creation first (a sync packs
+ * tails of sequences made together, which tend to go together) */
+kvf_status seq_foreach_created(kvf_store *st,
+			       void (*fn)(kvf_store *, struct seq *, void *),
+			       void *arg);
 /* seq_count - the caller's live sequences (not optimizers) */
 uint32_t seq_count(kvf_store *st);
 

@@ -150,6 +150,9 @@ struct seq {
 				* block being filled */
 	struct open_seg *open; /* [n_stripes] */
 	struct flush_job *jobs; /* segments being written, newest first */
+	uint64_t pack_epoch;   /* the durable point whose packs took its
+				* pages last (engine/segments/openseg.c);
+				* 0: none */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
 	struct stream *optim;  /* SEQ_NS_OPTIM only: [state * 2 + gen] */
 	uint64_t optim_chunks; /* their chunks (pages) per state */

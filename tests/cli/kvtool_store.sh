@@ -131,12 +131,16 @@ expect_stdout_has '^capacity +4\.0 MiB \(4194304 bytes\), file media, K\^T pages
 expect_stdout_has '^sequences +4$'
 expect_stdout_has '^segment use +[0-9]+ sealed, 0 open, [0-9]+ dying, 0 corrupt, [0-9]+ free$'
 expect_stdout_has '^WA +host '
+expect_stdout_has '^disk +[0-9.]+ [KM]iB allocated for [0-9.]+ [KM]iB live: media files [0-9.]+ [KM]iB, catalog and the rest [0-9.]+ [KM]iB$'
 
 run info --json "$S"
 expect_rc 0
 expect_no_stderr
 expect_stdout_lines 1
 expect_json 'd["model"] == {"n_layers": 3, "n_q_heads": 4, "n_kv_heads": 2, "head_dim": 64, "dtype": "f16"} and d["sequences"] == 4 and d["segments"]["total"] == 64 and d["read_only"] is True and d["page_size"] == 4096 and d["group_tokens"] == 32'
+# allocated: the stripe files' blocks (sparse, far below their 4 MiB) hold
+# at least the live pages, and the whole is the parts
+expect_json 'd["disk"]["live_bytes"] == d["live_pages"] * 4096 and d["disk"]["media_bytes"] >= d["disk"]["live_bytes"] > 0 and d["disk"]["media_bytes"] < 4194304 and d["disk"]["allocated_bytes"] == d["disk"]["media_bytes"] + d["disk"]["other_bytes"]'
 
 run info "$tmp/bf16" --json
 expect_rc 0

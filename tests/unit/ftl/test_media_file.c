@@ -447,18 +447,63 @@ Test(media_file_only, fallocate_unsupported_uses_ftruncate)
 	kvf_media_free(m);
 }
 
-Test(media_file_only, preallocation_failures)
+/* Nothing is allocated at open: a full file system does not refuse it;
+ * the first segment that needs space does, naming the file. */
+Test(media_file_only, open_allocates_nothing)
 {
 	struct kvf_media_config cfg = config(1, KVF_MEDIA_AUTO);
 	struct kvf_media *m = NULL;
+	struct stat sb;
 
 	install_hooks();
 	fail_fallocate = ENOSPC;
-	EXPECT(kvf_media_open(&cfg, &m), KVF_ENOSPC, "no space to preallocate 524288 bytes");
+	cr_assert(eq(int, kvf_media_open(&cfg, &m), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, stat(paths[0], &sb), 0));
+	cr_assert(eq(i64, (long long)sb.st_blocks, 0LL), "%lld blocks at open",
+		  (long long)sb.st_blocks);
+	cr_assert(eq(i64, (long long)sb.st_size, (long long)SEGS * PPS * PAGE));
+	EXPECT(kvf_media_allocate_segment(m, 0, 1), KVF_ENOSPC, "is full: segment 1");
 	fail_fallocate = EIO;
-	EXPECT(kvf_media_open(&cfg, &m), KVF_EIO, "fallocate 524288 bytes");
-	cr_assert_null(m);
-	cr_assert(ne(int, access(paths[0], F_OK), 0), "stripe0 left behind");
+	EXPECT(kvf_media_allocate_segment(m, 0, 1), KVF_EIO, "fallocate");
+	fail_fallocate = 0;
+	cr_assert(eq(int, kvf_media_allocate_segment(m, 0, 1), KVF_OK), "%s",
+		  kvf_last_error());
+	kvf_media_free(m);
+}
+
+/* A segment written part full gives the rest of its space back; the next
+ * allocation of it takes the whole segment again. */
+Test(media_file_only, release_tail_punches_the_rest)
+{
+	struct kvf_media_config cfg = config(1, KVF_MEDIA_AUTO);
+	struct kvf_media *m = NULL;
+	unsigned char *a = filled(2, 0x5a), *back = filled(2, 0);
+	struct stat sb;
+	long long whole, part;
+
+	cr_assert(eq(int, kvf_media_open(&cfg, &m), KVF_OK), "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_media_allocate_segment(m, 0, 2), KVF_OK));
+	cr_assert(eq(int, kvf_media_write_segment(m, 0, 2, a, 2 * PAGE), KVF_OK));
+	cr_assert(eq(int, stat(paths[0], &sb), 0));
+	whole = (long long)sb.st_blocks * 512;
+	cr_assert(ge(i64, whole, (long long)PPS * PAGE), "%lld bytes allocated", whole);
+	EXPECT(kvf_media_release_tail(m, 0, 2, PPS + 1), KVF_ERANGE, "out of range");
+	EXPECT(kvf_media_release_tail(m, 1, 2, 2), KVF_ERANGE, "out of range");
+	cr_assert(eq(int, kvf_media_release_tail(m, 0, 2, 2), KVF_OK), "%s",
+		  kvf_last_error());
+	cr_assert(eq(int, stat(paths[0], &sb), 0));
+	part = (long long)sb.st_blocks * 512;
+	cr_assert(le(i64, part, 2LL * PAGE), "%lld bytes after the release", part);
+	/* the pages written stay */
+	cr_assert(eq(int, kvf_media_read_pages(m, 0, 2, 0, 2, back), KVF_OK));
+	cr_assert(eq(int, memcmp(a, back, 2 * PAGE), 0));
+	/* released: allocating it again takes the whole segment */
+	cr_assert(eq(int, kvf_media_allocate_segment(m, 0, 2), KVF_OK));
+	cr_assert(eq(int, stat(paths[0], &sb), 0));
+	cr_assert(eq(i64, (long long)sb.st_blocks * 512, whole));
+	kvf_media_free(m);
+	kvf_free(a);
+	kvf_free(back);
 }
 
 Test(media_file_only, sync_failure_names_the_file)
