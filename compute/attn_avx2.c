@@ -103,44 +103,6 @@ KVC_INLINE void dots(const float *q, size_t D, const unsigned char *k,
 	}
 }
 
-/* softmax_block - for one head: fold the nt scores s[] (padded here with
- * -INFINITY to a multiple of 8) into (m, l, acc), leaving p[] = exp(s -
- * m_new). */
-KVC_INLINE void softmax_block(float *s, float *p, uint32_t nt, float *m,
-			      float *l, float *acc, size_t D)
-{
-	uint32_t nt8 = (nt + 7) & ~7u;
-	__m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
-	float mn;
-
-	for (uint32_t j = nt; j < nt8; j++)
-		s[j] = -INFINITY;
-	for (uint32_t j = 0; j < nt8; j += 8)
-		mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-	mn = hmax8(mx);
-	if (mn > *m) {
-		float c = expf(*m - mn);
-		__m256 cv = _mm256_set1_ps(c);
-
-		*l *= c;
-		for (size_t d = 0; d < D; d += 8)
-			_mm256_storeu_ps(acc + d,
-					 _mm256_mul_ps(cv, _mm256_loadu_ps(acc +
-									   d)));
-		*m = mn;
-	} else {
-		mn = *m;
-	}
-	mx = _mm256_set1_ps(mn);
-	for (uint32_t j = 0; j < nt8; j += 8) {
-		__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx));
-
-		_mm256_storeu_ps(p + j, e);
-		sum = _mm256_add_ps(sum, e);
-	}
-	*l += hsum8(sum);
-}
-
 /*
  * accumulate_v - acc[h] += sum_j p[h][j] * v_{tl[j]} for NH heads.  U =
  * 8 / NH dim vectors at a time, so 8 accumulators (FMA chains) stay in

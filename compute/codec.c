@@ -1,14 +1,12 @@
 /*
- * codec.c - the encoded group layout, the scalar encoder and decoder, and
- * the choice between the codec variants (codec.h).
+ * codec.c - the encoded group layout and the scalar encoder and decoder
+ * (codec.h); dispatch.c holds the variants' tables and the choice.
  *
  * The scalar code is the oracle: codec_avx2.c makes the same bytes and
  * the same decoded bits.  Both are compiled with -ffp-contract=off so
  * that no multiply and add are fused behind the formats' backs.
- * KVC_CODEC_HAVE_AVX2 (0 or 1) comes from compute/CMakeLists.txt.
  */
 #include <assert.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,75 +309,4 @@ void kvc_codec_decode_scalar(const struct kvc_codec_layout *l,
 		for (uint32_t d = 0; d < D; d++)
 			put_value(dst, (size_t)t * D + d, dtype,
 				  value_at(l, grp, t0 + t, d));
-}
-
-/* ---- dispatch ------------------------------------------------------------ */
-
-static const struct kvc_codec_kernels scalar_table = {
-	.name = "scalar",
-	.encode = kvc_codec_encode_scalar,
-	.decode = kvc_codec_decode_scalar,
-	.scores = kvc_codec_scores_scalar,
-	.fold = kvc_codec_fold_scalar,
-};
-
-#if KVC_CODEC_HAVE_AVX2
-static const struct kvc_codec_kernels avx2_table = {
-	.name = "avx2",
-	.encode = kvc_codec_encode_avx2,
-	.decode = kvc_codec_decode_avx2,
-	.scores = kvc_codec_scores_avx2,
-	.fold = kvc_codec_fold_avx2,
-};
-
-/* avx2_usable - the CPU (and OS, for the YMM state) has AVX2, FMA, F16C. */
-static const struct kvc_codec_kernels *avx2_usable(void)
-{
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c"))
-		return &avx2_table;
-	return NULL;
-}
-#else
-static const struct kvc_codec_kernels *avx2_usable(void)
-{
-	return NULL;
-}
-#endif
-
-static _Atomic(const struct kvc_codec_kernels *) chosen;
-
-const struct kvc_codec_kernels *kvc_codec_kernels_scalar(void)
-{
-	return &scalar_table;
-}
-
-const struct kvc_codec_kernels *kvc_codec_kernels_avx2(void)
-{
-	return avx2_usable();
-}
-
-/* choose - KVF_SIMD=scalar forces scalar; else the best the CPU runs. */
-static const struct kvc_codec_kernels *choose(void)
-{
-	const char *env = getenv("KVF_SIMD");
-	const struct kvc_codec_kernels *k;
-
-	if (env && strcmp(env, "scalar") == 0)
-		return &scalar_table;
-	k = avx2_usable();
-	return k ? k : &scalar_table;
-}
-
-const struct kvc_codec_kernels *kvc_codec_kernels(void)
-{
-	const struct kvc_codec_kernels *k =
-		atomic_load_explicit(&chosen, memory_order_acquire);
-
-	if (!k) {
-		k = choose();
-		atomic_store_explicit(&chosen, k, memory_order_release);
-	}
-	return k;
 }

@@ -102,30 +102,6 @@ static void block_scores(const struct kq *kq, uint32_t g,
 	}
 }
 
-/* softmax_head - fold head h's scores s[0..nt) into (m, l, acc): rescale
- * once if the block raises the max, then p[j] = exp(s[j] - m) and l. */
-static void softmax_head(struct kvc_attn_state *st, uint32_t h, const float *s,
-			 float *p, uint32_t nt)
-{
-	float *acc = st->acc + (size_t)h * st->head_dim;
-	float bm = -INFINITY;
-
-	for (uint32_t j = 0; j < nt; j++)
-		bm = s[j] > bm ? s[j] : bm;
-	if (bm > st->m[h]) {
-		float c = expf(st->m[h] - bm);
-
-		st->l[h] *= c;
-		for (uint32_t d = 0; d < st->head_dim; d++)
-			acc[d] *= c;
-		st->m[h] = bm;
-	}
-	for (uint32_t j = 0; j < nt; j++) {
-		p[j] = expf(s[j] - st->m[h]);
-		st->l[h] += p[j];
-	}
-}
-
 /* v_scale - the scale V token t's codes take (FP8: the group's * 256). */
 static float v_scale(const struct kvc_codec_layout *vl, const void *vg,
 		     uint32_t t)

@@ -1,6 +1,6 @@
 /*
  * codec_attn_avx2.c - attention over encoded groups, AVX2+FMA+F16C.
- * Compiled with -mavx2 -mfma -mf16c; reached only through codec.c's table
+ * Compiled with -mavx2 -mfma -mf16c; reached only through dispatch.c's codec table
  * on a CPU that has all three.  Same plan as codec_attn.c (the scales in
  * the query and in the softmax weights), with attn_avx2.c's register
  * blocking:
@@ -127,43 +127,6 @@ KVC_INLINE void dots(const struct kq *kq, const struct kvc_codec_layout *kl,
 		r[0] = kvc_codes_row(kl, kg, tb + tl[j]);
 		dots_tile(kq, kl->head_dim, r, c, s, ss, j, 1, NH);
 	}
-}
-
-/* softmax_block - attn_avx2.c's: fold one head's nt scores (padded here
- * with -INFINITY to a multiple of 8) into (m, l, acc); p = exp(s - m). */
-KVC_INLINE void softmax_block(float *s, float *p, uint32_t nt, float *m,
-			      float *l, float *acc, size_t D)
-{
-	uint32_t nt8 = (nt + 7) & ~7u;
-	__m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
-	float mn;
-
-	for (uint32_t j = nt; j < nt8; j++)
-		s[j] = -INFINITY;
-	for (uint32_t j = 0; j < nt8; j += 8)
-		mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-	mn = hmax8(mx);
-	if (mn > *m) {
-		float cf = expf(*m - mn);
-		__m256 cv = _mm256_set1_ps(cf);
-
-		*l *= cf;
-		for (size_t d = 0; d < D; d += 8)
-			_mm256_storeu_ps(acc + d,
-					 _mm256_mul_ps(cv, _mm256_loadu_ps(acc +
-									   d)));
-		*m = mn;
-	} else {
-		mn = *m;
-	}
-	mx = _mm256_set1_ps(mn);
-	for (uint32_t j = 0; j < nt8; j += 8) {
-		__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx));
-
-		_mm256_storeu_ps(p + j, e);
-		sum = _mm256_add_ps(sum, e);
-	}
-	*l += hsum8(sum);
 }
 
 /*

@@ -1,7 +1,7 @@
 /*
  * codec_avx2.c - the encoder and decoder of codec.h, AVX2+FMA+F16C.
  * Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; reached only
- * through codec.c's table on a CPU that has all three.
+ * through dispatch.c's codec table on a CPU that has all three.
  *
  * Same bytes and bits as codec.c: the statistics of a channel or token
  * (max |x|, min, max) are exact whatever the order, the scales and zero

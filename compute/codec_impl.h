@@ -2,13 +2,14 @@
  * codec_impl.h - what the codec variants share inside compute/: the
  * arithmetic of the formats in one place (so scalar and AVX2 encoders make
  * the same bytes), the accessors of an encoded group, and the variants'
- * function declarations for the tables in codec.c.
+ * function declarations for the tables in dispatch.c.
  *
  * The per-group metadata (scales, zero points) is always computed here, by
  * scalar code, from statistics (max |x|, min, max) that both variants
  * compute exactly; only the per-element work is vectorized.
  *
- * Only compute/codec*.c include this file; the engine uses codec.h.
+ * Only compute/codec*.c and dispatch.c include this file; the engine uses
+ * codec.h.
  */
 #ifndef KVF_COMPUTE_CODEC_IMPL_H
 #define KVF_COMPUTE_CODEC_IMPL_H
@@ -212,7 +213,7 @@ kvc_codec_scores_fn kvc_codec_scores_scalar;
 kvc_codec_fold_fn kvc_codec_fold_scalar;
 
 /* The AVX2 variant (codec_avx2.c, codec_attn_avx2.c): only built, and
- * only referenced, when KVC_CODEC_HAVE_AVX2 is 1. */
+ * only referenced, when KVC_HAVE_AVX2 is 1 (dispatch.c). */
 kvc_codec_encode_fn kvc_codec_encode_avx2;
 kvc_codec_decode_fn kvc_codec_decode_avx2;
 kvc_codec_scores_fn kvc_codec_scores_avx2;

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/codec.h"
+#include "compute/codec_impl.h"
 #include "compute/kern_impl.h"
 #include "compute/kernels.h"
 
@@ -90,4 +92,47 @@ const struct kvc_kernels *kvc_kernels(void)
 		atomic_store_explicit(&chosen, k, memory_order_release);
 	}
 	return k;
+}
+
+/* ---- the codec kernels (codec.h): they follow the choice above ----------- */
+
+static const struct kvc_codec_kernels codec_scalar_table = {
+	.name = "scalar",
+	.encode = kvc_codec_encode_scalar,
+	.decode = kvc_codec_decode_scalar,
+	.scores = kvc_codec_scores_scalar,
+	.fold = kvc_codec_fold_scalar,
+};
+
+#if KVC_HAVE_AVX2
+static const struct kvc_codec_kernels codec_avx2_table = {
+	.name = "avx2",
+	.encode = kvc_codec_encode_avx2,
+	.decode = kvc_codec_decode_avx2,
+	.scores = kvc_codec_scores_avx2,
+	.fold = kvc_codec_fold_avx2,
+};
+#endif
+
+const struct kvc_codec_kernels *kvc_codec_kernels_scalar(void)
+{
+	return &codec_scalar_table;
+}
+
+const struct kvc_codec_kernels *kvc_codec_kernels_avx2(void)
+{
+#if KVC_HAVE_AVX2
+	return avx2_usable() ? &codec_avx2_table : NULL;
+#else
+	return NULL;
+#endif
+}
+
+const struct kvc_codec_kernels *kvc_codec_kernels(void)
+{
+#if KVC_HAVE_AVX2
+	if (kvc_kernels() != &scalar_table)
+		return &codec_avx2_table;
+#endif
+	return &codec_scalar_table;
 }

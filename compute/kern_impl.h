@@ -144,4 +144,29 @@ kvc_softmax_mass_fn kvc_softmax_mass_avx2;
 kvc_sparf_scores_fn kvc_sparf_scores_avx2;
 kvc_vmean_fold_fn kvc_vmean_fold_avx2;
 
+/* softmax_head - for the dense and the encoded kernels: fold head h's
+ * scores s[0..nt) into (m, l, acc): rescale once if the block raises the
+ * max, then p[j] = exp(s[j] - m) and l. */
+static inline void softmax_head(struct kvc_attn_state *st, uint32_t h,
+				const float *s, float *p, uint32_t nt)
+{
+	float *acc = st->acc + (size_t)h * st->head_dim;
+	float bm = -INFINITY;
+
+	for (uint32_t j = 0; j < nt; j++)
+		bm = s[j] > bm ? s[j] : bm;
+	if (bm > st->m[h]) {
+		float c = expf(st->m[h] - bm);
+
+		st->l[h] *= c;
+		for (uint32_t d = 0; d < st->head_dim; d++)
+			acc[d] *= c;
+		st->m[h] = bm;
+	}
+	for (uint32_t j = 0; j < nt; j++) {
+		p[j] = expf(s[j] - st->m[h]);
+		st->l[h] += p[j];
+	}
+}
+
 #endif /* KVF_COMPUTE_KERN_IMPL_H */

@@ -37,7 +37,7 @@
 #include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/base/store_state.h"
-#include "engine/reads/kt_layout.h"
+#include "engine/reads/kt_read.h"
 #include "engine/reads/readpath.h"
 #include "engine/segments/segtable.h"
 #include "engine/segments/writer.h"
@@ -54,23 +54,6 @@ struct cut {
 	struct stream fresh;  /* .gbuf: its new tail group (or K^T block),
 			       * NULL to cut the current one in place */
 };
-
-struct kt_fill {
-	kvf_store *st;
-	unsigned char *buf;
-	uint64_t block_start;
-};
-
-static kvf_status kt_fill_rows(void *arg, uint64_t first, uint32_t n,
-			       const unsigned char *rows)
-{
-	struct kt_fill *c = arg;
-
-	for (uint32_t i = 0; i < n; i++)
-		kt_scatter(c->st, c->buf, rows + (size_t)i * c->st->row_bytes,
-			   (uint32_t)(first + i - c->block_start));
-	return KVF_OK;
-}
 
 /* plan_group - the K/V/X stream of cut c: a new tail buffer holding the
  * kept tokens of the group the cut falls in, unless the cut stays inside
@@ -99,7 +82,6 @@ static kvf_status plan_kt(kvf_store *st, struct seq *seq, struct cut *c,
 			  uint32_t layer, uint32_t head)
 {
 	uint32_t T = st->kt_tokens;
-	struct kt_fill f = { st, NULL, c->keep / T * T };
 	kvf_status rc;
 
 	if (c->keep % T == 0 ||
@@ -108,10 +90,8 @@ static kvf_status plan_kt(kvf_store *st, struct seq *seq, struct cut *c,
 	rc = stream_gbuf_alloc(st, &c->fresh, st->kt_groups * st->hdr.page_size);
 	if (rc != KVF_OK)
 		return rc;
-	f.buf = c->fresh.gbuf;
-	return stream_read_spans(st, seq, seq_kv_stream(st, seq, layer, KIND_K, head),
-				 c->tokens, f.block_start, c->keep, kt_fill_rows,
-				 &f);
+	return kt_block_fill(st, seq, layer, head, c->tokens, c->keep,
+			     c->fresh.gbuf);
 }
 
 /* drop_entries - give up s's index entries [from, n_groups) */

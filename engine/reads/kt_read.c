@@ -33,13 +33,22 @@ static kvf_status fill_rows(void *arg, uint64_t first, uint32_t n,
 	return KVF_OK;
 }
 
+kvf_status kt_block_fill(kvf_store *st, struct seq *seq, uint32_t layer,
+			 uint32_t head, uint64_t tokens, uint64_t upto,
+			 unsigned char *buf)
+{
+	struct fill_ctx c = { st, buf, upto / st->kt_tokens * st->kt_tokens };
+
+	return stream_read_spans(st, seq, seq_kv_stream(st, seq, layer, KIND_K, head),
+				 tokens, c.block_start, upto, fill_rows, &c);
+}
+
 /* kt_buffer - make the K^T stream's buffer hold the open block of a K
  * head holding `tokens` tokens, rebuilding it from K if needed */
 static kvf_status kt_buffer(kvf_store *st, struct seq *seq, uint32_t layer,
 			    uint32_t head, uint64_t tokens)
 {
 	struct stream *s = kt_stream(st, seq, layer, head);
-	struct fill_ctx c = { st, NULL, tokens / st->kt_tokens * st->kt_tokens };
 	kvf_status rc;
 
 	if (s->gbuf)
@@ -47,9 +56,7 @@ static kvf_status kt_buffer(kvf_store *st, struct seq *seq, uint32_t layer,
 	rc = stream_gbuf_alloc(st, s, st->kt_groups * st->hdr.page_size);
 	if (rc != KVF_OK)
 		return rc;
-	c.buf = s->gbuf;
-	rc = stream_read_spans(st, seq, seq_kv_stream(st, seq, layer, KIND_K, head),
-			       tokens, c.block_start, tokens, fill_rows, &c);
+	rc = kt_block_fill(st, seq, layer, head, tokens, tokens, s->gbuf);
 	if (rc != KVF_OK)
 		stream_gbuf_free(st, s);
 	return rc;

@@ -29,4 +29,14 @@ kvf_status kt_read(kvf_store *st, struct seq *seq, uint32_t layer,
 kvf_status kt_open_block(kvf_store *st, struct seq *seq, uint32_t layer,
 			 uint32_t head, const unsigned char **buf);
 
+/*
+ * kt_block_fill - scatter K head `head`'s tokens from the start of the
+ * block holding token `upto` up to `upto` (K holding `tokens`) into buf,
+ * kt_groups zeroed pages of [E][T]: the open block after an append, or
+ * after a truncation to `upto`.
+ */
+kvf_status kt_block_fill(kvf_store *st, struct seq *seq, uint32_t layer,
+			 uint32_t head, uint64_t tokens, uint64_t upto,
+			 unsigned char *buf);
+
 #endif /* KVF_ENGINE_KT_READ_H */

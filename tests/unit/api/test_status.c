@@ -105,7 +105,7 @@ Test(status, strerror_never_null_over_a_range)
 		const char *s = kvf_strerror((kvf_status)v);
 
 		cr_assert(not(zero(ptr, (void *)s)), "code %d", v);
-		cr_assert(gt(sz, strlen(s), 0), "code %d", v);
+		cr_assert(strlen(s) > (0), "code %d", v);
 		if (!is_known(v))
 			cr_assert(eq(int, strncmp(s, "unknown status ", 15), 0),
 				  "code %d gives \"%s\"", v, s);

@@ -304,10 +304,23 @@ void announce(char what, unsigned op_no)
 		_exit(4);
 }
 
+kvf_store *must_store;
+
 void must(kvf_status rc, const char *what, unsigned op_no)
 {
-	if (rc != KVF_OK)
-		fail("writer op %u: %s: %s", op_no, what, kvf_last_error());
+	kvf_stats s = { .struct_size = sizeof(s) };
+	char msg[600];
+
+	if (rc == KVF_OK)
+		return;
+	snprintf(msg, sizeof(msg), "%s", kvf_last_error());
+	if (rc == KVF_ENOSPC && must_store != NULL &&
+	    kvf_stats_get(must_store, &s) == KVF_OK)
+		fail("writer op %u: %s: %s [%" PRIu64
+		     " live pages; segments %u free, %u open, %u sealed, %u dying]",
+		     op_no, what, msg, s.live_pages, s.segments_free,
+		     s.segments_open, s.segments_sealed, s.segments_dying);
+	fail("writer op %u: %s: %s", op_no, what, msg);
 }
 
 /* ---- children ------------------------------------------------------------ */

@@ -18,6 +18,17 @@
 #define ID_POOL 6
 #define BALLAST (1ull << 50) /* a sequence outside the pool; see below */
 #define MAX_TOKENS (24 * G)  /* no appends to a layer past this */
+/*
+ * Six sequences of MAX_TOKENS in both layers, K/V and X, would hold more
+ * than the store's 8 MiB (crash_opts), so the script also keeps what its
+ * live sequences hold, counted as if they shared nothing, under
+ * LIVE_BYTES_MAX: the rest is room for the optimizer, unsynced tails
+ * written at syncs and the cleaner.  Without it, a rare script filled the
+ * store and the writer failed with KVF_ENOSPC.
+ */
+#define KV_GROUP_BYTES ((uint64_t)G * KVH * 2 * ROW) /* K and V, all heads */
+#define X_GROUP_BYTES ((uint64_t)G * QH * ROW)
+#define LIVE_BYTES_MAX (5ull << 20)
 
 #define SEEDS 20          /* stores per run of killed_writer */
 #define ROUNDS 6          /* kills per seed, on the same store */
@@ -83,6 +94,8 @@ int check_rows(const struct track *t, uint32_t layer, int kind,
 int state_differs(kvf_store *st, const struct model *m, char *why,
 			 size_t why_cap);
 void announce(char what, unsigned op_no);
+extern kvf_store *must_store; /* the writer's store: a full one's figures
+				* go into must's message */
 void must(kvf_status rc, const char *what, unsigned op_no);
 pid_t spawn(int *fd);
 void run_child(void (*fn)(const char *path, uint64_t arg),

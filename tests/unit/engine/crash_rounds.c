@@ -82,6 +82,25 @@ static uint32_t pick_n(struct script *sc)
 }
 
 /*
+ * model_bytes - the bytes of whole and partial groups the live sequences
+ * hold, as if none shared a page with another: a bound on what the store
+ * keeps live for them
+ */
+static uint64_t model_bytes(const struct model *m)
+{
+	uint64_t b = 0;
+
+	for (uint32_t i = 0; i < ID_POOL; i++) {
+		if (!m->seqs[i].live)
+			continue;
+		for (uint32_t l = 0; l < LAYERS; l++)
+			b += (m->seqs[i].kv[l].len + G - 1) / G * KV_GROUP_BYTES +
+			     (m->seqs[i].x[l].len + G - 1) / G * X_GROUP_BYTES;
+	}
+	return b;
+}
+
+/*
  * decide_cut - a kvf_seq_truncate of sequence s.  Right after a sync it
  * may cut anywhere, and is followed by its own sync (as create, fork and
  * free are: it commits at once, which the exact checks cannot follow).
@@ -173,12 +192,16 @@ static struct op decide(struct script *sc, struct model *m)
 	if (r < 50) {
 		op.kind = OP_APPEND;
 		op.n = pick_n(sc);
-		if (m->seqs[s].kv[op.layer].len + op.n > MAX_TOKENS)
+		if (m->seqs[s].kv[op.layer].len + op.n > MAX_TOKENS ||
+		    model_bytes(m) + ((uint64_t)op.n + G - 1) / G * KV_GROUP_BYTES >
+			    LIVE_BYTES_MAX)
 			op.n = 0;
 	} else if (r < 58) {
 		op.kind = OP_APPEND_X;
 		op.n = pick_n(sc);
-		if (m->seqs[s].x[op.layer].len + op.n > MAX_TOKENS)
+		if (m->seqs[s].x[op.layer].len + op.n > MAX_TOKENS ||
+		    model_bytes(m) + ((uint64_t)op.n + G - 1) / G * X_GROUP_BYTES >
+			    LIVE_BYTES_MAX)
 			op.n = 0;
 	} else if (r < 75) {
 		op.kind = OP_SYNC;
@@ -385,6 +408,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 	if (journal && powercut_arm(journal, path) != 0)
 		fail("powercut_arm %s: %s", journal, strerror(errno));
 	must(kvf_open(path, &o, &st), "kvf_open", 0);
+	must_store = st;
 	must(kvf_opt_open(st, OPTIM_NAME, &writer_optim), "kvf_opt_open", 0);
 	for (unsigned i = 1; i <= OPS_PER_ROUND; i++) {
 		struct op op = decide(&sc, m);
@@ -396,6 +420,7 @@ static void writer(const char *path, struct model *m, uint64_t round_seed,
 	}
 	announce('B', OPS_PER_ROUND + 1);
 	must(kvf_opt_close(writer_optim), "kvf_opt_close", OPS_PER_ROUND + 1);
+	must_store = NULL;
 	must(kvf_close(st), "kvf_close", OPS_PER_ROUND + 1);
 	announce('D', OPS_PER_ROUND + 1);
 	_exit(0);
@@ -498,6 +523,7 @@ struct tally {
 	unsigned cuts, cuts_unsynced; /* truncations before the kill: all,
 				       * and those of unsynced tokens only */
 	uint64_t steps, steps_in_flight, cleaned;
+	uint64_t peak_bytes; /* model_bytes at its highest */
 	struct powercut_stats cut;
 };
 
@@ -585,6 +611,8 @@ static void round_once(const char *path, struct model *m, uint64_t seed,
 		struct op op = decide(&sc, &scratch);
 
 		apply(&sc, &scratch, &op);
+		if (op_no <= last_begun && model_bytes(&scratch) > tl->peak_bytes)
+			tl->peak_bytes = model_bytes(&scratch);
 		if (op.kind == OP_META && op_no <= last_done)
 			n_meta++;
 		if (op.kind == OP_TRUNCATE && op_no <= last_begun) {
@@ -715,9 +743,10 @@ void crash_rounds(const char *test, unsigned n, int power,
 		"%s: %u trials (%u with a sync in flight, %" PRIu64
 		" with an optimizer step in flight), every synced token back; %" PRIu64
 		" optimizer steps checked, %" PRIu64
-		" segments cleaned; %u truncations (%u of unsynced tokens)\n",
+		" segments cleaned; %u truncations (%u of unsynced tokens); live data at most %.1f MiB\n",
 		test, tl.rounds, tl.in_flight, tl.steps_in_flight, tl.steps,
-		tl.cleaned, tl.cuts, tl.cuts_unsynced);
+		tl.cleaned, tl.cuts, tl.cuts_unsynced,
+		(double)tl.peak_bytes / (1 << 20));
 	if (power)
 		fprintf(stderr,
 			"%s: power cuts: %" PRIu64 " unsynced pages (%" PRIu64

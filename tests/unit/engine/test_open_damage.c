@@ -343,7 +343,7 @@ Test(open_damage, segment_record_bad_run)
 	p = fx_find_group(fx.path, 1, 0, 0, 1, 3, G);
 	good = seg_record_get(p.segid, &len);
 	memcpy(&rec, good, sizeof(rec));
-	cr_assert(gt(u32, rec.n_runs, 0));
+	cr_assert(rec.n_runs > (0));
 	at = sizeof(rec) + (rec.n_runs - 1) * sizeof(last);
 	memcpy(&last, good + at, sizeof(last));
 	/* the runs are in page order: the last one ends at the last page */

@@ -67,7 +67,7 @@ static void faults_run(const char *name, int kind, int trials, long span,
 	for (int t = 0; t < trials; t++)
 		faults_trial(f, kind, 1 + (long)faults_below(f, (uint64_t)span),
 			     0);
-	cr_assert(gt(u64, atomic_load(&fi.fired[kind]), 0),
+	cr_assert(atomic_load(&fi.fired[kind]) > (0),
 		  "%s: no fault fired", name);
 	faults_done(f, kind);
 	free(f);
@@ -98,7 +98,7 @@ Test(store_faults, eio_read)
 			     1 + (long)faults_below(f, at_open ? 4 : 50),
 			     at_open);
 	}
-	cr_assert(gt(u64, atomic_load(&fi.fired[F_EIO_READ]), 0));
+	cr_assert(atomic_load(&fi.fired[F_EIO_READ]) > (0));
 	faults_done(f, F_EIO_READ);
 	free(f);
 }
@@ -125,7 +125,7 @@ Test(store_faults, cleaner)
 			     0);
 	for (int k = 0; k < 3; k++)
 		n += atomic_load(&fi.fired[kinds[k]]);
-	cr_assert(gt(u64, f->cleaned, 0), "the cleaner never ran");
+	cr_assert(f->cleaned > (0), "the cleaner never ran");
 	printf("cleaner: %lu eio-write, %lu eio-read, %lu torn\n",
 	       atomic_load(&fi.fired[F_EIO_WRITE]),
 	       atomic_load(&fi.fired[F_EIO_READ]),
@@ -151,7 +151,7 @@ Test(store_faults, short_transfer)
 	cr_assert(eq(u64, f->calls_failed, 0),
 		  "a short transfer failed a call");
 	cr_assert(eq(u64, f->fatal_handles, 0));
-	cr_assert(gt(u64, atomic_load(&fi.fired[F_SHORT]), 0));
+	cr_assert(atomic_load(&fi.fired[F_SHORT]) > (0));
 	faults_done(f, F_SHORT);
 	free(f);
 }
@@ -170,7 +170,7 @@ Test(store_faults, torn_write)
 		fi.align = t % 2 ? 1 : 512;
 		faults_trial(f, F_TORN, 1 + (long)faults_below(f, 16), 0);
 	}
-	cr_assert(gt(u64, atomic_load(&fi.fired[F_TORN]), 0));
+	cr_assert(atomic_load(&fi.fired[F_TORN]) > (0));
 	faults_done(f, F_TORN);
 	free(f);
 }
@@ -258,7 +258,7 @@ Test(store_faults, slow_device)
 	       (double)(b.tv_nsec - a.tv_nsec) / 1e9;
 	cr_assert(eq(u64, f->calls_failed, 0));
 	cr_assert(eq(u64, f->fatal_handles, 0));
-	cr_assert(gt(u64, atomic_load(&fi.fired[F_SLOW]), 0));
+	cr_assert(atomic_load(&fi.fired[F_SLOW]) > (0));
 	cr_assert(lt(dbl, secs, 60.0), "slow trials took %.1f s", secs);
 	printf("slow_device: %.2f s for 6 trials\n", secs);
 	faults_done(f, F_SLOW);

@@ -132,7 +132,7 @@ Test(tier, results_identical_on_and_off)
 	attend(st, 1, 1, q, on[1], 1);
 	attend(st, 1, 0, q, on2[0], 0); /* warm: from DRAM */
 	attend(st, 1, 1, q, on2[1], 1);
-	cr_assert(gt(u64, stats_of(st).cache_hits, 0));
+	cr_assert(stats_of(st).cache_hits > (0));
 	OK(kvf_close(st));
 	for (int l = 0; l < 2; l++) {
 		cr_assert(eq(int, memcmp(off[l], on[l], sizeof(off[l])), 0),
@@ -239,7 +239,7 @@ Test(tier, larger_than_budget)
 	cr_assert(le(u64, step[1] + b.cache_bytes, pages * 4096 + 4096 * 4),
 		  "step 2 read %" PRIu64 " with %" PRIu64 " cached", step[1],
 		  b.cache_bytes);
-	cr_assert(gt(u64, b.cache_bytes, (1ull << 20)),
+	cr_assert(b.cache_bytes > ((1ull << 20)),
 		  "only %" PRIu64 " bytes cached", b.cache_bytes);
 	for (int s = 2; s < 4; s++)
 		cr_assert(le(u64, step[s], step[1] + 16 * 4096),
@@ -326,7 +326,7 @@ Test(tier, budget_never_exceeded_under_concurrency)
 		cr_assert(eq(int, w[i].fail, 0), "worker %d: %s", i, kvf_last_error());
 	}
 	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
-	cr_assert(gt(u64, stats_of(st).cache_evictions, 0));
+	cr_assert(stats_of(st).cache_evictions > (0));
 	OK(kvf_close(st));
 }
 
@@ -353,7 +353,7 @@ Test(tier, reused_segments_not_served)
 			OK(kvf_seq_free(st, id - 2));
 		OK(kvf_sync(st));
 	}
-	cr_assert(gt(u64, stats_of(st).segments_reclaimed, 0));
+	cr_assert(stats_of(st).segments_reclaimed > (0));
 	for (uint64_t id = 11; id <= 12; id++)
 		for (uint32_t l = 0; l < LAYERS; l++)
 			attend(st, id, l, q, on[id - 11][l], 0);
@@ -399,8 +399,8 @@ Test(tier, enospc_with_write_back)
 			len[id]++;
 	}
 	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
-	cr_assert(gt(u64, stats_of(st).writeback_runs, 0), "no run written back");
-	cr_assert(gt(u64, len[1] + len[2], 8 * G), "only %" PRIu64 " tokens fit",
+	cr_assert(stats_of(st).writeback_runs > (0), "no run written back");
+	cr_assert(len[1] + len[2] > (8 * G), "only %" PRIu64 " tokens fit",
 		  len[1] + len[2]);
 	/* the partial tail groups need pages of their own, as without the
 	 * tier: room comes from freeing sequence 2 */
@@ -504,7 +504,7 @@ Test(tier, written_segments_cached_in_place)
 	OK(put_known(st, 1, 0, 40 * G));
 	OK(kvf_sync(st));
 	a = stats_of(st);
-	cr_assert(gt(u64, a.cache_segments, 0));
+	cr_assert(a.cache_segments > (0));
 	cr_assert(eq(u64, a.cache_segments_skipped, 0));
 	/* every data page written is cached: taken whole, none copied */
 	cr_assert(eq(u64, a.cache_bytes, a.data_bytes));
@@ -538,9 +538,9 @@ Test(tier, full_cache_recycles_its_memory)
 	OK(kvf_sync(st));
 	s = stats_of(st);
 	cr_assert(le(u64, s.dram_peak, o.dram_budget));
-	cr_assert(gt(u64, s.cache_evictions, 0));
-	cr_assert(gt(u64, s.cache_segments, 48));
-	cr_assert(gt(u64, s.writeback_runs, 0));
+	cr_assert(s.cache_evictions > (0));
+	cr_assert(s.cache_segments > (48));
+	cr_assert(s.writeback_runs > (0));
 	for (uint64_t q = 1; q <= 4; q++)
 		check_known(st, q, 40 * G);
 	OK(kvf_close(st));
@@ -577,11 +577,11 @@ Test(tier, stage_profile)
 	OK(put_known(st, 1, 8 * G, 8 * G));
 	OK(kvf_sync(st));
 	s = stats_of(st);
-	cr_assert(gt(u64, s.prof_append_ns, 0));
-	cr_assert(gt(u64, s.prof_copy_ns, 0));
-	cr_assert(gt(u64, s.prof_hash_ns, 0));
-	cr_assert(gt(u64, s.prof_sync_ns, 0));
-	cr_assert(gt(u64, s.prof_writer_ns, 0));
+	cr_assert(s.prof_append_ns > (0));
+	cr_assert(s.prof_copy_ns > (0));
+	cr_assert(s.prof_hash_ns > (0));
+	cr_assert(s.prof_sync_ns > (0));
+	cr_assert(s.prof_writer_ns > (0));
 	check_known(st, 1, 16 * G);
 	OK(kvf_close(st));
 }
@@ -601,7 +601,7 @@ Test(tier, written_back_memory_returns)
 	OK(kvf_seq_create(st, 1));
 	for (uint32_t t = 0; t < 31 * G; t++) /* 31 pages a stream wait */
 		OK(put_known(st, 1, t, 1));
-	cr_assert(gt(u64, stats_of(st).writeback_bytes, 512u << 10));
+	cr_assert(stats_of(st).writeback_bytes > (512u << 10));
 	OK(kvf_sync(st));
 	cr_assert(eq(u64, stats_of(st).writeback_bytes, 0));
 	/* each new sequence holds a group buffer per stream: 8 of 4 KiB */

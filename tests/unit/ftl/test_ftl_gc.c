@@ -125,8 +125,7 @@ Test(ftl_gc, models_known_values_and_limits)
 		cr_assert(lt(dbl, greedy, fifo));
 		cr_assert(fabs(huge_b - fifo) < 0.01 * fifo, "sf %.2f", sf);
 		/* more choices, less WA */
-		cr_assert(gt(dbl, gc_model_dchoices_wa(sf, 64, 2),
-			     gc_model_dchoices_wa(sf, 64, 10)));
+		cr_assert(gc_model_dchoices_wa(sf, 64, 2) > (gc_model_dchoices_wa(sf, 64, 10)));
 	}
 	cr_assert(eq(dbl, gc_model_fifo_wa(0.0), 0.0));
 	cr_assert(eq(dbl, gc_model_greedy_wa(1.0, 64), 0.0));

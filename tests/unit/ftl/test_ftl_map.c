@@ -138,11 +138,11 @@ static void run_model(struct kvf_flash_config *fc, uint32_t stripes,
 		struct kvf_flash_stats st = ffx_flash_stats(md.m);
 
 		/* the run did make the FTL work */
-		cr_assert(gt(u64, st.erases, 50));
+		cr_assert(st.erases > (50));
 		if (fc->mapping == KVF_FLASH_MAP_PAGE)
-			cr_assert(gt(u64, st.gc_programs, 0));
+			cr_assert(st.gc_programs > (0));
 		else
-			cr_assert(gt(u64, st.merges, 0));
+			cr_assert(st.merges > (0));
 		cr_assert(eq(u64, st.nand_programs,
 			     st.host_pages + st.gc_programs + st.wl_programs +
 				     st.pad_programs));
@@ -331,7 +331,7 @@ Test(ftl_map, retire_at_pe_limit_then_read_only, .timeout = 60)
 	ffx_expect_msg("is worn out and read-only");
 	s = ffx_flash_stats(m);
 	cr_assert(eq(u32, s.worn_out, 1));
-	cr_assert(gt(u64, s.retired_blocks, 0));
+	cr_assert(s.retired_blocks > (0));
 	cr_assert(eq(u64, s.lost_bytes, s.retired_blocks * 16 * FFX_PAGE));
 	cr_assert(le(u32, s.erase_max, 40));
 	/* every block that retired did so at exactly the limit */
@@ -408,7 +408,7 @@ Test(ftl_map, streams_keep_lifetimes_apart)
 		if (use)
 			cr_assert(eq(u32, mixed, 0));
 		else
-			cr_assert(gt(u32, mixed, 0));
+			cr_assert(mixed > (0));
 		kvf_free(owner);
 		kvf_media_free(m);
 	}

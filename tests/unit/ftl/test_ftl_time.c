@@ -39,9 +39,9 @@ Test(ftl_time, cell_defaults_ordered_and_overridable)
 		cr_assert_not_null(ftl_cell_defaults(cells[i], &t, &pe));
 		if (i > 0) {
 			/* more bits per cell: slower and less durable */
-			cr_assert(gt(u32, t.read_ns, prev.read_ns));
-			cr_assert(gt(u32, t.prog_ns, prev.prog_ns));
-			cr_assert(gt(u32, t.erase_ns, prev.erase_ns));
+			cr_assert(t.read_ns > (prev.read_ns));
+			cr_assert(t.prog_ns > (prev.prog_ns));
+			cr_assert(t.erase_ns > (prev.erase_ns));
 			cr_assert(lt(u32, pe, prev_pe));
 		}
 		prev = t;

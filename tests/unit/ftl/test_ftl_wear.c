@@ -160,18 +160,18 @@ static void wl_expect(enum kvf_flash_mapping mapping, uint32_t dies,
 	struct wear_run off = hot_cold(mapping, dies, 0, seed);
 	struct wear_run on = hot_cold(mapping, dies, t, seed);
 
-	cr_assert(gt(u32, off.gap_end, 40), "gap without WL %u", off.gap_end);
-	cr_assert(gt(dbl, (double)off.gap_end, 1.5 * off.gap_mid),
+	cr_assert(off.gap_end > (40), "gap without WL %u", off.gap_end);
+	cr_assert(off.gap_mid * 1.5 < (double)off.gap_end,
 		  "gap without WL: %u halfway, %u at the end", off.gap_mid,
 		  off.gap_end);
 	cr_assert(eq(u64, off.wl_moves, 0));
-	cr_assert(gt(u64, on.wl_moves, 0));
+	cr_assert(on.wl_moves > (0));
 	cr_assert(le(u32, on.gap_max, 2 * t + 2), "gap with WL reached %u",
 		  on.gap_max);
 	cr_assert(le(dbl, on.gap_late, 1.5 * t + 2),
 		  "gap with WL averaged %.1f over the second half", on.gap_late);
-	cr_assert(gt(dbl, on.evenness, 0.99));
-	cr_assert(gt(dbl, on.evenness, off.evenness));
+	cr_assert(on.evenness > (0.99));
+	cr_assert(on.evenness > (off.evenness));
 }
 
 Test(ftl_wear, static_wl_bounds_gap_one_die, .timeout = 60)

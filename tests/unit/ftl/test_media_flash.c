@@ -311,7 +311,7 @@ Test(media_flash, stats_account_every_program, .timeout = 60)
 	cr_assert(eq(u64, ms.host_pages_written, s.host_pages));
 	cr_assert(fabs(s.device_wa - (double)s.nand_programs / s.host_pages) <
 		  1e-12);
-	cr_assert(gt(dbl, s.device_wa, 1.5));
+	cr_assert(s.device_wa > (1.5));
 	cr_assert(eq(u32, s.pe_limit, 1000));
 	/* the histogram covers every block */
 	{
@@ -325,21 +325,21 @@ Test(media_flash, stats_account_every_program, .timeout = 60)
 		cr_assert(le(dbl, s.erase_mean, (double)s.erase_max));
 		cr_assert(fabs(s.erase_mean - (double)s.erases / s.blocks) < 1e-9);
 	}
-	cr_assert(gt(dbl, s.wear_evenness, 0.5));
+	cr_assert(s.wear_evenness > (0.5));
 	cr_assert(le(dbl, s.wear_evenness, 1.0));
 	/* modeled time: at least every program's tPROG over the one die */
 	cr_assert(ge(u64, s.device_time_ns, s.nand_programs * 2500000ull));
 	cr_assert(eq(u64, s.die_busy_max_ns, s.die_busy_ns));
 	/* effective spare: the erased reserve makes it a bit smaller */
 	cr_assert(lt(dbl, s.spare_factor_effective, s.spare_factor));
-	cr_assert(gt(dbl, s.spare_factor_effective, s.spare_factor - 0.05));
+	cr_assert(s.spare_factor_effective > (s.spare_factor - 0.05));
 	/* lifetime: the projection follows kvf_flash_project */
 	{
 		struct kvf_flash_lifetime l;
 
 		kvf_flash_project(&s, (double)s.host_pages * PAGE,
 				  (double)s.erases, PAGE, &l);
-		cr_assert(gt(dbl, l.host_bytes_total, (double)s.host_pages * PAGE));
+		cr_assert(l.host_bytes_total > ((double)s.host_pages * PAGE));
 		cr_assert(fabs(l.host_bytes_total - s.life.host_bytes_total) <
 			  1e-6 * l.host_bytes_total);
 		cr_assert(fabs(l.requests_remaining * PAGE -
@@ -396,6 +396,6 @@ Test(media_flash, out_of_memory_at_open_leaves_nothing)
 			cr_assert_null(m);
 	}
 	cr_assert(eq(int, rc, KVF_OK), "%s", kvf_last_error());
-	cr_assert(gt(u64, n, 10)); /* many allocations were each failed */
+	cr_assert(n > (10)); /* many allocations were each failed */
 	kvf_media_free(m);
 }
