@@ -13,7 +13,8 @@
  *    a quarter of them): the run starts with nothing in memory and the KV
  *    cannot all be held there;
  *  - kvflash, SparF: the same store, truncated back to N tokens
- *    (kvf_seq_truncate), closed and reopened, attending with SparF
+ *    (kvf_seq_truncate: the dense run appended its decode tokens), closed
+ *    and reopened, attending with SparF
  *    (--sparse: 2 by whole token groups, 1 by tokens; top_k = N /
  *    --sparf-share, top_r = head_dim / --sparf-share);
  *  - in-memory: every token's K and V in DRAM, one array per (layer, kind,
@@ -667,32 +668,39 @@ static int stats(kvf_store *st, kvf_stats *s)
 	return 0;
 }
 
-/* store_cold - the built store reopened with nothing in memory; a SparF
- * system's first truncated back to the prompt (the dense run appended
- * its decode tokens) and reopened again */
+/* store_cold - the built store reopened with nothing in memory; when an
+ * earlier run appended its decode tokens, first truncated back to the
+ * prompt and reopened again */
 static int store_cold(struct ctx *c, const struct ctx_system *s,
 		      kvf_store **st)
 {
+	uint64_t len;
 	kvf_status rc;
 
 	if (store_open(c, s, st) != 0)
 		return -1;
-	if (!s->sparse)
+	if ((rc = kvf_seq_len(*st, SEQ_ID, 0, &len)) != KVF_OK) {
+		bench_fail("decode", "kvf_seq_len", rc);
+		goto fail;
+	}
+	if (len == c->n)
 		return 0;
 	if ((rc = kvf_seq_truncate(*st, SEQ_ID, c->n)) != KVF_OK) {
 		bench_fail("decode", "kvf_seq_truncate", rc);
-		(void)kvf_close(*st);
-		return -1;
+		goto fail;
 	}
 	if (store_close(*st) != 0)
 		return -1;
 	return store_open(c, s, st);
+fail:
+	(void)kvf_close(*st);
+	return -1;
 }
 
 /* ---- one system ----------------------------------------------------------- */
 
-/* one_layer - step i's append and attention of layer for system s (its
- * store st), their ns returned (0 on error); the output checked */
+/* one_layer - step i's append and attention of layer for system sys (its
+ * store st) into c->out; their ns returned, 0 on error (printed) */
 static double one_layer(struct ctx *c, uint32_t sys, kvf_store *st,
 			const kvf_attn_opts *o, uint32_t i, uint32_t layer,
 			uint64_t *bytes)
