@@ -30,8 +30,10 @@
  * append the new token's K and V, then attend with a fresh q (made before
  * the clock starts).  --warmup steps go first, untimed, then --steps are
  * timed one by one.  Per system: tokens/s of the sequence (1 / median
- * step), bytes read from and written to media per step (kvf_stats deltas
- * for kvflash, counted for the others), the memory tier's hits and misses.
+ * step), the process's CPU time per step (every thread: the store's
+ * workers, the baselines' threads), bytes read from and written to media
+ * per step (kvf_stats deltas for kvflash, counted for the others), the
+ * memory tier's hits and misses.
  * Every output of every step and layer of the in-memory and FlexGen runs
  * is compared with dense kvf_attend's (max |difference| and cosine per
  * query head): the three compute the same attention, and a run where they
@@ -700,17 +702,20 @@ fail:
 /* ---- one system ----------------------------------------------------------- */
 
 /* one_layer - step i's append and attention of layer for system sys (its
- * store st) into c->out; their ns returned, 0 on error (printed) */
+ * store st) into c->out; their ns returned, 0 on error (printed); the CPU
+ * seconds of the process meanwhile added to *cpu_s */
 static double one_layer(struct ctx *c, uint32_t sys, kvf_store *st,
 			const kvf_attn_opts *o, uint32_t i, uint32_t layer,
-			uint64_t *bytes)
+			uint64_t *bytes, double *cpu_s)
 {
 	const struct ctx_system *s = &ctx_systems[sys];
 	uint64_t pos = c->n + i, t0;
+	double cpu0;
 	kvf_status rc;
 
 	fill_q(c, i, layer);
 	fill_token(c, layer, pos);
+	cpu0 = bench_cpu_s();
 	t0 = bench_now_ns();
 	if (s->kind == CTX_KVFLASH) {
 		rc = kvf_append(st, SEQ_ID, layer, 1, c->tok_k, c->tok_v);
@@ -728,6 +733,7 @@ static double one_layer(struct ctx *c, uint32_t sys, kvf_store *st,
 		return 0;
 	}
 	t0 = bench_now_ns() - t0;
+	*cpu_s += bench_cpu_s() - cpu0;
 	return t0 ? (double)t0 : 1;
 }
 
@@ -741,7 +747,7 @@ static int run_system(struct ctx *c, uint32_t sys)
 	kvf_stats s0, s1;
 	kvf_attn_opts o;
 	uint64_t read = 0;
-	double sum = 0;
+	double sum = 0, cpu_s = 0;
 	int rc = -1;
 
 	*f = (struct ctx_figs){ .min_cos = 1 };
@@ -766,7 +772,7 @@ static int run_system(struct ctx *c, uint32_t sys)
 		}
 	}
 	for (uint32_t i = 0; i < a->warmup + a->steps; i++) {
-		double t = 0;
+		double t = 0, cpu = 0;
 		uint64_t bytes = 0;
 
 		if (i == a->warmup && st != NULL && stats(st, &s0) != 0)
@@ -774,7 +780,7 @@ static int run_system(struct ctx *c, uint32_t sys)
 		if (i == a->warmup)
 			c->written = 0;
 		for (uint32_t l = 0; l < a->model.n_layers; l++) {
-			double ns = one_layer(c, sys, st, &o, i, l, &bytes);
+			double ns = one_layer(c, sys, st, &o, i, l, &bytes, &cpu);
 
 			if (ns == 0)
 				goto out;
@@ -784,12 +790,14 @@ static int run_system(struct ctx *c, uint32_t sys)
 		if (i >= a->warmup) {
 			c->step_ns[i - a->warmup] = t;
 			sum += t;
+			cpu_s += cpu;
 			read += bytes;
 		}
 	}
 	f->step_mean_ns = sum / a->steps;
 	f->step_med_ns = bench_median(c->step_ns, a->steps);
 	f->tokens_s = 1e9 / f->step_med_ns;
+	f->cpu_ns = cpu_s * 1e9 / a->steps;
 	f->bytes_read = (double)read / a->steps;
 	f->bytes_written = (double)c->written / a->steps;
 	if (st != NULL) {

@@ -69,6 +69,8 @@ struct ctx_figs {
 				* every layer */
 	double step_mean_ns;
 	double tokens_s;       /* per sequence: 1e9 / step_med_ns */
+	double cpu_ns;         /* CPU time of the process a timed step (mean;
+				* every thread) */
 	double bytes_read;     /* from media per timed step */
 	double bytes_written;  /* to media per timed step */
 	uint64_t cache_hits, cache_misses; /* kvflash, over the timed steps */

@@ -41,8 +41,8 @@ static void print_point(const struct ctx_result *r, const struct ctx_point *p)
 	       (unsigned long long)p->tokens, mib((double)p->kv_bytes), mib((double)p->budget),
 	       100.0 * (double)p->budget / (double)p->kv_bytes, p->build_s, p->plain_s,
 	       sparse_name(r->a->sparse), p->top_k, p->top_r);
-	printf("  %-22s %10s %9s %10s %10s %8s %17s %10s %15s\n", "system", "tokens/s",
-	       "step ms", "read MiB", "wrote KiB", "vs Flex", "tier hits/misses",
+	printf("  %-22s %9s %8s %8s %9s %9s %8s %17s %9s %15s\n", "system", "tokens/s",
+	       "step ms", "CPU ms", "read MiB", "wrote KiB", "vs Flex", "tier hits/misses",
 	       "max |err|", "cos min/mean");
 	for (uint32_t s = 0; s < CTX_SYSTEMS; s++) {
 		const struct ctx_system *sy = &ctx_systems[s];
@@ -57,8 +57,9 @@ static void print_point(const struct ctx_result *r, const struct ctx_point *p)
 			snprintf(err, sizeof(err), "%.2g", f->max_err);
 			snprintf(cosv, sizeof(cosv), "%.4f/%.4f", f->min_cos, f->mean_cos);
 		}
-		printf("  %-22s %10.2f %9.2f %10.2f %10.1f %7.2fx %17s %10s %15s\n",
-		       sy->label, f->tokens_s, f->step_med_ns / 1e6, mib(f->bytes_read),
+		printf("  %-22s %9.2f %8.2f %8.2f %9.2f %9.1f %7.2fx %17s %9s %15s\n",
+		       sy->label, f->tokens_s, f->step_med_ns / 1e6, f->cpu_ns / 1e6,
+		       mib(f->bytes_read),
 		       f->bytes_written / 1024, fg ? f->tokens_s / fg->tokens_s : 0, hits,
 		       err, cosv);
 	}
@@ -81,10 +82,11 @@ void decode_ctx_print_table(const struct ctx_result *r)
 	       "  reopened before each of its runs (its tier empty), its file media reads with O_DIRECT\n"
 	       "  and its dram_budget is below the K+V; the FlexGen reader preads K and V with O_DIRECT\n"
 	       "  every step and caches nothing; the in-memory cache holds every token in DRAM (warm).\n"
-	       "  Bytes read and written are per step: kvf_stats for kvflash, counted for the others.\n",
+	       "  Bytes read and written are per step: kvf_stats for kvflash, counted for the others;\n"
+	       "  CPU ms is the process's CPU time a step, every thread (%u cores here at most).\n",
 	       m->n_layers, m->n_q_heads, m->n_kv_heads, m->head_dim,
 	       llama ? "Llama-8B's layer shape" : "Llama-8B's layer is 32 q / 8 kv x 128",
-	       m->n_layers, r->n_threads, a->steps, a->warmup);
+	       m->n_layers, r->n_threads, a->steps, a->warmup, r->n_threads);
 	for (uint32_t i = 0; i < r->n_pt; i++)
 		print_point(r, &r->pt[i]);
 	printf("\ntokens/s per sequence:\n  %10s", "context");
@@ -154,6 +156,7 @@ void decode_ctx_print_json(const struct ctx_result *r)
 			bench_json_double(&j, "tokens_per_s", f->tokens_s);
 			bench_json_double(&j, "step_ms_median", f->step_med_ns / 1e6);
 			bench_json_double(&j, "step_ms_mean", f->step_mean_ns / 1e6);
+			bench_json_double(&j, "cpu_ms_per_step", f->cpu_ns / 1e6);
 			bench_json_double(&j, "bytes_read_per_step", f->bytes_read);
 			bench_json_double(&j, "bytes_written_per_step", f->bytes_written);
 			if (sy->kind == CTX_KVFLASH) {
