@@ -1,9 +1,11 @@
 /*
  * bench_decode_ctx_int.h - what the files of `kvbench decode --context`
  * share (see bench_decode_ctx.c for what it measures): the systems, the
- * arguments, one context's figures and the calls between the files.
- * bench_decode_ctx.c parses the arguments and runs the systems;
- * bench_decode_ctx_report.c prints the table, the JSON and the plot.
+ * arguments, one context's figures, the run's state and the calls between
+ * the files.  bench_decode_ctx.c parses the arguments and runs the whole;
+ * bench_decode_ctx_run.c makes the data and runs the systems at one
+ * context length; bench_decode_ctx_report.c prints the table, the JSON
+ * and the plot.
  * Nothing outside bench_decode*.c includes it.
  */
 #ifndef KVF_BENCH_DECODE_CTX_INT_H
@@ -31,7 +33,7 @@ enum ctx_kind {
 
 /*
  * One system of the run.  The table of them (ctx_systems in
- * bench_decode_ctx.c) is the one place a system is added: compressed KV
+ * bench_decode_ctx_run.c) is the one place a system is added: compressed KV
  * is one more CTX_KVFLASH row with its codec, once the store takes one
  * (kvf_options.codec is not there yet; see ctx_store_options).
  */
@@ -93,6 +95,52 @@ struct ctx_point {
 	struct ctx_figs sys[CTX_SYSTEMS];
 };
 
+/* One baseline thread: KV heads first, first + n_threads, ... */
+struct ctx;
+
+struct ctx_worker {
+	struct ctx *c;
+	uint32_t first;
+	unsigned char *k, *v; /* FlexGen: one region each, page-aligned */
+	float *state;         /* KVC_ATTN_STATE_FLOATS(group, head_dim) */
+	float *qs;            /* [group][head_dim], scaled */
+	uint64_t bytes;       /* FlexGen: bytes pread this call */
+	int err;              /* errno of a failed pread, else 0 */
+};
+
+/* The run, and the context length being measured. */
+struct ctx {
+	const struct ctx_args *a;
+	uint32_t n_threads;
+	size_t row;             /* bytes of one head's row of a token */
+	size_t qn;              /* floats of q and out */
+	uint64_t token_bytes;   /* K+V of one token, every layer */
+	uint16_t noise[65536];  /* f16 noise in [-1, 1) */
+	/* the context being measured */
+	struct ctx_point *pt;
+	uint64_t n, cap;        /* prompt tokens; with the decode tokens */
+	size_t region;          /* bytes of one (layer, kind, head) array:
+				 * cap rows in whole pages */
+	size_t n_regions;       /* layers * 2 * kv_heads */
+	unsigned char *mem;     /* [n_regions][region]: the in-memory cache,
+				 * and the plain file's image */
+	float *ref;             /* [warmup + steps][layers][qn] dense
+				 * kvf_attend's outputs */
+	float *q, *out;         /* [qn] */
+	uint16_t *tok_k, *tok_v; /* [kv_heads][head_dim]: a step's token */
+	uint16_t *chunk_k, *chunk_v; /* [CTX_PREFILL_CHUNK][kv_heads][dim] */
+	double *step_ns;        /* [steps] */
+	double cos_sum;         /* cosines to dense summed, and how many */
+	uint64_t cos_n;
+	char store_path[4096], plain_path[4096];
+	/* the FlexGen reader */
+	int fd;                 /* the plain file */
+	unsigned char *tail;    /* [n_regions][2 pages]: the page being
+				 * filled by decode tokens, and its spill */
+	uint64_t written;       /* bytes pwritten during the timed steps */
+	struct ctx_worker w[CTX_MAX_THREADS];
+};
+
 struct ctx_result {
 	const struct ctx_args *a;
 	uint32_t n_threads;
@@ -106,6 +154,14 @@ int decode_ctx_wanted(int argc, char **argv);
 /* decode_ctx_main - `kvbench decode --context ...`: 0, 1 (failed or the
  * systems disagree), 2 (usage) */
 int decode_ctx_main(int argc, char **argv);
+
+/* bench_decode_ctx_run.c (ctx_systems too) */
+/* decode_ctx_kv_bytes - K+V of every layer for tokens tokens */
+uint64_t decode_ctx_kv_bytes(const struct ctx_args *a, uint64_t tokens);
+/* decode_ctx_run_context - every system at prompt length n into *pt, with
+ * its dram_budget budget; 0, or -1 with a message printed */
+int decode_ctx_run_context(struct ctx *c, uint64_t n, uint64_t budget,
+			   struct ctx_point *pt);
 
 /* bench_decode_ctx_report.c */
 void decode_ctx_print_table(const struct ctx_result *r);
