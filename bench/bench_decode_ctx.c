@@ -249,7 +249,6 @@ int decode_ctx_main(int argc, char **argv)
 	r->n_threads = c->n_threads;
 	c->row = (size_t)m->head_dim * 2;
 	c->qn = (size_t)m->n_q_heads * m->head_dim;
-	c->token_bytes = decode_ctx_kv_bytes(&a, 1);
 	for (uint32_t i = 0; i < 65536; i++)
 		c->noise[i] = kvf_f32_to_f16((float)((double)(bench_mix64(i) >> 11) /
 						     9007199254740992.0 * 2 - 1));

@@ -114,7 +114,6 @@ struct ctx {
 	uint32_t n_threads;
 	size_t row;             /* bytes of one head's row of a token */
 	size_t qn;              /* floats of q and out */
-	uint64_t token_bytes;   /* K+V of one token, every layer */
 	uint16_t noise[65536];  /* f16 noise in [-1, 1) */
 	/* the context being measured */
 	struct ctx_point *pt;
