@@ -35,9 +35,14 @@
  * element), so every run appends the same bytes.  One thread drives the
  * store; the baselines' threads share nothing but read-only data.
  *
+ * With --context, `kvbench decode` runs the long-context benchmark of
+ * bench_decode_ctx.c instead (one sequence, kvflash against an in-memory
+ * cache and a FlexGen-style reader); without it, what is above.
+ *
  * The files: this one parses the arguments and runs the whole;
  * bench_decode_run.c the data, baselines and runs; bench_decode_report.c
- * the figures (bench_decode_int.h is what they share).
+ * the figures (bench_decode_int.h is what they share);
+ * bench_decode_ctx.c and bench_decode_ctx_report.c the --context mode.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +52,7 @@
 
 #include "api/alloc.h"
 #include "bench/bench_common.h"
+#include "bench/bench_decode_ctx_int.h"
 #include "bench/bench_decode_int.h"
 #include "compute/half.h"
 #include "kvflash.h"
@@ -75,7 +81,11 @@ static void usage(FILE *f)
 		"  --threads N      threads the store computes with, and the memory\n"
 		"                   loop's (default: online CPUs)\n"
 		"  --json           one JSON object instead of a table\n"
-		"  --keep           leave the stores in DIR\n");
+		"  --keep           leave the stores in DIR\n"
+		"With --context N[,N...] it measures long-context decode of one sequence\n"
+		"instead: kvflash (dense, SparF) on a store larger than its dram_budget\n"
+		"against an in-memory cache and a FlexGen-style reader, in one run\n"
+		"(kvbench decode --context 4096 --help for its options).\n");
 }
 
 static int parse_args(int argc, char **argv, struct decode_args *a)
@@ -132,6 +142,8 @@ int bench_decode_main(int argc, char **argv)
 	uint32_t max_rows;
 	int rc, made = 0;
 
+	if (decode_ctx_wanted(argc, argv))
+		return decode_ctx_main(argc, argv);
 	if ((rc = parse_args(argc, argv, &a)) != 0)
 		return rc == 1 ? 0 : rc;
 	rc = 1;
