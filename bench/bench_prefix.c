@@ -69,6 +69,8 @@ struct run {
 	uint64_t user_bytes, host_bytes, saved_bytes;
 	uint64_t cache_hits, cached_bytes, cache_kept, cache_dropped;
 	uint64_t first_prompt, first_reused; /* of first turns only */
+	double first_ttft_ms, later_ttft_ms;  /* mean TTFT of first turns,
+					       * and of the others */
 	double ttft_median_ms, ttft_mean_ms, ttft_sum_s, total_s;
 	int verified;
 };
@@ -221,6 +223,9 @@ static kvf_status turn(struct ctx *c, int reuse, uint32_t cv, uint32_t t,
 	if (t == 0) {
 		r->first_prompt += n;
 		r->first_reused += reused;
+		r->first_ttft_ms += *ttft_ms / a->convs;
+	} else {
+		r->later_ttft_ms += *ttft_ms / ((double)a->convs * (a->turns - 1));
 	}
 	if (rc == KVF_OK)
 		rc = decode(c, seq, c->ids, n, n_all);
@@ -362,6 +367,8 @@ static void report(const struct args *a, const struct run *r)
 			bench_json_double(&j, "ttft_median_ms", r[i].ttft_median_ms);
 			bench_json_double(&j, "ttft_mean_ms", r[i].ttft_mean_ms);
 			bench_json_double(&j, "ttft_sum_s", r[i].ttft_sum_s);
+			bench_json_double(&j, "ttft_first_turns_ms", r[i].first_ttft_ms);
+			bench_json_double(&j, "ttft_later_turns_ms", r[i].later_ttft_ms);
 			bench_json_double(&j, "total_s", r[i].total_s);
 			bench_json_u64(&j, "verified", (uint64_t)r[i].verified);
 			bench_json_end(&j);
@@ -397,6 +404,10 @@ static void report(const struct args *a, const struct run *r)
 		       r[i].saved_bytes / 1048576.0, r[i].ttft_median_ms,
 		       r[i].ttft_mean_ms, r[i].ttft_sum_s, r[i].total_s,
 		       r[i].verified ? "exact" : "DIFFERS");
+	printf("\nmean TTFT of first turns / later turns:");
+	for (int i = 0; i < RUNS; i++)
+		printf("%s %s %.2f / %.2f ms", i ? ";" : "", run_name[i],
+		       r[i].first_ttft_ms, r[i].later_ttft_ms);
 	printf("\nreuse vs none: time to first token %.2fx shorter (mean), bytes written %.2fx fewer, whole run %.2fx faster\n",
 	       ratio(r[0].ttft_mean_ms, r[1].ttft_mean_ms),
 	       ratio((double)r[0].host_bytes, (double)r[1].host_bytes),
