@@ -270,6 +270,22 @@ typedef struct {
 				   * so a few percent slower.  Default 0.
 				   * A handle option: a reopen may change
 				   * it */
+	uint64_t prefix_cache_bytes; /* cached prefixes (docs/prefix.md,
+				   * "Cached prefixes"): when a sequence
+				   * with published prefix chunks is freed,
+				   * the store keeps those chunks as a
+				   * cached prefix that later
+				   * kvf_seq_create_tokens calls share from,
+				   * until this many bytes of K/V (chunks
+				   * only cached prefixes hold; kvf_stats.
+				   * prefix_cached_bytes) are passed, an
+				   * append needs the room (cached prefixes
+				   * go before any sequence, even with
+				   * KVF_EVICT_NONE), or kvf_prefix_drop.
+				   * Default 1 GiB; 0 = off: a free takes
+				   * its chunks out at once.  A handle
+				   * option: a reopen may change it (the
+				   * cached prefixes stay until dropped) */
 } kvf_options;
 
 /* kvf_options.evict_policy: which sequences eviction drops first.  Every
@@ -457,6 +473,20 @@ typedef struct {
 				      * place (no copy), since open */
 	uint64_t cache_segments_skipped; /* written segments not cached:
 				      * no spare buffer was ready */
+	/* cached prefixes (kvf_options.prefix_cache_bytes) */
+	uint64_t prefix_cached;      /* cached prefixes now */
+	uint64_t prefix_cached_bytes; /* K/V bytes of the chunks that only
+				      * cached prefixes hold: what dropping
+				      * them all gives back */
+	uint64_t prefix_cache_kept;  /* cached prefixes made since open */
+	uint64_t prefix_cache_dropped; /* of all, dropped since open (the
+				      * budget, eviction, kvf_prefix_drop,
+				      * a creation taking the id, or held
+				      * whole by a newer one) */
+	uint64_t prefix_cache_hits;  /* kvf_seq_create_tokens calls since
+				      * open whose deepest shared chunk only
+				      * cached prefixes held: hits the cache
+				      * made */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -585,8 +615,16 @@ KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
 /*
  * kvf_seq_free - delete a sequence; its pages become garbage (segments
  * they empty are reused after the next kvf_sync); its pages still in
- * DRAM are dropped unwritten (kvf_stats.dram_only_bytes).
- * Return: KVF_OK; KVF_ENOENT; KVF_ENOTSUP (read-only); KVF_EFATAL.
+ * DRAM are dropped unwritten (kvf_stats.dram_only_bytes).  With
+ * kvf_options.prefix_cache_bytes (the default), the whole token groups it
+ * published as prefix chunks (kvf_seq_create_tokens, kvf_seq_add_tokens)
+ * that no other sequence holds stay, as a cached prefix the store owns
+ * (a fork of them under an id of the store's: its pages are shared, not
+ * copied), unless they alone pass the budget; the rest goes.  Keeping
+ * them writes the sequence's pages that wait in DRAM, as kvf_seq_fork
+ * does; a failure to keep them only leaves them out of the cache.
+ * Return: KVF_OK; KVF_ENOENT (also for the id of a cached prefix:
+ * kvf_prefix_drop drops those); KVF_ENOTSUP (read-only); KVF_EFATAL.
  * Concurrency: any thread; a call on seq running meanwhile either finishes
  * first or answers KVF_ENOENT.
  */
@@ -634,6 +672,24 @@ KVF_API kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t seq,
 KVF_API kvf_status kvf_seq_add_tokens(kvf_store *st, uint64_t seq,
 				      const uint32_t *tokens,
 				      uint64_t n_tokens);
+
+/*
+ * kvf_prefix_drop - drop cached prefixes (docs/prefix.md, "Cached
+ * prefixes"): the chunks only they hold leave the prefix index and their
+ * pages become garbage (segments they empty are reused after the next
+ * kvf_sync, as a free's).  Chunks a live sequence holds stay with it.
+ * @seq: a cached prefix's id (kvf_prefix_list, kvf_seq_info_get's
+ *       cached), or KVF_SEQ_NONE for every cached prefix.
+ * @n_dropped: receives how many were dropped; may be NULL.
+ * Return: KVF_OK (KVF_SEQ_NONE with none cached drops none);
+ * KVF_ENOENT (seq is no sequence, or one of the caller's: the message
+ * says which; nothing dropped); KVF_EINVAL (st NULL); KVF_ENOTSUP
+ * (read-only); KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread; a kvf_seq_create_tokens running meanwhile
+ * shares from a cached prefix before it goes, or does not share it.
+ */
+KVF_API kvf_status kvf_prefix_drop(kvf_store *st, uint64_t seq,
+				   uint64_t *n_dropped);
 
 /*
  * kvf_seq_export - write one sequence to the file at path: its K and V
@@ -1046,6 +1102,19 @@ KVF_API kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap,
 				size_t *n);
 
 /*
+ * kvf_prefix_list - the ids of the store's cached prefixes, ascending
+ * (kvf_options.prefix_cache_bytes); kvf_seq_info_get describes each, and
+ * kvf_prefix_drop drops them.  kvf_seq_list never lists them, and the
+ * other sequence calls answer KVF_ENOENT for their ids.
+ * @ids, @cap, @n: as kvf_seq_list.
+ * Return: KVF_OK; KVF_EINVAL (st or n NULL, ids NULL with cap > 0);
+ * KVF_ENOMEM; KVF_EFATAL.
+ * Concurrency: any thread.
+ */
+KVF_API kvf_status kvf_prefix_list(kvf_store *st, uint64_t *ids, size_t cap,
+				   size_t *n);
+
+/*
  * kvf_seq_x_len - tokens of X (kvf_append_x) appended to one layer of a
  * sequence.
  * Return: KVF_OK; KVF_ENOENT; KVF_ERANGE (layer); KVF_EINVAL (NULL);
@@ -1077,11 +1146,20 @@ typedef struct {
 	uint64_t prefix_hash;   /* chain hash of its deepest shared chunk,
 				 * 0 if none: sequences with the same value
 				 * share that prefix */
+	uint32_t cached;        /* 1: one of the store's cached prefixes
+				 * (kvf_prefix_list), not a caller's */
+	uint64_t cached_own_chunks; /* a cached prefix's chunks that no
+				 * other sequence holds: what dropping it
+				 * gives back */
+	uint64_t cached_hits;   /* a cached prefix's worth: creations that
+				 * reused the first of those chunks (since
+				 * open) */
 } kvf_seq_info;
 
 /*
  * kvf_seq_info_get - what one sequence is and holds.  Set
- * out->struct_size first.
+ * out->struct_size first.  Also describes the store's cached prefixes
+ * (kvf_prefix_list; out->cached says so).
  * Return: KVF_OK; KVF_ENOENT (seq); KVF_EINVAL (st or out NULL,
  * struct_size too small); KVF_EVERSION; KVF_EFATAL.
  * Concurrency: any thread; waits for calls on seq.

@@ -50,6 +50,7 @@ void kvf_options_init_sized(kvf_options *o, const kvf_model *m,
 	d.evict_policy = KVF_EVICT_NONE;
 	d.evict_high = KVF_DEFAULT_EVICT_HIGH;
 	d.evict_low = KVF_DEFAULT_EVICT_LOW;
+	d.prefix_cache_bytes = KVF_DEFAULT_PREFIX_CACHE_BYTES;
 	fill_sized(o, &d, sizeof(d), struct_size);
 }
 

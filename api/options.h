@@ -11,6 +11,7 @@
 #define KVF_DEFAULT_SEGMENT_SIZE (1u << 20)
 #define KVF_DEFAULT_CAPACITY (4ull << 30)
 #define KVF_DEFAULT_DRAM_BUDGET (1ull << 30) /* kvf_options.dram_budget */
+#define KVF_DEFAULT_PREFIX_CACHE_BYTES (1ull << 30) /* kvf_options.prefix_cache_bytes */
 #define KVF_DEFAULT_EVICT_HIGH 0.90f /* kvf_options.evict_high */
 #define KVF_DEFAULT_EVICT_LOW 0.80f  /* kvf_options.evict_low */
 #define KVF_DEFAULT_QUEUE_DEPTH 32u

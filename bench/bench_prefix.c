@@ -1,8 +1,11 @@
 /*
  * bench_prefix.c - `kvbench prefix`: a chat workload with shared system
- * prompts and multi-turn conversations, run twice on fresh file stores,
- * with prefix reuse (kvf_seq_create_tokens) and without (kvf_seq_create),
- * side by side.
+ * prompts and multi-turn conversations, run three times on fresh file
+ * stores, side by side: without prefix reuse (kvf_seq_create), with reuse
+ * (kvf_seq_create_tokens) and the cache off (kvf_options.
+ * prefix_cache_bytes 0: a chunk lives while a live sequence holds it), and
+ * with reuse and cached prefixes (the default budget: a freed sequence's
+ * chunks stay).
  *
  * --convs conversations, each on one of --prompts system prompts of
  * --system tokens, take --turns turns, round by round: a turn's prompt is
@@ -17,6 +20,12 @@
  * sequence is freed.  kvf_sync ends each round.  Without reuse the same
  * turn appends and attends every prompt token.
  *
+ * --serial runs the conversations one after another instead: each takes
+ * all its turns, then ends (its last sequence is freed) before the next
+ * starts, so a conversation on a system prompt always starts after the
+ * earlier ones on it have ended: only cached prefixes can serve its first
+ * turn.  That is the workload the cache is for.
+ *
  * Reported per run: prompt tokens, tokens reused and the hit rate, K/V
  * bytes appended, bytes written to media (kvf_stats host_bytes_written),
  * bytes not rewritten (prefix_bytes_saved), time to first token (median,
@@ -27,8 +36,11 @@
  *
  * Data: a token's K/V is a slice of a fixed block of noise chosen by a
  * hash of (token id, position), so equal prefixes have equal K/V.  At the
- * end the last turn of conversation 0 is read back and compared with the
- * values its ids give, in both runs.
+ * end the last turn of the conversation still live (0; the last one with
+ * --serial) is read back and compared with the values its ids give, in
+ * every run.  Each row also gives the hit rate of first turns alone,
+ * the turns only a system prompt held elsewhere can serve; the cache row
+ * adds the cache's own counts (kvf_stats prefix_cache_*).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -46,13 +58,19 @@ struct args {
 	const char *dir;
 	kvf_model model;
 	uint32_t prompts, system, convs, turns, user, reply, threads;
-	int json, keep;
+	int json, keep, serial;
 };
+
+#define RUNS 3 /* no reuse; reuse without the cache; reuse with it */
 
 /* One run's figures. */
 struct run {
 	uint64_t prompt_tokens, reused_tokens, lookups, hits;
 	uint64_t user_bytes, host_bytes, saved_bytes;
+	uint64_t cache_hits, cached_bytes, cache_kept, cache_dropped;
+	uint64_t first_prompt, first_reused; /* of first turns only */
+	double first_ttft_ms, later_ttft_ms;  /* mean TTFT of first turns,
+					       * and of the others */
 	double ttft_median_ms, ttft_mean_ms, ttft_sum_s, total_s;
 	int verified;
 };
@@ -156,10 +174,10 @@ static int cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-/* verify - the last turn of conversation 0 reads back as its ids give */
-static int verify(struct ctx *c, uint64_t seq, uint32_t t)
+/* verify - the last turn t of conversation cv reads back as its ids give */
+static int verify(struct ctx *c, uint32_t cv, uint64_t seq, uint32_t t)
 {
-	uint64_t n = conv_ids(c->a, 0, t, 1, c->ids), len = 0;
+	uint64_t n = conv_ids(c->a, cv, t, 1, c->ids), len = 0;
 	size_t hrow = (size_t)c->a->model.head_dim * 2;
 	unsigned char *got = kvf_malloc(n * hrow + 1);
 	int ok = got != NULL && kvf_seq_len(c->st, seq, 0, &len) == KVF_OK &&
@@ -179,50 +197,85 @@ static int verify(struct ctx *c, uint64_t seq, uint32_t t)
 	return ok;
 }
 
-static int run_one(struct ctx *c, int reuse, struct run *r)
+/* turn - conversation cv's turn t as sequence seq: create (sharing when
+ * reuse), prefill (timed: *ttft_ms), decode, register the reply, free
+ * the previous turn */
+static kvf_status turn(struct ctx *c, int reuse, uint32_t cv, uint32_t t,
+		       struct run *r, double *ttft_ms)
 {
 	const struct args *a = c->a;
-	uint32_t n_turns = a->convs * a->turns;
+	uint64_t seq = (uint64_t)cv * 1000 + t, reused = 0;
+	uint64_t n = conv_ids(a, cv, t, 0, c->ids);
+	uint64_t n_all = n + a->reply, t0 = bench_now_ns();
+	kvf_status rc;
+
+	for (uint32_t i = 0; i < a->reply; i++)
+		c->ids[n + i] = turn_id(cv, t, 1, i);
+	if (reuse)
+		rc = kvf_seq_create_tokens(c->st, seq, c->ids, n, &reused);
+	else
+		rc = kvf_seq_create(c->st, seq);
+	if (rc == KVF_OK)
+		rc = prefill(c, seq, c->ids, reused, n);
+	*ttft_ms = (double)(bench_now_ns() - t0) / 1e6;
+	r->prompt_tokens += n;
+	r->reused_tokens += reused;
+	if (t == 0) {
+		r->first_prompt += n;
+		r->first_reused += reused;
+		r->first_ttft_ms += *ttft_ms / a->convs;
+	} else {
+		r->later_ttft_ms += *ttft_ms / ((double)a->convs * (a->turns - 1));
+	}
+	if (rc == KVF_OK)
+		rc = decode(c, seq, c->ids, n, n_all);
+	if (rc == KVF_OK && reuse)
+		rc = kvf_seq_add_tokens(c->st, seq, c->ids + n, a->reply);
+	if (rc == KVF_OK && t > 0)
+		rc = kvf_seq_free(c->st, seq - 1);
+	return rc;
+}
+
+static const char *const run_name[RUNS] = { "no reuse", "reuse, no cache",
+					    "reuse + cache" };
+static const char *const run_key[RUNS] = { "no_reuse", "reuse", "reuse_cache" };
+
+static int run_one(struct ctx *c, int mode, struct run *r)
+{
+	const struct args *a = c->a;
+	uint32_t n_turns = a->convs * a->turns, last;
 	double *ttft = kvf_calloc(n_turns, sizeof(*ttft));
 	kvf_stats s = { .struct_size = sizeof(s) };
 	uint64_t t_start = bench_now_ns();
+	int reuse = mode > 0;
 	uint32_t k = 0;
 	kvf_status rc = KVF_OK;
 
 	if (ttft == NULL)
 		return bench_fail("prefix", "out of memory", KVF_ENOMEM);
 	memset(r, 0, sizeof(*r));
-	for (uint32_t t = 0; t < a->turns && rc == KVF_OK; t++) {
+	if (a->serial) {
+		/* one conversation at a time; each ends before the next */
 		for (uint32_t cv = 0; cv < a->convs && rc == KVF_OK; cv++) {
-			uint64_t seq = (uint64_t)cv * 1000 + t, reused = 0;
-			uint64_t n = conv_ids(a, cv, t, 0, c->ids);
-			uint64_t n_all = n + a->reply, t0 = bench_now_ns();
-
-			for (uint32_t i = 0; i < a->reply; i++)
-				c->ids[n + i] = turn_id(cv, t, 1, i);
-			if (reuse)
-				rc = kvf_seq_create_tokens(c->st, seq, c->ids, n, &reused);
-			else
-				rc = kvf_seq_create(c->st, seq);
+			for (uint32_t t = 0; t < a->turns && rc == KVF_OK; t++)
+				rc = turn(c, reuse, cv, t, r, &ttft[k++]);
+			if (rc == KVF_OK && cv + 1 < a->convs)
+				rc = kvf_seq_free(c->st, (uint64_t)cv * 1000 +
+							     a->turns - 1);
 			if (rc == KVF_OK)
-				rc = prefill(c, seq, c->ids, reused, n);
-			ttft[k++] = (double)(bench_now_ns() - t0) / 1e6;
-			r->prompt_tokens += n;
-			r->reused_tokens += reused;
-			if (rc == KVF_OK)
-				rc = decode(c, seq, c->ids, n, n_all);
-			if (rc == KVF_OK && reuse)
-				rc = kvf_seq_add_tokens(c->st, seq, c->ids + n, a->reply);
-			if (rc == KVF_OK && t > 0)
-				rc = kvf_seq_free(c->st, seq - 1);
+				rc = kvf_sync(c->st);
 		}
-		if (rc == KVF_OK)
-			rc = kvf_sync(c->st);
+	} else {
+		for (uint32_t t = 0; t < a->turns && rc == KVF_OK; t++) {
+			for (uint32_t cv = 0; cv < a->convs && rc == KVF_OK; cv++)
+				rc = turn(c, reuse, cv, t, r, &ttft[k++]);
+			if (rc == KVF_OK)
+				rc = kvf_sync(c->st);
+		}
 	}
 	if (rc != KVF_OK) {
 		kvf_free(ttft);
-		return bench_fail("prefix", reuse ? "the run with reuse"
-						  : "the run without reuse", rc);
+		return bench_fail("prefix", run_name[mode], rc);
 	}
 	r->total_s = (double)(bench_now_ns() - t_start) / 1e9;
 	for (uint32_t i = 0; i < n_turns; i++) {
@@ -239,11 +292,18 @@ static int run_one(struct ctx *c, int reuse, struct run *r)
 	r->user_bytes = s.user_bytes;
 	r->host_bytes = s.host_bytes_written;
 	r->saved_bytes = s.prefix_bytes_saved;
-	r->verified = verify(c, (uint64_t)0 * 1000 + a->turns - 1, a->turns - 1);
+	r->cache_hits = s.prefix_cache_hits;
+	r->cached_bytes = s.prefix_cached_bytes;
+	r->cache_kept = s.prefix_cache_kept;
+	r->cache_dropped = s.prefix_cache_dropped;
+	/* the conversation still live at the end: 0, or the last (serial) */
+	last = a->serial ? a->convs - 1 : 0;
+	r->verified = verify(c, last, (uint64_t)last * 1000 + a->turns - 1,
+			     a->turns - 1);
 	return 0;
 }
 
-static int open_store(struct ctx *c, const char *name)
+static int open_store(struct ctx *c, const char *name, int cache)
 {
 	char path[4096];
 	kvf_options o;
@@ -258,15 +318,25 @@ static int open_store(struct ctx *c, const char *name)
 				    c->a->model.n_layers + (256ull << 20));
 	if (c->a->threads)
 		o.n_threads = c->a->threads;
+	if (!cache)
+		o.prefix_cache_bytes = 0;
 	if ((rc = bench_open_direct(path, &o, &c->st, &direct)) != KVF_OK)
 		return bench_fail("prefix", "kvf_open", rc);
 	return 0;
 }
 
+static double pct(uint64_t part, uint64_t all)
+{
+	return all ? 100.0 * (double)part / (double)all : 0;
+}
+
+static double ratio(double x, double y)
+{
+	return y > 0 ? x / y : 0;
+}
+
 static void report(const struct args *a, const struct run *r)
 {
-	const char *name[2] = { "no reuse", "reuse" };
-
 	if (a->json) {
 		struct bench_json j = { .f = stdout };
 
@@ -276,54 +346,84 @@ static void report(const struct args *a, const struct run *r)
 		bench_json_u64(&j, "system_tokens", a->system);
 		bench_json_u64(&j, "conversations", a->convs);
 		bench_json_u64(&j, "turns", a->turns);
-		for (int i = 0; i < 2; i++) {
-			bench_json_begin(&j, i ? "reuse" : "no_reuse");
+		bench_json_u64(&j, "serial", (uint64_t)a->serial);
+		for (int i = 0; i < RUNS; i++) {
+			bench_json_begin(&j, run_key[i]);
 			bench_json_u64(&j, "prompt_tokens", r[i].prompt_tokens);
 			bench_json_u64(&j, "reused_tokens", r[i].reused_tokens);
-			bench_json_double(&j, "hit_rate", r[i].prompt_tokens
-				? (double)r[i].reused_tokens / r[i].prompt_tokens : 0);
+			bench_json_double(&j, "hit_rate", pct(r[i].reused_tokens,
+							      r[i].prompt_tokens) / 100);
+			bench_json_double(&j, "first_turn_hit_rate",
+					  pct(r[i].first_reused, r[i].first_prompt) / 100);
 			bench_json_u64(&j, "lookups", r[i].lookups);
 			bench_json_u64(&j, "hits", r[i].hits);
+			bench_json_u64(&j, "cache_hits", r[i].cache_hits);
+			bench_json_u64(&j, "cache_kept", r[i].cache_kept);
+			bench_json_u64(&j, "cache_dropped", r[i].cache_dropped);
+			bench_json_u64(&j, "prefix_cached_bytes", r[i].cached_bytes);
 			bench_json_u64(&j, "user_bytes", r[i].user_bytes);
 			bench_json_u64(&j, "host_bytes_written", r[i].host_bytes);
 			bench_json_u64(&j, "bytes_not_rewritten", r[i].saved_bytes);
 			bench_json_double(&j, "ttft_median_ms", r[i].ttft_median_ms);
 			bench_json_double(&j, "ttft_mean_ms", r[i].ttft_mean_ms);
 			bench_json_double(&j, "ttft_sum_s", r[i].ttft_sum_s);
+			bench_json_double(&j, "ttft_first_turns_ms", r[i].first_ttft_ms);
+			bench_json_double(&j, "ttft_later_turns_ms", r[i].later_ttft_ms);
 			bench_json_double(&j, "total_s", r[i].total_s);
 			bench_json_u64(&j, "verified", (uint64_t)r[i].verified);
 			bench_json_end(&j);
 		}
-		bench_json_double(&j, "ttft_ratio", r[1].ttft_mean_ms > 0
-			? r[0].ttft_mean_ms / r[1].ttft_mean_ms : 0);
-		bench_json_double(&j, "host_bytes_ratio", r[1].host_bytes
-			? (double)r[0].host_bytes / r[1].host_bytes : 0);
+		bench_json_double(&j, "ttft_ratio", ratio(r[0].ttft_mean_ms,
+							  r[1].ttft_mean_ms));
+		bench_json_double(&j, "host_bytes_ratio",
+				  ratio((double)r[0].host_bytes, (double)r[1].host_bytes));
+		bench_json_double(&j, "cache_ttft_ratio",
+				  ratio(r[1].ttft_mean_ms, r[2].ttft_mean_ms));
 		bench_json_end(&j);
 		fputc('\n', stdout);
 		return;
 	}
-	printf("kvbench prefix: %u conversations x %u turns, %u system prompts of %u tokens, user %u, reply %u tokens\n",
-	       a->convs, a->turns, a->prompts, a->system, a->user, a->reply);
+	printf("kvbench prefix: %u conversations x %u turns%s, %u system prompts of %u tokens, user %u, reply %u tokens\n",
+	       a->convs, a->turns,
+	       a->serial ? ", one after another (each ends before the next starts)" : ", round by round",
+	       a->prompts, a->system, a->user, a->reply);
 	printf("model: %u layers, %u query / %u KV heads, head_dim %u, f16\n\n",
 	       a->model.n_layers, a->model.n_q_heads, a->model.n_kv_heads,
 	       a->model.head_dim);
-	printf("%-9s %10s %10s %7s %11s %11s %11s %9s %9s %9s %8s %s\n", "run",
-	       "prompt tok", "reused", "hit", "appended", "written",
+	printf("%-15s %10s %10s %7s %9s %11s %11s %11s %9s %9s %9s %8s %s\n", "run",
+	       "prompt tok", "reused", "hit", "1st turn", "appended", "written",
 	       "not rewr.", "TTFT med", "TTFT mean", "TTFT sum", "total",
 	       "read back");
-	for (int i = 0; i < 2; i++)
-		printf("%-9s %10llu %10llu %6.1f%% %8.1f MiB %8.1f MiB %8.1f MiB %6.2f ms %6.2f ms %7.2f s %6.2f s %s\n",
-		       name[i], (unsigned long long)r[i].prompt_tokens,
+	for (int i = 0; i < RUNS; i++)
+		printf("%-15s %10llu %10llu %6.1f%% %8.1f%% %8.1f MiB %8.1f MiB %8.1f MiB %6.2f ms %6.2f ms %7.2f s %6.2f s %s\n",
+		       run_name[i], (unsigned long long)r[i].prompt_tokens,
 		       (unsigned long long)r[i].reused_tokens,
-		       r[i].prompt_tokens ? 100.0 * r[i].reused_tokens / r[i].prompt_tokens : 0,
+		       pct(r[i].reused_tokens, r[i].prompt_tokens),
+		       pct(r[i].first_reused, r[i].first_prompt),
 		       r[i].user_bytes / 1048576.0, r[i].host_bytes / 1048576.0,
 		       r[i].saved_bytes / 1048576.0, r[i].ttft_median_ms,
 		       r[i].ttft_mean_ms, r[i].ttft_sum_s, r[i].total_s,
 		       r[i].verified ? "exact" : "DIFFERS");
+	printf("\nmean TTFT of first turns / later turns:");
+	for (int i = 0; i < RUNS; i++)
+		printf("%s %s %.2f / %.2f ms", i ? ";" : "", run_name[i],
+		       r[i].first_ttft_ms, r[i].later_ttft_ms);
 	printf("\nreuse vs none: time to first token %.2fx shorter (mean), bytes written %.2fx fewer, whole run %.2fx faster\n",
-	       r[1].ttft_mean_ms > 0 ? r[0].ttft_mean_ms / r[1].ttft_mean_ms : 0,
-	       r[1].host_bytes ? (double)r[0].host_bytes / r[1].host_bytes : 0,
-	       r[1].total_s > 0 ? r[0].total_s / r[1].total_s : 0);
+	       ratio(r[0].ttft_mean_ms, r[1].ttft_mean_ms),
+	       ratio((double)r[0].host_bytes, (double)r[1].host_bytes),
+	       ratio(r[0].total_s, r[1].total_s));
+	printf("cache vs no cache (both with reuse): hit rate %.1f%% -> %.1f%% (first turns %.1f%% -> %.1f%%), time to first token %.2fx shorter (mean), bytes written %.2fx fewer, whole run %.2fx faster\n",
+	       pct(r[1].reused_tokens, r[1].prompt_tokens),
+	       pct(r[2].reused_tokens, r[2].prompt_tokens),
+	       pct(r[1].first_reused, r[1].first_prompt),
+	       pct(r[2].first_reused, r[2].first_prompt),
+	       ratio(r[1].ttft_mean_ms, r[2].ttft_mean_ms),
+	       ratio((double)r[1].host_bytes, (double)r[2].host_bytes),
+	       ratio(r[1].total_s, r[2].total_s));
+	printf("the cache: %llu cached prefixes kept, %llu dropped, %llu creations hit only on them; %.1f MiB only they hold at the end\n",
+	       (unsigned long long)r[2].cache_kept,
+	       (unsigned long long)r[2].cache_dropped,
+	       (unsigned long long)r[2].cache_hits, r[2].cached_bytes / 1048576.0);
 }
 
 static void usage(FILE *f)
@@ -332,8 +432,8 @@ static void usage(FILE *f)
 		"usage: kvbench prefix [--dir DIR] [--prompts N] [--system N] [--convs N]\n"
 		"                      [--turns N] [--user N] [--reply N]\n"
 		"                      [--layers N] [--q-heads N] [--kv-heads N] [--head-dim N]\n"
-		"                      [--threads N] [--json] [--keep]\n"
-		"  --dir DIR        directory for the two stores (default ./kvbench-prefix)\n"
+		"                      [--threads N] [--serial] [--json] [--keep]\n"
+		"  --dir DIR        directory for the three stores (default ./kvbench-prefix)\n"
 		"  --prompts N      distinct system prompts (default 4)\n"
 		"  --system N       tokens of a system prompt (default 512)\n"
 		"  --convs N        conversations (default 8)\n"
@@ -343,6 +443,8 @@ static void usage(FILE *f)
 		"  --layers N       layers (default 4); --q-heads (16), --kv-heads (4),\n"
 		"                   --head-dim (128): the model, f16\n"
 		"  --threads N      threads the store computes with (default: online CPUs)\n"
+		"  --serial         conversations one after another, each ended (freed)\n"
+		"                   before the next starts (default: round by round)\n"
 		"  --json           one JSON object instead of a table\n"
 		"  --keep           leave the stores in DIR\n");
 }
@@ -362,12 +464,13 @@ int bench_prefix_main(int argc, char **argv)
 		BENCH_U32("--reply", a.reply, 1, 1u << 16),
 		BENCH_MODEL_OPTS(a.model),
 		BENCH_U32("--threads", a.threads, 0, 1024),
+		BENCH_BOOL("--serial", a.serial),
 		BENCH_BOOL("--json", a.json),
 		BENCH_BOOL("--keep", a.keep),
 		{ .name = NULL }
 	};
 	struct ctx c = { .a = &a };
-	struct run r[2];
+	struct run r[RUNS];
 	int rc, made;
 
 	if ((rc = bench_parse_opts("prefix", usage, opts, argc, argv)) != 0)
@@ -401,12 +504,13 @@ int bench_prefix_main(int argc, char **argv)
 		c.q[i] = (float)((bench_mix64(i) >> 40) & 0xff) / 256.0f - 0.5f;
 	if (bench_make_dir("prefix", a.dir, &made) != 0)
 		goto out;
-	for (int reuse = 0; reuse < 2; reuse++) {
+	for (int mode = 0; mode < RUNS; mode++) {
+		static const char *const store[RUNS] = { "none", "reuse", "cache" };
 		char path[4096];
 
-		if (open_store(&c, reuse ? "reuse" : "none") != 0)
+		if (open_store(&c, store[mode], mode == 2) != 0)
 			goto out;
-		if (run_one(&c, reuse, &r[reuse]) != 0) {
+		if (run_one(&c, mode, &r[mode]) != 0) {
 			kvf_close(c.st);
 			goto out;
 		}
@@ -414,7 +518,7 @@ int bench_prefix_main(int argc, char **argv)
 			bench_fail("prefix", "kvf_close", KVF_EIO);
 			goto out;
 		}
-		snprintf(path, sizeof(path), "%s/%s", a.dir, reuse ? "reuse" : "none");
+		snprintf(path, sizeof(path), "%s/%s", a.dir, store[mode]);
 		if (!a.keep)
 			bench_remove_store(path);
 	}

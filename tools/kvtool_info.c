@@ -124,6 +124,12 @@ static void print_prefix(const kvf_stats *s)
 	       (unsigned long long)s->prefix_tokens_reused,
 	       (unsigned long long)s->prefix_tokens_asked,
 	       human_bytes(b, sizeof(b), s->prefix_bytes_saved));
+	printf("prefix cache %llu cached prefixes, %s only they hold; since open %llu kept, %llu dropped, %llu hits on them\n",
+	       (unsigned long long)s->prefix_cached,
+	       human_bytes(b, sizeof(b), s->prefix_cached_bytes),
+	       (unsigned long long)s->prefix_cache_kept,
+	       (unsigned long long)s->prefix_cache_dropped,
+	       (unsigned long long)s->prefix_cache_hits);
 }
 
 static void print_text(const struct info *in)
@@ -253,13 +259,18 @@ static void print_json(const struct info *in)
 	       (unsigned long long)s->writeback_runs,
 	       (unsigned long long)s->attend_calls,
 	       (unsigned long long)s->attend_bytes_read);
-	printf(", \"prefix\": {\"chunks\": %llu, \"lookups\": %llu, \"hits\": %llu, \"tokens_asked\": %llu, \"tokens_reused\": %llu, \"bytes_saved\": %llu}}\n",
+	printf(", \"prefix\": {\"chunks\": %llu, \"lookups\": %llu, \"hits\": %llu, \"tokens_asked\": %llu, \"tokens_reused\": %llu, \"bytes_saved\": %llu, \"cached\": %llu, \"cached_bytes\": %llu, \"cache_kept\": %llu, \"cache_dropped\": %llu, \"cache_hits\": %llu}}\n",
 	       (unsigned long long)s->prefix_chunks,
 	       (unsigned long long)s->prefix_lookups,
 	       (unsigned long long)s->prefix_hits,
 	       (unsigned long long)s->prefix_tokens_asked,
 	       (unsigned long long)s->prefix_tokens_reused,
-	       (unsigned long long)s->prefix_bytes_saved);
+	       (unsigned long long)s->prefix_bytes_saved,
+	       (unsigned long long)s->prefix_cached,
+	       (unsigned long long)s->prefix_cached_bytes,
+	       (unsigned long long)s->prefix_cache_kept,
+	       (unsigned long long)s->prefix_cache_dropped,
+	       (unsigned long long)s->prefix_cache_hits);
 }
 
 int cmd_info(const struct cmd *c, int argc, char **argv)

@@ -1,7 +1,10 @@
 /*
  * kvtool_ls.c - `kvtool ls [--json] DIR`: the sequences of a store, by id,
  * with their fork relations, pages and per-layer lengths (kvf_seq_list,
- * kvf_seq_info_get, kvf_seq_len, kvf_seq_x_len).
+ * kvf_seq_info_get, kvf_seq_len, kvf_seq_x_len), then the store's cached
+ * prefixes (kvf_prefix_list), marked "cached" in the PREFIX column.  A
+ * cached prefix holds the same whole groups in every layer, so its K/V
+ * lengths are its tokens over the layers; its X is shown in all.
  *
  * The table shows per-layer lengths compactly ("100 x32" when all 32
  * layers hold 100 tokens); --json gives the full arrays.  The store is
@@ -76,14 +79,23 @@ static int print_json(const struct seq_row *rows, size_t n, uint32_t layers)
 		       (unsigned long long)si->shared_pages,
 		       (unsigned long long)si->tokens,
 		       (unsigned long long)si->x_tokens);
-		printf(", \"prefix\": {\"token_ids\": %llu, \"chunks\": %llu, \"shared_chunks\": %llu, \"hash\": \"%016llx\"}, \"len\": ",
+		printf(", \"prefix\": {\"token_ids\": %llu, \"chunks\": %llu, \"shared_chunks\": %llu, \"hash\": \"%016llx\"}, \"cached\": %s",
 		       (unsigned long long)si->prefix_tokens,
 		       (unsigned long long)si->prefix_chunks,
 		       (unsigned long long)si->prefix_shared_chunks,
-		       (unsigned long long)si->prefix_hash);
+		       (unsigned long long)si->prefix_hash,
+		       si->cached ? "true" : "false");
+		if (si->cached)
+			printf(", \"cached_own_chunks\": %llu, \"cached_hits\": %llu",
+			       (unsigned long long)si->cached_own_chunks,
+			       (unsigned long long)si->cached_hits);
+		fputs(", \"len\": ", stdout);
 		json_array(rows[i].len, layers);
 		fputs(", \"x_len\": ", stdout);
-		json_array(rows[i].x_len, layers);
+		if (si->cached)
+			printf("%llu", (unsigned long long)si->x_tokens);
+		else
+			json_array(rows[i].x_len, layers);
 		putchar('}');
 	}
 	fputs("]}\n", stdout);
@@ -96,7 +108,12 @@ static int print_json(const struct seq_row *rows, size_t n, uint32_t layers)
  * same @HASH share that prefix */
 static void prefix_cell(char *cell, const kvf_seq_info *si)
 {
-	if (si->prefix_tokens == 0)
+	if (si->cached) /* its chunks only it holds, and their hits */
+		snprintf(cell, CELL, "cached %llu/%llu own, %llu hits",
+			 (unsigned long long)si->cached_own_chunks,
+			 (unsigned long long)si->prefix_chunks,
+			 (unsigned long long)si->cached_hits);
+	else if (si->prefix_tokens == 0)
 		snprintf(cell, CELL, "-");
 	else if (si->prefix_shared_chunks == 0)
 		snprintf(cell, CELL, "%llu chunks", (unsigned long long)si->prefix_chunks);
@@ -121,6 +138,10 @@ static int print_text(const struct seq_row *rows, size_t n, uint32_t layers)
 		char prefix[CELL];
 		char *kv = lengths_text(rows[i].len, layers, 0);
 		char *x = lengths_text(rows[i].x_len, layers, 1);
+
+		if (si->cached && x && si->x_tokens) /* per layer unknown */
+			snprintf(x, (size_t)layers * 21 + 32, "%llu in all",
+				 (unsigned long long)si->x_tokens);
 		const char *cells[8] = { id, parent, family, pages, shared,
 					 prefix, kv, x };
 
@@ -161,6 +182,11 @@ static int gather(const struct cmd *c, kvf_store *st, const uint64_t *ids,
 		}
 		if (kvf_seq_info_get(st, ids[i], &r->info) != KVF_OK)
 			return call_failed(c);
+		if (r->info.cached) { /* the sequence calls do not see it */
+			for (uint32_t l = 0; l < layers; l++)
+				r->len[l] = r->info.tokens / layers;
+			continue;
+		}
 		for (uint32_t l = 0; l < layers; l++)
 			if (kvf_seq_len(st, ids[i], l, &r->len[l]) != KVF_OK ||
 			    kvf_seq_x_len(st, ids[i], l, &r->x_len[l]) != KVF_OK)
@@ -176,7 +202,7 @@ int cmd_ls(const struct cmd *c, int argc, char **argv)
 	kvf_store_info si = { .struct_size = sizeof(si) };
 	struct seq_row *rows = NULL;
 	uint64_t *ids = NULL;
-	size_t n = 0, cap;
+	size_t n = 0, cap, n_cached;
 	const char *dir;
 	kvf_store *st;
 
@@ -185,17 +211,20 @@ int cmd_ls(const struct cmd *c, int argc, char **argv)
 	if ((rc = store_open(c, dir, &st)) != EXIT_OK)
 		return rc;
 	if (kvf_store_info_get(st, &si) != KVF_OK ||
-	    kvf_seq_list(st, NULL, 0, &cap) != KVF_OK)
+	    kvf_seq_list(st, NULL, 0, &cap) != KVF_OK ||
+	    kvf_prefix_list(st, NULL, 0, &n_cached) != KVF_OK)
 		return store_close(c, st, call_failed(c));
+	cap += n_cached;
 	ids = calloc(cap ? cap : 1, sizeof(*ids));
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
 	if (ids == NULL || rows == NULL) {
 		fprintf(stderr, "kvtool: %s: out of memory\n", c->name);
 		rc = EXIT_FAILED;
-	} else if (kvf_seq_list(st, ids, cap, &n) != KVF_OK) {
-		rc = call_failed(c);
+	} else if (kvf_seq_list(st, ids, cap - n_cached, &n) != KVF_OK ||
+		   kvf_prefix_list(st, ids + n, n_cached, &n_cached) != KVF_OK) {
+		rc = call_failed(c); /* read-only: the counts do not change */
 	} else {
-		n = n < cap ? n : cap;
+		n += n_cached;
 		rc = gather(c, st, ids, n, si.model.n_layers, rows);
 	}
 	if (rc == EXIT_OK && json)

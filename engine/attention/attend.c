@@ -55,9 +55,11 @@ static kvf_status lock_seqs(kvf_store *st, const char *call,
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	for (got = 0; got < n; got++) {
 		out[got] = seq_get(st, ids[got]);
-		if (out[got] == NULL) {
-			rc = kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist",
-				      call, (unsigned long long)ids[got]);
+		if (out[got] == NULL || out[got]->cached) {
+			rc = kvf_fail(KVF_ENOENT, "%s: sequence %llu does not exist%s",
+				      call, (unsigned long long)ids[got],
+				      out[got] ? ": the id names one of the store's cached prefixes" : "");
+			got += out[got] != NULL; /* its reference goes too */
 			break;
 		}
 		for (uint32_t j = 0; j < got; j++)

@@ -17,8 +17,8 @@
  *   "V" seq(8)        SparF's running means of V: u64 count then
  *                     f32 mean[head_dim], per (layer, kv head)
  *   "T" seq(8)        struct meta_tokens + u32 token ids[n]: the tokens
- *                     a sequence registered for prefix reuse
- *                     (engine/sequences/prefix.c)
+ *                     a sequence registered for prefix reuse, and
+ *                     whether it is a cached prefix (engine/sequences/prefix.c)
  *   "U" seq(8)        struct meta_use: recency and frequency for eviction,
  *                     as of the last kvf_sync (engine/cleaning/evict.c)
  *
@@ -162,8 +162,14 @@ struct meta_ref_entry {
 
 struct meta_tokens {
 	uint64_t create_seqno; /* of the sequence it belongs to */
-	uint64_t n;            /* token ids that follow (u32 each) */
+	uint32_t n;            /* token ids that follow (u32 each) */
+	uint32_t flags;        /* META_TOKENS_*; 0 in records written before
+				* cached prefixes (where n was a u64 whose
+				* high half was 0) */
 };
+
+/* the sequence is a cached prefix of the store (docs/prefix.md) */
+#define META_TOKENS_CACHED 1u
 
 static_assert(sizeof(struct meta_tokens) == 16, "meta_tokens");
 static_assert(sizeof(struct meta_sync) == 80, "meta_sync");

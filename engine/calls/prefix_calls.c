@@ -1,16 +1,26 @@
 /*
  * prefix_calls.c - the public calls of prefix reuse:
  * kvf_seq_create_tokens (a new sequence sharing the longest stored prefix
- * of its token ids: a fork of the sequence that holds it) and
- * kvf_seq_add_tokens (more token ids for a sequence).  The index is
- * prefix.c; the fork and its records are seq_calls.c's.
+ * of its token ids: a fork of the sequence that holds it),
+ * kvf_seq_add_tokens (more token ids for a sequence), and the cached
+ * prefixes: kvf_seq_free (which leaves one behind), kvf_prefix_drop and
+ * the budget.  The index is prefix.c; the fork and its records are
+ * seq_calls.c's; a cached prefix's eviction is evict.c's.
+ *
+ * A cached prefix is a fork of the published whole chunks of the freed
+ * sequence, under an id of the store's and marked in its "T" record:
+ * pages, references, the cleaner, sync, recovery and verify treat it as
+ * any fork, and the sequence calls do not see it (seq_find_locked).
  *
  * Locking: none of its own; a lookup takes the index's lock and lets it
  * go before the fork, so the sequence it names may be freed meanwhile:
- * the fork then answers KVF_ENOENT and the lookup is made again.
+ * the fork then answers KVF_ENOENT and the lookup is made again.  Keeping
+ * and dropping cached prefixes runs one sequence call at a time (forks
+ * and frees), with no lock held between them.
  */
 #include <string.h>
 
+#include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/catalog.h"
 #include "engine/base/fatal.h"
@@ -28,7 +38,7 @@ kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t id,
 				 uint64_t *n_reused)
 {
 	const char *call = "kvf_seq_create_tokens";
-	struct prefix_match m = { KVF_SEQ_NONE, 0 };
+	struct prefix_match m = { KVF_SEQ_NONE, 0, 0 };
 	struct prefix_seq *ps;
 	kvf_status rc;
 
@@ -65,8 +75,161 @@ done:
 		return rc;
 	}
 	prefix_count_reuse(st, n_tokens, m.n_tokens);
+	if (m.n_tokens > 0 && m.from_cache)
+		atomic_fetch_add(&st->prefix.cache_hits, 1);
 	*n_reused = m.n_tokens;
 	return KVF_OK;
+}
+
+/* ---- cached prefixes ------------------------------------------------------ */
+
+/* ids tried for a new cached prefix before giving up keeping it: each
+ * taken one is a caller's sequence that happens to hold it */
+#define CACHED_ID_TRIES 8
+
+/* keep - before sequence id is freed: fork its published whole chunks
+ * into a new cached prefix, if some are held by no other sequence and
+ * they fit the budget.  Best effort: the free goes on whatever happens
+ * here.  Return: the cached prefix's id, or KVF_SEQ_NONE. */
+static uint64_t keep(kvf_store *st, const char *call, uint64_t id)
+{
+	uint64_t budget = st->opts.prefix_cache_bytes, n, cid = KVF_SEQ_NONE;
+	struct prefix_seq_figures f;
+	struct prefix_seq *ps = NULL;
+	struct seq *seq;
+
+	if (budget == 0 || seq_find_locked(st, call, id, &seq) != KVF_OK)
+		return KVF_SEQ_NONE;
+	prefix_seq_figures(st, seq, &f);
+	n = f.chunks * st->group_tokens;
+	if (f.own_chunks > 0 &&
+	    f.own_chunks * prefix_chunk_bytes(st) <= budget)
+		ps = prefix_seq_new(KVF_SEQ_NONE, seq->prefix->tokens, n);
+	seq_unlock_put(st, seq);
+	if (ps == NULL)
+		return KVF_SEQ_NONE;
+	ps->cached = 1;
+	for (int i = 0; i < CACHED_ID_TRIES && cid == KVF_SEQ_NONE; i++) {
+		struct seq *old;
+
+		ps->id = prefix_cached_id(st);
+		if ((old = seq_get(st, ps->id)) == NULL &&
+		    seq_fork_with(st, call, id, ps->id, n, ps) == KVF_OK)
+			cid = ps->id;
+		seq_put(st, old);
+		if (old == NULL && cid == KVF_SEQ_NONE)
+			break; /* the fork failed: no cached prefix */
+	}
+	if (cid == KVF_SEQ_NONE) {
+		prefix_seq_free(ps);
+		return KVF_SEQ_NONE;
+	}
+	atomic_fetch_add(&st->prefix.cache_kept, 1);
+	return cid;
+}
+
+/* drop_one - drop cached prefix id; KVF_ENOENT (gone meanwhile) is fine */
+static kvf_status drop_one(kvf_store *st, const char *call, uint64_t id)
+{
+	kvf_status rc = seq_free_id(st, call, id, SEQ_FREE_CACHED);
+
+	return rc == KVF_ENOENT ? KVF_OK : rc;
+}
+
+/* worse - a is worth less than b: fewer hits, then used longer ago */
+static int worse(const struct prefix_cached_info *a,
+		 const struct prefix_cached_info *b)
+{
+	if (a->hits != b->hits)
+		return a->hits < b->hits;
+	return a->last_use_ns < b->last_use_ns;
+}
+
+/* trim - after cached prefix fresh was kept: drop the cached prefixes
+ * another holds whole (fresh last among them), then the least valuable
+ * until the budget holds.  Return: KVF_OK, or a drop's failure. */
+static kvf_status trim(kvf_store *st, const char *call, uint64_t fresh)
+{
+	kvf_status rc = KVF_OK;
+
+	for (;;) {
+		struct prefix_cached_info *v, *pick = NULL;
+		int over;
+		size_t n;
+
+		if ((rc = prefix_cached_list(st, &v, &n)) != KVF_OK)
+			return kvf_fail(rc, "%s: out of memory", call);
+		over = prefix_cached_bytes(st) > st->opts.prefix_cache_bytes;
+		for (size_t i = 0; i < n; i++) {
+			struct prefix_cached_info *c = &v[i];
+
+			if (c->covered) {
+				if (pick == NULL || !pick->covered ||
+				    pick->id == fresh)
+					pick = c;
+			} else if (over && c->own_chunks > 0 &&
+				   (pick == NULL ||
+				    (!pick->covered && worse(c, pick)))) {
+				pick = c;
+			}
+		}
+		if (pick == NULL) {
+			kvf_free(v);
+			return KVF_OK;
+		}
+		rc = drop_one(st, call, pick->id);
+		kvf_free(v);
+		if (rc != KVF_OK)
+			return rc;
+	}
+}
+
+kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
+{
+	const char *call = "kvf_seq_free";
+	uint64_t cid;
+	kvf_status rc;
+
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		return rc;
+	cid = keep(st, call, id);
+	rc = seq_free_id(st, call, id, 0);
+	if (rc == KVF_OK && cid != KVF_SEQ_NONE)
+		(void)trim(st, call, cid); /* the free stands; a failed
+					    * drop leaves more cached */
+	return rc;
+}
+
+kvf_status kvf_prefix_drop(kvf_store *st, uint64_t id, uint64_t *n_dropped)
+{
+	const char *call = "kvf_prefix_drop";
+	struct prefix_cached_info *v;
+	uint64_t done = 0;
+	kvf_status rc;
+	size_t n;
+
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		return rc;
+	if (id != KVF_SEQ_NONE) {
+		if ((rc = seq_free_id(st, call, id, SEQ_FREE_CACHED)) != KVF_OK)
+			return rc;
+		if (n_dropped)
+			*n_dropped = 1;
+		return KVF_OK;
+	}
+	if ((rc = prefix_cached_list(st, &v, &n)) != KVF_OK)
+		return kvf_fail(rc, "%s: out of memory", call);
+	for (size_t i = 0; i < n && rc == KVF_OK; i++) {
+		rc = seq_free_id(st, call, v[i].id, SEQ_FREE_CACHED);
+		if (rc == KVF_OK)
+			done++;
+		else if (rc == KVF_ENOENT) /* gone meanwhile */
+			rc = KVF_OK;
+	}
+	kvf_free(v);
+	if (rc == KVF_OK && n_dropped)
+		*n_dropped = done;
+	return rc;
 }
 
 kvf_status kvf_seq_add_tokens(kvf_store *st, uint64_t id,

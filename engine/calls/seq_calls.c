@@ -1,8 +1,9 @@
 /*
- * seq_calls.c - the public sequence calls: kvf_seq_create, kvf_seq_free,
+ * seq_calls.c - the public sequence calls: kvf_seq_create,
  * kvf_seq_reset, kvf_seq_len and kvf_seq_fork (the child shares the parent's full groups
  * and copies its partial tail group); freeing itself is seq_drop.c's, as
- * eviction frees too.  A file of its own: these are the
+ * eviction frees too, and kvf_seq_free is prefix_calls.c's, as a free
+ * may leave a cached prefix behind.  A file of its own: these are the
  * calls a caller makes on sequences, apart from the table (seq.c) and
  * the streams (seq_stream.c) they use.
  *
@@ -63,6 +64,8 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 	if (id == SEQ_NO_PARENT)
 		return kvf_fail(KVF_EINVAL, "%s: sequence id %llu is reserved",
 				call, (unsigned long long)id);
+	if ((rc = seq_id_take(st, call, id)) != KVF_OK)
+		return rc;
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, id)) != NULL) {
 		seq_put(st, old);
@@ -112,11 +115,6 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 out:
 	pthread_rwlock_unlock(&st->world);
 	return rc;
-}
-
-kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
-{
-	return seq_free_id(st, "kvf_seq_free", id, 0);
 }
 
 kvf_status kvf_seq_reset(kvf_store *st, uint64_t id)
@@ -211,6 +209,20 @@ static kvf_status fork_kt_stream(kvf_store *st, struct stream *ps,
 	return KVF_OK;
 }
 
+kvf_status seq_id_take(kvf_store *st, const char *call, uint64_t id)
+{
+	struct seq *old = seq_get(st, id);
+	int cached = old && old->cached;
+	kvf_status rc;
+
+	seq_put(st, old);
+	if (!cached)
+		return KVF_OK;
+	/* the cache gives way; freed meanwhile is as good */
+	rc = seq_free_id(st, call, id, SEQ_FREE_CACHED);
+	return rc == KVF_ENOENT ? KVF_OK : rc;
+}
+
 kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
@@ -238,6 +250,8 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 	if (child_id == parent_id)
 		return kvf_fail(KVF_EINVAL, "%s: child and parent are both %llu",
 				call, (unsigned long long)child_id);
+	if ((rc = seq_id_take(st, call, child_id)) != KVF_OK)
+		return rc;
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, child_id)) != NULL) {
 		seq_put(st, old);
@@ -245,7 +259,15 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 			      call, (unsigned long long)child_id);
 		goto out_world;
 	}
-	if ((rc = seq_get_locked(st, call, parent_id, &parent)) != KVF_OK)
+	/* a creation with token ids (prefix reuse, or the store keeping a
+	 * cached prefix) may share from a cached prefix; kvf_seq_fork may
+	 * not, the caller never sees one */
+	if (tok == NULL)
+		rc = seq_get_locked(st, call, parent_id, &parent);
+	else if ((rc = seq_find_any_locked(st, call, parent_id, &parent)) ==
+		 KVF_OK)
+		seq_note_use(st, parent);
+	if (rc != KVF_OK)
 		goto out_world;
 	for (uint32_t l = 0; l < st->hdr.n_layers; l++)
 		if (parent->len[l] < n_tokens) {
@@ -348,11 +370,17 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 		}
 	if ((rc = seq_record(st, child, b)) != KVF_OK)
 		goto out_child;
-	if (tok && prefix_record(b, child_id, child->create_seqno, tok->tokens,
-				tok->n_tokens, NULL, 0) != KVF_OK) {
+	if (tok && (tok->cached
+			    ? prefix_record_cached(b, child_id,
+						   child->create_seqno,
+						   tok->tokens, tok->n_tokens)
+			    : prefix_record(b, child_id, child->create_seqno,
+					    tok->tokens, tok->n_tokens, NULL,
+					    0)) != KVF_OK) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out_child;
 	}
+	child->cached = tok && tok->cached; /* before the table has it */
 	/* the shared pages' references first, then the child appears in
 	 * the table already locked: no call can reach it half made */
 	for (uint64_t i = 0; i < n_refs; i++)

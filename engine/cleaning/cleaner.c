@@ -35,6 +35,7 @@
 #include "engine/base/meta.h"
 #include "engine/base/segfmt.h"
 #include "engine/segments/segtable.h"
+#include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -534,8 +535,9 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 	 * call evicted, or what another thread's eviction left dying).  A
 	 * round that drops sequences may always go again, as there are
 	 * finitely many; one that drops none, only a few times */
-	if (crc == KVF_ENOSPC && st->opts.evict_policy != KVF_EVICT_NONE &&
-	    !st->read_only) {
+	if (crc == KVF_ENOSPC && !st->read_only &&
+	    (st->opts.evict_policy != KVF_EVICT_NONE ||
+	     prefix_cached_count(st) > 0)) { /* the cache gives way always */
 		int evicted = evict_for_room(st, want, keep);
 
 		crc = cleaner_run(st, want);

@@ -24,6 +24,7 @@
 #include "engine/base/key.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
+#include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -102,6 +103,10 @@ int evict_over_high(kvf_store *st)
 
 struct cand {
 	uint64_t id;
+	int cached;      /* a cached prefix: goes before any sequence */
+	uint64_t hits;   /* a cached prefix's worth (prefix_cached_value) */
+	uint64_t hit_ns; /* and its last use */
+	uint64_t rank;   /* place in the policy's order (sequences) */
 	uint64_t last_use, uses;
 	uint64_t pages;  /* given back by its eviction */
 	uint64_t copy;   /* other live pages in the segments of those */
@@ -110,6 +115,7 @@ struct cand {
 
 struct scan {
 	kvf_store *st;
+	uint32_t policy;
 	uint64_t keep;
 	struct cand *c;
 	uint32_t n, cap;
@@ -183,14 +189,23 @@ static void score_one(kvf_store *st, struct seq *seq, void *arg)
 {
 	struct scan *sc = arg;
 	struct cand c = { .id = seq->id };
-
-	(void)st;
 	if (sc->nomem || seq->ns != SEQ_NS_USER || seq->id == sc->keep)
+		return;
+	/* without a policy only the cache gives way */
+	if (sc->policy == KVF_EVICT_NONE && !seq->cached)
 		return;
 	pthread_mutex_lock(&seq->lock);
 	if (!seq->dead && seq->pins == 0) {
 		c.pages = score_pages(sc, seq);
 		c.copy = copy_pages(sc);
+	}
+	if (seq->cached) {
+		struct prefix_cached_info v;
+
+		prefix_cached_value(st, seq, &v);
+		c.cached = 1;
+		c.hits = v.hits;
+		c.hit_ns = v.last_use_ns;
 	}
 	pthread_mutex_unlock(&seq->lock);
 	if (c.pages == 0)
@@ -236,11 +251,25 @@ static int by_key(const void *a, const void *b)
 	return by_last_use(a, b);
 }
 
-/* order - sort the candidates, first to go first */
-static void order(struct scan *sc, uint32_t policy)
+/* by_worth - cached prefixes first, the least valuable first (fewer
+ * hits on the chunks only they hold, then used longer ago); then the
+ * sequences in the policy's order */
+static int by_worth(const void *a, const void *b)
 {
-	if (sc->n == 0)
-		return;
+	const struct cand *x = a, *y = b;
+
+	if (x->cached != y->cached)
+		return y->cached - x->cached;
+	if (!x->cached)
+		return (x->rank > y->rank) - (x->rank < y->rank);
+	if (x->hits != y->hits)
+		return (x->hits > y->hits) - (x->hits < y->hits);
+	return (x->hit_ns > y->hit_ns) - (x->hit_ns < y->hit_ns);
+}
+
+/* order_policy - the sequences' order by the policy */
+static void order_policy(struct scan *sc, uint32_t policy)
+{
 	qsort(sc->c, sc->n, sizeof(*sc->c), by_last_use);
 	if (policy == KVF_EVICT_LFU) {
 		qsort(sc->c, sc->n, sizeof(*sc->c), by_uses);
@@ -257,6 +286,17 @@ static void order(struct scan *sc, uint32_t policy)
 		}
 		qsort(sc->c, sc->n, sizeof(*sc->c), by_key);
 	}
+}
+
+/* order - sort the candidates, first to go first */
+static void order(struct scan *sc, uint32_t policy)
+{
+	if (sc->n == 0)
+		return;
+	order_policy(sc, policy);
+	for (uint32_t i = 0; i < sc->n; i++)
+		sc->c[i].rank = i;
+	qsort(sc->c, sc->n, sizeof(*sc->c), by_worth);
 }
 
 /* ---- a run ---------------------------------------------------------------- */
@@ -290,7 +330,7 @@ static void log_victim(kvf_store *st, const struct cand *c, uint32_t policy,
 uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 		   uint32_t reason, uint64_t keep)
 {
-	struct scan sc = { .st = st, .keep = keep };
+	struct scan sc = { .st = st, .policy = policy, .keep = keep };
 	uint64_t freed = 0, now;
 	kvf_status rc;
 
@@ -323,7 +363,7 @@ uint64_t evict_run(kvf_store *st, uint32_t policy, uint64_t want_pages,
 		 * meanwhile: nothing to do (KVF_ENOENT).  A use since the
 		 * scoring does not save it: the run keeps the order it
 		 * scored, and the freeing counts no use (seq_find_locked) */
-		if (seq_free_id(st, "eviction", sc.c[i].id, 1) != KVF_OK)
+		if (seq_free_id(st, "eviction", sc.c[i].id, SEQ_FREE_EVICT) != KVF_OK)
 			continue;
 		freed += sc.c[i].pages;
 		log_victim(st, &sc.c[i], policy, reason, now);

@@ -65,15 +65,21 @@ static int cmp_u64(const void *a, const void *b)
 kvf_status inspect_live_ids(kvf_store *st, const char *call, uint64_t **ids,
 			    size_t *n, uint32_t ns)
 {
+	uint32_t want = ns & 0xffu;
 	uint64_t *list;
 	size_t k = 0;
 
 	pthread_rwlock_rdlock(&st->seqtab.lock);
 	list = kvf_malloc((st->seqtab.n ? st->seqtab.n : 1) * sizeof(*list));
-	if (list != NULL)
-		for (uint32_t i = 0; i < st->seqtab.cap; i++)
-			if (st->seqtab.slot[i] && st->seqtab.slot[i]->ns == ns)
-				list[k++] = st->seqtab.slot[i]->id;
+	for (uint32_t i = 0; list != NULL && i < st->seqtab.cap; i++) {
+		const struct seq *seq = st->seqtab.slot[i];
+
+		if (seq == NULL || seq->ns != want ||
+		    ((ns & INSPECT_CALLERS) && seq->cached) ||
+		    ((ns & INSPECT_CACHED) && !seq->cached))
+			continue;
+		list[k++] = seq->id;
+	}
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	if (list == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory for the list of sequences",

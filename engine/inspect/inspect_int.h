@@ -20,8 +20,11 @@ kvf_status inspect_common(kvf_store *st, const char *call, const void *out,
 			  size_t lib_size);
 
 /* inspect_live_ids - the ids of the live sequences of namespace ns,
- * ascending, in a kvf_malloc'd array (*ids, *n).  Caller holds world
- * shared. */
+ * ascending, in a kvf_malloc'd array (*ids, *n).  ns may carry one of
+ * the flags below; without, the store's cached prefixes are listed with
+ * the caller's sequences.  Caller holds world shared. */
+#define INSPECT_CALLERS 0x100u /* not the cached prefixes */
+#define INSPECT_CACHED 0x200u  /* only the cached prefixes */
 kvf_status inspect_live_ids(kvf_store *st, const char *call, uint64_t **ids,
 			    size_t *n, uint32_t ns);
 

@@ -1,6 +1,7 @@
 /*
  * inspect_seq.c - the inspection calls on sequences: kvf_seq_list (kvtool
- * ls), kvf_seq_x_len and kvf_seq_info_get.  A file of its own: each
+ * ls), kvf_prefix_list (the store's cached prefixes), kvf_seq_x_len and
+ * kvf_seq_info_get.  A file of its own: each
  * walks one sequence's index under its lock, which the store-wide calls
  * in inspect.c never take.
  *
@@ -33,7 +34,33 @@ kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 	if (ids == NULL && cap > 0)
 		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
 	pthread_rwlock_rdlock(&st->world);
-	rc = inspect_live_ids(st, call, &list, &k, SEQ_NS_USER);
+	rc = inspect_live_ids(st, call, &list, &k, SEQ_NS_USER | INSPECT_CALLERS);
+	pthread_rwlock_unlock(&st->world);
+	if (rc != KVF_OK)
+		return rc;
+	if (cap > 0)
+		memcpy(ids, list, (k < cap ? k : cap) * sizeof(*ids));
+	kvf_free(list);
+	*n = k;
+	return KVF_OK;
+}
+
+kvf_status kvf_prefix_list(kvf_store *st, uint64_t *ids, size_t cap,
+			   size_t *n)
+{
+	const char *call = "kvf_prefix_list";
+	uint64_t *list;
+	size_t k;
+	kvf_status rc;
+
+	if ((rc = inspect_common(st, call, NULL, 0)) != KVF_OK)
+		return rc;
+	if (n == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: n is NULL", call);
+	if (ids == NULL && cap > 0)
+		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
+	pthread_rwlock_rdlock(&st->world);
+	rc = inspect_live_ids(st, call, &list, &k, SEQ_NS_USER | INSPECT_CACHED);
 	pthread_rwlock_unlock(&st->world);
 	if (rc != KVF_OK)
 		return rc;
@@ -99,9 +126,14 @@ kvf_status kvf_seq_info_get(kvf_store *st, uint64_t id, kvf_seq_info *out)
 	memset(&in, 0, sizeof(in));
 	n_streams = seq_n_streams(st);
 	pthread_rwlock_rdlock(&st->world);
-	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
+	/* a cached prefix too (kvtool ls shows them); a use only of the
+	 * caller's */
+	if ((rc = seq_find_any_locked(st, call, id, &seq)) != KVF_OK)
 		goto out;
+	if (!seq->cached)
+		seq_note_use(st, seq);
 	in.id = seq->id;
+	in.cached = (uint32_t)seq->cached;
 	in.family = seq->family;
 	in.parent = seq->parent == SEQ_NO_PARENT ? KVF_SEQ_NONE : seq->parent;
 	for (uint32_t l = 0; l < st->hdr.n_layers; l++) {
@@ -123,6 +155,13 @@ kvf_status kvf_seq_info_get(kvf_store *st, uint64_t id, kvf_seq_info *out)
 		in.prefix_chunks = f.chunks;
 		in.prefix_shared_chunks = f.shared_chunks;
 		in.prefix_hash = f.shared_hash;
+	}
+	if (seq->cached) {
+		struct prefix_cached_info c;
+
+		prefix_cached_value(st, seq, &c);
+		in.cached_own_chunks = c.own_chunks;
+		in.cached_hits = c.hits;
 	}
 	seq_unlock_put(st, seq);
 out:

@@ -319,15 +319,18 @@ kvf_status kvf_seq_import(kvf_store *st, const char *path, uint64_t seq,
 	if ((rc = pass(&x)) != KVF_OK)
 		goto out;
 	x.id = seq == KVF_SEQ_NONE ? x.h.seq : seq;
-	if ((old = seq_get(st, x.id)) != NULL) {
+	if ((old = seq_get(st, x.id)) != NULL && !old->cached) {
 		seq_put(st, old);
 		rc = kvf_fail(KVF_EEXIST, "%s: sequence %llu exists already", call,
 			      (unsigned long long)x.id);
 		goto out;
 	}
+	seq_put(st, old); /* a cached prefix, which the creation drops */
 	x.apply = 1;
 	if ((rc = pass(&x)) != KVF_OK && x.apply) {
-		(void)kvf_seq_free(st, x.id); /* leaves the first message */
+		/* a plain free: a part-made import leaves no cached prefix;
+		 * the first message stays */
+		(void)seq_free_id(st, call, x.id, 0);
 		goto out;
 	}
 	if (rc == KVF_OK && out_seq)

@@ -45,6 +45,7 @@ static uint64_t now_ns(void)
 void prefix_init(kvf_store *st)
 {
 	pthread_mutex_init(&st->prefix.lock, NULL);
+	st->prefix.next_cached_id = PREFIX_CACHED_ID_BASE;
 	st->prefix.ready = 1;
 }
 
@@ -171,9 +172,17 @@ static void node_remove(kvf_store *st, struct prefix_node *n)
 	kvf_free(n);
 }
 
-static kvf_status holder_add(struct prefix_index *pi, struct prefix_node *n,
-			     uint64_t id)
+/* cached_only - n is kept by cached prefixes alone */
+static int cached_only(const struct prefix_node *n)
 {
+	return n->n_holders > 0 && n->n_holders == n->n_cached;
+}
+
+static kvf_status holder_add(struct prefix_index *pi, struct prefix_node *n,
+			     uint64_t id, int cached)
+{
+	int was = cached_only(n);
+
 	if (n->n_holders == n->cap_holders) {
 		uint32_t cap = n->cap_holders ? n->cap_holders * 2 : 2;
 		uint64_t *h = kvf_realloc(n->holders, cap * sizeof(*h));
@@ -185,18 +194,25 @@ static kvf_status holder_add(struct prefix_index *pi, struct prefix_node *n,
 		n->cap_holders = cap;
 	}
 	n->holders[n->n_holders++] = id;
+	n->n_cached += cached != 0;
+	pi->cached_only += (uint64_t)cached_only(n) - (uint64_t)was;
 	return KVF_OK;
 }
 
-static void holder_remove(struct prefix_node *n, uint64_t id)
+static void holder_remove(struct prefix_index *pi, struct prefix_node *n,
+			  uint64_t id, int cached)
 {
+	int was = cached_only(n);
+
 	for (uint32_t i = n->n_holders; i-- > 0;)
 		if (n->holders[i] == id) {
 			memmove(&n->holders[i], &n->holders[i + 1],
 				(n->n_holders - i - 1) * sizeof(*n->holders));
 			n->n_holders--;
-			return;
+			n->n_cached -= cached != 0;
+			break;
 		}
+	pi->cached_only += (uint64_t)cached_only(n) - (uint64_t)was;
 }
 
 /* ---- lookup --------------------------------------------------------------- */
@@ -221,6 +237,7 @@ void prefix_lookup(kvf_store *st, const uint32_t *tokens, uint64_t n,
 
 	out->holder = KVF_SEQ_NONE;
 	out->n_tokens = 0;
+	out->from_cache = 0;
 	pthread_mutex_lock(&pi->lock);
 	while ((c + 1) * G <= n) {
 		uint64_t h2 = prefix_chain_hash(h, tokens + c * G, G);
@@ -252,6 +269,7 @@ void prefix_lookup(kvf_store *st, const uint32_t *tokens, uint64_t n,
 	if (best && best->n_holders > 0) {
 		out->holder = best->holders[best->n_holders - 1];
 		out->n_tokens = c * G + best_m;
+		out->from_cache = cached_only(best);
 		for (struct prefix_node *k = best; k; k = k->parent) {
 			k->hits++;
 			k->last_use_ns = t;
@@ -323,6 +341,7 @@ void prefix_attach(kvf_store *st, struct seq *seq, struct prefix_seq *ps)
 		pi->seqs->prev = ps;
 	pi->seqs = ps;
 	pi->node_bytes += sizeof(*ps);
+	pi->n_cached_seqs += ps->cached != 0;
 	pthread_mutex_unlock(&pi->lock);
 	seq->prefix = ps;
 	prefix_publish(st, seq);
@@ -361,7 +380,7 @@ void prefix_publish(kvf_store *st, struct seq *seq)
 		if (n == NULL &&
 		    (n = node_add(st, h, parent, ps->tokens + c * G)) == NULL)
 			break;
-		if (holder_add(pi, n, seq->id) != KVF_OK) {
+		if (holder_add(pi, n, seq->id, ps->cached) != KVF_OK) {
 			if (n->n_holders == 0)
 				node_remove(st, n);
 			break;
@@ -384,7 +403,7 @@ void prefix_forget(kvf_store *st, struct seq *seq)
 	for (uint64_t c = ps->n_pub; c-- > 0;) {
 		struct prefix_node *n = ps->nodes[c];
 
-		holder_remove(n, seq->id);
+		holder_remove(pi, n, seq->id, ps->cached);
 		if (n->n_holders == 0 && n->child == NULL)
 			node_remove(st, n);
 	}
@@ -395,6 +414,7 @@ void prefix_forget(kvf_store *st, struct seq *seq)
 	if (ps->next)
 		ps->next->prev = ps->prev;
 	pi->node_bytes -= sizeof(*ps);
+	pi->n_cached_seqs -= ps->cached != 0;
 	pthread_mutex_unlock(&pi->lock);
 	seq->prefix = NULL;
 	prefix_seq_free(ps);
@@ -413,7 +433,7 @@ void prefix_truncate(kvf_store *st, struct seq *seq, uint64_t n_tokens)
 	for (; ps->n_pub > keep; ps->n_pub--) {
 		struct prefix_node *n = ps->nodes[ps->n_pub - 1];
 
-		holder_remove(n, seq->id);
+		holder_remove(pi, n, seq->id, ps->cached);
 		if (n->n_holders == 0 && n->child == NULL)
 			node_remove(st, n);
 	}
@@ -424,11 +444,13 @@ void prefix_truncate(kvf_store *st, struct seq *seq, uint64_t n_tokens)
 
 /* ---- records -------------------------------------------------------------- */
 
-kvf_status prefix_record(struct catalog_batch *b, uint64_t id,
+static kvf_status record(struct catalog_batch *b, uint64_t id,
 			 uint64_t create_seqno, const uint32_t *tokens,
-			 uint64_t n, const uint32_t *more, uint64_t n_more)
+			 uint64_t n, const uint32_t *more, uint64_t n_more,
+			 uint32_t flags)
 {
-	struct meta_tokens h = { .create_seqno = create_seqno, .n = n + n_more };
+	struct meta_tokens h = { .create_seqno = create_seqno,
+				 .n = (uint32_t)(n + n_more), .flags = flags };
 	size_t len = sizeof(h) + (size_t)(n + n_more) * sizeof(uint32_t);
 	unsigned char key[9], *val = kvf_malloc(len);
 
@@ -444,6 +466,21 @@ kvf_status prefix_record(struct catalog_batch *b, uint64_t id,
 	catalog_batch_put(b, key, sizeof(key), val, len);
 	kvf_free(val);
 	return KVF_OK;
+}
+
+kvf_status prefix_record(struct catalog_batch *b, uint64_t id,
+			 uint64_t create_seqno, const uint32_t *tokens,
+			 uint64_t n, const uint32_t *more, uint64_t n_more)
+{
+	return record(b, id, create_seqno, tokens, n, more, n_more, 0);
+}
+
+kvf_status prefix_record_cached(struct catalog_batch *b, uint64_t id,
+				uint64_t create_seqno, const uint32_t *tokens,
+				uint64_t n)
+{
+	return record(b, id, create_seqno, tokens, n, NULL, 0,
+		      META_TOKENS_CACHED);
 }
 
 void prefix_record_delete(struct catalog_batch *b, uint64_t id)
@@ -470,10 +507,13 @@ static int load_one(void *arg, const void *key, size_t klen, const void *val,
 	memcpy(&h, val, sizeof(h));
 	id = meta_key_id(key, 8);
 	if (h.n > PREFIX_MAX_TOKENS ||
-	    vlen != sizeof(h) + h.n * sizeof(uint32_t))
+	    vlen != sizeof(h) + (size_t)h.n * sizeof(uint32_t))
 		return kvf_fail(KVF_ECORRUPT, "kvf_open: %s/meta: token record of sequence %llu has %zu bytes for %llu tokens",
 				st->dir, (unsigned long long)id, vlen,
 				(unsigned long long)h.n);
+	if (h.flags & ~META_TOKENS_CACHED)
+		return kvf_fail(KVF_ECORRUPT, "kvf_open: %s/meta: token record of sequence %llu has unknown flags 0x%x",
+				st->dir, (unsigned long long)id, h.flags);
 	/* a record without its sequence (or of an earlier one with the same
 	 * id) names no K/V: skip it */
 	if ((seq = seq_get(st, id)) == NULL)
@@ -489,8 +529,12 @@ static int load_one(void *arg, const void *key, size_t klen, const void *val,
 		seq_put(st, seq);
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for the prefix index");
 	}
+	ps->cached = (h.flags & META_TOKENS_CACHED) != 0;
 	pthread_mutex_lock(&seq->lock);
 	prefix_forget(st, seq); /* a second record for one id: the last wins */
+	seq->cached = ps->cached;
+	if (ps->cached && id >= st->prefix.next_cached_id)
+		st->prefix.next_cached_id = id + 1;
 	prefix_attach(st, seq, ps);
 	pthread_mutex_unlock(&seq->lock);
 	seq_put(st, seq);
@@ -537,10 +581,115 @@ void prefix_stats(kvf_store *st, kvf_stats *s)
 	s->prefix_tokens_asked = atomic_load(&pi->tokens_asked);
 	s->prefix_tokens_reused = atomic_load(&pi->tokens_reused);
 	s->prefix_bytes_saved = atomic_load(&pi->bytes_saved);
+	s->prefix_cache_kept = atomic_load(&pi->cache_kept);
+	s->prefix_cache_dropped = atomic_load(&pi->cache_dropped);
+	s->prefix_cache_hits = atomic_load(&pi->cache_hits);
 	pthread_mutex_lock(&pi->lock);
 	s->prefix_chunks = pi->n_nodes;
+	s->prefix_cached = pi->n_cached_seqs;
+	s->prefix_cached_bytes = pi->cached_only * prefix_chunk_bytes(st);
 	s->index_bytes += pi->node_bytes;
 	pthread_mutex_unlock(&pi->lock);
+}
+
+uint64_t prefix_chunk_bytes(const kvf_store *st)
+{
+	return (uint64_t)st->hdr.n_layers * 2 * st->hdr.n_kv_heads *
+	       st->group_tokens * st->row_bytes;
+}
+
+uint64_t prefix_cached_bytes(kvf_store *st)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&st->prefix.lock);
+	n = st->prefix.cached_only;
+	pthread_mutex_unlock(&st->prefix.lock);
+	return n * prefix_chunk_bytes(st);
+}
+
+/* cached_value - ps's figures as a cached prefix (pi->lock held) */
+static void cached_value(const struct prefix_seq *ps,
+			 struct prefix_cached_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->id = ps->id;
+	out->chunks = ps->n_pub;
+	/* the chunks it alone holds are a suffix (a holder of a node holds
+	 * its parent); hits only fall along a chain, so the first of them
+	 * has the most, and is what its chunks are worth */
+	for (uint64_t c = 0; c < ps->n_pub; c++) {
+		const struct prefix_node *n = ps->nodes[c];
+
+		if (n->n_holders > 1)
+			continue;
+		if (out->own_chunks++ == 0) {
+			out->hits = n->hits;
+			out->last_use_ns = n->last_use_ns;
+		}
+	}
+	/* another cached prefix holds its deepest chunk, so all of it */
+	if (ps->n_pub > 0) {
+		const struct prefix_node *d = ps->nodes[ps->n_pub - 1];
+
+		out->covered = d->n_cached > 1;
+	}
+}
+
+void prefix_cached_value(kvf_store *st, struct seq *seq,
+			 struct prefix_cached_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->id = seq->id;
+	if (seq->prefix == NULL)
+		return;
+	pthread_mutex_lock(&st->prefix.lock);
+	cached_value(seq->prefix, out);
+	pthread_mutex_unlock(&st->prefix.lock);
+}
+
+kvf_status prefix_cached_list(kvf_store *st, struct prefix_cached_info **out,
+			      size_t *n)
+{
+	struct prefix_index *pi = &st->prefix;
+	struct prefix_cached_info *v;
+	size_t k = 0;
+
+	pthread_mutex_lock(&pi->lock);
+	v = kvf_calloc(pi->n_cached_seqs ? pi->n_cached_seqs : 1, sizeof(*v));
+	if (v == NULL) {
+		pthread_mutex_unlock(&pi->lock);
+		return KVF_ENOMEM;
+	}
+	for (struct prefix_seq *ps = pi->seqs; ps; ps = ps->next)
+		if (ps->cached)
+			cached_value(ps, &v[k++]);
+	pthread_mutex_unlock(&pi->lock);
+	*out = v;
+	*n = k;
+	return KVF_OK;
+}
+
+uint64_t prefix_cached_count(kvf_store *st)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&st->prefix.lock);
+	n = st->prefix.n_cached_seqs;
+	pthread_mutex_unlock(&st->prefix.lock);
+	return n;
+}
+
+uint64_t prefix_cached_id(kvf_store *st)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&st->prefix.lock);
+	id = st->prefix.next_cached_id++;
+	if (st->prefix.next_cached_id == KVF_SEQ_NONE)
+		st->prefix.next_cached_id = PREFIX_CACHED_ID_BASE;
+	pthread_mutex_unlock(&st->prefix.lock);
+	return id;
 }
 
 kvf_status prefix_chunks(kvf_store *st, struct prefix_chunk_info **out,

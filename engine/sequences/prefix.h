@@ -38,6 +38,7 @@ void prefix_free(kvf_store *st);
 struct prefix_match {
 	uint64_t holder;   /* a sequence holding the matched tokens */
 	uint64_t n_tokens; /* tokens matched: full chunks, then part of one */
+	int from_cache;    /* only cached prefixes hold the deepest chunk */
 };
 
 /* prefix_lookup - the longest prefix of tokens[0, n) that a live sequence
@@ -75,6 +76,11 @@ void prefix_truncate(kvf_store *st, struct seq *seq, uint64_t n_tokens);
 kvf_status prefix_record(struct catalog_batch *b, uint64_t id,
 			 uint64_t create_seqno, const uint32_t *tokens,
 			 uint64_t n, const uint32_t *more, uint64_t n_more);
+/* prefix_record_cached - the same for a cached prefix's record (it says
+ * the sequence is one, so recovery hides it again) */
+kvf_status prefix_record_cached(struct catalog_batch *b, uint64_t id,
+				uint64_t create_seqno, const uint32_t *tokens,
+				uint64_t n);
 /* prefix_record_delete - delete id's "T" record in b (absent is fine) */
 void prefix_record_delete(struct catalog_batch *b, uint64_t id);
 
@@ -121,6 +127,43 @@ kvf_status prefix_chunks(kvf_store *st, struct prefix_chunk_info **out,
  * (message names `call`), KVF_ENOMEM. */
 kvf_status prefix_tokens_copy(kvf_store *st, const char *call, uint64_t id,
 			      uint32_t **out, uint64_t *n);
+
+/* ---- cached prefixes (docs/prefix.md, "Cached prefixes") ----------------
+ * A cached prefix is a sequence of the caller's namespace that the store
+ * owns and hides from the sequence calls (seq->cached): a fork of the
+ * published whole chunks of a sequence the caller freed.  Its id is the
+ * store's, counted up from PREFIX_CACHED_ID_BASE. */
+#define PREFIX_CACHED_ID_BASE 0x6b76630000000000ull /* "kvc" */
+
+/* prefix_chunk_bytes - K/V bytes of one chunk, all layers and heads */
+uint64_t prefix_chunk_bytes(const kvf_store *st);
+/* prefix_cached_bytes - K/V bytes of the chunks only cached prefixes
+ * hold (kvf_stats.prefix_cached_bytes; the budget's measure) */
+uint64_t prefix_cached_bytes(kvf_store *st);
+
+/* One cached prefix, for eviction, the budget and kvf_prefix_list. */
+struct prefix_cached_info {
+	uint64_t id;
+	uint64_t chunks;      /* chunks it holds */
+	uint64_t own_chunks;  /* of them, held by no other sequence: what
+			       * dropping it gives back */
+	uint64_t hits;        /* creations that reused the first of those:
+			       * its worth (0 when it has none) */
+	uint64_t last_use_ns; /* that chunk's last publish or reuse */
+	int covered;          /* another cached prefix holds all its chunks */
+};
+/* prefix_cached_value - seq's figures (caller holds seq->lock) */
+void prefix_cached_value(kvf_store *st, struct seq *seq,
+			 struct prefix_cached_info *out);
+/* prefix_cached_list - a kvf_malloc'd snapshot of every cached prefix.
+ * KVF_OK or KVF_ENOMEM. */
+kvf_status prefix_cached_list(kvf_store *st, struct prefix_cached_info **out,
+			      size_t *n);
+/* prefix_cached_count - how many cached prefixes the store holds */
+uint64_t prefix_cached_count(kvf_store *st);
+/* prefix_cached_id - an id for the next cached prefix (the caller checks
+ * that no sequence has it) */
+uint64_t prefix_cached_id(kvf_store *st);
 
 /* prefix_count_reuse - a creation asked for n tokens and reused n_reused */
 void prefix_count_reuse(kvf_store *st, uint64_t n, uint64_t n_reused);

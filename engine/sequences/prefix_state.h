@@ -11,8 +11,10 @@
  * never trusted, and two chunks whose hashes collide are two nodes in one
  * bucket.
  *
- * Invariants: a node's holders are the live sequences whose published
- * chunks include it; a holder of a node holds its parent too, so a node
+ * Invariants: a node's holders are the sequences whose published chunks
+ * include it: the caller's live sequences and the store's cached prefixes
+ * (prefix_seq.cached; docs/prefix.md, "Cached prefixes"), n_cached of
+ * them; a holder of a node holds its parent too, so a node
  * without holders has no children and is removed.  A sequence publishes
  * chunk c once its token ids cover the chunk (kvf_seq_create_tokens,
  * kvf_seq_add_tokens) and every layer holds its K/V (c + 1) * G tokens.
@@ -33,6 +35,7 @@ struct prefix_node {
 	uint32_t depth;              /* chunk index: tokens [depth*G, +G) */
 	uint32_t n_holders;          /* entries of holders */
 	uint32_t cap_holders;        /* capacity of holders */
+	uint32_t n_cached;           /* of the holders, cached prefixes */
 	struct prefix_node *parent;  /* chunk depth - 1; NULL at depth 0 */
 	struct prefix_node *hnext;   /* next node in its hash bucket */
 	struct prefix_node *child;   /* first chunk that follows it */
@@ -53,6 +56,9 @@ struct prefix_seq {
 	struct prefix_node **nodes;  /* [n_pub] chunk c's node */
 	uint64_t n_pub;              /* chunks published */
 	uint64_t cap_nodes;
+	int cached;                  /* a cached prefix of the store: a
+				      * hidden sequence that holds the
+				      * chunks of one whose holder was freed */
 	struct prefix_seq *next;     /* in prefix_index.seqs */
 	struct prefix_seq *prev;
 };
@@ -66,12 +72,20 @@ struct prefix_index {
 	uint64_t node_bytes;         /* memory the nodes and seqs take */
 	struct prefix_node *roots;   /* depth-0 nodes, by sibling */
 	struct prefix_seq *seqs;     /* every tracked sequence */
+	uint64_t n_cached_seqs;      /* of them, cached prefixes */
+	uint64_t cached_only;        /* nodes every holder of which is a
+				      * cached prefix: what the cache alone
+				      * keeps (kvf_stats.prefix_cached_bytes) */
+	uint64_t next_cached_id;     /* the id the next cached prefix tries */
 	/* counters since open, for kvf_stats */
 	_Atomic uint64_t lookups;       /* kvf_seq_create_tokens calls */
 	_Atomic uint64_t hits;          /* of them, reusing >= 1 token */
 	_Atomic uint64_t tokens_asked;  /* tokens they were given */
 	_Atomic uint64_t tokens_reused; /* tokens shared, not appended */
 	_Atomic uint64_t bytes_saved;   /* K/V (and X) bytes not rewritten */
+	_Atomic uint64_t cache_kept;    /* cached prefixes made */
+	_Atomic uint64_t cache_dropped; /* cached prefixes dropped, any cause */
+	_Atomic uint64_t cache_hits;    /* creations that shared from one */
 };
 
 #endif /* KVF_ENGINE_PREFIX_STATE_H */

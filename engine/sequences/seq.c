@@ -138,6 +138,24 @@ kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 kvf_status seq_find_locked(kvf_store *st, const char *call, uint64_t id,
 			   struct seq **out)
 {
+	struct seq *seq;
+	kvf_status rc = seq_find_any_locked(st, call, id, &seq);
+
+	if (rc != KVF_OK)
+		return rc;
+	if (!seq->cached) {
+		*out = seq;
+		return KVF_OK;
+	}
+	seq_unlock_put(st, seq);
+	return kvf_fail(KVF_ENOENT,
+			"%s: sequence %llu does not exist: the id names one of the store's cached prefixes (kvf_prefix_list, kvf_prefix_drop)",
+			call, (unsigned long long)id);
+}
+
+kvf_status seq_find_any_locked(kvf_store *st, const char *call, uint64_t id,
+			       struct seq **out)
+{
 	struct seq *seq = seq_get(st, id);
 
 	if (seq) {
@@ -354,7 +372,8 @@ uint32_t seq_count(kvf_store *st)
 
 	pthread_rwlock_rdlock(&st->seqtab.lock);
 	for (uint32_t i = 0; i < st->seqtab.cap; i++)
-		n += st->seqtab.slot[i] && st->seqtab.slot[i]->ns == SEQ_NS_USER;
+		n += st->seqtab.slot[i] && st->seqtab.slot[i]->ns == SEQ_NS_USER &&
+		     !st->seqtab.slot[i]->cached;
 	pthread_rwlock_unlock(&st->seqtab.lock);
 	return n;
 }

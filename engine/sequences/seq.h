@@ -38,6 +38,11 @@ kvf_status seq_get_locked(kvf_store *st, const char *call, uint64_t id,
 			  struct seq **out);
 kvf_status seq_find_locked(kvf_store *st, const char *call, uint64_t id,
 			   struct seq **out);
+/* seq_find_any_locked - seq_find_locked that finds the store's cached
+ * prefixes too (the others answer KVF_ENOENT for them: the caller's calls
+ * never see one) */
+kvf_status seq_find_any_locked(kvf_store *st, const char *call, uint64_t id,
+			       struct seq **out);
 /* seq_note_use - count a use of a caller's sequence (seq_get_locked; a
  * call that looks up with seq_get counts its own) */
 void seq_note_use(kvf_store *st, struct seq *seq);
@@ -56,13 +61,17 @@ void seq_remove(kvf_store *st, struct seq *seq);
 void seq_drop_all(kvf_store *st, struct seq *seq);
 /*
  * seq_free_id - delete sequence id (its records, then its page
- * references), as kvf_seq_free does for call.  evicting: only if it is
- * not pinned (else KVF_EBUSY, nothing changed), and remember the id so
- * KVF_ENOENT can say it was evicted.  A call running on the sequence
+ * references), as kvf_seq_free does for call.  how: 0, or SEQ_FREE_*;
+ * SEQ_FREE_EVICT: only if it is not pinned (else KVF_EBUSY, nothing
+ * changed), and remember the id so KVF_ENOENT can say it was evicted (a
+ * cached prefix may be evicted too).  A call running on the sequence
  * finishes first (it holds the sequence's lock).
  */
+#define SEQ_FREE_EVICT 1u  /* eviction: not if pinned; remember the id */
+#define SEQ_FREE_CACHED 2u /* id must be a cached prefix (which the
+			    * others refuse with KVF_ENOENT) */
 kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
-		       int evicting);
+		       unsigned how);
 /* seq_note_evicted - remember id among the latest evicted (seq.c) */
 void seq_note_evicted(kvf_store *st, uint64_t id);
 /* seq_create_with, seq_fork_with - kvf_seq_create and kvf_seq_fork
@@ -76,6 +85,10 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent,
 			 uint64_t child, uint64_t n_tokens,
 			 struct prefix_seq *ps);
+/* seq_id_take - before creating id for call: if one of the store's cached
+ * prefixes has it, drop that one (seq_calls.c).  KVF_OK, or what the
+ * drop answered (KVF_EFATAL, KVF_ENOMEM). */
+kvf_status seq_id_take(kvf_store *st, const char *call, uint64_t id);
 /* seq_destroy - free a sequence's memory (not its pages) */
 void seq_destroy(kvf_store *st, struct seq *seq);
 
@@ -88,7 +101,8 @@ kvf_status seq_foreach(kvf_store *st,
 kvf_status seq_foreach_created(kvf_store *st,
 			       void (*fn)(kvf_store *, struct seq *, void *),
 			       void *arg);
-/* seq_count - the caller's live sequences (not optimizers) */
+/* seq_count - the caller's live sequences (not optimizers, nor cached
+ * prefixes) */
 uint32_t seq_count(kvf_store *st);
 
 #endif /* KVF_ENGINE_SEQ_H */

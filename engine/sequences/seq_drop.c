@@ -59,8 +59,9 @@ static int evictable(struct seq *seq)
 }
 
 kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
-		       int evicting)
+		       unsigned how)
 {
+	int evicting = (how & SEQ_FREE_EVICT) != 0;
 	struct catalog_batch *b;
 	unsigned char key[9];
 	struct seq *seq;
@@ -72,8 +73,16 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 	pthread_rwlock_rdlock(&st->world);
 	/* no use counted: a free is not a use, and eviction must not make
 	 * its victim look used */
-	if ((rc = seq_find_locked(st, call, id, &seq)) != KVF_OK)
+	if ((rc = (how ? seq_find_any_locked : seq_find_locked)(st, call, id,
+								&seq)) != KVF_OK)
 		goto out;
+	if ((how & SEQ_FREE_CACHED) && !seq->cached) {
+		seq_unlock_put(st, seq);
+		rc = kvf_fail(KVF_ENOENT,
+			      "%s: sequence %llu is not a cached prefix: it is the caller's (kvf_seq_free frees it)",
+			      call, (unsigned long long)id);
+		goto out;
+	}
 	if (evicting && !evictable(seq)) {
 		seq_unlock_put(st, seq);
 		rc = kvf_fail(KVF_EBUSY, "%s: sequence %llu is pinned",
@@ -116,7 +125,9 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 	seq_table_remove(st, seq);
 	drop_refs(st, seq);
 	pthread_mutex_unlock(&seq->lock);
-	if (evicting)
+	if (seq->cached)
+		atomic_fetch_add(&st->prefix.cache_dropped, 1);
+	else if (evicting)
 		seq_note_evicted(st, id);
 	seq_put(st, seq); /* the table's reference */
 	seq_put(st, seq); /* ours */

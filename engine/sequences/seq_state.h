@@ -179,6 +179,10 @@ struct seq {
 	uint64_t use_synced;   /* last_use in the last committed "U" record */
 	uint64_t use_capture;  /* last_use in the record a sync is writing */
 	uint64_t use_capture_gen; /* that sync (st->dur.gen) */
+	int cached;            /* one of the store's cached prefixes
+				* (docs/prefix.md): hidden from the
+				* caller's calls; set before it enters the
+				* table and never changed */
 	struct prefix_seq *prefix; /* its token ids and published chunks
 				    * (engine/sequences/prefix_state.h); NULL if it
 				    * registered none */

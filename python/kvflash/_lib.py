@@ -51,7 +51,8 @@ class Options(ctypes.Structure):
                 ("trim", c_u32), ("verify_reads", c_u32),
                 ("dram_budget", c_u64), ("evict_policy", c_u32),
                 ("evict_high", c_f32), ("evict_low", c_f32),
-                ("admit_tokens", c_u64), ("profile", c_u32)]
+                ("admit_tokens", c_u64), ("profile", c_u32),
+                ("prefix_cache_bytes", c_u64)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -94,7 +95,9 @@ STATS_FIELDS = [
     ("prof_tier_ns", c_u64), ("prof_segment_ns", c_u64),
     ("prof_queue_ns", c_u64), ("prof_sync_ns", c_u64),
     ("prof_writer_ns", c_u64), ("cache_segments", c_u64),
-    ("cache_segments_skipped", c_u64)]
+    ("cache_segments_skipped", c_u64), ("prefix_cached", c_u64),
+    ("prefix_cached_bytes", c_u64), ("prefix_cache_kept", c_u64),
+    ("prefix_cache_dropped", c_u64), ("prefix_cache_hits", c_u64)]
 
 
 class Stats(ctypes.Structure):
@@ -118,7 +121,9 @@ class SeqInfo(ctypes.Structure):
                 ("parent", c_u64), ("tokens", c_u64), ("x_tokens", c_u64),
                 ("pages", c_u64), ("shared_pages", c_u64),
                 ("prefix_tokens", c_u64), ("prefix_chunks", c_u64),
-                ("prefix_shared_chunks", c_u64), ("prefix_hash", c_u64)]
+                ("prefix_shared_chunks", c_u64), ("prefix_hash", c_u64),
+                ("cached", c_u32), ("cached_own_chunks", c_u64),
+                ("cached_hits", c_u64)]
 
 
 class OptConfig(ctypes.Structure):
@@ -185,6 +190,8 @@ SIGNATURES = {
     "kvf_seq_info_get": (S, [c_ptr, c_u64, P(SeqInfo)]),
     "kvf_seq_create_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64, P(c_u64)]),
     "kvf_seq_add_tokens": (S, [c_ptr, c_u64, c_ptr, c_u64]),
+    "kvf_prefix_drop": (S, [c_ptr, c_u64, P(c_u64)]),
+    "kvf_prefix_list": (S, [c_ptr, P(c_u64), c_size_t, P(c_size_t)]),
     "kvf_seq_export": (S, [c_ptr, c_u64, c_char_p]),
     "kvf_seq_import": (S, [c_ptr, c_char_p, c_u64, P(c_u64)]),
     "kvf_append_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor), P(Tensor)]),

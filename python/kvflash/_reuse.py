@@ -1,5 +1,6 @@
 """Capacity and reuse: the Store methods over prefix reuse
-(kvf_seq_create_tokens, kvf_seq_add_tokens), eviction (kvf_seq_pin,
+(kvf_seq_create_tokens, kvf_seq_add_tokens), cached prefixes
+(kvf_prefix_list, kvf_prefix_drop), eviction (kvf_seq_pin,
 kvf_seq_unpin, kvf_evict, kvf_evict_log) and export/import
 (kvf_seq_export, kvf_seq_import); a mixin, so store.py stays the store's
 core."""
@@ -72,6 +73,28 @@ class ReuseCalls:
         check(lib.kvf_seq_add_tokens(
             self._h("seq_add_tokens"), _u64(seq, "seq_add_tokens", "seq"),
             ids.ctypes.data_as(ctypes.c_void_p), ids.size))
+
+    def prefix_list(self):
+        """The ids of the store's cached prefixes, ascending
+        (kvf_prefix_list); seq_info describes each (its "cached" is 1)."""
+        st = self._h("prefix_list")
+        while True:
+            n = ctypes.c_size_t()
+            check(lib.kvf_prefix_list(st, None, 0, ctypes.byref(n)))
+            cap = n.value
+            ids = (ctypes.c_uint64 * max(cap, 1))()
+            check(lib.kvf_prefix_list(st, ids, cap, ctypes.byref(n)))
+            if n.value <= cap:
+                return [ids[i] for i in range(n.value)]
+
+    def prefix_drop(self, seq=None):
+        """Drop one cached prefix (its id, from prefix_list) or, with
+        seq=None, every one (kvf_prefix_drop); returns how many went."""
+        n = ctypes.c_uint64()
+        sid = SEQ_NONE if seq is None else _u64(seq, "prefix_drop", "seq")
+        check(lib.kvf_prefix_drop(self._h("prefix_drop"), sid,
+                                  ctypes.byref(n)))
+        return n.value
 
     def seq_export(self, seq, path):
         """Write seq (K/V, X, token ids) to the file at path."""

@@ -105,3 +105,48 @@ def test_export_import_round_trip(tmp_path):
         with pytest.raises(kvflash.Mismatch) as e:
             c.seq_import(f)
         assert "n_layers 2; this store has 3" in e.value.message
+
+
+def test_cached_prefix_outlives_its_holder(tmp_path):
+    """A freed conversation's chunks stay as a cached prefix: a later one
+    hits on them, after a reopen too; prefix_drop gives them up."""
+    ids = list(range(500, 500 + 3 * G + 7))
+    path = os.path.join(tmp_path, "s")
+    with store(path) as st:
+        assert st.seq_create_tokens(1, ids) == 0
+        fill(st, 1, ids, 0)
+        st.seq_free(1)
+        assert st.seq_list() == []
+        cached = st.prefix_list()
+        assert len(cached) == 1
+        info = st.seq_info(cached[0])
+        assert info["cached"] == 1 and info["cached_own_chunks"] == 3
+        s = st.stats()
+        assert s["prefix_cached"] == 1
+        assert s["prefix_cached_bytes"] == 3 * 2 * 2 * 2 * G * 128
+        # the caller's calls do not see it
+        with pytest.raises(kvflash.NotFound) as e:
+            st.seq_free(cached[0])
+        assert "cached prefixes" in e.value.message
+    with store(path) as st:
+        assert st.prefix_list() == cached
+        assert st.seq_create_tokens(2, ids) == 3 * G
+        k, v = kv_of(ids, 0)
+        rk, rv = st.read(2, 1, 0, 0, 3 * G)
+        assert torch.equal(rk, k[:3 * G, 0]) and torch.equal(rv, v[:3 * G, 0])
+        assert st.stats()["prefix_cache_hits"] == 1
+        with pytest.raises(kvflash.NotFound):
+            st.prefix_drop(2)  # the caller's, not a cached prefix
+        with pytest.raises(kvflash.NotFound):
+            st.prefix_drop(12345)
+        assert st.prefix_drop(cached[0]) == 1
+        assert st.prefix_drop() == 0
+        assert st.prefix_list() == []
+    # off: a free keeps nothing
+    with kvflash.Store(os.path.join(tmp_path, "off"), n_layers=2,
+                       n_q_heads=4, n_kv_heads=2, head_dim=64,
+                       dtype=torch.float16, prefix_cache_bytes=0) as st:
+        st.seq_create_tokens(1, ids)
+        fill(st, 1, ids, 0)
+        st.seq_free(1)
+        assert st.prefix_list() == []

@@ -3,7 +3,8 @@
  * stored prefix (whole chunks, then part of a group), a sequence that
  * shares reads exactly its own tokens' values, equal chunks at other
  * positions do not match, forced hash collisions change no answer, the
- * index survives a reopen and a killed writer, a freed holder leaves it,
+ * index survives a reopen and a killed writer, a freed holder leaves it
+ * (with the cache off: test_prefix_cache.c for the cache),
  * and every refusal changes nothing.  Values depend only on (token id,
  * position) (prefix_fixture.h), so a wrong share shows as a wrong byte.
  */
@@ -174,11 +175,17 @@ Test(prefix, add_tokens_and_lengths)
 	OK(kvf_close(st));
 }
 
+/* with the cache off (prefix_cache_bytes 0) a freed holder takes its
+ * chunks out at once; test_prefix_cache.c has the cache on */
 Test(prefix, freed_holder)
 {
-	kvf_store *st = open_small();
+	kvf_options o = fx_small_opts();
+	kvf_store *st;
 	uint32_t a[3 * G];
 	kvf_stats s = { .struct_size = sizeof(s) };
+
+	o.prefix_cache_bytes = 0;
+	OK(kvf_open(fx.path, &o, &st));
 
 	px_tokens(a, 3 * G, 40);
 	make(st, 1, a, 3 * G, 0);

@@ -6,7 +6,10 @@
  * runs a seeded script (append, append_x, sync, read-back checks,
  * create/fork/free, and steps of an optimizer kept in the store) against a
  * copy of the reference it inherited, in a store small enough that the
- * cleaner runs.  Around every kvf_sync it tells the parent through a pipe:
+ * cleaner runs.  Creations register token ids of their own, so a free
+ * leaves a cached prefix behind (docs/prefix.md): the cleaner, recovery and
+ * the checks run with cached prefixes in the store, which the model never
+ * sees (crash_rounds.c, create_with_ids).  Around every kvf_sync it tells the parent through a pipe:
  * "sync N begins", "sync N done" (and "step N begins", "step N done"
  * around optimizer steps, each durable on return).  The child is
  * SIGKILLed at a seeded moment: by the parent after a seeded delay, or by
