@@ -51,6 +51,23 @@ kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
 			    struct stream *b, uint64_t tokens, uint64_t t0,
 			    uint64_t t1, pair_fn fn, void *arg);
 
+/*
+ * coded_fn / stream_read_pair_coded - stream_read_pair for attention on a
+ * codec store: the tokens of sealed groups go to cfn as the encoded K and
+ * V groups (layouts st->codec_lay), with `at` the group's token of first
+ * (so the tokens are [at, at + n_tokens) of the groups), to be decoded in
+ * registers; the plain tail goes to fn.  Without a codec it is
+ * stream_read_pair.  stream_read_pair and stream_read_pair_groups on a
+ * codec store hand fn decoded rows.
+ */
+typedef kvf_status (*coded_fn)(void *arg, uint64_t first, uint32_t n_tokens,
+			       const unsigned char *a_grp,
+			       const unsigned char *b_grp, uint32_t at);
+kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
+				  struct stream *a, struct stream *b,
+				  uint64_t tokens, uint64_t t0, uint64_t t1,
+				  pair_fn fn, coded_fn cfn, void *arg);
+
 /* stream_read_pair_groups - the same for the listed groups only (whole
  * groups, clipped to the stream's tokens), in list order */
 kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
