@@ -497,18 +497,19 @@ static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
  * groups of a gather at a time */
 static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 			       uint64_t tokens, uint64_t t0, uint64_t t1,
-			       span_fn fn, void *arg)
+			       span_fn fn, span_coded_fn cfn, void *arg)
 {
 	uint32_t K = gather_groups(st, 1), G = st->group_tokens;
 	size_t gb = group_buf_bytes(st);
 	const struct kvc_codec_layout *lay = stream_codec(st, s);
 	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, K * gb);
-	unsigned char *dec = lay ? kvf_malloc((size_t)G * st->row_bytes) : NULL;
+	unsigned char *dec = lay && !cfn ? kvf_malloc((size_t)G * st->row_bytes)
+					 : NULL;
 	struct gather *ga = kvf_malloc(sizeof(*ga));
 	uint64_t last = (t1 - 1) / G;
 	kvf_status rc = KVF_OK;
 
-	if (buf == NULL || ga == NULL || (lay && dec == NULL)) {
+	if (buf == NULL || ga == NULL || (lay && !cfn && dec == NULL)) {
 		kvf_free(buf);
 		kvf_free(dec);
 		kvf_free(ga);
@@ -531,6 +532,16 @@ static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 		if (rc == KVF_OK)
 			rc = gather_read(st, seq, ga);
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t first = (g0 + i) * G;
+			uint64_t a = t0 > first ? t0 : first;
+			uint64_t z = t1 < first + G ? t1 : first + G;
+
+			if (lay && !is_tail(st, tokens, g0 + i) && cfn) {
+				/* an encoded group, as it is */
+				rc = cfn(arg, a, (uint32_t)(z - a), rows[i],
+					 (uint32_t)(a - first));
+				continue;
+			}
 			if (lay && !is_tail(st, tokens, g0 + i)) {
 				/* an encoded group: its tokens decoded */
 				st->ck->decode(lay, rows[i], 0, G,
@@ -556,7 +567,7 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 	if (t0 >= t1)
 		return KVF_OK;
 	if (st->group_stride > 1)
-		return spans_groups(st, seq, s, tokens, t0, t1, fn, arg);
+		return spans_groups(st, seq, s, tokens, t0, t1, fn, NULL, arg);
 	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
 	     g++) {
 		const unsigned char *p = NULL;
@@ -612,6 +623,18 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 		rc = batch_run(st, seq, b, t0, t1, fn, arg);
 	read_batch_free(st, b);
 	return rc;
+}
+
+kvf_status stream_read_spans_coded(kvf_store *st, struct seq *seq,
+				   struct stream *s, uint64_t tokens,
+				   uint64_t t0, uint64_t t1, span_fn fn,
+				   span_coded_fn cfn, void *arg)
+{
+	if (t0 >= t1)
+		return KVF_OK;
+	if (stream_codec(st, s) == NULL)
+		return stream_read_spans(st, seq, s, tokens, t0, t1, fn, arg);
+	return spans_groups(st, seq, s, tokens, t0, t1, fn, cfn, arg);
 }
 
 /* ---- two streams in step (K and V for attention) ------------------------ */
@@ -867,10 +890,11 @@ kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
 kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 				   struct stream *a, struct stream *bs,
 				   uint64_t tokens, const uint64_t *groups,
-				   uint64_t n_groups, pair_fn fn, void *arg)
+				   uint64_t n_groups, pair_fn fn, coded_fn cfn,
+				   void *arg)
 {
 	return pair_core(st, seq, a, bs, tokens, 0, tokens, groups, 0,
-			 n_groups, fn, NULL, arg);
+			 n_groups, fn, cfn, arg);
 }
 
 /* no_page - the index has no page for entry idx of a stream of seq */

@@ -545,3 +545,164 @@ Test(codec_store, values_a_codec_cannot_hold_are_refused)
 	refused_value(KVF_DTYPE_F16, NAN, 0);
 	refused_value(KVF_DTYPE_F16, -INFINITY, 1);
 }
+
+/* probs_ref - the probabilities of every token of layer 0 for each query
+ * head, [QH][n], over the values attention folds */
+static void probs_ref(const struct cmodel *m, const float *q, uint64_t n,
+		      double *p)
+{
+	double scale = 1.0 / sqrt((double)m->dim);
+
+	for (uint32_t qh = 0; qh < QH; qh++) {
+		uint32_t h = qh / (QH / KVH);
+		double mx = -INFINITY, sum = 0, *r = p + qh * n;
+
+		for (uint64_t t = 0; t < n; t++) {
+			double d = 0;
+
+			for (uint32_t i = 0; i < m->dim; i++)
+				d += (double)q[qh * m->dim + i] *
+				     val(m, 0, 0, 0, h, t * m->dim + i);
+			r[t] = d * scale;
+			mx = r[t] > mx ? r[t] : mx;
+		}
+		for (uint64_t t = 0; t < n; t++)
+			sum += r[t] = exp(r[t] - mx);
+		for (uint64_t t = 0; t < n; t++)
+			r[t] /= sum;
+	}
+}
+
+struct iter_ctx {
+	const double *p;  /* [QH][n] probabilities, for their logits */
+	uint64_t n, seen;
+	double lmax[QH];  /* logit of token 0 per head, to compare shifts */
+	int bad;
+};
+
+/* iter_fn - kvf_scores_iter's raw logits differ from log(p) by one
+ * constant per head: check it against token 0's */
+static int iter_fn(void *arg, uint32_t q_head, uint64_t first, uint32_t n,
+		   const float *scores)
+{
+	struct iter_ctx *c = arg;
+
+	for (uint32_t j = 0; j < n; j++) {
+		double want = log(c->p[q_head * c->n + first + j]);
+
+		if (first + j == 0)
+			c->lmax[q_head] = scores[j] - want;
+		else if (fabs(scores[j] - want - c->lmax[q_head]) > 1e-4)
+			c->bad = 1;
+	}
+	c->seen += n;
+	return 0;
+}
+
+Test(codec_store, sparf_scores_topk_h2o_export_on_encoded_groups)
+{
+	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4 };
+
+	for (size_t c = 0; c < 3; c++) {
+		kvf_options o = codec_opts(codecs[c], KVF_DTYPE_F16, DIM);
+		kvf_store_info si = { .struct_size = sizeof(si) };
+		kvf_attn_opts ao;
+		struct cmodel m, im;
+		struct iter_ctx ic = { 0 };
+		char name[32], file[32];
+		kvf_store *st;
+		uint64_t n, tok[KVH * 5], got_id;
+		uint32_t n_out[KVH];
+		float q[QH * DIM], out[QH * DIM], *probs, h2o[1024];
+		double *p, want[QH * DIM];
+
+		snprintf(name, sizeof(name), "family_%zu", c);
+		o.kt_pages = 1;
+		OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
+		OK(kvf_store_info_get(st, &si));
+		model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, si.group_tokens);
+		OK(kvf_seq_create(st, 1));
+		model_append(&m, st, 1, 0, 3 * si.group_tokens + 9);
+		model_append(&m, st, 1, 1, 3 * si.group_tokens + 9);
+		n = m.len[0];
+		cr_assert(n <= 1024);
+		for (size_t i = 0; i < QH * DIM; i++)
+			q[i] = fx_urand(&m.rng);
+		p = malloc(QH * n * sizeof(double));
+		probs = malloc(QH * n * sizeof(float));
+		probs_ref(&m, q, n, p);
+		reference(&m, 0, 0, q, n, want);
+		/* SparF, both modes, with every token in its budget: the
+		 * exact tokens are all of them */
+		for (uint32_t mode = 1; mode <= 2; mode++) {
+			kvf_attn_opts_init(&ao);
+			ao.sparse = mode;
+			ao.top_r = DIM / 2;
+			ao.top_k = (uint32_t)n;
+			OK(kvf_attend(st, 1, 0, q, out, &ao));
+			fx_check_close(out, want, QH * DIM, 2e-4, "SparF");
+		}
+		/* scores, top-k, H2O, raw scores */
+		OK(kvf_scores(st, 1, 0, q, NULL, probs, n));
+		for (size_t i = 0; i < QH * n; i++)
+			cr_assert(fabs(probs[i] - p[i]) <= 1e-5 + 1e-3 * p[i],
+				  "prob %zu: %g, reference %g", i, probs[i], p[i]);
+		OK(kvf_topk(st, 1, 0, q, NULL, 5, tok, NULL, n_out));
+		for (uint32_t h = 0; h < KVH; h++) {
+			cr_assert(eq(u32, n_out[h], 5));
+			for (uint32_t j = 0; j < 5; j++) {
+				/* no token outside the top 5 has more mass
+				 * (beyond rounding) */
+				double mt = 0;
+				uint32_t more = 0;
+
+				for (uint32_t g2 = 0; g2 < QH / KVH; g2++)
+					mt += p[(h * (QH / KVH) + g2) * n + tok[h * 5 + j]];
+				for (uint64_t t = 0; t < n; t++) {
+					double mu = 0;
+
+					for (uint32_t g2 = 0; g2 < QH / KVH; g2++)
+						mu += p[(h * (QH / KVH) + g2) * n + t];
+					more += mu > mt * (1 + 1e-4);
+				}
+				cr_assert(more < 5, "head %u top token %llu", h,
+					  (unsigned long long)tok[h * 5 + j]);
+			}
+		}
+		kvf_attn_opts_init(&ao);
+		ao.h2o = 1;
+		OK(kvf_attend(st, 1, 0, q, out, &ao));
+		OK(kvf_h2o_read(st, 1, 0, 1, 0, n, h2o));
+		for (uint64_t t = 0; t < n; t++) {
+			double s = 0;
+
+			for (uint32_t g2 = 0; g2 < QH / KVH; g2++)
+				s += p[(QH / KVH + g2) * n + t];
+			cr_assert(fabs(h2o[t] - s) <= 1e-5 + 1e-3 * s);
+		}
+		ic.p = p;
+		ic.n = n;
+		OK(kvf_scores_iter(st, 1, 0, q, NULL, iter_fn, &ic));
+		cr_assert(eq(u64, ic.seen, QH * n));
+		cr_assert(eq(int, ic.bad, 0));
+		/* export and import: the file holds the decoded values, which
+		 * the import seals (encodes) again */
+		snprintf(file, sizeof(file), "exp_%zu", c);
+		OK(kvf_seq_export(st, 1, tmp_path(fx.dir, file)));
+		OK(kvf_seq_import(st, tmp_path(fx.dir, file), 9, &got_id));
+		model_init(&im, codecs[c], KVF_DTYPE_F16, DIM, si.group_tokens);
+		model_copy(&im, &m, n);
+		for (uint32_t l = 0; l < LAYERS; l++)
+			for (uint64_t g2 = 0; g2 < n / si.group_tokens; g2++)
+				for (uint32_t h = 0; h < KVH; h++)
+					for (int k = 0; k < 2; k++)
+						seal(&im, (int)l, k, (int)h, g2);
+		model_reads(&im, st, 9, "imported");
+		OK(kvf_close(st));
+		model_free(&m);
+		model_free(&im);
+		free(p);
+		free(probs);
+	}
+}
