@@ -125,8 +125,7 @@ KVF_API const char *kvf_media_name(kvf_media_kind media);
 
 /*
  * Compressed KV (docs/compression.md): how a token group of K or V is
- * encoded once sealed.  The formats and their kernels exist (compute/
- * codec.h, measured by `kvbench codec`); a store cannot choose one yet.
+ * encoded once sealed (kvf_options.codec, below).
  */
 typedef enum {
 	KVF_CODEC_NONE = 0, /* full width in the store dtype, bit-exact */
@@ -286,6 +285,24 @@ typedef struct {
 				   * its chunks out at once.  A handle
 				   * option: a reopen may change it (the
 				   * cached prefixes stay until dropped) */
+	/* Compressed KV (docs/compression.md): a kvf_codec, chosen when the
+	 * store is created and recorded in its header; a reopen must name
+	 * the same one (else KVF_EMISMATCH; a read-only open with no model
+	 * takes the store's).  KVF_CODEC_NONE (0, the default) keeps rows
+	 * in the model's dtype, bit-exact.  With FP8, INT8 or INT4 the
+	 * store keeps each head's K and V in token groups of G tokens
+	 * (kvf_store_info_get) encoded when a group fills: appends take the
+	 * model's dtype as always, the part-filled last group of a head
+	 * stays exact (in memory, and written exact by kvf_sync), reads
+	 * return the decoded values in the model's dtype and attention
+	 * computes on the encoded pages.  An append whose values a codec
+	 * cannot hold (NaN, infinity, magnitude above 65504, the f16 range)
+	 * is refused with KVF_ERANGE, naming the token, and changes
+	 * nothing.  X streams (kvf_append_x) stay plain.  KVF_EINVAL (nothing
+	 * created) for a value that is no kvf_codec, and for a model whose
+	 * head_dim the codec cannot make smaller than plain rows (e.g. INT8
+	 * of head_dim 1: its per-token scale costs more than the code) */
+	uint32_t codec;
 } kvf_options;
 
 /* kvf_options.evict_policy: which sequences eviction drops first.  Every
@@ -1075,7 +1092,10 @@ typedef struct {
 	uint32_t group_pages;      /* P: pages a token group of a K/V/X head
 				    * takes (1 unless its rows leave more
 				    * than 3 % of one page unused) */
-	uint32_t group_bytes;      /* bytes of those P pages rows fill */
+	uint32_t group_bytes;      /* bytes of those P pages rows fill (with
+				    * a codec: an encoded group's, K's or
+				    * V's, the larger) */
+	uint32_t codec;            /* kvf_codec of sealed K/V groups */
 } kvf_store_info;
 
 /*

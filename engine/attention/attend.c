@@ -317,6 +317,7 @@ kvf_status kvf_topk(kvf_store *st, uint64_t seq, uint32_t layer,
 }
 
 struct iter_ctx {
+	kvf_store *st;
 	const struct kvc_kernels *k;
 	const float *q;      /* [d][head_dim], scaled */
 	uint32_t d, head_dim, q0; /* query heads, their first index */
@@ -337,6 +338,22 @@ static kvf_status iter_span(void *arg, uint64_t first, uint32_t n,
 		return KVF_OK;
 	x->k->scores(x->q, x->d, x->head_dim, rows, n, x->dtype,
 		     x->mask ? x->mask + first : NULL, x->buf, n);
+	for (uint32_t h = 0; h < x->d && !x->stopped; h++)
+		x->stopped = x->fn(x->arg, x->q0 + h, first, n, x->buf + (size_t)h * n);
+	return KVF_OK;
+}
+
+/* iter_coded - iter_span over tokens [at, at + n) of an encoded K group
+ * (a codec store's sealed group), decoded in registers */
+static kvf_status iter_coded(void *arg, uint64_t first, uint32_t n,
+			     const unsigned char *grp, uint32_t at)
+{
+	struct iter_ctx *x = arg;
+
+	if (x->stopped)
+		return KVF_OK;
+	x->st->ck->scores(&x->st->codec_lay[0], x->q, x->d, grp, at, n,
+			  x->mask ? x->mask + first : NULL, x->buf, n);
 	for (uint32_t h = 0; h < x->d && !x->stopped; h++)
 		x->stopped = x->fn(x->arg, x->q0 + h, first, n, x->buf + (size_t)h * n);
 	return KVF_OK;
@@ -374,6 +391,7 @@ kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		uint64_t len = seq->len[layer];
 
 		x.k = kvc_kernels();
+		x.st = st;
 		x.q = qs;
 		x.d = d;
 		x.head_dim = D;
@@ -384,10 +402,10 @@ kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			for (size_t j = 0; j < (size_t)d * D; j++)
 				qs[j] = q[(size_t)head * d * D + j] * c.scale;
 			x.q0 = head * d;
-			rc = stream_read_spans(st, seq,
-					       seq_kv_stream(st, seq, layer, KIND_K, head),
-					       len, attend_from(c.o, len), len,
-					       iter_span, &x);
+			rc = stream_read_spans_coded(st, seq,
+						     seq_kv_stream(st, seq, layer, KIND_K, head),
+						     len, attend_from(c.o, len), len,
+						     iter_span, iter_coded, &x);
 		}
 	}
 	seq_unlock_put(st, seq);

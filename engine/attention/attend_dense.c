@@ -49,6 +49,24 @@ static kvf_status fold_span(void *arg, uint64_t first, uint32_t n,
 	return KVF_OK;
 }
 
+/* fold_coded - fold_span over tokens [at, at + n) of an encoded K and V
+ * group (a codec store's sealed group), decoded in registers */
+static kvf_status fold_coded(void *arg, uint64_t first, uint32_t n,
+			     const unsigned char *k_grp,
+			     const unsigned char *v_grp, uint32_t at)
+{
+	struct fold_ctx *f = arg;
+	const kvf_attn_opts *o = f->c->o;
+	kvf_store *st = f->c->st;
+
+	st->ck->fold(&f->state, f->q, &st->codec_lay[0], k_grp,
+		     &st->codec_lay[1], v_grp, at, n,
+		     o && o->mask ? o->mask + first : NULL,
+		     f->scores ? f->scores + (first - f->t_start) : NULL,
+		     (size_t)f->n_tok);
+	return KVF_OK;
+}
+
 /* h2o_add - add probabilities p ([d][n], summed over d) of tokens
  * [t_start, t_start + n) to the head's H2O scores */
 static kvf_status h2o_add(kvf_store *st, struct seq *seq, uint32_t layer,
@@ -136,9 +154,10 @@ kvf_status attend_head_task(void *arg, uint32_t i)
 		return rc;
 	}
 	kvc_attn_state_init(&f.state, d, D, buf);
-	rc = stream_read_pair(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
-			      seq_kv_stream(st, seq, c->layer, KIND_V, head),
-			      len, f.t_start, len, fold_span, &f);
+	rc = stream_read_pair_coded(st, seq,
+				    seq_kv_stream(st, seq, c->layer, KIND_K, head),
+				    seq_kv_stream(st, seq, c->layer, KIND_V, head),
+				    len, f.t_start, len, fold_span, fold_coded, &f);
 	if (rc == KVF_OK && c->out)
 		kvc_attn_finish(&f.state,
 				c->out + ((size_t)si * Q + (size_t)head * d) * D,

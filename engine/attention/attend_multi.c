@@ -68,15 +68,36 @@ static struct kvc_attn_state sub(const struct multi_task *t, uint32_t i0,
 	return v;
 }
 
-static kvf_status multi_span(void *arg, uint64_t first, uint32_t n,
-			     const unsigned char *k_rows,
-			     const unsigned char *v_rows)
+/* fold_part - fold tokens [a, a + n) into view v: plain rows at k, v
+ * (the first of them token a), or with coded the encoded groups k, v of
+ * which token a is token at */
+static void fold_part(struct multi_task *t, struct kvc_attn_state *v,
+		      uint32_t i0, uint64_t a, uint32_t n,
+		      const unsigned char *k, const unsigned char *vv,
+		      int coded, uint32_t at)
 {
-	struct multi_task *t = arg;
 	const struct multi_call *c = t->c;
-	kvf_dtype dt = (kvf_dtype)c->st->hdr.dtype;
+	kvf_store *st = c->st;
+	const float *q = t->qs + (size_t)i0 * t->d * t->state.head_dim;
+	const uint8_t *mask = c->mask ? c->mask + a : NULL;
+
+	if (coded)
+		st->ck->fold(v, q, &st->codec_lay[0], k, &st->codec_lay[1], vv,
+			     at, n, mask, NULL, 0);
+	else
+		c->k->attn_fold(v, q, k, vv, n, (kvf_dtype)st->hdr.dtype, mask,
+				NULL, 0);
+}
+
+/* multi_fold - tokens [first, first + n) to the queries whose ranges
+ * take them: runs of queries that take all at once, the others each its
+ * part */
+static kvf_status multi_fold(struct multi_task *t, uint64_t first, uint32_t n,
+			     const unsigned char *k, const unsigned char *vv,
+			     int coded, uint32_t at)
+{
+	const struct multi_call *c = t->c;
 	uint64_t end = first + n;
-	uint32_t D = t->state.head_dim;
 	uint32_t run = UINT32_MAX; /* first query of a run that covers all */
 
 	for (uint32_t i = 0; i <= c->n_q; i++) {
@@ -90,26 +111,36 @@ static kvf_status multi_span(void *arg, uint64_t first, uint32_t n,
 		}
 		if (run != UINT32_MAX) {
 			v = sub(t, run, i);
-			c->k->attn_fold(&v, t->qs + (size_t)run * t->d * D,
-					k_rows, v_rows, n, dt,
-					c->mask ? c->mask + first : NULL, NULL, 0);
+			fold_part(t, &v, run, first, n, k, vv, coded, at);
 			run = UINT32_MAX;
 		}
 		if (i < c->n_q) {
 			uint64_t a = c->lo[i] > first ? c->lo[i] : first;
 			uint64_t b = c->hi[i] < end ? c->hi[i] : end;
-			size_t off = (size_t)(a - first) * t->row_bytes;
+			size_t off = coded ? 0 : (size_t)(a - first) * t->row_bytes;
 
 			if (a >= b)
 				continue;
 			v = sub(t, i, i + 1);
-			c->k->attn_fold(&v, t->qs + (size_t)i * t->d * D,
-					k_rows + off, v_rows + off,
-					(uint32_t)(b - a), dt,
-					c->mask ? c->mask + a : NULL, NULL, 0);
+			fold_part(t, &v, i, a, (uint32_t)(b - a), k + off,
+				  vv + off, coded, at + (uint32_t)(a - first));
 		}
 	}
 	return KVF_OK;
+}
+
+static kvf_status multi_span(void *arg, uint64_t first, uint32_t n,
+			     const unsigned char *k_rows,
+			     const unsigned char *v_rows)
+{
+	return multi_fold(arg, first, n, k_rows, v_rows, 0, 0);
+}
+
+static kvf_status multi_coded(void *arg, uint64_t first, uint32_t n,
+			      const unsigned char *k_grp,
+			      const unsigned char *v_grp, uint32_t at)
+{
+	return multi_fold(arg, first, n, k_grp, v_grp, 1, at);
 }
 
 static kvf_status multi_task_run(void *arg, uint32_t head)
@@ -138,11 +169,11 @@ static kvf_status multi_task_run(void *arg, uint32_t head)
 	t.qs = qs;
 	kvc_attn_state_init(&t.state, (uint32_t)heads, D, buf);
 	if (c->t1 > c->t0)
-		rc = stream_read_pair(st, c->seq,
-				      seq_kv_stream(st, c->seq, c->layer, KIND_K, head),
-				      seq_kv_stream(st, c->seq, c->layer, KIND_V, head),
-				      c->seq->len[c->layer], c->t0, c->t1,
-				      multi_span, &t);
+		rc = stream_read_pair_coded(st, c->seq,
+					    seq_kv_stream(st, c->seq, c->layer, KIND_K, head),
+					    seq_kv_stream(st, c->seq, c->layer, KIND_V, head),
+					    c->seq->len[c->layer], c->t0, c->t1,
+					    multi_span, multi_coded, &t);
 	if (rc == KVF_OK)
 		for (uint32_t i = 0; i < c->n_q; i++) {
 			struct kvc_attn_state v = sub(&t, i, i + 1);

@@ -108,6 +108,25 @@ static kvf_status exact_span(void *arg, uint64_t first, uint32_t n,
 	return KVF_OK;
 }
 
+/* exact_coded - exact_span over tokens [at, at + n) of a codec store's
+ * encoded K and V group, decoded in registers */
+static kvf_status exact_coded(void *arg, uint64_t first, uint32_t n,
+			      const unsigned char *k_grp,
+			      const unsigned char *v_grp, uint32_t at)
+{
+	struct sparf_ctx *x = arg;
+	kvf_store *st = x->c->st;
+
+	for (uint32_t h = 0; h < x->d; h++) {
+		struct kvc_attn_state v = kvc_attn_state_head(&x->state, h);
+
+		st->ck->fold(&v, x->q + (size_t)h * st->hdr.head_dim,
+			     &st->codec_lay[0], k_grp, &st->codec_lay[1], v_grp,
+			     at, n, x->selected + (size_t)h * x->n + first, NULL, 0);
+	}
+	return KVF_OK;
+}
+
 struct vmean_ctx {
 	const struct kvc_kernels *k;
 	float *mean;
@@ -493,7 +512,8 @@ kvf_status attend_sparf_task(const struct attn_call *c, uint32_t si,
 	/* 5: exact attention over the selected tokens only */
 	rc = stream_read_pair_groups(st, seq, seq_kv_stream(st, seq, c->layer, KIND_K, head),
 				     seq_kv_stream(st, seq, c->layer, KIND_V, head),
-				     len, groups, n_groups, exact_span, &x);
+				     len, groups, n_groups, exact_span, exact_coded,
+				     &x);
 	if (rc != KVF_OK)
 		goto out;
 	atomic_fetch_add(&st->c.sparf_pages_read, 2 * n_groups * st->group_pages);

@@ -18,11 +18,27 @@
 #include <stdint.h>
 
 #include "engine/base/store_state.h"
+#include "engine/sequences/seq_state.h"
 
 /* group_entry - the first index entry of token group g */
 static inline uint64_t group_entry(const kvf_store *st, uint64_t g)
 {
-	return g * st->group_pages;
+	return g * st->group_stride;
+}
+
+/* group_plain_entry - the first entry of group g's plain rows (its tail,
+ * or an X group) */
+static inline uint64_t group_plain_entry(const kvf_store *st, uint64_t g)
+{
+	return g * st->group_stride + st->plain_off;
+}
+
+/* stream_encoded - stream s seals its groups encoded (K or V of a codec
+ * store); its layout */
+static inline const struct kvc_codec_layout *
+stream_codec(const kvf_store *st, const struct stream *s)
+{
+	return s->enc ? &st->codec_lay[s->enc - 1] : NULL;
 }
 
 /* group_fill_pages - pages the first n tokens of a group reach */
@@ -33,18 +49,61 @@ static inline uint32_t group_fill_pages(const kvf_store *st, uint64_t n)
 	return (uint32_t)((n * st->row_bytes + ps - 1) / ps);
 }
 
-/* group_buf_bytes - a whole group's pages: its buffer's size */
+/* group_sealed_pages - pages a sealed group of s takes; group_sealed_entry
+ * - the first of them */
+static inline uint32_t group_sealed_pages(const kvf_store *st,
+					  const struct stream *s)
+{
+	return s->enc ? st->group_pages
+		      : group_fill_pages(st, st->group_tokens);
+}
+
+static inline uint64_t group_sealed_entry(const kvf_store *st,
+					  const struct stream *s, uint64_t g)
+{
+	return s->enc ? group_entry(st, g) : group_plain_entry(st, g);
+}
+
+/* group_buf_bytes - a whole group's pages, plain or encoded: the size of
+ * its buffer */
 static inline uint32_t group_buf_bytes(const kvf_store *st)
 {
-	return st->group_pages * st->hdr.page_size;
+	uint32_t fill = group_fill_pages(st, st->group_tokens);
+
+	return (fill > st->group_pages ? fill : st->group_pages) *
+	       st->hdr.page_size;
 }
 
 /* tokens_entries - index entries a stream of `tokens` tokens has once
- * they are all on media (its whole groups, and the tail's pages) */
+ * they are all on media (its whole groups, and the tail's pages): the
+ * end of what its index may use */
 static inline uint64_t tokens_entries(const kvf_store *st, uint64_t tokens)
 {
-	return tokens / st->group_tokens * st->group_pages +
-	       group_fill_pages(st, tokens % st->group_tokens);
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+
+	return tokens / st->group_tokens * st->group_stride +
+	       (tail ? st->plain_off + group_fill_pages(st, tail) : 0);
+}
+
+/* group_entry_used - entry e holds a page of stream s (of `tokens`
+ * tokens) once they are all on media; the others of [0, tokens_entries)
+ * are the unused entries of a codec store's groups */
+static inline int group_entry_used(const kvf_store *st,
+				   const struct stream *s, uint64_t tokens,
+				   uint64_t e)
+{
+	uint64_t g = e / st->group_stride, at = e % st->group_stride;
+	uint64_t first;
+	uint32_t n;
+
+	if (g < tokens / st->group_tokens) {
+		first = s->enc ? 0 : st->plain_off;
+		n = group_sealed_pages(st, s);
+	} else {
+		first = st->plain_off;
+		n = group_fill_pages(st, tokens % st->group_tokens);
+	}
+	return at >= first && at < first + n;
 }
 
 #endif /* KVF_ENGINE_GROUP_H */

@@ -16,6 +16,7 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
+#include "compute/codec.h"
 #include "engine/reads/kt_layout.h"
 #include "engine/base/store_header.h"
 #include "engine/base/store_int.h"
@@ -66,7 +67,47 @@ static kvf_status check_model(const kvf_options *o)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: kt_pages needs head_dim <= 512 (SparF's per-task dim tables), got %u",
 				m->head_dim);
+	if (o->codec != KVF_CODEC_NONE) {
+		uint32_t row = m->head_dim * store_dtype_bytes(m->dtype);
+		struct group_geom g = store_codec_group(o->page_size,
+							(kvf_codec)o->codec,
+							m->head_dim);
+
+		/* encoded pages must hold fewer bytes than the rows they
+		 * replace, or the codec only loses precision */
+		if (g.tokens == 0 ||
+		    (uint64_t)g.pages * o->page_size >= (uint64_t)g.tokens * row)
+			return kvf_fail(KVF_EINVAL,
+					"kvf_options.codec %s cannot store head_dim %u in %s smaller: a group of %u tokens takes %u pages of %u bytes, plain rows %llu bytes",
+					kvf_codec_name((kvf_codec)o->codec),
+					m->head_dim, kvf_dtype_name(m->dtype),
+					g.tokens, g.pages, o->page_size,
+					(unsigned long long)g.tokens * row);
+	}
 	return KVF_OK;
+}
+
+struct group_geom store_codec_group(uint32_t page_size, kvf_codec codec,
+				    uint32_t head_dim)
+{
+	struct group_geom g = { 0, 0, 0 };
+
+	for (uint32_t p = 1; p <= GROUP_MAX_PAGES; p++) {
+		uint64_t room = (uint64_t)p * page_size;
+		uint32_t nk = kvc_codec_group_tokens(codec, KVF_KIND_K, head_dim, room);
+		uint32_t nv = kvc_codec_group_tokens(codec, KVF_KIND_V, head_dim, room);
+		uint32_t n = nk < nv ? nk : nv;
+		size_t bk, bv;
+
+		if (n == 0)
+			continue;
+		bk = kvc_codec_group_bytes(codec, KVF_KIND_K, n, head_dim);
+		bv = kvc_codec_group_bytes(codec, KVF_KIND_V, n, head_dim);
+		g = (struct group_geom){ n, p, (uint32_t)(bk > bv ? bk : bv) };
+		if ((room - g.bytes) * 100 <= room * GROUP_WASTE_PCT)
+			break;
+	}
+	return g;
 }
 
 /* physical_memory - bytes of RAM (a budget past it is a mistake) */
@@ -178,6 +219,15 @@ static kvf_status check_options(const kvf_options *o)
 	if (o->profile > 1)
 		return kvf_fail(KVF_EINVAL, "kvf_open: profile %u must be 0 or 1",
 				o->profile);
+	if (o->codec > KVF_CODEC_INT4)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: kvf_options.codec %u is no kvf_codec (0 none, 1 fp8, 2 int8, 3 int4)",
+				o->codec);
+	if (o->codec != KVF_CODEC_NONE && o->admit_tokens != 0)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_open: admit_tokens %llu with kvf_options.codec %s: admission keeps pages waiting for write-back, which a codec store does not do yet",
+				(unsigned long long)o->admit_tokens,
+				kvf_codec_name((kvf_codec)o->codec));
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;
@@ -248,11 +298,16 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	h->kt_pages = o->kt_pages;
 	h->page_bits = page_bits;
 	h->kt_dims = o->kt_pages ? kt_choose_dims(m->head_dim) : 0;
-	g = group_layout(o->page_size, m->head_dim * store_dtype_bytes(m->dtype));
+	if (o->codec == KVF_CODEC_NONE)
+		g = group_layout(o->page_size,
+				 m->head_dim * store_dtype_bytes(m->dtype));
+	else
+		g = store_codec_group(o->page_size, (kvf_codec)o->codec,
+				      m->head_dim);
 	h->group_tokens = g.tokens;
 	h->group_pages = g.pages;
 	h->group_bytes = g.bytes;
-	h->codec = CODEC_NONE;
+	h->codec = o->codec;
 	return KVF_OK;
 }
 
@@ -310,6 +365,11 @@ kvf_status store_check_against(const kvf_options *o, const struct store_header *
 		return MISMATCH("media", o->media, h->media);
 	if (o->kt_pages != h->kt_pages)
 		return MISMATCH("kt_pages", o->kt_pages, h->kt_pages);
+	if (o->codec != h->codec)
+		return kvf_fail(KVF_EMISMATCH,
+				"kvf_open: kvf_options.codec %s contradicts the store's %s (%s)",
+				kvf_codec_name((kvf_codec)o->codec),
+				kvf_codec_name((kvf_codec)h->codec), path);
 #undef MISMATCH
 	return KVF_OK;
 }
@@ -352,12 +412,19 @@ static kvf_status check_group(const struct store_header *h, char *why,
 			 h->format_version, h->head_dim, row, h->page_size);
 		return KVF_ECORRUPT;
 	}
-	want = group_layout(h->page_size, row);
-	if (h->codec == CODEC_NONE && h->group_tokens == want.tokens &&
-	    h->group_pages == want.pages && h->group_bytes == want.bytes)
+	if (h->codec > KVF_CODEC_INT4) {
+		snprintf(why, why_cap, "codec %u", h->codec);
+		return KVF_ECORRUPT;
+	}
+	want = h->codec == CODEC_NONE
+		       ? group_layout(h->page_size, row)
+		       : store_codec_group(h->page_size, (kvf_codec)h->codec,
+					   h->head_dim);
+	if (h->group_tokens == want.tokens && h->group_pages == want.pages &&
+	    h->group_bytes == want.bytes)
 		return KVF_OK;
 	snprintf(why, why_cap,
-		 "token group of %u tokens, %u pages, %u bytes, codec %u; head_dim %u gets %u, %u, %u, codec 0",
+		 "token group of %u tokens, %u pages, %u bytes, codec %u; head_dim %u gets %u, %u, %u",
 		 h->group_tokens, h->group_pages, h->group_bytes, h->codec,
 		 h->head_dim, want.tokens, want.pages, want.bytes);
 	return KVF_ECORRUPT;
@@ -380,6 +447,7 @@ static kvf_status check_fields(const struct store_header *h, const char *path)
 	o.segment_size = h->segment_size;
 	o.media = (kvf_media_kind)h->media;
 	o.kt_pages = h->kt_pages;
+	o.codec = h->codec;
 	if (h->n_stripes == 0 || h->n_stripes > KVF_MEDIA_MAX_STRIPES ||
 	    h->segs_per_stripe == 0 || h->segs_per_stripe > UINT32_MAX ||
 	    h->segment_size > UINT32_MAX) {

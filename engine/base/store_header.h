@@ -23,6 +23,12 @@ kvf_status store_read_header(const char *path, struct store_header *h);
  * store_header_decode): stated by format 4, implied by format 3 */
 struct group_geom store_group_of(const struct store_header *h);
 
+/* store_codec_group - the token group a store of codec (not NONE) gets:
+ * group_layout's rule (segfmt.h) over the encoded bytes of G tokens, the
+ * larger of K's and V's; tokens 0 when none fits */
+struct group_geom store_codec_group(uint32_t page_size, kvf_codec codec,
+				    uint32_t head_dim);
+
 kvf_status store_header_decode(const void *buf, size_t n, const char *path,
 			       struct store_header *h);
 

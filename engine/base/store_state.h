@@ -56,6 +56,7 @@
 #include "engine/sequences/seq_state.h"
 #include "engine/base/tier_state.h"
 #include "engine/segments/writer_state.h"
+#include "compute/codec.h"
 #include "ftl/media.h"
 #include "api/status.h"
 #include "kvflash.h"
@@ -110,7 +111,15 @@ struct kvf_store {
 	uint32_t elt_bytes;     /* bytes per element of the dtype */
 	uint32_t group_tokens;  /* G: tokens of one head in a token group */
 	uint32_t group_pages;   /* P: index entries (pages) of a group */
-	uint32_t group_bytes;   /* G * row_bytes: what rows fill of them */
+	uint32_t group_bytes;   /* G * row_bytes, or a codec's encoded
+				 * group (the larger of K's and V's) */
+	uint32_t group_stride;  /* S: entries of a group: P, or with a
+				 * codec P + the pages of G plain rows */
+	uint32_t plain_off;     /* first entry of a group's plain rows: P
+				 * with a codec (group.h), else 0 */
+	kvf_codec codec;        /* how sealed K and V groups are kept */
+	struct kvc_codec_layout codec_lay[2]; /* its K and V layouts */
+	const struct kvc_codec_kernels *ck; /* codec kernels; NULL: none */
 	uint32_t row_bytes;     /* head_dim * elt_bytes: one token of a head */
 	uint32_t pages_per_seg; /* pages per segment */
 	uint32_t data_per_seg;  /* data pages per segment (summary aside) */

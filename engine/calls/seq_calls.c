@@ -170,11 +170,13 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	uint64_t n = group_entry(st, full); /* the whole groups' entries */
 	kvf_status rc;
 
-	if ((rc = stream_reserve(st, cs, n + st->group_pages)) != KVF_OK)
+	if ((rc = stream_reserve(st, cs, n + st->group_stride)) != KVF_OK)
 		return rc;
-	for (uint64_t e = 0; e < n; e++) {
+	for (uint64_t e = 0; e < n && e < ps->n_groups; e++) {
 		struct page_ref r = stream_page(ps, e);
 
+		if (r.addr == ADDR_NONE)
+			continue; /* a codec store's unused entry (group.h) */
 		stream_set_page(cs, e, r);
 		refs[(*n_refs)++] = (struct meta_ref_entry){
 			.stream = sid, .group = (uint32_t)e, .addr = r.addr };
@@ -282,7 +284,7 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 	n_streams = seq_n_streams(st);
 	/* entries a stream shares: its whole groups, or a K^T stream's
 	 * complete blocks (more when a group leaves part of its pages) */
-	max_refs = (n_tokens / G + 1) * st->group_pages;
+	max_refs = (n_tokens / G + 1) * st->group_stride;
 	if (st->kt_dims && n_tokens / st->kt_tokens * st->kt_groups > max_refs)
 		max_refs = n_tokens / st->kt_tokens * st->kt_groups;
 	max_refs *= n_streams;

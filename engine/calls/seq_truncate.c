@@ -94,16 +94,23 @@ static kvf_status plan_kt(kvf_store *st, struct seq *seq, struct cut *c,
 			     c->fresh.gbuf);
 }
 
-/* drop_entries - give up s's index entries [from, n_groups) */
-static void drop_entries(kvf_store *st, struct stream *s, uint64_t from)
+/* drop_range - give up s's index entries [from, to) */
+static void drop_range(kvf_store *st, struct stream *s, uint64_t from,
+		       uint64_t to)
 {
-	for (uint64_t g = from; g < s->n_groups; g++) {
+	for (uint64_t g = from; g < to && g < s->n_groups; g++) {
 		uint32_t a = stream_page(s, g).addr;
 
 		if (a != ADDR_NONE)
 			seg_ref_dec(st, a);
 		stream_set_page(s, g, (struct page_ref){ ADDR_NONE, 0 });
 	}
+}
+
+/* drop_entries - give up s's index entries [from, n_groups) */
+static void drop_entries(kvf_store *st, struct stream *s, uint64_t from)
+{
+	drop_range(st, s, from, s->n_groups);
 	if (s->n_groups > from)
 		s->n_groups = (uint32_t)from;
 }
@@ -123,7 +130,7 @@ static void apply_group(kvf_store *st, struct cut *c)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
 	struct stream *s = c->s;
-	uint64_t g = c->keep / G, tail = c->keep % G, e = group_entry(st, g);
+	uint64_t g = c->keep / G, tail = c->keep % G, e = group_plain_entry(st, g);
 	uint32_t written;
 
 	/* how many kept tokens the pages the index has for group g hold: a
@@ -134,15 +141,18 @@ static void apply_group(kvf_store *st, struct cut *c)
 		written = 0;
 	else if (g == c->tokens / G && c->tokens % G)
 		written = s->tail_written < tail ? s->tail_written : (uint32_t)tail;
-	else if (stream_waiting(s, e) == NULL && e < s->n_groups &&
+	else if (!s->enc && stream_waiting(s, e) == NULL && e < s->n_groups &&
 		 stream_page(s, e).addr != ADDR_NONE)
 		written = (uint32_t)tail;
 	else
-		written = 0;
+		written = 0; /* or encoded: its kept tokens are plain again */
 	stream_wb_cut(st, s, e);
 	/* the kept tail's pages stay (they hold its first `written` tokens);
-	 * a group of several pages drops those past them */
+	 * a group of several pages drops those past them, a codec store's
+	 * encoded group the pages of its encoded form */
 	drop_entries(st, s, tokens_entries(st, c->keep));
+	if (s->enc && tail)
+		drop_range(st, s, group_entry(st, g), e);
 	if (c->fresh.gbuf)
 		take_fresh(st, s, c);
 	else if (s->gbuf)
@@ -204,10 +214,17 @@ static kvf_status record(kvf_store *st, struct seq *seq, uint64_t n,
 		return KVF_ENOMEM;
 	for (uint32_t i = 0; i < 2 * nl; i++) {
 		uint64_t now = i < nl ? seq->len[i] : seq->x_len[i - nl];
-		uint64_t keep = now < n ? now : n;
+		uint64_t keep = now < n ? now : n, G = st->group_tokens;
 
 		lens[i] = keep < seq->rec_len[i] ? keep : seq->rec_len[i];
 		below |= keep < seq->rec_len[i];
+		/* a codec store's cut inside a group the record has sealed:
+		 * the media holds that group encoded, not its kept tokens
+		 * plain, until a sync writes them; until then the record
+		 * keeps the whole groups only (docs/compression.md) */
+		if (i < nl && st->codec != KVF_CODEC_NONE &&
+		    lens[i] == keep && keep % G && keep / G < seq->rec_len[i] / G)
+			lens[i] = keep - keep % G;
 	}
 	if (below) {
 		rc = seq_record_lens(st, seq, lens, lens + nl, b);

@@ -119,6 +119,7 @@ kvf_status kvf_store_info_get(kvf_store *st, kvf_store_info *out)
 	in.read_only = st->read_only != 0;
 	in.group_pages = st->group_pages;
 	in.group_bytes = st->group_bytes;
+	in.codec = (uint32_t)st->codec;
 	inspect_publish(out, &in, sizeof(in));
 	return KVF_OK;
 }

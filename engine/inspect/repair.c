@@ -46,6 +46,7 @@
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/base/store_header.h"
+#include "engine/base/store_int.h"
 #include "engine/base/syncmark.h"
 #include "ftl/media.h"
 
@@ -71,6 +72,7 @@ struct repair {
 	const char *dir;
 	struct store_header h;
 	uint32_t pps, data_max, n_segments, group_tokens, group_pages;
+	uint32_t group_stride; /* entries of a group (engine/base/group.h) */
 	struct catalog *cat;
 	struct meta_sync last;   /* the catalog's "N"; zero if none */
 	struct syncmark mark;
@@ -364,7 +366,8 @@ static int has_group(struct repair *rp, uint64_t seq, uint32_t sid,
 static int full_group(struct repair *rp, uint64_t seq, uint32_t layer,
 		      uint32_t g)
 {
-	uint64_t e0 = (uint64_t)g * rp->group_pages; /* its index entries */
+	/* its index entries: a whole group's, encoded with a codec */
+	uint64_t e0 = (uint64_t)g * rp->group_stride;
 
 	if (e0 + rp->group_pages > UINT32_MAX)
 		return 0;
@@ -522,6 +525,15 @@ static kvf_status open_store_files(struct repair *rp, int *lock_fd)
 	rp->n_segments = (uint32_t)(rp->h.segs_per_stripe * rp->h.n_stripes);
 	rp->group_tokens = store_group_of(&rp->h).tokens;
 	rp->group_pages = store_group_of(&rp->h).pages;
+	rp->group_stride = rp->group_pages;
+	if (rp->h.codec != KVF_CODEC_NONE) { /* + the pages of G plain rows */
+		uint64_t row = (uint64_t)rp->h.head_dim *
+			       store_dtype_bytes((kvf_dtype)rp->h.dtype);
+
+		rp->group_stride += (uint32_t)((rp->group_tokens * row +
+						rp->h.page_size - 1) /
+					       rp->h.page_size);
+	}
 	return KVF_OK;
 }
 

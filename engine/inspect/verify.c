@@ -28,6 +28,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/base/group.h"
 #include "engine/inspect/inspect.h"
 #include "engine/inspect/inspect_int.h"
 #include "engine/base/key.h"
@@ -109,7 +110,7 @@ static struct pending *damage(struct vctx *c, enum problem problem,
 	/* a K, V or X entry is named by its token group (engine/base/group.h) */
 	k = stream_kind(sid);
 	p->d.group = k == KIND_K || k == KIND_V || k == KIND_X
-			     ? group / st->group_pages : group;
+			     ? group / st->group_stride : group;
 	p->d.status = problem == P_IO ? KVF_EIO : KVF_ECORRUPT;
 	if (addr == ADDR_NONE) {
 		p->d.segid = KVF_SEGMENT_NONE;
@@ -426,8 +427,10 @@ static void collect(struct vctx *c, struct seq *seq)
 			/* the partial last token group (K^T streams count
 			 * complete blocks only) */
 			int tail = kind != KIND_KT &&
-				   g / st->group_pages == tokens / G;
+				   g / st->group_stride == tokens / G;
 
+			if (kind <= KIND_X && s && !group_entry_used(st, s, tokens, g))
+				continue; /* a codec store's unused entry */
 			if (s && stream_waiting(s, g) != NULL)
 				continue; /* waiting for write-back: not on
 					   * media yet */

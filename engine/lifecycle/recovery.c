@@ -27,6 +27,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/catalog.h"
+#include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/reads/kt_read.h"
 #include "engine/base/meta.h"
@@ -423,6 +424,11 @@ static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
 	s = seq_stream_of(st, seq, sid);
 	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
 		goto out; /* past the synced length */
+	if (stream_kind(sid) <= KIND_X &&
+	    !group_entry_used(st, s, seq_tokens(seq, stream_kind(sid),
+						stream_layer(sid)), group))
+		goto out; /* a codec store's plain pages of a group sealed
+			   * since (engine/base/group.h) */
 	if ((rc = stream_reserve(st, s, seq_stream_groups(st, seq, sid))) != KVF_OK)
 		goto out;
 	stream_set_page(s, group, (struct page_ref){ addr, check });
@@ -703,11 +709,13 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 			continue;
 		need = seq_stream_groups(st, seq, sid);
 		for (g = 0; g < need; g++)
-			if (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE)
+			if (group_entry_used(st, s, seq_tokens(seq, kind,
+							       stream_layer(sid)), g) &&
+			    (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE))
 				break;
 		if (g == need)
 			continue;
-		g /= st->group_pages; /* the entry's token group */
+		g /= st->group_stride; /* the entry's token group */
 		len = kind == KIND_X ? &seq->x_len[stream_layer(sid)]
 				     : &seq->len[stream_layer(sid)];
 		if (*len > g * st->group_tokens) {

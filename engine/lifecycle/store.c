@@ -37,6 +37,7 @@
 #include "engine/reads/readpath.h"
 #include "engine/planning/recompute.h"
 #include "engine/lifecycle/recovery.h"
+#include "engine/base/group.h"
 #include "engine/base/segfmt.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
@@ -61,6 +62,19 @@ static void derive(kvf_store *st)
 	st->group_tokens = g.tokens;
 	st->group_pages = g.pages;
 	st->group_bytes = g.bytes;
+	st->codec = (kvf_codec)h->codec;
+	st->group_stride = g.pages;
+	st->plain_off = 0;
+	if (st->codec != KVF_CODEC_NONE) {
+		/* plain rows of a group after its encoded pages (group.h) */
+		st->plain_off = g.pages;
+		st->group_stride = g.pages + group_fill_pages(st, g.tokens);
+		kvc_codec_layout(st->codec, KVF_KIND_K, g.tokens, h->head_dim,
+				 &st->codec_lay[0]);
+		kvc_codec_layout(st->codec, KVF_KIND_V, g.tokens, h->head_dim,
+				 &st->codec_lay[1]);
+		st->ck = kvc_codec_kernels();
+	}
 	st->pages_per_seg = (uint32_t)(h->segment_size / h->page_size);
 	st->data_per_seg = max_data_pages(st->pages_per_seg, h->page_size);
 	st->page_bits = h->page_bits;

@@ -121,7 +121,7 @@ static int is_tail(kvf_store *st, uint64_t tokens, uint64_t g)
 kvf_status stream_tail(kvf_store *st, struct seq *seq, struct stream *s,
 		       uint64_t tokens)
 {
-	uint64_t g = tokens / st->group_tokens, e = group_entry(st, g);
+	uint64_t g = tokens / st->group_tokens, e = group_plain_entry(st, g);
 	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
 	uint32_t ps = st->hdr.page_size, np = group_fill_pages(st, tail);
 	unsigned char *page;
@@ -188,17 +188,19 @@ struct gather {
 	uint32_t n_io, n_read;                /* requests; pages queued */
 };
 
-/* gather_group - whole group g of s (not the tail) into dst (P pages,
- * KVF_MEDIA_ALIGN-aligned): what is in memory now, the rest queued on ga
- * (which has room for P more pages) for gather_read */
+/* gather_group - whole group g of s (not the tail) into dst (its sealed
+ * pages, group.h, KVF_MEDIA_ALIGN-aligned): what is in memory now, the
+ * rest queued on ga (which has room for that many more pages) for
+ * gather_read */
 static kvf_status gather_group(kvf_store *st, struct seq *seq, struct stream *s,
 			       uint64_t g, unsigned char *dst, struct gather *ga)
 {
-	uint32_t P = st->group_pages, ps = st->hdr.page_size;
+	uint32_t P = group_sealed_pages(st, s), ps = st->hdr.page_size;
+	uint64_t e0 = group_sealed_entry(st, s, g);
 	kvf_status rc = KVF_OK;
 
 	for (uint32_t p = 0; p < P; p++) {
-		uint64_t e = group_entry(st, g) + p;
+		uint64_t e = e0 + p;
 		unsigned char *d = dst + (size_t)p * ps;
 		struct kvf_media_io *last = ga->n_io ? &ga->io[ga->n_io - 1] : NULL;
 		const unsigned char *q;
@@ -278,7 +280,8 @@ static kvf_status group_fetch(kvf_store *st, struct seq *seq, struct stream *s,
 /* gather_groups - groups a gather holds at once of n_streams streams */
 static uint32_t gather_groups(const kvf_store *st, uint32_t n_streams)
 {
-	uint32_t k = GATHER_PAGES / (st->group_pages * n_streams);
+	uint32_t k = GATHER_PAGES / (group_buf_bytes(st) / st->hdr.page_size *
+				     n_streams);
 
 	return k ? k : 1;
 }
@@ -299,12 +302,17 @@ kvf_status stream_group_copy(kvf_store *st, struct seq *seq, struct stream *s,
 		       (size_t)group_tokens_in(st, tokens, g) * st->row_bytes);
 		return KVF_OK;
 	}
-	if (st->group_pages > 1) {
+	if (st->group_stride > 1) {
+		const struct kvc_codec_layout *lay = stream_codec(st, s);
+
 		page = kvf_aligned_alloc(KVF_MEDIA_ALIGN, group_buf_bytes(st));
 		if (page == NULL)
 			return kvf_fail(KVF_ENOMEM, "out of memory");
 		rc = group_fetch(st, seq, s, g, page);
-		if (rc == KVF_OK)
+		if (rc == KVF_OK && lay)
+			st->ck->decode(lay, page, 0, st->group_tokens,
+				       (kvf_dtype)st->hdr.dtype, dst);
+		else if (rc == KVF_OK)
 			memcpy(dst, page, group_buf_bytes(st));
 		kvf_free(page);
 		return rc;
@@ -489,17 +497,21 @@ static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
  * groups of a gather at a time */
 static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 			       uint64_t tokens, uint64_t t0, uint64_t t1,
-			       span_fn fn, void *arg)
+			       span_fn fn, span_coded_fn cfn, void *arg)
 {
 	uint32_t K = gather_groups(st, 1), G = st->group_tokens;
 	size_t gb = group_buf_bytes(st);
+	const struct kvc_codec_layout *lay = stream_codec(st, s);
 	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, K * gb);
+	unsigned char *dec = lay && !cfn ? kvf_malloc((size_t)G * st->row_bytes)
+					 : NULL;
 	struct gather *ga = kvf_malloc(sizeof(*ga));
 	uint64_t last = (t1 - 1) / G;
 	kvf_status rc = KVF_OK;
 
-	if (buf == NULL || ga == NULL) {
+	if (buf == NULL || ga == NULL || (lay && !cfn && dec == NULL)) {
 		kvf_free(buf);
+		kvf_free(dec);
 		kvf_free(ga);
 		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
 	}
@@ -519,10 +531,28 @@ static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 		}
 		if (rc == KVF_OK)
 			rc = gather_read(st, seq, ga);
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+			uint64_t first = (g0 + i) * G;
+			uint64_t a = t0 > first ? t0 : first;
+			uint64_t z = t1 < first + G ? t1 : first + G;
+
+			if (lay && !is_tail(st, tokens, g0 + i) && cfn) {
+				/* an encoded group, as it is */
+				rc = cfn(arg, a, (uint32_t)(z - a), rows[i],
+					 (uint32_t)(a - first));
+				continue;
+			}
+			if (lay && !is_tail(st, tokens, g0 + i)) {
+				/* an encoded group: its tokens decoded */
+				st->ck->decode(lay, rows[i], 0, G,
+					       (kvf_dtype)st->hdr.dtype, dec);
+				rows[i] = dec;
+			}
 			rc = emit(st, g0 + i, rows[i], t0, t1, fn, arg);
+		}
 	}
 	kvf_free(buf);
+	kvf_free(dec);
 	kvf_free(ga);
 	return rc;
 }
@@ -536,8 +566,8 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 
 	if (t0 >= t1)
 		return KVF_OK;
-	if (st->group_pages > 1)
-		return spans_groups(st, seq, s, tokens, t0, t1, fn, arg);
+	if (st->group_stride > 1)
+		return spans_groups(st, seq, s, tokens, t0, t1, fn, NULL, arg);
 	for (uint64_t g = t0 / st->group_tokens; g <= (t1 - 1) / st->group_tokens;
 	     g++) {
 		const unsigned char *p = NULL;
@@ -593,6 +623,18 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 		rc = batch_run(st, seq, b, t0, t1, fn, arg);
 	read_batch_free(st, b);
 	return rc;
+}
+
+kvf_status stream_read_spans_coded(kvf_store *st, struct seq *seq,
+				   struct stream *s, uint64_t tokens,
+				   uint64_t t0, uint64_t t1, span_fn fn,
+				   span_coded_fn cfn, void *arg)
+{
+	if (t0 >= t1)
+		return KVF_OK;
+	if (stream_codec(st, s) == NULL)
+		return stream_read_spans(st, seq, s, tokens, t0, t1, fn, arg);
+	return spans_groups(st, seq, s, tokens, t0, t1, fn, cfn, arg);
 }
 
 /* ---- two streams in step (K and V for attention) ------------------------ */
@@ -676,17 +718,24 @@ static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
 static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 			      struct stream *bs, uint64_t tokens, uint64_t t0,
 			      uint64_t t1, const uint64_t *list, uint64_t first,
-			      uint64_t n_groups, pair_fn fn, void *arg)
+			      uint64_t n_groups, pair_fn fn, coded_fn cfn,
+			      void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
 	uint32_t K = gather_groups(st, 2);
 	size_t gb = group_buf_bytes(st);
+	/* K and V of a codec store are both encoded: decoded into dec for
+	 * fn, or handed to cfn as they are */
+	int coded = a->enc && bs->enc;
 	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 2 * K * gb);
+	unsigned char *dec = coded && cfn == NULL
+				     ? kvf_malloc(2 * (size_t)G * rb) : NULL;
 	struct gather *ga = kvf_malloc(sizeof(*ga));
 	kvf_status rc = KVF_OK;
 
-	if (buf == NULL || ga == NULL) {
+	if (buf == NULL || ga == NULL || (coded && cfn == NULL && dec == NULL)) {
 		kvf_free(buf);
+		kvf_free(dec);
 		kvf_free(ga);
 		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
 	}
@@ -722,12 +771,27 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 			hi = t1 < hi ? t1 : hi;
 			if (lo >= hi)
 				continue;
+			if (coded && !is_tail(st, tokens, g) && cfn) {
+				rc = cfn(arg, lo, (uint32_t)(hi - lo), pa[i], pb[i],
+					 (uint32_t)(lo - g * G));
+				continue;
+			}
+			if (coded && !is_tail(st, tokens, g)) {
+				kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
+
+				st->ck->decode(&st->codec_lay[0], pa[i], 0, G, dt, dec);
+				st->ck->decode(&st->codec_lay[1], pb[i], 0, G, dt,
+					       dec + (size_t)G * rb);
+				pa[i] = dec;
+				pb[i] = dec + (size_t)G * rb;
+			}
 			off = (size_t)(lo - g * G) * rb;
 			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
 				pb[i] + off);
 		}
 	}
 	kvf_free(buf);
+	kvf_free(dec);
 	kvf_free(ga);
 	return rc;
 }
@@ -737,15 +801,16 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			    struct stream *bs, uint64_t tokens, uint64_t t0,
 			    uint64_t t1, const uint64_t *list, uint64_t first,
-			    uint64_t n_groups, pair_fn fn, void *arg)
+			    uint64_t n_groups, pair_fn fn, coded_fn cfn,
+			    void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
 	struct batch *b;
 	kvf_status rc = KVF_OK;
 
-	if (st->group_pages > 1)
+	if (st->group_stride > 1)
 		return pair_groups(st, seq, a, bs, tokens, t0, t1, list, first,
-				   n_groups, fn, arg);
+				   n_groups, fn, cfn, arg);
 	if ((b = read_batch_new(st)) == NULL)
 		return KVF_ENOMEM;
 	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
@@ -806,16 +871,30 @@ kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
 	if (t0 >= t1)
 		return KVF_OK;
 	return pair_core(st, seq, a, bs, tokens, t0, t1, NULL, t0 / G,
-			 (t1 - 1) / G - t0 / G + 1, fn, arg);
+			 (t1 - 1) / G - t0 / G + 1, fn, NULL, arg);
+}
+
+kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
+				  struct stream *a, struct stream *bs,
+				  uint64_t tokens, uint64_t t0, uint64_t t1,
+				  pair_fn fn, coded_fn cfn, void *arg)
+{
+	uint32_t G = st->group_tokens;
+
+	if (t0 >= t1)
+		return KVF_OK;
+	return pair_core(st, seq, a, bs, tokens, t0, t1, NULL, t0 / G,
+			 (t1 - 1) / G - t0 / G + 1, fn, cfn, arg);
 }
 
 kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 				   struct stream *a, struct stream *bs,
 				   uint64_t tokens, const uint64_t *groups,
-				   uint64_t n_groups, pair_fn fn, void *arg)
+				   uint64_t n_groups, pair_fn fn, coded_fn cfn,
+				   void *arg)
 {
 	return pair_core(st, seq, a, bs, tokens, 0, tokens, groups, 0,
-			 n_groups, fn, arg);
+			 n_groups, fn, cfn, arg);
 }
 
 /* no_page - the index has no page for entry idx of a stream of seq */

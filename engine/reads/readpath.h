@@ -39,6 +39,23 @@ kvf_status stream_read_spans(kvf_store *st, struct seq *seq, struct stream *s,
 			     span_fn fn, void *arg);
 
 /*
+ * span_coded_fn / stream_read_spans_coded - stream_read_spans for a
+ * caller that computes on encoded groups (scores over K): the tokens of a
+ * codec store's sealed groups go to cfn as the encoded group (layout
+ * stream_codec(st, s)), with `at` the group's token of first; the plain
+ * tail to fn.  For a stream that is not encoded it is stream_read_spans.
+ * stream_read_spans itself hands a codec store's sealed groups out
+ * decoded into the store's dtype.
+ */
+typedef kvf_status (*span_coded_fn)(void *arg, uint64_t first,
+				    uint32_t n_tokens, const unsigned char *grp,
+				    uint32_t at);
+kvf_status stream_read_spans_coded(kvf_store *st, struct seq *seq,
+				   struct stream *s, uint64_t tokens,
+				   uint64_t t0, uint64_t t1, span_fn fn,
+				   span_coded_fn cfn, void *arg);
+
+/*
  * pair_fn / stream_read_pair - tokens [t0, t1) of two streams of the same
  * length (K and V of one head) handed out together: fn gets n_tokens rows
  * of each, from token first, one token group at a time in order.  Pages
@@ -51,12 +68,33 @@ kvf_status stream_read_pair(kvf_store *st, struct seq *seq, struct stream *a,
 			    struct stream *b, uint64_t tokens, uint64_t t0,
 			    uint64_t t1, pair_fn fn, void *arg);
 
-/* stream_read_pair_groups - the same for the listed groups only (whole
- * groups, clipped to the stream's tokens), in list order */
+/*
+ * coded_fn / stream_read_pair_coded - stream_read_pair for attention on a
+ * codec store: the tokens of sealed groups go to cfn as the encoded K and
+ * V groups (layouts st->codec_lay), with `at` the group's token of first
+ * (so the tokens are [at, at + n_tokens) of the groups), to be decoded in
+ * registers; the plain tail goes to fn.  Without a codec it is
+ * stream_read_pair.  stream_read_pair and stream_read_pair_groups on a
+ * codec store hand fn decoded rows.
+ */
+typedef kvf_status (*coded_fn)(void *arg, uint64_t first, uint32_t n_tokens,
+			       const unsigned char *a_grp,
+			       const unsigned char *b_grp, uint32_t at);
+kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
+				  struct stream *a, struct stream *b,
+				  uint64_t tokens, uint64_t t0, uint64_t t1,
+				  pair_fn fn, coded_fn cfn, void *arg);
+
+/* stream_read_pair_groups - stream_read_pair_coded for the listed groups
+ * only (whole groups, clipped to the stream's tokens), in list order;
+ * cfn NULL: encoded groups decoded for fn */
 kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 				   struct stream *a, struct stream *b,
 				   uint64_t tokens, const uint64_t *groups,
-				   uint64_t n_groups, pair_fn fn, void *arg);
+				   uint64_t n_groups, pair_fn fn, coded_fn cfn,
+				   void *arg);
+
+
 
 /*
  * entry_fn / stream_read_entries - the pages of index entries idx[0..n) of

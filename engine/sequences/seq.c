@@ -210,6 +210,10 @@ struct seq *seq_alloc(kvf_store *st, uint64_t id)
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		seq->open[s].segid = SEG_NONE;
+	/* [layer][kind][head]: a codec store encodes K and V groups */
+	if (st->codec != KVF_CODEC_NONE)
+		for (uint32_t i = 0; i < seq_n_kv_streams(st); i++)
+			seq->kv[i].enc = (uint8_t)(1 + i / st->hdr.n_kv_heads % 2);
 	return seq;
 }
 

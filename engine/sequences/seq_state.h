@@ -47,6 +47,9 @@ struct stream {
 	struct wb_run *wb;     /* groups waiting for write-back (engine/
 				* writeback.h); NULL before the first */
 	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
+	uint8_t enc;           /* 0: plain rows; 1 + kvf_kind (K or V): its
+				* sealed groups are encoded (a codec
+				* store's K/V streams; engine/base/group.h) */
 };
 
 #define WB_RUN 32u /* pages of one head written back together: 128 KiB

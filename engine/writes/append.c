@@ -11,11 +11,13 @@
  */
 #include "engine/writes/append.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "compute/half.h"
 #include "compute/kernels.h"
 #include "engine/cleaning/cleaner.h"
 #include "engine/base/fatal.h"
@@ -42,30 +44,70 @@ struct src_stream {
 	int waits;                 /* its sealed groups wait for write-back */
 };
 
-/* seal - place the first n_pages entries of stream s's group g, which
- * its group buffer holds with `tokens` tokens, on media */
+/* seal - place n_pages pages of src as stream s's index entries e0.. on
+ * media */
 static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
-		       uint32_t sid, uint64_t g, uint32_t tokens,
+		       uint32_t sid, uint64_t e0, const unsigned char *src,
 		       uint32_t n_pages)
 {
-	size_t used = (size_t)tokens * st->row_bytes;
 	kvf_status rc = KVF_OK;
 
-	if (tokens < st->group_tokens) /* zero the rest of a partial group */
-		memset(s->gbuf + used, 0, group_buf_bytes(st) - used);
 	for (uint32_t p = 0; p < n_pages && rc == KVF_OK; p++) {
-		uint64_t e = group_entry(st, g) + p;
+		uint64_t e = e0 + p;
 		struct page_key key = page_key_make(seq->id, sid, (uint32_t)e);
 		uint32_t replaces = e < s->n_groups ? stream_page(s, e).addr
 						    : ADDR_NONE;
 		struct page_ref ref;
 
 		rc = openseg_place(st, seq, stream_stripe(st, sid, e),
-				   s->gbuf + (size_t)p * st->hdr.page_size, key,
+				   src + (size_t)p * st->hdr.page_size, key,
 				   replaces, &ref);
 		if (rc == KVF_OK)
 			stream_set_group(s, e, ref);
 	}
+	return rc;
+}
+
+/* drop_plain - a codec store's group g of s is sealed: the plain pages a
+ * sync wrote of its tail are no longer its (their entries are past the
+ * encoded ones, group.h) */
+static void drop_plain(kvf_store *st, struct stream *s, uint64_t g)
+{
+	uint64_t e0 = group_plain_entry(st, g);
+
+	for (uint64_t e = e0; e < e0 + st->group_stride - st->plain_off &&
+			      e < s->n_groups; e++) {
+		uint32_t a = stream_page(s, e).addr;
+
+		if (a != ADDR_NONE)
+			seg_ref_dec(st, a);
+		stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
+	}
+}
+
+/* seal_group - place stream s's full group g, which its group buffer
+ * holds, on media: plain rows, or encoded through enc (P pages, zero past
+ * the group) for K and V of a codec store */
+static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
+			     uint32_t sid, uint64_t g, unsigned char *enc)
+{
+	const struct kvc_codec_layout *lay = stream_codec(st, s);
+	uint32_t n = group_sealed_pages(st, s);
+	kvf_status rc;
+
+	if (lay == NULL) {
+		rc = seal(st, seq, s, sid, group_sealed_entry(st, s, g),
+			  s->gbuf, n);
+	} else {
+		/* the values were checked when appended (codec_check) */
+		rc = st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
+		if (rc == KVF_OK)
+			rc = seal(st, seq, s, sid, group_entry(st, g), enc, n);
+		if (rc == KVF_OK)
+			drop_plain(st, s, g);
+	}
+	if (rc == KVF_OK)
+		atomic_fetch_add(&st->c.data_bytes, (uint64_t)n * st->hdr.page_size);
 	return rc;
 }
 
@@ -105,7 +147,7 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 	if (s->gbuf)
 		return KVF_OK;
 	if (tokens % st->group_tokens != 0) {
-		uint32_t addr = stream_page(s, group_entry(st, tokens / st->group_tokens)).addr;
+		uint32_t addr = stream_page(s, group_plain_entry(st, tokens / st->group_tokens)).addr;
 		uint32_t segid = addr_seg(addr, st->page_bits);
 
 		return kvf_fail(KVF_ECORRUPT,
@@ -132,6 +174,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	unsigned char *enc = NULL;
 	struct prof_mark cm;
 	int sealing = 0;
 	kvf_status rc = KVF_OK;
@@ -139,8 +182,12 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	/* plan, and everything that can fail without changing anything */
 	for (uint32_t i = 0; i < n_src; i++)
 		src[i].waits = 0;
+	if (k > 0 && st->codec != KVF_CODEC_NONE &&
+	    (enc = kvf_calloc(P, st->hdr.page_size)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "%s: out of memory to encode a group",
+				call);
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
-		if ((rc = stream_reserve(st, src[i].s, (g0 + k + 1) * P)) == KVF_OK &&
+		if ((rc = stream_reserve(st, src[i].s, (g0 + k + 1) * st->group_stride)) == KVF_OK &&
 		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK &&
 		    k > 0) {
 			struct prof_mark m = prof_begin(&st->prof);
@@ -149,8 +196,20 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 					&src[i].waits);
 			prof_end(&st->prof, PROF_TIER, m);
 		}
-		wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P, src[i].waits,
-			pages, own);
+		if (st->codec == KVF_CODEC_NONE) {
+			wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P,
+				src[i].waits, pages, own);
+			continue;
+		}
+		/* a codec store writes as groups seal (wb_enabled): the
+		 * sealed groups' entries are not consecutive */
+		for (uint64_t j = 0; j < k; j++) {
+			struct stream *s = src[i].s;
+			uint64_t e = group_sealed_entry(st, s, g0 + j);
+
+			for (uint32_t p = 0; p < group_sealed_pages(st, s); p++)
+				pages[stream_stripe(st, src[i].sid, e + p)]++;
+		}
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
@@ -164,6 +223,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc != KVF_OK) {
 		for (uint32_t i = 0; i < n_src; i++)
 			wb_unprepare(st, src[i].s);
+		kvf_free(enc);
 		return rc;
 	}
 
@@ -180,7 +240,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			uint32_t at = (uint32_t)(t % G);
 			uint32_t m = G - at < n - done ? G - at : n - done;
 
-			if (at == 0 && m == G && !waits && P == 1) {
+			if (at == 0 && m == G && !waits && st->group_stride == 1) {
 				/* a whole group: gather it straight into the
 				 * segment, skipping the group buffer */
 				rc = seal_direct(st, seq, s, src[i].sid, t / G,
@@ -207,10 +267,9 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				prof_end(&st->prof, PROF_TIER, pm);
 				s->tail_written = 0;
 			} else if (at + m == G) {
-				rc = seal(st, seq, s, src[i].sid, t / G - 1, G, P);
+				rc = seal_group(st, seq, s, src[i].sid, t / G - 1,
+						enc);
 				s->tail_written = 0;
-				atomic_fetch_add(&st->c.data_bytes,
-						 group_buf_bytes(st));
 			}
 		}
 	}
@@ -229,6 +288,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		seg_unreserve(st, seq);
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
+	kvf_free(enc);
 	return rc;
 }
 
@@ -289,6 +349,33 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
+/* codec_check - on a codec store, every K and V value of an append must
+ * be one the encoder takes when its group seals (finite, within the f16
+ * range), so the append is refused now, before anything changes, rather
+ * than a later append that seals the group */
+static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
+			      const void *k, const void *v)
+{
+	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
+	kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
+	size_t per = (size_t)H * D;
+
+	if (st->codec == KVF_CODEC_NONE)
+		return KVF_OK;
+	for (int kind = 0; kind < 2; kind++)
+		for (size_t i = 0; i < (size_t)n * per; i++) {
+			float x = kvc_elt(kind ? v : k, i, dt);
+
+			if (!(fabsf(x) <= KVC_CODEC_MAX_ABS))
+				return kvf_fail(KVF_ERANGE,
+						"%s: %s of token %zu, head %zu, dim %zu is %g; a store of codec %s takes finite values of magnitude <= 65504",
+						call, kind ? "v" : "k", i / per,
+						i % per / D, i % D, (double)x,
+						kvf_codec_name(st->codec));
+		}
+	return KVF_OK;
+}
+
 /* at_pos - an append that states its position finds the layer there */
 static kvf_status at_pos(const char *call, struct seq *seq, uint32_t layer,
 			 uint64_t pos)
@@ -315,7 +402,8 @@ static kvf_status append_once(kvf_store *st, const char *call, uint64_t seq_id,
 	uint32_t H;
 	kvf_status rc;
 
-	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK)
+	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK ||
+	    (rc = codec_check(st, call, n_tokens, k, v)) != KVF_OK)
 		return rc;
 	H = st->hdr.n_kv_heads;
 	src = 2 * H <= SRC_ON_STACK ? src_stack
@@ -495,7 +583,7 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 
 		wb_flush_plan(s, pages, own);
 		if (tail_pending(st, s, tokens)) {
-			uint64_t e = group_entry(st, tokens / st->group_tokens);
+			uint64_t e = group_plain_entry(st, tokens / st->group_tokens);
 			uint32_t np = group_fill_pages(st, tokens % st->group_tokens);
 
 			for (uint32_t p = 0; p < np; p++)
@@ -516,8 +604,12 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		if ((rc = wb_flush(st, seq, s, sid)) != KVF_OK ||
 		    !tail_pending(st, s, tokens))
 			continue;
-		rc = seal(st, seq, s, sid, tokens / st->group_tokens, tail,
-			  group_fill_pages(st, tail));
+		/* zero the rest of the group: only whole pages go out */
+		memset(s->gbuf + (size_t)tail * st->row_bytes, 0,
+		       group_buf_bytes(st) - (size_t)tail * st->row_bytes);
+		rc = seal(st, seq, s, sid,
+			  group_plain_entry(st, tokens / st->group_tokens),
+			  s->gbuf, group_fill_pages(st, tail));
 		if (rc == KVF_OK) {
 			s->tail_written = tail;
 			atomic_fetch_add(&st->c.padding_bytes,

@@ -23,7 +23,11 @@ int wb_enabled(kvf_store *st, const struct seq *seq, uint32_t sid)
 {
 	enum kv_kind k = stream_kind(sid);
 
+	/* a codec store's sealed groups take entries that are not
+	 * consecutive (engine/base/group.h), which a run of waiting pages
+	 * assumes: they are written as they seal */
 	return st->tier.budget != 0 && st->hdr.media != KVF_MEDIA_MEMORY &&
+	       st->codec == KVF_CODEC_NONE &&
 	       seq->ns == SEQ_NS_USER &&
 	       (k == KIND_K || k == KIND_V || k == KIND_X);
 }

@@ -29,6 +29,8 @@ OPT_ADAM, OPT_ADAMW, OPT_SGD, OPT_ADAGRAD = 0, 1, 2, 3
 POS_ANY = (1 << 64) - 1  # KVF_POS_ANY: append wherever the layer ends
 # kvf_evict_policy, kvf_evict_reason
 EVICT_POLICIES = {"none": 0, "lru": 1, "lfu": 2, "endurance": 3}
+# kvf_codec
+CODECS = {"none": 0, "fp8": 1, "int8": 2, "int4": 3}
 EVICT_REASONS = {1: "full", 2: "watermark", 3: "call"}
 
 
@@ -52,7 +54,8 @@ class Options(ctypes.Structure):
                 ("dram_budget", c_u64), ("evict_policy", c_u32),
                 ("evict_high", c_f32), ("evict_low", c_f32),
                 ("admit_tokens", c_u64), ("profile", c_u32),
-                ("prefix_cache_bytes", c_u64)]
+                ("prefix_cache_bytes", c_u64),
+                ("codec", c_u32)]
 
 
 class AttnOpts(ctypes.Structure):
@@ -113,7 +116,7 @@ class StoreInfo(ctypes.Structure):
                 ("capacity_bytes", c_u64), ("media", c_i32),
                 ("kt_pages", c_u32), ("store_id", c_u64),
                 ("read_only", c_u32), ("group_pages", c_u32),
-                ("group_bytes", c_u32)]
+                ("group_bytes", c_u32), ("codec", c_u32)]
 
 
 class SeqInfo(ctypes.Structure):

@@ -33,6 +33,16 @@ def _u32(v, call, what):
     return v
 
 
+def _codec(value, call):
+    """A codec given by name ("none", "fp8", "int8", "int4") or number."""
+    if isinstance(value, str):
+        if value not in _lib.CODECS:
+            raise InvalidArgument(EINVAL, "%s: codec %r is not one of %s" % (
+                call, value, ", ".join(_lib.CODECS)))
+        return _lib.CODECS[value]
+    return _u32(value, call, "codec")
+
+
 class Store(ReuseCalls):
     """A kvflash store in directory `path`, created for a model shape or
     reopened (give no shape to take the stored one).
@@ -47,7 +57,9 @@ class Store(ReuseCalls):
     segment_size, capacity_bytes, n_stripes, queue_depth, device_paths,
     direct_io, read_only, flash_channels, flash_cell, flash_spare, trim,
     verify_reads, dram_budget, evict_policy = "none" | "lru" | "lfu" |
-    "endurance", evict_high, evict_low), with the C defaults; and tensor = "torch" | "numpy",
+    "endurance", evict_high, evict_low, admit_tokens, profile, codec =
+    "none" | "fp8" | "int8" | "int4": compressed KV, chosen at creation,
+    docs/compression.md), with the C defaults; and tensor = "torch" | "numpy",
     the kind that read() and read_x() give back (default: that of dtype).
     A context manager: leaving the block closes the store (kvf_close
     syncs first).
@@ -81,6 +93,8 @@ class Store(ReuseCalls):
                 value = _MEDIA[value]
             if name == "evict_policy":
                 value = _evict_policy(value, "Store")
+            if name == "codec":
+                value = _codec(value, "Store")
             if name == "device_paths":
                 arr = (ctypes.c_char_p * len(value))(
                     *[os.fsencode(p) for p in value])
@@ -121,6 +135,8 @@ class Store(ReuseCalls):
         self.dtype = A.DTYPE_NAMES[self.dtype_code]
         self.group_tokens = info["group_tokens"]
         self.group_pages = info["group_pages"]
+        self.codec = {v: k for k, v in _lib.CODECS.items()}.get(
+            info["codec"], str(info["codec"]))
         self.kind = tensor or kind or (
             "torch" if A._torch() is not None else "numpy")
         self._row = self.head_dim * A.ELT_BYTES[self.dtype_code]
@@ -140,7 +156,7 @@ class Store(ReuseCalls):
         lib.kvf_close(h)
         check(rc)
         for f in ("page_size", "segment_size", "capacity_bytes", "n_stripes",
-                  "kt_pages", "media"):
+                  "kt_pages", "media", "codec"):
             if f not in given:
                 setattr(opts, f, getattr(info, f))
 

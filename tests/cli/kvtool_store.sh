@@ -418,5 +418,33 @@ usage_error "kvtool: export: SEQ 'x' is not a number" export "$P" x "$tmp/x.kvx"
 usage_error "kvtool: import: missing FILE" import "$P"
 usage_error "kvtool: import: unexpected argument 'more'" import "$P" f 1 more
 
+# ---- a store with a codec ----------------------------------------------------
+
+# int8 at head_dim 64 on 4 KiB pages: groups of 62 tokens, so sequence 1's
+# tokens 62..99 are the plain tail, the first 62 encoded
+if ! "$MAKE_STORE" "$tmp/int8" f16 int8 >"$tmp/make.log" 2>&1; then
+	echo "make_store int8 failed:"
+	cat "$tmp/make.log"
+	exit 1
+fi
+run info "$tmp/int8"
+expect_rc 0
+expect_stdout_has '^codec +int8: 62 tokens of one head per K/V group, encoded in 1 page of 4096 bytes \(4096 bytes used\), the part-filled last group plain$'
+run info --json "$tmp/int8"
+expect_rc 0
+expect_json 'd["codec"] == "int8" and d["group_tokens"] == 62'
+run info --json "$S"
+expect_json 'd["codec"] == "none"'
+run verify "$tmp/int8"
+expect_rc 0
+expect_stdout_has ': 0 damaged pages, 0 damaged summaries$'
+# the tail exact; a sealed token within INT8's step of K = 99 + 1/4 + d/8
+run dump "$tmp/int8" --seq 1 --layer 0 --head 1 --tokens 99:100 --kind k
+expect_rc 0
+expect_stdout_has '^K 99: 99\.25 99\.375 99\.5 '
+run dump --json "$tmp/int8" --seq 1 --layer 0 --head 1 --tokens 61:62 --kind k
+expect_rc 0
+expect_json 'all(abs(x - (61.25 + d / 8)) <= 0.5 for d, x in enumerate(d["k"][0]))'
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

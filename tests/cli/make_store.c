@@ -1,6 +1,7 @@
 /*
  * make_store.c - build a small store for the kvtool tests, through the
- * public API only: `make_store DIR [f16|bf16|f32]`.
+ * public API only: `make_store DIR [f16|bf16|f32 [prefix|CODEC]]` (CODEC
+ * fp8, int8 or int4: kvf_options.codec).
  *
  * The store (3 layers, 4 query heads, 2 KV heads, head_dim 64, segments
  * of 64 KiB, 2 stripes, 4 MiB) holds:
@@ -207,15 +208,23 @@ int main(int argc, char **argv)
 	kvf_status rc;
 	int bad;
 
-	if (argc < 2 || argc > 4 || (argc == 4 && strcmp(argv[3], "prefix"))) {
-		fputs("usage: make_store DIR [f16|bf16|f32 [prefix]]\n", stderr);
+	static const char *const codecs[] = { "fp8", "int8", "int4" };
+	uint32_t codec = KVF_CODEC_NONE;
+
+	for (uint32_t i = 0; argc == 4 && i < 3; i++)
+		if (strcmp(argv[3], codecs[i]) == 0)
+			codec = KVF_CODEC_FP8 + i;
+	if (argc < 2 || argc > 4 ||
+	    (argc == 4 && strcmp(argv[3], "prefix") && codec == KVF_CODEC_NONE)) {
+		fputs("usage: make_store DIR [f16|bf16|f32 [prefix|fp8|int8|int4]]\n",
+		      stderr);
 		return 2;
 	}
-	if (argc == 3 && strcmp(argv[2], "bf16") == 0)
+	if (argc >= 3 && strcmp(argv[2], "bf16") == 0)
 		m.dtype = KVF_DTYPE_BF16;
-	else if (argc == 3 && strcmp(argv[2], "f32") == 0)
+	else if (argc >= 3 && strcmp(argv[2], "f32") == 0)
 		m.dtype = KVF_DTYPE_F32;
-	else if (argc == 3 && strcmp(argv[2], "f16") != 0) {
+	else if (argc >= 3 && strcmp(argv[2], "f16") != 0) {
 		fprintf(stderr, "make_store: unknown dtype '%s'\n", argv[2]);
 		return 2;
 	}
@@ -224,9 +233,10 @@ int main(int argc, char **argv)
 	o.segment_size = 64 * 1024;
 	o.capacity_bytes = 4u << 20;
 	o.n_stripes = 2;
+	o.codec = codec;
 	if ((rc = kvf_open(argv[1], &o, &st)) != KVF_OK)
 		return fail("kvf_open", rc);
-	bad = argc == 4 ? build_prefix(st) : build(st);
+	bad = argc == 4 && codec == KVF_CODEC_NONE ? build_prefix(st) : build(st);
 	rc = kvf_close(st);
 	if (rc != KVF_OK && !bad)
 		return fail("kvf_close", rc);
