@@ -304,8 +304,10 @@ static kvf_status tails_prefetch(kvf_store *st)
 	unsigned char *buf = NULL;
 	kvf_status rc = KVF_OK;
 
-	if (st->group_pages > 1)
-		return KVF_OK; /* groups of several pages: load_tails reads them */
+	/* groups of several pages, and a codec's tails at entries of their
+	 * own (group_plain_entry): load_tails reads them */
+	if (st->group_stride > 1)
+		return KVF_OK;
 	if (seq_foreach(st, list_tails, &tl) != KVF_OK || tl.oom) {
 		kvf_free(tl.r);
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
