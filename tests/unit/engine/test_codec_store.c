@@ -258,13 +258,16 @@ static void reference(const struct cmodel *m, uint32_t layer, int orig,
  * (uniform random heads, K with channels 10 and 30 times larger; any
  * seed; the codecs' accuracy on the issue's workloads is kvbench codec's
  * and test_codec_accuracy.c's): FP8's 3 mantissa bits on the large
- * channel give 0.977 at worst over seeds at head_dim 13, INT4 0.97 at
- * head_dim 40; a group decoded wrong gives far less */
+ * channel give 0.977 at worst over seeds at head_dim 13 and full length,
+ * but one seed in about a hundred gave 0.942 on a sequence truncated to
+ * a few tokens (fewer tokens average out less error), INT4 0.97 at
+ * head_dim 40; a group decoded wrong gives far less.  The exact check is
+ * the one against the decoded values (tolerance 2e-4) */
 static double min_cosine(kvf_codec c)
 {
 	switch (c) {
 	case KVF_CODEC_INT8: return 0.999;
-	case KVF_CODEC_FP8: return 0.95;
+	case KVF_CODEC_FP8: return 0.9;
 	case KVF_CODEC_INT4: return 0.93;
 	default: return 0.999999;
 	}
