@@ -378,6 +378,8 @@ expect_rc 0
 expect_stdout_has '^1 +- +1 +[0-9]+ +[0-9]+ +2/3 @[0-9a-f]{8} +100 x3 +-$'
 expect_stdout_has '^2 +1 +1 +[0-9]+ +[0-9]+ +2/3 @[0-9a-f]{8} +100 x3 +-$'
 expect_stdout_has '^3 +- +3 +[0-9]+ +0 +1 chunks +40 x3 +-$'
+# 4 was freed: its three whole chunks are a cached prefix, listed last
+expect_stdout_has '^[0-9]+ +4 +4 +[0-9]+ +0 +cached 3/3 own, 0 hits +96 x3 +-$'
 h1=$(awk '$1 == 1 { print $7 }' "$tmp/out")
 h2=$(awk '$1 == 2 { print $7 }' "$tmp/out")
 what="ls: 1 and 2 name the same shared prefix"
@@ -385,11 +387,13 @@ rc=0
 if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then pass; else fail "'$h1' and '$h2'"; fi
 run ls --json "$P"
 expect_json 'd["sequences"][1]["prefix"]["shared_chunks"] == 2 and d["sequences"][1]["prefix"]["token_ids"] == 100'
+expect_json '[s["cached"] for s in d["sequences"]] == [False, False, False, True] and d["sequences"][3]["cached_own_chunks"] == 3'
 run info "$P"
 expect_rc 0
-expect_stdout_has '^prefix +5 chunks in the index; since open 0 lookups'
+expect_stdout_has '^prefix +8 chunks in the index; since open 0 lookups'
+expect_stdout_has '^prefix cache 1 cached prefixes, 144.0 KiB only they hold; since open 0 kept'
 run info --json "$P"
-expect_json 'd["prefix"]["chunks"] == 5'
+expect_json 'd["prefix"]["chunks"] == 8 and d["prefix"]["cached"] == 1 and d["prefix"]["cached_bytes"] == 3 * 3 * 2 * 2 * 32 * 128'
 
 run export "$P" 2 "$tmp/seq2.kvx"
 expect_rc 0

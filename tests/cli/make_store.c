@@ -167,7 +167,8 @@ static int build(kvf_store *st)
 
 /* build_prefix - sequences made from token ids: 1 (ids 0..99), 2 sharing
  * its first 70 (two whole chunks and 6 tokens of the third), 3 with 40
- * ids of its own */
+ * ids of its own, and 4 (100 ids of its own) freed: its three whole
+ * chunks stay as a cached prefix */
 static int build_prefix(kvf_store *st)
 {
 	uint32_t ids[100];
@@ -197,6 +198,15 @@ static int build_prefix(kvf_store *st)
 	for (uint32_t l = 0; l < LAYERS; l++)
 		if (append(st, 3, l, 0, 40))
 			return 1;
+	for (uint32_t i = 0; i < 100; i++)
+		ids[i] = 7000 + i;
+	if ((rc = kvf_seq_create_tokens(st, 4, ids, 100, &got)) != KVF_OK)
+		return fail("kvf_seq_create_tokens 4", rc);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		if (append(st, 4, l, 0, 100))
+			return 1;
+	if ((rc = kvf_seq_free(st, 4)) != KVF_OK)
+		return fail("kvf_seq_free 4", rc);
 	return 0;
 }
 

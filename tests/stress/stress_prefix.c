@@ -7,9 +7,12 @@
  * sharing what other threads' sequences hold), appends the rest, checks
  * every K value it reads back against the value its ids give, registers
  * its reply (kvf_seq_add_tokens) and frees the previous turn, which other
- * threads may be sharing from at that moment.  A reader thread meanwhile
- * lists sequences and their prefix figures and reads kvf_stats.  Prints
- * what it did; exit 1 on any failure.
+ * threads may be sharing from at that moment; a conversation's end frees
+ * its last turn, whose chunks stay as a cached prefix that later
+ * conversations share from.  A reader thread meanwhile lists sequences,
+ * cached prefixes and their figures, reads kvf_stats, and now and then
+ * drops a cached prefix (kvf_prefix_drop) while workers may be sharing
+ * from it.  Prints what it did; exit 1 on any failure.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -135,19 +138,55 @@ static void *worker(void *arg)
 				fail("kvf_seq_free", rc);
 				break;
 			}
+			/* the conversation ends: its chunks go to the cache */
+			if (t + 1 == TURNS && (rc = kvf_seq_free(st, seq)) != KVF_OK) {
+				fail("kvf_seq_free (end)", rc);
+				break;
+			}
 		}
 	}
 	return NULL;
 }
 
+/* cached - the cached prefixes: list, describe, and every 8th round drop
+ * one (it may go meanwhile: KVF_ENOENT is fine); 0 on failure */
+static int cached(unsigned round)
+{
+	uint64_t ids[64];
+	size_t n = 0;
+	kvf_status rc;
+
+	if (kvf_prefix_list(st, ids, 64, &n) != KVF_OK)
+		return 0;
+	for (size_t i = 0; i < n && i < 64; i++) {
+		kvf_seq_info si = { .struct_size = sizeof(si) };
+
+		rc = kvf_seq_info_get(st, ids[i], &si);
+		if (rc != KVF_OK && rc != KVF_ENOENT)
+			return 0;
+		if (rc == KVF_OK && si.cached != 1)
+			return 0;
+	}
+	if (n > 0 && round % 8 == 7) {
+		rc = kvf_prefix_drop(st, ids[round % (n < 64 ? n : 64)], NULL);
+		if (rc != KVF_OK && rc != KVF_ENOENT)
+			return 0;
+	}
+	return 1;
+}
+
 static void *reader(void *arg)
 {
 	(void)arg;
-	while (!atomic_load(&done)) {
+	for (unsigned round = 0; !atomic_load(&done); round++) {
 		uint64_t ids[64];
 		size_t n = 0;
 		kvf_stats s = { .struct_size = sizeof(s) };
 
+		if (!cached(round)) {
+			fail("reader: cached prefixes", KVF_EINVAL);
+			break;
+		}
 		if (kvf_seq_list(st, ids, 64, &n) != KVF_OK ||
 		    kvf_stats_get(st, &s) != KVF_OK) {
 			fail("reader", KVF_EINVAL);
@@ -192,13 +231,21 @@ int main(void)
 	atomic_store(&done, 1);
 	pthread_join(rd, NULL);
 	if (kvf_stats_get(st, &s) == KVF_OK)
-		printf("stress_prefix: %llu creations, %llu hits, %llu tokens reused, %llu chunks left\n",
+		printf("stress_prefix: %llu creations, %llu hits, %llu tokens reused, %llu chunks left; cached prefixes: %llu kept, %llu dropped, %llu hits only they served, %llu left\n",
 		       (unsigned long long)s.prefix_lookups,
 		       (unsigned long long)s.prefix_hits,
 		       (unsigned long long)s.prefix_tokens_reused,
-		       (unsigned long long)s.prefix_chunks);
+		       (unsigned long long)s.prefix_chunks,
+		       (unsigned long long)s.prefix_cache_kept,
+		       (unsigned long long)s.prefix_cache_dropped,
+		       (unsigned long long)s.prefix_cache_hits,
+		       (unsigned long long)s.prefix_cached);
 	if (s.prefix_hits == 0) {
 		fprintf(stderr, "stress_prefix: no creation reused anything\n");
+		atomic_store(&failed, 1);
+	}
+	if (s.prefix_cache_kept == 0) {
+		fprintf(stderr, "stress_prefix: no conversation's end left a cached prefix\n");
 		atomic_store(&failed, 1);
 	}
 	if ((rc = kvf_close(st)) != KVF_OK)

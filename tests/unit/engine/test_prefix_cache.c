@@ -600,7 +600,7 @@ static void power_child(const char *path, const char *journal)
  * reopen that one serves a new conversation exactly, any other cached
  * prefix a cut left reads exactly what its ids give, and verify finds
  * nothing wrong */
-Test(prefix_cache, a_power_cut, .timeout = 240)
+Test(prefix_cache, a_power_cut)
 {
 	uint32_t a[4 * G + 3], b[3 * G];
 	uint64_t seed = 0xcace, cut = 0;
