@@ -20,9 +20,11 @@
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 
-kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
+/* list_ids - kvf_seq_list and kvf_prefix_list: the ids `which` selects
+ * (inspect_live_ids), up to cap of them into ids, and how many in *n */
+static kvf_status list_ids(kvf_store *st, const char *call, uint32_t which,
+			   uint64_t *ids, size_t cap, size_t *n)
 {
-	const char *call = "kvf_seq_list";
 	uint64_t *list;
 	size_t k;
 	kvf_status rc;
@@ -34,7 +36,7 @@ kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 	if (ids == NULL && cap > 0)
 		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
 	pthread_rwlock_rdlock(&st->world);
-	rc = inspect_live_ids(st, call, &list, &k, SEQ_NS_USER | INSPECT_CALLERS);
+	rc = inspect_live_ids(st, call, &list, &k, which);
 	pthread_rwlock_unlock(&st->world);
 	if (rc != KVF_OK)
 		return rc;
@@ -45,30 +47,17 @@ kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
 	return KVF_OK;
 }
 
+kvf_status kvf_seq_list(kvf_store *st, uint64_t *ids, size_t cap, size_t *n)
+{
+	return list_ids(st, "kvf_seq_list", SEQ_NS_USER | INSPECT_CALLERS, ids,
+			cap, n);
+}
+
 kvf_status kvf_prefix_list(kvf_store *st, uint64_t *ids, size_t cap,
 			   size_t *n)
 {
-	const char *call = "kvf_prefix_list";
-	uint64_t *list;
-	size_t k;
-	kvf_status rc;
-
-	if ((rc = inspect_common(st, call, NULL, 0)) != KVF_OK)
-		return rc;
-	if (n == NULL)
-		return kvf_fail(KVF_EINVAL, "%s: n is NULL", call);
-	if (ids == NULL && cap > 0)
-		return kvf_fail(KVF_EINVAL, "%s: ids is NULL with cap %zu", call, cap);
-	pthread_rwlock_rdlock(&st->world);
-	rc = inspect_live_ids(st, call, &list, &k, SEQ_NS_USER | INSPECT_CACHED);
-	pthread_rwlock_unlock(&st->world);
-	if (rc != KVF_OK)
-		return rc;
-	if (cap > 0)
-		memcpy(ids, list, (k < cap ? k : cap) * sizeof(*ids));
-	kvf_free(list);
-	*n = k;
-	return KVF_OK;
+	return list_ids(st, "kvf_prefix_list", SEQ_NS_USER | INSPECT_CACHED,
+			ids, cap, n);
 }
 
 /* ---- kvf_seq_x_len, kvf_seq_info_get ------------------------------------- */
