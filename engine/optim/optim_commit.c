@@ -107,6 +107,7 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 	kvf_store *st = arg;
 	struct meta_optim m;
 	struct seq *seq;
+	kvf_opt_config cfg;
 	kvf_status rc;
 	uint64_t per;
 
@@ -126,7 +127,9 @@ static int load_record(void *arg, const void *key, size_t klen, const void *val,
 				(unsigned long long)m.n_params, m.cfg_size);
 	if ((seq = seq_get_ns(st, SEQ_NS_OPTIM, m.seq)) == NULL)
 		return 0; /* its sequence went: the record is left over */
-	rc = optim_streams_alloc(st, seq, (m.n_params + per - 1) / per);
+	memcpy(&cfg, (const char *)val + sizeof(m), sizeof(cfg));
+	rc = optim_streams_alloc(st, seq, (m.n_params + per - 1) / per,
+				 kvc_optim_states(&cfg));
 	seq->optim_gen = m.gen & 1;
 	seq->optim_steps = m.steps;
 	if (m.seq >= atomic_load(&st->optims.next_id))

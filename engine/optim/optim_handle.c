@@ -175,7 +175,7 @@ static kvf_status create_once(kvf_store *st, const char *name,
 	seq->ns = SEQ_NS_OPTIM;
 	seq->create_seqno = atomic_fetch_add(&st->writer.next_seqno, 1);
 	if ((rc = handle_new(st, name, seq->id, n_params, &cfg, &o)) != KVF_OK ||
-	    (rc = optim_streams_alloc(st, seq, o->n_chunks)) != KVF_OK)
+	    (rc = optim_streams_alloc(st, seq, o->n_chunks, o->states)) != KVF_OK)
 		goto out_seq;
 	if ((rc = seq_insert(st, seq)) != KVF_OK)
 		goto out_seq;

@@ -126,7 +126,8 @@ kvf_status optim_record_get(kvf_store *st, const char *name,
 			    struct meta_optim *m, kvf_opt_config *cfg);
 
 /* optim_streams_alloc - the six streams of a pseudo-sequence */
-kvf_status optim_streams_alloc(kvf_store *st, struct seq *seq, uint64_t n_chunks);
+kvf_status optim_streams_alloc(kvf_store *st, struct seq *seq, uint64_t n_chunks,
+			       unsigned states);
 
 /* optim_place_batch - write chunks [c0, c0 + n) of every kept state from
  * the work buffers of half as generation gen */

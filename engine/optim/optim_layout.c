@@ -57,9 +57,15 @@ kvf_status optim_record_get(kvf_store *st, const char *name,
 	return KVF_OK;
 }
 
-/* optim_streams_alloc - the six streams of a pseudo-sequence */
-kvf_status optim_streams_alloc(kvf_store *st, struct seq *seq, uint64_t n_chunks)
+/* optim_streams_alloc - the six streams of a pseudo-sequence whose rule
+ * keeps `states` (kvc_optim_states) */
+kvf_status optim_streams_alloc(kvf_store *st, struct seq *seq, uint64_t n_chunks,
+			       unsigned states)
 {
+	seq->optim_kept = 0;
+	for (uint32_t s = 0; s < 3; s++)
+		if (optim_state_kept(states, s))
+			seq->optim_kept |= 1u << s;
 	if (seq->optim == NULL)
 		seq->optim = kvf_calloc(OPTIM_STREAMS, sizeof(struct stream));
 	if (seq->optim == NULL)

@@ -172,6 +172,8 @@ struct seq {
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
 	struct stream *optim;  /* SEQ_NS_OPTIM only: [state * 2 + gen] */
 	uint64_t optim_chunks; /* their chunks (pages) per state */
+	uint32_t optim_kept;   /* bit s: the rule keeps state s (param, m,
+				* v), so its streams hold chunks */
 	uint32_t optim_gen;    /* the committed generation, 0 or 1 */
 	uint64_t optim_steps;  /* steps done, as committed */
 	int optim_handles;     /* kvf_opt handles open on it */

@@ -131,8 +131,12 @@ uint64_t seq_stream_groups(kvf_store *st, struct seq *seq, uint32_t sid)
 
 	if (kind == KIND_KT)
 		return tokens / st->kt_tokens * st->kt_groups;
-	if (kind == KIND_OPTIM) /* only the committed generation counts */
-		return stream_head(sid) % 2 == seq->optim_gen ? seq->optim_chunks : 0;
+	if (kind == KIND_OPTIM) /* only the committed generation of the
+				 * states the rule keeps counts */
+		return stream_head(sid) % 2 == seq->optim_gen &&
+				       (seq->optim_kept >> (stream_head(sid) / 2) & 1)
+			       ? seq->optim_chunks
+			       : 0;
 	return tokens_entries(st, tokens);
 }
 
