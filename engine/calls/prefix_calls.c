@@ -18,6 +18,7 @@
  * and dropping cached prefixes runs one sequence call at a time (forks
  * and frees), with no lock held between them.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -197,6 +198,15 @@ kvf_status kvf_seq_free(kvf_store *st, uint64_t id)
 	if (rc == KVF_OK && cid != KVF_SEQ_NONE)
 		(void)trim(st, call, cid); /* the free stands; a failed
 					    * drop leaves more cached */
+	if (rc != KVF_OK && cid != KVF_SEQ_NONE) {
+		/* a refused free changes nothing: the copy kept goes (its
+		 * failure, too, leaves the free's message) */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", kvf_last_error());
+		if (seq_free_id(st, call, cid, SEQ_FREE_CACHED) != KVF_OK)
+			(void)kvf_fail(rc, "%s", msg);
+	}
 	return rc;
 }
 

@@ -594,8 +594,14 @@ void prefix_stats(kvf_store *st, kvf_stats *s)
 
 uint64_t prefix_chunk_bytes(const kvf_store *st)
 {
-	return (uint64_t)st->hdr.n_layers * 2 * st->hdr.n_kv_heads *
-	       st->group_tokens * st->row_bytes;
+	/* a chunk is one sealed group of K and one of V per layer and head:
+	 * encoded on a codec store, which is what dropping it gives back */
+	uint64_t kv = st->codec != KVF_CODEC_NONE
+			      ? (uint64_t)st->codec_lay[0].group_bytes +
+					st->codec_lay[1].group_bytes
+			      : 2ull * st->group_tokens * st->row_bytes;
+
+	return (uint64_t)st->hdr.n_layers * st->hdr.n_kv_heads * kv;
 }
 
 uint64_t prefix_cached_bytes(kvf_store *st)
