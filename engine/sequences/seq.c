@@ -244,7 +244,6 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 	kvf_free(seq->len);
 	kvf_free(seq->x_len);
 	kvf_free(seq->rec_len);
-	kvf_free(seq->held);
 	kvf_free(seq->reserved);
 	pthread_mutex_destroy(&seq->lock);
 	kvf_free(seq);

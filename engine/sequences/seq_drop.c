@@ -41,7 +41,6 @@ static void drop_refs(kvf_store *st, struct seq *seq)
 				seg_ref_dec(st, a);
 		}
 	}
-	seq_held_release(st, seq);
 	openseg_release(st, seq);
 }
 

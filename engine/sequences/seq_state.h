@@ -124,14 +124,6 @@ struct h2o {
 	uint64_t cap; /* entries allocated */
 };
 
-/* A page a record may still name (struct seq's held). */
-struct held_page {
-	uint32_t addr;  /* the page */
-	uint32_t layer; /* its stream's layer */
-	uint64_t need;  /* released once the committed K/V length of the
-			 * layer reaches this (the group's end) */
-};
-
 struct seq {
 	uint64_t id;
 	uint32_t ns;           /* SEQ_NS_USER or SEQ_NS_OPTIM */
@@ -153,11 +145,6 @@ struct seq {
 				* those of the record being committed
 				* (seq_record); kvf_seq_truncate never
 				* commits a length past them */
-	struct held_page *held; /* a codec store's plain tail pages of
-				 * groups sealed since: referenced until a
-				 * committed "S" record covers the group
-				 * (seq_hold_page) */
-	uint32_t n_held, cap_held;
 	struct stream *kv;     /* [layer][kind K,V][kv_head] */
 	struct stream *x;      /* [layer][q_head], NULL before the first X */
 	struct stream *kt;     /* [layer][kv_head] K^T pages, NULL without

@@ -341,42 +341,9 @@ kvf_status seq_record_lens(kvf_store *st, struct seq *seq, const uint64_t *len,
 
 void seq_record_done(kvf_store *st, struct seq *seq)
 {
-	uint32_t nl = st->hdr.n_layers, kept = 0;
+	uint32_t nl = st->hdr.n_layers;
 
 	memcpy(seq->rec_len, seq->rec_len + 2 * nl, 2 * nl * sizeof(uint64_t));
-	for (uint32_t i = 0; i < seq->n_held; i++) {
-		const struct held_page *h = &seq->held[i];
-
-		if (seq->rec_len[h->layer] >= h->need)
-			seg_ref_dec(st, h->addr);
-		else
-			seq->held[kept++] = *h;
-	}
-	seq->n_held = kept;
-}
-
-int seq_hold_page(kvf_store *st, struct seq *seq, uint32_t addr,
-		  uint32_t layer, uint64_t need)
-{
-	(void)st;
-	if (seq->n_held == seq->cap_held) {
-		uint32_t cap = seq->cap_held ? 2 * seq->cap_held : 16;
-		struct held_page *h = kvf_realloc(seq->held, cap * sizeof(*h));
-
-		if (h == NULL)
-			return -1;
-		seq->held = h;
-		seq->cap_held = cap;
-	}
-	seq->held[seq->n_held++] = (struct held_page){ addr, layer, need };
-	return 0;
-}
-
-void seq_held_release(kvf_store *st, struct seq *seq)
-{
-	for (uint32_t i = 0; i < seq->n_held; i++)
-		seg_ref_dec(st, seq->held[i].addr);
-	seq->n_held = 0;
 }
 
 kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,

@@ -80,21 +80,6 @@ kvf_status seq_record_lens(kvf_store *st, struct seq *seq, const uint64_t *len,
 			   const uint64_t *x_len, struct catalog_batch *b);
 void seq_record_done(kvf_store *st, struct seq *seq);
 
-/*
- * seq_hold_page - a codec store's group sealed encoded: the plain page
- * at addr, which a sync wrote of the group's tail and which the index no
- * longer names, keeps its reference until a committed "S" record of seq
- * states need tokens or more in layer (seq_record_done releases it):
- * until then the last committed record ends inside the group, and
- * recovery reads that tail from these pages.  Return: 0; -1 without
- * memory (nothing held: the caller leaves the page in the index, where
- * the sequence's free releases it).  Caller holds seq->lock.
- * seq_held_release - release every held page (the sequence is freed).
- */
-int seq_hold_page(kvf_store *st, struct seq *seq, uint32_t addr,
-		  uint32_t layer, uint64_t need);
-void seq_held_release(kvf_store *st, struct seq *seq);
-
 /* seq_use_record - put a caller's sequence's "U" record (recency and
  * frequency) into b if it was used since the last one; counts as written
  * once the batch commits (use_capture, as vbar_capture).

@@ -70,10 +70,8 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 
 /* drop_plain - a codec store's group g of s is sealed: the plain pages a
  * sync wrote of its tail are no longer its (their entries are past the
- * encoded ones, group.h).  They stay referenced until a committed record
- * covers the group (seq_hold_page): the last one may end inside it */
-static void drop_plain(kvf_store *st, struct seq *seq, struct stream *s,
-		       uint32_t sid, uint64_t g)
+ * encoded ones, group.h) */
+static void drop_plain(kvf_store *st, struct stream *s, uint64_t g)
 {
 	uint64_t e0 = group_plain_entry(st, g);
 
@@ -81,10 +79,8 @@ static void drop_plain(kvf_store *st, struct seq *seq, struct stream *s,
 			      e < s->n_groups; e++) {
 		uint32_t a = stream_page(s, e).addr;
 
-		if (a != ADDR_NONE &&
-		    seq_hold_page(st, seq, a, stream_layer(sid),
-				  (g + 1) * st->group_tokens) != 0)
-			continue; /* no memory: the index keeps it */
+		if (a != ADDR_NONE)
+			seg_ref_dec(st, a);
 		stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
 	}
 }
@@ -108,7 +104,7 @@ static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
 		if (rc == KVF_OK)
 			rc = seal(st, seq, s, sid, group_entry(st, g), enc, n);
 		if (rc == KVF_OK)
-			drop_plain(st, seq, s, sid, g);
+			drop_plain(st, s, g);
 	}
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.data_bytes, (uint64_t)n * st->hdr.page_size);
