@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compute/codec.h"
 #include "engine/base/segfmt.h"
@@ -704,5 +706,84 @@ Test(codec_store, sparf_scores_topk_h2o_export_on_encoded_groups)
 		model_free(&im);
 		free(p);
 		free(probs);
+	}
+}
+
+/* crash_ops - the ops of a truncation history on seq 1 of
+ * the store at path (model m, as the parent replays it), synced, then
+ * gone without a close */
+static void crash_ops(struct cmodel *m, kvf_store *st, uint32_t G_)
+{
+	OK(kvf_seq_create(st, 1));
+	model_append(m, st, 1, 0, 3 * G_ + 4);
+	model_append(m, st, 1, 1, 3 * G_ + 4);
+	OK(kvf_sync(st));
+	OK(kvf_seq_truncate(st, 1, G_ + 36));
+	model_truncate(m, G_ + 36);
+	OK(kvf_sync(st));
+	model_append(m, st, 1, 0, G_);
+	model_append(m, st, 1, 1, G_);
+	OK(kvf_sync(st));
+	OK(kvf_seq_truncate(st, 1, G_ + 11));
+	model_truncate(m, G_ + 11);
+	OK(kvf_sync(st));
+	model_append(m, st, 1, 0, 31);
+	OK(kvf_sync(st));
+}
+
+Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
+{
+	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4 };
+
+	for (size_t c = 0; c < 3; c++) {
+		kvf_options o = codec_opts(codecs[c], KVF_DTYPE_F16, DIM);
+		kvf_store_info si = { .struct_size = sizeof(si) };
+		char *p;
+		struct cmodel m;
+		kvf_store *st;
+		uint32_t G_;
+		pid_t pid;
+		int fd, status;
+		char name[32];
+
+		snprintf(name, sizeof(name), "kill_%zu", c);
+		p = strdup(tmp_path(fx.dir, name));
+		OK(kvf_open(p, &o, &st));
+		OK(kvf_store_info_get(st, &si));
+		OK(kvf_close(st));
+		G_ = si.group_tokens;
+		pid = fx_spawn(&fd);
+		if (pid == 0) {
+			model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+			m.rng = 77;
+			CHILD_MUST(kvf_open(p, &o, &st));
+			crash_ops(&m, st, G_);
+			_exit(0); /* no close: as a kill after the last sync */
+		}
+		free(fx_collect(fd));
+		cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+		status = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		cr_assert(status, "the writer failed");
+		/* the parent's model: the same values (same seed) */
+		model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+		m.rng = 77;
+		OK(kvf_open(p, &o, &st));
+		{
+			/* replay into a scratch store to build the model */
+			kvf_options o2 = o;
+			kvf_store *scratch;
+			char nm[40];
+
+			snprintf(nm, sizeof(nm), "scratch_%zu", c);
+			o2.media = KVF_MEDIA_MEMORY;
+			OK(kvf_open(tmp_path(fx.dir, nm), &o2, &scratch));
+			crash_ops(&m, scratch, G_);
+			OK(kvf_close(scratch));
+		}
+		model_reads(&m, st, 1, "after the kill");
+		OK(kvf_close(st));
+		model_free(&m);
+		free(p);
 	}
 }
