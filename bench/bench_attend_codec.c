@@ -210,7 +210,12 @@ static void report(const struct attend_args *a, struct codec_side *s,
 
 		bench_json_begin(&j, NULL);
 		bench_json_str(&j, "benchmark", "attend-codec");
-		bench_json_model(&j, m);
+		{
+			kvf_model one = *m; /* the stores hold one layer */
+
+			one.n_layers = 1;
+			bench_json_model(&j, &one);
+		}
 		bench_json_u64(&j, "tokens", a->n_tokens);
 		bench_json_u64(&j, "repeat", a->repeat);
 		for (int i = 0; i < 2; i++) {
