@@ -212,6 +212,8 @@ void bufs_alloc(void)
 {
 	size_t cap = (size_t)(MAX_TOKENS + 16 * G) * QH * ROW;
 
+	if (buf_a != NULL) /* a test that runs several rounds' series */
+		return;
 	buf_a = malloc(cap);
 	buf_b = malloc(cap);
 	buf_c = malloc(cap);

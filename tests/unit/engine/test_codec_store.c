@@ -787,3 +787,47 @@ Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 		free(p);
 	}
 }
+
+Test(codec_store, prefix_reuse_shares_encoded_groups)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_stats s0 = { .struct_size = sizeof(s0) }, s1 = s0;
+	struct cmodel m, c;
+	uint32_t *ids;
+	uint64_t reused, n;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "prefix"), &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	model_init(&m, KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM, si.group_tokens);
+	n = 2 * si.group_tokens + 9;
+	ids = calloc(n + 5, sizeof(*ids));
+	for (uint64_t i = 0; i < n + 5; i++)
+		ids[i] = (uint32_t)(i * 7 + 1);
+	OK(kvf_seq_create_tokens(st, 1, ids, n, &reused));
+	cr_assert(eq(u64, reused, 0));
+	model_append(&m, st, 1, 0, (uint32_t)n);
+	model_append(&m, st, 1, 1, (uint32_t)n);
+	OK(kvf_stats_get(st, &s0));
+	/* the same prompt and five tokens more: the two whole groups are
+	 * shared as they are (encoded pages), the rest appended */
+	OK(kvf_seq_create_tokens(st, 2, ids, n + 5, &reused));
+	cr_assert(eq(u64, reused, 2 * (uint64_t)si.group_tokens));
+	OK(kvf_stats_get(st, &s1));
+	cr_assert(eq(u64, s1.prefix_tokens_reused - s0.prefix_tokens_reused,
+		     reused));
+	model_init(&c, KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM, si.group_tokens);
+	model_copy(&c, &m, reused);
+	model_reads(&c, st, 2, "prefix shared");
+	c.rng = 5;
+	model_append(&c, st, 2, 0, 14);
+	model_append(&c, st, 2, 1, 14);
+	model_reads(&c, st, 2, "prefix grown");
+	model_attends(&c, st, 2, "prefix attended");
+	model_reads(&m, st, 1, "the prefix's owner");
+	OK(kvf_close(st));
+	model_free(&m);
+	model_free(&c);
+	free(ids);
+}
