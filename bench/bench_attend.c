@@ -80,7 +80,7 @@ static void usage(FILE *f)
 		"                      [--head-dim N] [--top-r N] [--top-k N] [--threads N]\n"
 		"                      [--repeat N] [--json] [--keep]\n"
 		"       kvbench attend --codec NAME [--dir DIR] [--tokens N] [--q-heads N]\n"
-		"                      [--kv-heads N] [--head-dim N] [--threads N]\n"
+		"                      [--kv-heads N] [--head-dim N] [--threads N] [--budget N]\n"
 		"                      [--repeat N] [--json] [--keep]\n"
 		"       kvbench attend --model DIR [--codec NAME] [--windows N] [--window N]\n"
 		"                      [--dir DIR] [--json] [--keep]\n"
@@ -108,7 +108,9 @@ static void usage(FILE *f)
 		"  --codec NAME     fp8, int8 or int4: dense attention over a store of that\n"
 		"                   codec against an uncompressed one, cold and warm\n"
 		"                   (bytes, speed, output cosine); with --model, the\n"
-		"                   dense perplexity with that codec as well\n");
+		"                   dense perplexity with that codec as well\n"
+		"  --budget N       --codec: the warm stores' dram_budget, K/M/G suffix\n"
+		"                   (default 1G): how much of the layer the tier holds\n");
 }
 
 /* parse_head_dim - --head-dim: a multiple of 8 in [16, 512] */
@@ -155,6 +157,7 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 		BENCH_U32("--windows", a->windows, 1, 1u << 16),
 		BENCH_U32("--window", a->window, 2, 1u << 16),
 		BENCH_FUNC("--codec", parse_codec, &a->codec),
+		BENCH_U64("--budget", a->budget, 1u << 20, 1ull << 40),
 		{ 0 }
 	};
 	int rc;
@@ -168,7 +171,8 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 				   .n_tokens = 32768,
 				   .repeat = 5,
 				   .windows = 96,
-				   .window = 128 };
+				   .window = 128,
+				   .budget = 1ull << 30 };
 	rc = bench_parse_opts("attend", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;

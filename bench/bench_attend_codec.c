@@ -13,9 +13,10 @@
  *  - cold: the store is reopened with no memory tier (dram_budget 0, the
  *    file read with O_DIRECT where the file system allows), then one
  *    kvf_attend timed; bytes from kvf_stats bytes_read;
- *  - warm: reopened with the default memory tier (1 GiB), one untimed
- *    call fills it, then WARM_CALLS calls back to back, the mean taken;
- *    bytes read by them (none once the tier holds the layer).
+ *  - warm: reopened with a memory tier of --budget (default 1 GiB), one
+ *    untimed call fills it, then WARM_CALLS calls back to back, the mean
+ *    taken; bytes read by them (none once the tier holds the layer; with
+ *    a budget smaller than the layer, what the tier could not keep).
  * Medians over the passes; tokens/s is the layer's tokens over the time
  * of one call (every head).  The cosine of the codec store's output to
  * the uncompressed store's, per query head, says what the codec costs in
@@ -166,7 +167,7 @@ static int pass_side(const struct attend_args *a, struct codec_side *s,
 	kvf_close(st);
 	if (rc != KVF_OK)
 		return bench_fail("attend", "kvf_attend (cold)", rc);
-	o = side_opts(a, s->codec, 1ull << 30);
+	o = side_opts(a, s->codec, a->budget);
 	if ((rc = kvf_open(s->dir, &o, &st)) != KVF_OK)
 		return bench_fail("attend", "kvf_open (warm)", rc);
 	rc = kvf_attend(st, SEQ_ID, 0, q, s->out, NULL); /* fills the tier */

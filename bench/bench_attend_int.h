@@ -57,6 +57,7 @@ struct attend_args {
 				* (bench_attend_model.c) */
 	uint32_t windows;   /* --model: windows of val.bin */
 	uint32_t window;    /* --model: tokens a window */
+	uint64_t budget;    /* --codec: the warm stores' dram_budget */
 	kvf_codec codec;    /* --codec: against an uncompressed store
 			     * (bench_attend_codec.c; with --model, the
 			     * model's dense perplexity with it) */
