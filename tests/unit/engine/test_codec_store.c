@@ -22,6 +22,7 @@
 
 #include "compute/codec.h"
 #include "engine/base/segfmt.h"
+#include "engine/portable/seqfile.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
@@ -692,6 +693,28 @@ Test(codec_store, sparf_scores_topk_h2o_export_on_encoded_groups)
 		 * the import seals (encodes) again */
 		snprintf(file, sizeof(file), "exp_%zu", c);
 		OK(kvf_seq_export(st, 1, tmp_path(fx.dir, file)));
+		{
+			/* the file records the codec; a codec that is none is
+			 * refused */
+			struct seqfile_header h;
+			FILE *fp = fopen(tmp_path(fx.dir, file), "r+b");
+
+			cr_assert(fp != NULL);
+			cr_assert(eq(sz, fread(&h, 1, sizeof(h), fp), sizeof(h)));
+			cr_assert(eq(u32, h.kv_codec, (uint32_t)codecs[c]));
+			h.kv_codec = 9;
+			h.check = seqfile_header_check(&h);
+			rewind(fp);
+			cr_assert(eq(sz, fwrite(&h, 1, sizeof(h), fp), sizeof(h)));
+			fclose(fp);
+			EXPECT(kvf_seq_import(st, tmp_path(fx.dir, file), 9, &got_id),
+			       KVF_ECORRUPT, "header names codec 9, which is no kvf_codec");
+			fp = fopen(tmp_path(fx.dir, file), "r+b");
+			h.kv_codec = (uint32_t)codecs[c];
+			h.check = seqfile_header_check(&h);
+			cr_assert(eq(sz, fwrite(&h, 1, sizeof(h), fp), sizeof(h)));
+			fclose(fp);
+		}
 		OK(kvf_seq_import(st, tmp_path(fx.dir, file), 9, &got_id));
 		model_init(&im, codecs[c], KVF_DTYPE_F16, DIM, si.group_tokens);
 		model_copy(&im, &m, n);
