@@ -79,8 +79,11 @@ static void usage(FILE *f)
 		"usage: kvbench attend [--dir DIR] [--tokens N] [--q-heads N] [--kv-heads N]\n"
 		"                      [--head-dim N] [--top-r N] [--top-k N] [--threads N]\n"
 		"                      [--repeat N] [--json] [--keep]\n"
-		"       kvbench attend --model DIR [--windows N] [--window N] [--dir DIR]\n"
-		"                      [--json] [--keep]\n"
+		"       kvbench attend --codec NAME [--dir DIR] [--tokens N] [--q-heads N]\n"
+		"                      [--kv-heads N] [--head-dim N] [--threads N] [--budget N]\n"
+		"                      [--repeat N] [--json] [--keep]\n"
+		"       kvbench attend --model DIR [--codec NAME] [--windows N] [--window N]\n"
+		"                      [--dir DIR] [--json] [--keep]\n"
 		"  --dir DIR        directory for the stores and the plain file\n"
 		"                   (default ./kvbench-attend)\n"
 		"  --tokens N       tokens of the sequence, K suffix (default 32K)\n"
@@ -101,7 +104,13 @@ static void usage(FILE *f)
 		"                   a store: dense and each SparF mode at 1/8 and 1/4\n"
 		"                   (e.g. the tinypy model beside the repository)\n"
 		"  --windows N      --model: windows, spread over val.bin (default 96)\n"
-		"  --window N       --model: tokens a window (default 128, as trained)\n");
+		"  --window N       --model: tokens a window (default 128, as trained)\n"
+		"  --codec NAME     fp8, int8 or int4: dense attention over a store of that\n"
+		"                   codec against an uncompressed one, cold and warm\n"
+		"                   (bytes, speed, output cosine); with --model, the\n"
+		"                   dense perplexity with that codec as well\n"
+		"  --budget N       --codec: the warm stores' dram_budget, K/M/G suffix\n"
+		"                   (default 1G): how much of the layer the tier holds\n");
 }
 
 /* parse_head_dim - --head-dim: a multiple of 8 in [16, 512] */
@@ -115,6 +124,19 @@ static int parse_head_dim(const char *flag, const char *text, void *out)
 		return -1;
 	*(uint32_t *)out = (uint32_t)v;
 	return 0;
+}
+
+/* parse_codec - --codec: fp8, int8 or int4 */
+static int parse_codec(const char *flag, const char *text, void *out)
+{
+	for (int c = KVF_CODEC_FP8; c <= KVF_CODEC_INT4; c++)
+		if (strcmp(text, kvf_codec_name((kvf_codec)c)) == 0) {
+			*(kvf_codec *)out = (kvf_codec)c;
+			return 0;
+		}
+	fprintf(stderr, "kvbench attend: %s %s is not fp8, int8 or int4\n",
+		flag, text);
+	return 2;
 }
 
 static int parse_args(int argc, char **argv, struct attend_args *a)
@@ -134,6 +156,8 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 		BENCH_STR("--model", a->model_dir),
 		BENCH_U32("--windows", a->windows, 1, 1u << 16),
 		BENCH_U32("--window", a->window, 2, 1u << 16),
+		BENCH_FUNC("--codec", parse_codec, &a->codec),
+		BENCH_U64("--budget", a->budget, 1u << 20, 1ull << 40),
 		{ 0 }
 	};
 	int rc;
@@ -147,7 +171,8 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 				   .n_tokens = 32768,
 				   .repeat = 5,
 				   .windows = 96,
-				   .window = 128 };
+				   .window = 128,
+				   .budget = 1ull << 30 };
 	rc = bench_parse_opts("attend", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
@@ -186,6 +211,8 @@ int bench_attend_main(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if (a.model_dir != NULL)
 		return attend_model_main(&a);
+	if (a.codec != KVF_CODEC_NONE)
+		return attend_codec_main(&a);
 	c.a = &a;
 	rc = 1;
 	if (attend_setup(&c) != 0)

@@ -57,6 +57,10 @@ struct attend_args {
 				* (bench_attend_model.c) */
 	uint32_t windows;   /* --model: windows of val.bin */
 	uint32_t window;    /* --model: tokens a window */
+	uint64_t budget;    /* --codec: the warm stores' dram_budget */
+	kvf_codec codec;    /* --codec: against an uncompressed store
+			     * (bench_attend_codec.c; with --model, the
+			     * model's dense perplexity with it) */
 };
 
 /* One pass's times, ns; [l] is layer l, [s][l] SparF mode s on layer l.
@@ -180,5 +184,8 @@ void attend_print_json(const struct attend_ctx *c,
  * llama2.c checkpoint with each attention mode; 0, or 1 (message
  * printed) */
 int attend_model_main(const struct attend_args *a);
+
+/* bench_attend_codec.c */
+int attend_codec_main(const struct attend_args *a);
 
 #endif /* KVF_BENCH_ATTEND_INT_H */

@@ -377,7 +377,7 @@ static int run_mode(struct run *r, const struct model_mode *m,
 }
 
 static int open_store(const char *dir, const struct weights *w, uint32_t window,
-		      kvf_store **st)
+		      kvf_codec codec, kvf_store **st)
 {
 	kvf_model model = { .n_layers = w->n_layers, .n_q_heads = w->n_heads,
 			    .n_kv_heads = w->n_kv_heads, .head_dim = w->head_dim,
@@ -391,6 +391,7 @@ static int open_store(const char *dir, const struct weights *w, uint32_t window,
 	o.kt_pages = 1;
 	o.n_threads = 1;
 	o.dram_budget = 0;
+	o.codec = codec;
 	o.segment_size = 256u << 10;
 	/* K, V and K^T of one window, page-rounded per stream, with room */
 	o.capacity_bytes = (8 * kv + (64u << 20)) / o.segment_size * o.segment_size;
@@ -423,7 +424,10 @@ int attend_model_main(const struct attend_args *a)
 {
 	struct weights w = { 0 };
 	struct run r = { .w = &w, .window = a->window };
-	double loss[N_MODEL_MODES];
+	double loss[N_MODEL_MODES], loss_codec = 0;
+	/* with --codec: the reference and dense, then dense with the codec */
+	uint32_t n_modes = a->codec != KVF_CODEC_NONE ? 2 : N_MODEL_MODES;
+	const char *cname = kvf_codec_name(a->codec);
 	char *path = model_path(a->model_dir), *val_path = NULL, *store_dir = NULL;
 	void *ids = NULL;
 	size_t n_bytes = 0, n_ids;
@@ -448,7 +452,8 @@ int attend_model_main(const struct attend_args *a)
 		goto out;
 	sprintf(store_dir, "%s/model", a->dir);
 	if (bench_make_dir("attend", a->dir, NULL) != 0 ||
-	    bench_remove_store(store_dir) != 0 || open_store(store_dir, &w, r.window, &r.st) != 0)
+	    bench_remove_store(store_dir) != 0 ||
+	    open_store(store_dir, &w, r.window, KVF_CODEC_NONE, &r.st) != 0)
 		goto out;
 	r.group_tokens = group_tokens(r.st);
 	{
@@ -474,7 +479,7 @@ int attend_model_main(const struct attend_args *a)
 		r.logits = r.v + w.kv_dim;
 		r.xrow = r.logits + w.vocab;
 	}
-	for (uint32_t i = 0; i < N_MODEL_MODES; i++) {
+	for (uint32_t i = 0; i < n_modes; i++) {
 		uint64_t t0 = bench_now_ns();
 
 		if (run_mode(&r, &model_modes[i], ids, n_ids, a->windows, &loss[i]) != 0)
@@ -482,6 +487,15 @@ int attend_model_main(const struct attend_args *a)
 		if (!a->json)
 			fprintf(stderr, "kvbench attend: %-24s %.2f s\n", model_modes[i].name,
 				(double)(bench_now_ns() - t0) / 1e9);
+	}
+	if (a->codec != KVF_CODEC_NONE) {
+		kvf_close(r.st);
+		r.st = NULL;
+		if (bench_remove_store(store_dir) != 0 ||
+		    open_store(store_dir, &w, r.window, a->codec, &r.st) != 0 ||
+		    run_mode(&r, &model_modes[1], ids, n_ids, a->windows,
+			     &loss_codec) != 0)
+			goto out;
 	}
 	if (a->json) {
 		struct bench_json j = { .f = stdout };
@@ -492,11 +506,19 @@ int attend_model_main(const struct attend_args *a)
 		bench_json_u64(&j, "windows", a->windows);
 		bench_json_u64(&j, "window_tokens", r.window);
 		bench_json_u64(&j, "group_tokens", r.group_tokens);
-		for (uint32_t i = 0; i < N_MODEL_MODES; i++) {
+		for (uint32_t i = 0; i < n_modes; i++) {
 			bench_json_begin(&j, model_modes[i].name);
 			bench_json_double(&j, "loss", loss[i]);
 			bench_json_double(&j, "perplexity", exp(loss[i]));
 			bench_json_double(&j, "vs_dense", exp(loss[i] - loss[1]) - 1);
+			bench_json_end(&j);
+		}
+		if (a->codec != KVF_CODEC_NONE) {
+			bench_json_begin(&j, "dense_codec");
+			bench_json_str(&j, "codec", cname);
+			bench_json_double(&j, "loss", loss_codec);
+			bench_json_double(&j, "perplexity", exp(loss_codec));
+			bench_json_double(&j, "vs_dense", exp(loss_codec - loss[1]) - 1);
 			bench_json_end(&j);
 		}
 		bench_json_end(&j);
@@ -509,9 +531,13 @@ int attend_model_main(const struct attend_args *a)
 		       w.head_dim, r.group_tokens);
 		printf("%-24s %10s %10s %10s\n", "attention", "loss", "perplexity",
 		       "vs dense");
-		for (uint32_t i = 0; i < N_MODEL_MODES; i++)
+		for (uint32_t i = 0; i < n_modes; i++)
 			printf("%-24s %10.4f %10.2f %+9.1f%%\n", model_modes[i].name,
 			       loss[i], exp(loss[i]), 100 * (exp(loss[i] - loss[1]) - 1));
+		if (a->codec != KVF_CODEC_NONE)
+			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%%\n", cname,
+			       loss_codec, exp(loss_codec),
+			       100 * (exp(loss_codec - loss[1]) - 1));
 	}
 	rc = 0;
 out:

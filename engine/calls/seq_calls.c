@@ -175,8 +175,9 @@ static kvf_status fork_stream(kvf_store *st, struct seq *parent,
 	for (uint64_t e = 0; e < n && e < ps->n_groups; e++) {
 		struct page_ref r = stream_page(ps, e);
 
-		if (r.addr == ADDR_NONE)
-			continue; /* a codec store's unused entry (group.h) */
+		/* a codec store's unused entries (group.h) are not shared */
+		if (r.addr == ADDR_NONE || !group_entry_used(st, ps, n_tokens, e))
+			continue;
 		stream_set_page(cs, e, r);
 		refs[(*n_refs)++] = (struct meta_ref_entry){
 			.stream = sid, .group = (uint32_t)e, .addr = r.addr };

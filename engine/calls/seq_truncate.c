@@ -153,6 +153,8 @@ static void apply_group(kvf_store *st, struct cut *c)
 	drop_entries(st, s, tokens_entries(st, c->keep));
 	if (s->enc && tail)
 		drop_range(st, s, group_entry(st, g), e);
+	if (s->enc && s->plain_lo > g) /* its plain pages, once it seals */
+		s->plain_lo = (uint32_t)g;
 	if (c->fresh.gbuf)
 		take_fresh(st, s, c);
 	else if (s->gbuf)

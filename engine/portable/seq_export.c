@@ -213,6 +213,7 @@ kvf_status kvf_seq_export(kvf_store *st, uint64_t id, const char *path)
 	h.dtype = st->hdr.dtype;
 	h.chunk_tokens = SEQFILE_CHUNK_TOKENS;
 	h.seq = id;
+	h.kv_codec = (uint32_t)st->codec;
 	h.check = seqfile_header_check(&h);
 	if ((rc = put(&x, &h, sizeof(h))) != KVF_OK ||
 	    (rc = body(&x, id, lens, ids, n_ids)) != KVF_OK)

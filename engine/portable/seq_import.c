@@ -114,6 +114,11 @@ static kvf_status header(struct importer *x)
 	if (h->seq == KVF_SEQ_NONE)
 		return kvf_fail(KVF_ECORRUPT, "kvf_seq_import: %s: header names sequence id %llu, which is reserved",
 				x->path, (unsigned long long)h->seq);
+	/* any store takes values a codec decoded: this one encodes them
+	 * again, or keeps them as they are */
+	if (h->kv_codec > KVF_CODEC_INT4)
+		return kvf_fail(KVF_ECORRUPT, "kvf_seq_import: %s: header names codec %u, which is no kvf_codec",
+				x->path, h->kv_codec);
 	return KVF_OK;
 }
 

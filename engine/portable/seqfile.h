@@ -16,7 +16,10 @@
  *   32     4    dtype (kvf_dtype)
  *   36     4    chunk_tokens: tokens per K, V or X chunk (the last fewer)
  *   40     8    the sequence's id when exported
- *   48     8    reserved, 0
+ *   48     4    kv_codec: the kvf_codec of the store it came from (its K
+ *               and V of sealed groups are that codec's decoded values;
+ *               0 = exact; files of older libraries have 0 here)
+ *   52     4    reserved, 0
  *   56     8    XXH3-64 of bytes [0, 56)
  *
  * Then chunks, each a 48-byte header and its payload:
@@ -79,7 +82,8 @@ struct seqfile_header {
 	uint32_t dtype;
 	uint32_t chunk_tokens;
 	uint64_t seq;
-	uint64_t reserved;
+	uint32_t kv_codec;
+	uint32_t reserved;
 	uint64_t check;
 };
 

@@ -501,6 +501,7 @@ static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 {
 	uint32_t K = gather_groups(st, 1), G = st->group_tokens;
 	size_t gb = group_buf_bytes(st);
+	size_t slot = (size_t)group_sealed_pages(st, s) * st->hdr.page_size;
 	const struct kvc_codec_layout *lay = stream_codec(st, s);
 	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, K * gb);
 	unsigned char *dec = lay && !cfn ? kvf_malloc((size_t)G * st->row_bytes)
@@ -525,8 +526,10 @@ static kvf_status spans_groups(kvf_store *st, struct seq *seq, struct stream *s,
 				rc = stream_tail(st, seq, s, tokens);
 				rows[i] = s->gbuf;
 			} else {
-				rows[i] = buf + i * gb;
-				rc = gather_group(st, seq, s, g0 + i, buf + i * gb, ga);
+				/* groups side by side, so that pages adjacent
+				 * on media are read in one request */
+				rows[i] = buf + i * slot;
+				rc = gather_group(st, seq, s, g0 + i, buf + i * slot, ga);
 			}
 		}
 		if (rc == KVF_OK)
@@ -649,6 +652,7 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 			    uint64_t tokens, uint64_t g, const unsigned char **p,
 			    int *slot, struct page_ref *r_out)
 {
+	uint64_t e = group_sealed_entry(st, s, g); /* g, but with a codec */
 	struct page_ref r;
 	kvf_status rc;
 
@@ -660,9 +664,9 @@ static kvf_status pair_page(kvf_store *st, struct seq *seq, struct stream *s,
 		*p = s->gbuf;
 		return KVF_OK;
 	}
-	if ((*p = stream_waiting(s, g)) != NULL)
+	if ((*p = stream_waiting(s, e)) != NULL)
 		return KVF_OK;
-	if (g >= s->n_groups || (r = stream_page(s, g)).addr == ADDR_NONE)
+	if (e >= s->n_groups || (r = stream_page(s, e)).addr == ADDR_NONE)
 		return kvf_fail(KVF_ECORRUPT,
 				"read: the index has no page for token group %llu of sequence %llu",
 				(unsigned long long)g, (unsigned long long)seq->id);
@@ -727,6 +731,7 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 	/* K and V of a codec store are both encoded: decoded into dec for
 	 * fn, or handed to cfn as they are */
 	int coded = a->enc && bs->enc;
+	size_t slot = (size_t)st->group_pages * st->hdr.page_size;
 	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, 2 * K * gb);
 	unsigned char *dec = coded && cfn == NULL
 				     ? kvf_malloc(2 * (size_t)G * rb) : NULL;
@@ -747,6 +752,14 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 			uint64_t g = list ? list[i0 + i] : first + i0 + i;
 			unsigned char *da = buf + (size_t)(2 * i) * gb, *db = da + gb;
+
+			/* a codec store's encoded groups of one stream side by
+			 * side (K's, then V's), so that pages adjacent on media
+			 * are read in one request */
+			if (coded) {
+				da = buf + (size_t)i * slot;
+				db = buf + ((size_t)K + i) * slot;
+			}
 
 			if (is_tail(st, tokens, g)) {
 				if ((rc = stream_tail(st, seq, a, tokens)) == KVF_OK)
@@ -805,14 +818,22 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			    void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	int coded = a->enc && bs->enc;
+	unsigned char *dec = NULL;
 	struct batch *b;
 	kvf_status rc = KVF_OK;
 
-	if (st->group_stride > 1)
+	/* groups of one page, plain or encoded, are used where they are */
+	if (group_sealed_pages(st, a) > 1 || group_sealed_pages(st, bs) > 1)
 		return pair_groups(st, seq, a, bs, tokens, t0, t1, list, first,
 				   n_groups, fn, cfn, arg);
-	if ((b = read_batch_new(st)) == NULL)
+	if (coded && cfn == NULL &&
+	    (dec = kvf_malloc(2 * (size_t)G * rb)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
+	if ((b = read_batch_new(st)) == NULL) {
+		kvf_free(dec);
 		return KVF_ENOMEM;
+	}
 	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
 		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
 								    : PAIR_GROUPS);
@@ -853,12 +874,27 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
 			if (sb[i] >= 0)
 				pb[i] = b->buf + (size_t)sb[i] * st->hdr.page_size;
+			if (coded && !is_tail(st, tokens, g[i]) && cfn) {
+				rc = cfn(arg, lo, (uint32_t)(hi - lo), pa[i], pb[i],
+					 (uint32_t)(lo - g[i] * G));
+				continue;
+			}
+			if (coded && !is_tail(st, tokens, g[i])) {
+				kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
+
+				st->ck->decode(&st->codec_lay[0], pa[i], 0, G, dt, dec);
+				st->ck->decode(&st->codec_lay[1], pb[i], 0, G, dt,
+					       dec + (size_t)G * rb);
+				pa[i] = dec;
+				pb[i] = dec + (size_t)G * rb;
+			}
 			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
 				pb[i] + off);
 		}
 		tier_unpin_many(st, pin, 2 * n);
 	}
 	read_batch_free(st, b);
+	kvf_free(dec);
 	return rc;
 }
 

@@ -30,7 +30,8 @@ typedef kvf_status (*span_fn)(void *arg, uint64_t first, uint32_t n_tokens,
 
 /*
  * stream_read_spans - deliver tokens [t0, t1) of stream s (which holds
- * `tokens` tokens) to fn in order.
+ * `tokens` tokens) to fn in order, as rows of the store's dtype (a codec
+ * store's sealed K/V groups decoded).
  * Return: KVF_OK; KVF_ECORRUPT (page failed its checksum; the message
  * names segment, stripe and page), KVF_EIO, KVF_ENOMEM, or fn's status.
  */
@@ -58,7 +59,8 @@ kvf_status stream_read_spans_coded(kvf_store *st, struct seq *seq,
 /*
  * pair_fn / stream_read_pair - tokens [t0, t1) of two streams of the same
  * length (K and V of one head) handed out together: fn gets n_tokens rows
- * of each, from token first, one token group at a time in order.  Pages
+ * of each (a codec store's sealed groups decoded), from token first, one
+ * token group at a time in order.  Pages
  * of both are read in one batch, so attention needs no copy of its own.
  */
 typedef kvf_status (*pair_fn)(void *arg, uint64_t first, uint32_t n_tokens,

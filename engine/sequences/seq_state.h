@@ -50,6 +50,9 @@ struct stream {
 	uint8_t enc;           /* 0: plain rows; 1 + kvf_kind (K or V): its
 				* sealed groups are encoded (a codec
 				* store's K/V streams; engine/base/group.h) */
+	uint32_t plain_lo;     /* encoded streams: groups below it keep no
+				* plain pages of a tail they were once
+				* (seq_record_done drops them) */
 };
 
 #define WB_RUN 32u /* pages of one head written back together: 128 KiB

@@ -339,11 +339,45 @@ kvf_status seq_record_lens(kvf_store *st, struct seq *seq, const uint64_t *len,
 	return KVF_OK;
 }
 
+/*
+ * drop_sealed_plain - a codec store's K/V stream s, whose committed
+ * record holds `len` tokens: the plain pages a sync wrote of groups that
+ * have sealed since (engine/base/group.h) are no longer the record's, so
+ * their references go.  Until this record they were: a crash brought the
+ * group back as the tail those pages hold (the encoded pages sit at other
+ * entries and hold nothing a tail can be read from).
+ */
+static void drop_sealed_plain(kvf_store *st, struct stream *s, uint64_t len)
+{
+	uint64_t upto = len / st->group_tokens;
+
+	for (uint64_t g = s->plain_lo; g < upto; g++) {
+		uint64_t e0 = group_plain_entry(st, g);
+
+		for (uint64_t e = e0; e < e0 + st->group_stride - st->plain_off &&
+				      e < s->n_groups; e++) {
+			uint32_t a = stream_page(s, e).addr;
+
+			if (a != ADDR_NONE)
+				seg_ref_dec(st, a);
+			stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
+		}
+	}
+	if (upto > s->plain_lo)
+		s->plain_lo = (uint32_t)upto;
+}
+
 void seq_record_done(kvf_store *st, struct seq *seq)
 {
-	uint32_t nl = st->hdr.n_layers;
+	uint32_t nl = st->hdr.n_layers, H = st->hdr.n_kv_heads;
 
 	memcpy(seq->rec_len, seq->rec_len + 2 * nl, 2 * nl * sizeof(uint64_t));
+	if (st->codec == KVF_CODEC_NONE || seq->ns != SEQ_NS_USER)
+		return;
+	for (uint32_t l = 0; l < nl; l++)
+		for (uint32_t k = 0; k < 2 * H; k++)
+			drop_sealed_plain(st, &seq->kv[((size_t)l * 2) * H + k],
+					  seq->rec_len[l]);
 }
 
 kvf_status seq_vbar_record(kvf_store *st, struct seq *seq,

@@ -68,23 +68,6 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 	return rc;
 }
 
-/* drop_plain - a codec store's group g of s is sealed: the plain pages a
- * sync wrote of its tail are no longer its (their entries are past the
- * encoded ones, group.h) */
-static void drop_plain(kvf_store *st, struct stream *s, uint64_t g)
-{
-	uint64_t e0 = group_plain_entry(st, g);
-
-	for (uint64_t e = e0; e < e0 + st->group_stride - st->plain_off &&
-			      e < s->n_groups; e++) {
-		uint32_t a = stream_page(s, e).addr;
-
-		if (a != ADDR_NONE)
-			seg_ref_dec(st, a);
-		stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
-	}
-}
-
 /* seal_group - place stream s's full group g, which its group buffer
  * holds, on media: plain rows, or encoded through enc (P pages, zero past
  * the group) for K and V of a codec store */
@@ -101,10 +84,10 @@ static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
 	} else {
 		/* the values were checked when appended (codec_check) */
 		rc = st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
+		/* the plain pages a sync wrote of it stay the record's until
+		 * one states the group sealed (seq_record_done) */
 		if (rc == KVF_OK)
 			rc = seal(st, seq, s, sid, group_entry(st, g), enc, n);
-		if (rc == KVF_OK)
-			drop_plain(st, s, g);
 	}
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.data_bytes, (uint64_t)n * st->hdr.page_size);

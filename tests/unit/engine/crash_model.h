@@ -68,6 +68,16 @@ struct model {
 extern int in_child;  /* set in forked children: report through the pipe */
 extern int report_fd; /* the pipe to the parent, in a child */
 extern kvf_media_kind crash_media; /* the media crash_opts asks for */
+/* The codec crash_opts asks for (set per test; $KVF_CRASH_CODEC = fp8,
+ * int8 or int4 runs every crash and power-cut test with one) and the
+ * token group of its stores: G, or the codec's.  With a codec, values
+ * are finite (uniform in (-2, 2), as f16) and rows are compared within
+ * the codec's error (check_rows). */
+extern kvf_codec crash_codec;
+extern uint32_t crash_g;
+/* crash_codec_set - the codec of the stores made from now on (with
+ * KVF_CODEC_NONE: $KVF_CRASH_CODEC's, if set) */
+void crash_codec_set(kvf_codec c);
 extern unsigned char *buf_a, *buf_b, *buf_c; /* bufs_alloc */
 
 /* fail - stop the test: in a child, send the message up the pipe and exit 3 */

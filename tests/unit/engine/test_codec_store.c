@@ -17,9 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compute/codec.h"
 #include "engine/base/segfmt.h"
+#include "engine/portable/seqfile.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
@@ -693,6 +696,28 @@ Test(codec_store, sparf_scores_topk_h2o_export_on_encoded_groups)
 		 * the import seals (encodes) again */
 		snprintf(file, sizeof(file), "exp_%zu", c);
 		OK(kvf_seq_export(st, 1, tmp_path(fx.dir, file)));
+		{
+			/* the file records the codec; a codec that is none is
+			 * refused */
+			struct seqfile_header h;
+			FILE *fp = fopen(tmp_path(fx.dir, file), "r+b");
+
+			cr_assert(fp != NULL);
+			cr_assert(eq(sz, fread(&h, 1, sizeof(h), fp), sizeof(h)));
+			cr_assert(eq(u32, h.kv_codec, (uint32_t)codecs[c]));
+			h.kv_codec = 9;
+			h.check = seqfile_header_check(&h);
+			rewind(fp);
+			cr_assert(eq(sz, fwrite(&h, 1, sizeof(h), fp), sizeof(h)));
+			fclose(fp);
+			EXPECT(kvf_seq_import(st, tmp_path(fx.dir, file), 9, &got_id),
+			       KVF_ECORRUPT, "header names codec 9, which is no kvf_codec");
+			fp = fopen(tmp_path(fx.dir, file), "r+b");
+			h.kv_codec = (uint32_t)codecs[c];
+			h.check = seqfile_header_check(&h);
+			cr_assert(eq(sz, fwrite(&h, 1, sizeof(h), fp), sizeof(h)));
+			fclose(fp);
+		}
 		OK(kvf_seq_import(st, tmp_path(fx.dir, file), 9, &got_id));
 		model_init(&im, codecs[c], KVF_DTYPE_F16, DIM, si.group_tokens);
 		model_copy(&im, &m, n);
@@ -708,4 +733,127 @@ Test(codec_store, sparf_scores_topk_h2o_export_on_encoded_groups)
 		free(p);
 		free(probs);
 	}
+}
+
+/* crash_ops - the ops of a truncation history on seq 1 of
+ * the store at path (model m, as the parent replays it), synced, then
+ * gone without a close */
+static void crash_ops(struct cmodel *m, kvf_store *st, uint32_t G_)
+{
+	OK(kvf_seq_create(st, 1));
+	model_append(m, st, 1, 0, 3 * G_ + 4);
+	model_append(m, st, 1, 1, 3 * G_ + 4);
+	OK(kvf_sync(st));
+	OK(kvf_seq_truncate(st, 1, G_ + 36));
+	model_truncate(m, G_ + 36);
+	OK(kvf_sync(st));
+	model_append(m, st, 1, 0, G_);
+	model_append(m, st, 1, 1, G_);
+	OK(kvf_sync(st));
+	OK(kvf_seq_truncate(st, 1, G_ + 11));
+	model_truncate(m, G_ + 11);
+	OK(kvf_sync(st));
+	model_append(m, st, 1, 0, 31);
+	OK(kvf_sync(st));
+}
+
+Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
+{
+	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4 };
+
+	for (size_t c = 0; c < 3; c++) {
+		kvf_options o = codec_opts(codecs[c], KVF_DTYPE_F16, DIM);
+		kvf_store_info si = { .struct_size = sizeof(si) };
+		char *p;
+		struct cmodel m;
+		kvf_store *st;
+		uint32_t G_;
+		pid_t pid;
+		int fd, status;
+		char name[32];
+
+		snprintf(name, sizeof(name), "kill_%zu", c);
+		p = strdup(tmp_path(fx.dir, name));
+		OK(kvf_open(p, &o, &st));
+		OK(kvf_store_info_get(st, &si));
+		OK(kvf_close(st));
+		G_ = si.group_tokens;
+		pid = fx_spawn(&fd);
+		if (pid == 0) {
+			model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+			m.rng = 77;
+			CHILD_MUST(kvf_open(p, &o, &st));
+			crash_ops(&m, st, G_);
+			_exit(0); /* no close: as a kill after the last sync */
+		}
+		free(fx_collect(fd));
+		cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+		status = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		cr_assert(status, "the writer failed");
+		/* the parent's model: the same values (same seed) */
+		model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+		m.rng = 77;
+		OK(kvf_open(p, &o, &st));
+		{
+			/* replay into a scratch store to build the model */
+			kvf_options o2 = o;
+			kvf_store *scratch;
+			char nm[40];
+
+			snprintf(nm, sizeof(nm), "scratch_%zu", c);
+			o2.media = KVF_MEDIA_MEMORY;
+			OK(kvf_open(tmp_path(fx.dir, nm), &o2, &scratch));
+			crash_ops(&m, scratch, G_);
+			OK(kvf_close(scratch));
+		}
+		model_reads(&m, st, 1, "after the kill");
+		OK(kvf_close(st));
+		model_free(&m);
+		free(p);
+	}
+}
+
+Test(codec_store, prefix_reuse_shares_encoded_groups)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_stats s0 = { .struct_size = sizeof(s0) }, s1 = s0;
+	struct cmodel m, c;
+	uint32_t *ids;
+	uint64_t reused, n;
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "prefix"), &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	model_init(&m, KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM, si.group_tokens);
+	n = 2 * si.group_tokens + 9;
+	ids = calloc(n + 5, sizeof(*ids));
+	for (uint64_t i = 0; i < n + 5; i++)
+		ids[i] = (uint32_t)(i * 7 + 1);
+	OK(kvf_seq_create_tokens(st, 1, ids, n, &reused));
+	cr_assert(eq(u64, reused, 0));
+	model_append(&m, st, 1, 0, (uint32_t)n);
+	model_append(&m, st, 1, 1, (uint32_t)n);
+	OK(kvf_stats_get(st, &s0));
+	/* the same prompt and five tokens more: the two whole groups are
+	 * shared as they are (encoded pages), the rest appended */
+	OK(kvf_seq_create_tokens(st, 2, ids, n + 5, &reused));
+	cr_assert(eq(u64, reused, 2 * (uint64_t)si.group_tokens));
+	OK(kvf_stats_get(st, &s1));
+	cr_assert(eq(u64, s1.prefix_tokens_reused - s0.prefix_tokens_reused,
+		     reused));
+	model_init(&c, KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM, si.group_tokens);
+	model_copy(&c, &m, reused);
+	model_reads(&c, st, 2, "prefix shared");
+	c.rng = 5;
+	model_append(&c, st, 2, 0, 14);
+	model_append(&c, st, 2, 1, 14);
+	model_reads(&c, st, 2, "prefix grown");
+	model_attends(&c, st, 2, "prefix attended");
+	model_reads(&m, st, 1, "the prefix's owner");
+	OK(kvf_close(st));
+	model_free(&m);
+	model_free(&c);
+	free(ids);
 }

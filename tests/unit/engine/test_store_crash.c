@@ -78,6 +78,20 @@ Test(store_crash, flash_killed_writer)
 		     trials("KVF_CRASH_TRIALS", 60), 0, KVF_MEDIA_FLASH);
 }
 
+/* Killed writers of stores with a codec, every codec in turn (see
+ * store_power's codec_cuts) */
+Test(store_crash, codec_killed_writer)
+{
+	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4 };
+
+	for (size_t i = 0; i < 3; i++) {
+		crash_codec_set(codecs[i]);
+		crash_rounds(kvf_codec_name(codecs[i]),
+			     trials("KVF_CRASH_TRIALS", 30), 0, KVF_MEDIA_FILE);
+	}
+}
+
 /* ---- a failed catalog commit -------------------------------------------- */
 
 /* append_model - append n tokens to (seq i, layer) of the store and of m */

@@ -54,6 +54,21 @@ Test(store_power, cuts_d)
 		     KVF_MEDIA_FILE);
 }
 
+/* Stores with a codec (docs/compression.md, "What a crash leaves"): the
+ * same rounds, values compared within each codec's error; the other
+ * tests run with one when $KVF_CRASH_CODEC names it. */
+Test(store_power, codec_cuts)
+{
+	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4 };
+
+	for (size_t i = 0; i < 3; i++) {
+		crash_codec_set(codecs[i]);
+		crash_rounds(kvf_codec_name(codecs[i]),
+			     trials("KVF_POWER_TRIALS", 60), 1, KVF_MEDIA_FILE);
+	}
+}
+
 /* A flash store: the emulated device's image is cut like a disk's. */
 Test(store_power, flash_cuts)
 {
