@@ -83,6 +83,10 @@ static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
 			  s->gbuf, n);
 	} else {
 		/* the values were checked when appended (codec_check) */
+		/* K's and V's groups differ in size: clear what the last
+		 * one left past this one, so a page's bytes are its own */
+		memset(enc + lay->group_bytes, 0,
+		       (size_t)n * st->hdr.page_size - lay->group_bytes);
 		rc = st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
 		/* the plain pages a sync wrote of it stay the record's until
 		 * one states the group sealed (seq_record_done) */
