@@ -301,7 +301,10 @@ typedef struct {
 	 * nothing.  X streams (kvf_append_x) stay plain.  KVF_EINVAL (nothing
 	 * created) for a value that is no kvf_codec, and for a model whose
 	 * head_dim the codec cannot make smaller than plain rows (e.g. INT8
-	 * of head_dim 1: its per-token scale costs more than the code) */
+	 * of head_dim 1: its per-token scale costs more than the code).
+	 * A truncation or fork that cuts inside an encoded group makes its
+	 * kept tokens the exact tail again as decoded values (encoded anew
+	 * when the group fills) */
 	uint32_t codec;
 } kvf_options;
 
@@ -769,8 +772,11 @@ KVF_API kvf_status kvf_seq_len(kvf_store *st, uint64_t seq, uint32_t layer,
  * returns, and certainly in effect after the next kvf_sync; a crash
  * brings the sequence back either as before the cut (its synced tokens)
  * or cut (then with at least min(n_tokens, what the last sync covered)
- * tokens), never with a dropped token and a later one.  A cut of tokens
- * appended since the last sync writes nothing.  The room of the dropped
+ * tokens), never with a dropped token and a later one; on a codec store
+ * (kvf_options.codec) a cut inside a group the last sync wrote encoded
+ * may come back cut at that group's start until the next kvf_sync
+ * writes the kept tokens as a tail.  A cut of tokens appended since the
+ * last sync writes nothing.  The room of the dropped
  * pages is reused after the next kvf_sync.
  * Return: KVF_OK; KVF_ENOENT (seq); KVF_ERANGE (n_tokens past the end of
  * some layer: the message names the layer and its length); KVF_EINVAL
