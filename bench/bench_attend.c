@@ -126,19 +126,6 @@ static int parse_head_dim(const char *flag, const char *text, void *out)
 	return 0;
 }
 
-/* parse_codec - --codec: fp8, int8 or int4 */
-static int parse_codec(const char *flag, const char *text, void *out)
-{
-	for (int c = KVF_CODEC_FP8; c <= KVF_CODEC_INT4; c++)
-		if (strcmp(text, kvf_codec_name((kvf_codec)c)) == 0) {
-			*(kvf_codec *)out = (kvf_codec)c;
-			return 0;
-		}
-	fprintf(stderr, "kvbench attend: %s %s is not fp8, int8 or int4\n",
-		flag, text);
-	return 2;
-}
-
 static int parse_args(int argc, char **argv, struct attend_args *a)
 {
 	const struct bench_opt opts[] = {
@@ -156,7 +143,7 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 		BENCH_STR("--model", a->model_dir),
 		BENCH_U32("--windows", a->windows, 1, 1u << 16),
 		BENCH_U32("--window", a->window, 2, 1u << 16),
-		BENCH_FUNC("--codec", parse_codec, &a->codec),
+		BENCH_FUNC("--codec", bench_parse_codec, &a->codec),
 		BENCH_U64("--budget", a->budget, 1u << 20, 1ull << 40),
 		{ 0 }
 	};

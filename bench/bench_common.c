@@ -115,6 +115,17 @@ static int set_opt(const struct bench_opt *o, const char *flag,
 	return 0;
 }
 
+int bench_parse_codec(const char *flag, const char *text, void *out)
+{
+	for (int c = KVF_CODEC_FP8; c <= KVF_CODEC_INT4; c++)
+		if (strcmp(text, kvf_codec_name((kvf_codec)c)) == 0) {
+			*(kvf_codec *)out = (kvf_codec)c;
+			return 0;
+		}
+	fprintf(stderr, "kvbench: %s %s is not fp8, int8 or int4\n", flag, text);
+	return 2;
+}
+
 int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
 		     const struct bench_opt *opts, int argc, char **argv)
 {

@@ -73,6 +73,10 @@ struct bench_opt {
 #define BENCH_FUNC(flag, fn, out) \
 	{ .name = (flag), .kind = BENCH_KIND_FUNC, .any = (out), .parse = (fn) }
 
+/* bench_parse_codec - a BENCH_FUNC parser of --codec: fp8, int8 or int4
+ * into the kvf_codec at out; 2 (message printed) for anything else */
+int bench_parse_codec(const char *flag, const char *text, void *out);
+
 /*
  * bench_parse_opts - parse argv[1..argc-1] of `kvbench cmd` against opts.
  * --help or -h prints usage to stdout and returns 1; a bad flag or value

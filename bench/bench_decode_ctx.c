@@ -80,8 +80,8 @@ static void usage(FILE *f)
 		"usage: kvbench decode --context N[,N...] [--context N ...] [--dir DIR]\n"
 		"                      [--layers N] [--q-heads N] [--kv-heads N] [--head-dim N]\n"
 		"                      [--steps N] [--warmup N] [--budget BYTES] [--threads N]\n"
-		"                      [--sparse 1|2] [--sparf-share N] [--json] [--plot DIR]\n"
-		"                      [--keep]\n"
+		"                      [--sparse 1|2] [--sparf-share N] [--codec NAME]\n"
+		"                      [--json] [--plot DIR] [--keep]\n"
 		"  --context N,...  prompt tokens, K/M suffixes (4K = 4096); a list or the\n"
 		"                   flag again; up to %u lengths, run in the order given\n"
 		"  --dir DIR        directory for the stores and the plain file\n"
@@ -102,6 +102,10 @@ static void usage(FILE *f)
 		"                   default)\n"
 		"  --sparf-share N  SparF attends 1/N of the tokens using 1/N of the dims\n"
 		"                   for its scores (default 8)\n"
+		"  --codec NAME     fp8, int8 or int4: one more kvflash row, dense over a\n"
+		"                   store of that codec (compressed KV), with the same\n"
+		"                   dram_budget; its output's cosine to dense is shown,\n"
+		"                   not checked (the codec rounds)\n"
 		"  --json           one JSON document instead of a table\n"
 		"  --plot DIR       DIR/decode_context.dat, .gp and, through gnuplot,\n"
 		"                   .png: tokens/s against context length, a line a system\n"
@@ -109,7 +113,8 @@ static void usage(FILE *f)
 		"Systems: kvflash dense and SparF on a file store that does not fit its\n"
 		"dram_budget, reopened before each run; the same attention over an\n"
 		"in-memory cache; a FlexGen-style reader (O_DIRECT pread of K and V from\n"
-		"a plain file, then the same kernel).  Their outputs must agree.\n",
+		"a plain file, then the same kernel).  Their outputs must agree with\n"
+		"dense kvflash's.\n",
 		CTX_MAX);
 }
 
@@ -176,8 +181,7 @@ static int parse_args(int argc, char **argv, struct ctx_args *a)
 		BENCH_U32("--threads", a->n_threads, 1, CTX_MAX_THREADS),
 		BENCH_U32("--sparse", a->sparse, 1, 2),
 		BENCH_U32("--sparf-share", a->sparf_share, 1, 1024),
-		/* --codec NAME goes here once kvf_options.codec exists: it
-		 * adds a kvflash row of that codec to ctx_systems' runs */
+		BENCH_FUNC("--codec", bench_parse_codec, &a->codec),
 		BENCH_BOOL("--json", a->json),
 		BENCH_STR("--plot", a->plot_dir),
 		BENCH_BOOL("--keep", a->keep),
@@ -203,6 +207,8 @@ static int parse_args(int argc, char **argv, struct ctx_args *a)
 	if (a->model.head_dim % 8 != 0)
 		return bench_usage_error("decode", "--head-dim %u is not a multiple of 8",
 					 a->model.head_dim);
+	if (a->codec != KVF_CODEC_NONE)
+		decode_ctx_add_codec(a->codec);
 	for (uint32_t i = 0; i < a->n_context; i++) {
 		uint64_t kv = decode_ctx_kv_bytes(a, a->context[i]);
 

@@ -34,8 +34,8 @@ enum ctx_kind {
 /*
  * One system of the run.  The table of them (ctx_systems in
  * bench_decode_ctx_run.c) is the one place a system is added: compressed KV
- * is one more CTX_KVFLASH row with its codec, once the store takes one
- * (kvf_options.codec is not there yet; see ctx_store_options).
+ * is one more CTX_KVFLASH row with its codec (--codec NAME adds it:
+ * decode_ctx_add_codec; ctx_store_options sets the store's codec).
  */
 struct ctx_system {
 	const char *key;    /* JSON key, plot column */
@@ -45,8 +45,11 @@ struct ctx_system {
 	kvf_codec codec;    /* CTX_KVFLASH: the store's KV codec */
 };
 
-#define CTX_SYSTEMS 4u
-extern const struct ctx_system ctx_systems[CTX_SYSTEMS];
+#define CTX_SYSTEMS_MAX 5u
+extern struct ctx_system ctx_systems[CTX_SYSTEMS_MAX];
+extern uint32_t ctx_n_systems; /* rows of ctx_systems in this run */
+/* decode_ctx_add_codec - a dense kvflash row over a store of codec c */
+void decode_ctx_add_codec(kvf_codec c);
 #define CTX_DENSE 0u /* ctx_systems index of the reference: dense kvflash */
 
 struct ctx_args {
@@ -60,6 +63,7 @@ struct ctx_args {
 	uint64_t budget;       /* dram_budget; 0: a quarter of the K+V */
 	uint32_t sparse;       /* SparF mode: 1 by tokens, 2 by groups */
 	uint32_t sparf_share;  /* SparF: top_k = tokens / N, top_r = dim / N */
+	kvf_codec codec;       /* --codec: one more kvflash row; NONE: not */
 	const char *plot_dir;  /* NULL: no plot */
 	int json;              /* JSON instead of a table */
 	int keep;              /* leave the stores and the plain file */
@@ -92,7 +96,7 @@ struct ctx_point {
 	int store_direct;      /* the store opened with O_DIRECT */
 	int plain_direct;      /* the plain file opened with O_DIRECT */
 	int agree;             /* the baselines agree with kvf_attend */
-	struct ctx_figs sys[CTX_SYSTEMS];
+	struct ctx_figs sys[CTX_SYSTEMS_MAX];
 };
 
 /* One baseline thread: KV heads first, first + n_threads, ... */
@@ -132,6 +136,7 @@ struct ctx {
 	double cos_sum;         /* cosines to dense summed, and how many */
 	uint64_t cos_n;
 	char store_path[4096], plain_path[4096];
+	char codec_path[4096];   /* the --codec row's store */
 	/* the FlexGen reader */
 	int fd;                 /* the plain file */
 	unsigned char *tail;    /* [n_regions][2 pages]: the page being

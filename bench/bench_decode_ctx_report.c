@@ -32,7 +32,7 @@ static void print_point(const struct ctx_result *r, const struct ctx_point *p)
 {
 	const struct ctx_figs *fg = NULL;
 
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		if (ctx_systems[s].kind == CTX_FLEXGEN)
 			fg = &p->sys[s];
 	printf("\ncontext %llu tokens: K+V %.1f MiB after the last step; dram_budget %.1f MiB (%.0f%% of it:\n"
@@ -44,7 +44,7 @@ static void print_point(const struct ctx_result *r, const struct ctx_point *p)
 	printf("  %-22s %9s %8s %8s %9s %9s %8s %17s %9s %15s\n", "system", "tokens/s",
 	       "step ms", "CPU ms", "read MiB", "wrote KiB", "vs Flex", "tier hits/misses",
 	       "max |err|", "cos min/mean");
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++) {
+	for (uint32_t s = 0; s < ctx_n_systems; s++) {
 		const struct ctx_system *sy = &ctx_systems[s];
 		const struct ctx_figs *f = &p->sys[s];
 		char hits[40] = "-", err[16] = "(ref)", cosv[24] = "(ref)";
@@ -90,12 +90,12 @@ void decode_ctx_print_table(const struct ctx_result *r)
 	for (uint32_t i = 0; i < r->n_pt; i++)
 		print_point(r, &r->pt[i]);
 	printf("\ntokens/s per sequence:\n  %10s", "context");
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		printf(" %22s", ctx_systems[s].label);
 	printf("\n");
 	for (uint32_t i = 0; i < r->n_pt; i++) {
 		printf("  %10llu", (unsigned long long)r->pt[i].tokens);
-		for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+		for (uint32_t s = 0; s < ctx_n_systems; s++)
 			printf(" %22.2f", r->pt[i].sys[s].tokens_s);
 		printf("\n");
 		direct &= r->pt[i].store_direct && r->pt[i].plain_direct;
@@ -146,7 +146,7 @@ void decode_ctx_print_json(const struct ctx_result *r)
 		bench_json_u64(&j, "agree", (uint64_t)p->agree);
 		agree &= p->agree;
 		bench_json_begin(&j, "systems");
-		for (uint32_t s = 0; s < CTX_SYSTEMS; s++) {
+		for (uint32_t s = 0; s < ctx_n_systems; s++) {
 			const struct ctx_system *sy = &ctx_systems[s];
 			const struct ctx_figs *f = &p->sys[s];
 
@@ -188,12 +188,12 @@ static int write_data(const struct ctx_result *r, const char *path)
 		goto err;
 	fprintf(f, "# kvbench decode --context: tokens/s per sequence, %u layers\n# context",
 		r->a->model.n_layers);
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		fprintf(f, " %s", ctx_systems[s].key);
 	fprintf(f, "\n");
 	for (uint32_t i = 0; i < r->n_pt; i++) {
 		fprintf(f, "%llu", (unsigned long long)r->pt[i].tokens);
-		for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+		for (uint32_t s = 0; s < ctx_n_systems; s++)
 			fprintf(f, " %.6g", r->pt[i].sys[s].tokens_s);
 		fprintf(f, "\n");
 	}
@@ -222,7 +222,7 @@ static int write_script(const struct ctx_result *r, const char *path)
 		   "set logscale x 2\nset logscale y 10\nset grid\nset key top right\n"
 		   "plot ",
 		m->n_layers, m->n_q_heads, m->n_kv_heads, m->head_dim);
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		fprintf(f, "%s'decode_context.dat' u 1:%u w lp lw 2 t '%s'", s ? ", \\\n     " : "",
 			s + 2, ctx_systems[s].label);
 	fprintf(f, "\n");

@@ -27,12 +27,27 @@
 
 /* The systems, in the order they run at each context (the first is the
  * reference the others are checked against). */
-const struct ctx_system ctx_systems[CTX_SYSTEMS] = {
+struct ctx_system ctx_systems[CTX_SYSTEMS_MAX] = {
 	{ "kvflash_dense", "kvflash, dense", CTX_KVFLASH, 0, KVF_CODEC_NONE },
 	{ "kvflash_sparf", "kvflash, SparF", CTX_KVFLASH, 1, KVF_CODEC_NONE },
 	{ "in_memory", "in-memory cache", CTX_MEMORY, 0, KVF_CODEC_NONE },
 	{ "flexgen", "FlexGen-style reader", CTX_FLEXGEN, 0, KVF_CODEC_NONE },
 };
+uint32_t ctx_n_systems = 4;
+
+void decode_ctx_add_codec(kvf_codec c)
+{
+	static const struct ctx_system rows[] = {
+		[KVF_CODEC_FP8] = { "kvflash_fp8", "kvflash, dense, fp8", CTX_KVFLASH, 0,
+				    KVF_CODEC_FP8 },
+		[KVF_CODEC_INT8] = { "kvflash_int8", "kvflash, dense, int8", CTX_KVFLASH, 0,
+				     KVF_CODEC_INT8 },
+		[KVF_CODEC_INT4] = { "kvflash_int4", "kvflash, dense, int4", CTX_KVFLASH, 0,
+				     KVF_CODEC_INT4 },
+	};
+
+	ctx_systems[ctx_n_systems++] = rows[c];
+}
 
 uint64_t decode_ctx_kv_bytes(const struct ctx_args *a, uint64_t tokens)
 {
@@ -324,22 +339,26 @@ err:
 /* ---- the store ------------------------------------------------------------ */
 
 /* ctx_store_options - the options of the store of system s: K^T pages for
- * SparF, dram_budget below the K+V.  The one place a codec goes in
- * (kvf_options.codec = s->codec once the store takes one; until then
- * every system in ctx_systems is KVF_CODEC_NONE). */
+ * SparF, dram_budget below the K+V, its codec */
 static void ctx_store_options(struct ctx *c, const struct ctx_system *s,
 			      kvf_options *o)
 {
 	const uint64_t seg = 1u << 20;
 	uint64_t kv = decode_ctx_kv_bytes(c->a, c->cap);
 
-	(void)s;
 	/* K and V, K^T pages, summaries and padding, and room to spare */
 	bench_store_options(o, &c->a->model, 0, seg,
 			    (kv * 2 + 64 * seg + seg - 1) / seg * seg);
 	o->n_threads = c->n_threads;
 	o->kt_pages = 1;
 	o->dram_budget = c->pt->budget;
+	o->codec = s->codec;
+}
+
+/* store_path - where system s's store is: a codec has a store of its own */
+static const char *store_path(struct ctx *c, const struct ctx_system *s)
+{
+	return s->codec != KVF_CODEC_NONE ? c->codec_path : c->store_path;
 }
 
 static int store_open(struct ctx *c, const struct ctx_system *s,
@@ -349,7 +368,7 @@ static int store_open(struct ctx *c, const struct ctx_system *s,
 	kvf_status rc;
 
 	ctx_store_options(c, s, &o);
-	rc = bench_open_direct(c->store_path, &o, st, &c->pt->store_direct);
+	rc = bench_open_direct(store_path(c, s), &o, st, &c->pt->store_direct);
 	if (rc != KVF_OK)
 		return bench_fail("decode", "kvf_open", rc);
 	return 0;
@@ -362,9 +381,9 @@ static int store_close(kvf_store *st)
 	return rc == KVF_OK ? 0 : bench_fail("decode", "kvf_close", rc);
 }
 
-/* store_build - a fresh store with the prompt in every layer, synced and
- * closed */
-static int store_build(struct ctx *c)
+/* store_build - system s's fresh store with the prompt in every layer,
+ * synced and closed */
+static int store_build(struct ctx *c, const struct ctx_system *s)
 {
 	const kvf_model *m = &c->a->model;
 	size_t d = m->head_dim;
@@ -374,8 +393,9 @@ static int store_build(struct ctx *c)
 
 	snprintf(c->store_path, sizeof(c->store_path), "%s/context-%llu",
 		 c->a->dir, (unsigned long long)c->n);
-	if (bench_remove_store(c->store_path) != 0 ||
-	    store_open(c, &ctx_systems[CTX_DENSE], &st) != 0)
+	snprintf(c->codec_path, sizeof(c->codec_path), "%s/context-%llu-%s",
+		 c->a->dir, (unsigned long long)c->n, kvf_codec_name(c->a->codec));
+	if (bench_remove_store(store_path(c, s)) != 0 || store_open(c, s, &st) != 0)
 		return -1;
 	if ((rc = kvf_seq_create(st, SEQ_ID)) != KVF_OK)
 		goto fail_create;
@@ -403,7 +423,8 @@ static int store_build(struct ctx *c)
 		bench_fail("decode", "kvf_sync", rc);
 		goto fail;
 	}
-	c->pt->build_s = (double)(bench_now_ns() - t0) / 1e9;
+	if (s->codec == KVF_CODEC_NONE) /* the table's build time: dense's */
+		c->pt->build_s = (double)(bench_now_ns() - t0) / 1e9;
 	return store_close(st);
 fail_create:
 	bench_fail("decode", "kvf_seq_create", rc);
@@ -585,8 +606,10 @@ static void context_free(struct ctx *c)
 			unlink(c->plain_path);
 		if (c->store_path[0])
 			bench_remove_store(c->store_path);
+		if (c->codec_path[0])
+			bench_remove_store(c->codec_path);
 	}
-	c->plain_path[0] = c->store_path[0] = '\0';
+	c->plain_path[0] = c->store_path[0] = c->codec_path[0] = '\0';
 	for (uint32_t i = 0; i < c->n_threads; i++) {
 		kvf_free(c->w[i].k);
 		kvf_free(c->w[i].v);
@@ -638,13 +661,19 @@ int decode_ctx_run_context(struct ctx *c, uint64_t n, uint64_t budget,
 		goto oom;
 	memset(c->mem, 0, total);
 	fill_mem(c);
-	if (plain_write(c) != 0 || store_build(c) != 0)
+	if (plain_write(c) != 0 || store_build(c, &ctx_systems[CTX_DENSE]) != 0)
 		goto out;
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
+		if (ctx_systems[s].codec != KVF_CODEC_NONE &&
+		    store_build(c, &ctx_systems[s]) != 0)
+			goto out;
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		if (run_system(c, s) != 0)
 			goto out;
 	pt->agree = 1;
-	for (uint32_t s = 0; s < CTX_SYSTEMS; s++)
+	/* the baselines compute what dense kvf_attend does; a codec's row
+	 * differs by its rounding (its cosine is reported, not checked) */
+	for (uint32_t s = 0; s < ctx_n_systems; s++)
 		if (ctx_systems[s].kind != CTX_KVFLASH &&
 		    !(pt->sys[s].max_err <= CTX_MAX_ERR && pt->sys[s].min_cos >= CTX_MIN_COS))
 			pt->agree = 0;
