@@ -445,13 +445,19 @@ static uint64_t grow_ceiling(const struct tier *t)
 /* grow_room - whether the grower should make a buffer: the cache is read
  * (a hit since the last buffer made: memory is grown only where it pays;
  * a store only written keeps a small cache that rotates, as a store with
- * no tier keeps no more), the stock is short, and the cache has room */
+ * no tier keeps no more), the stock is short, it stays within a quarter
+ * of what the cache holds (one buffer at least: reading a 4.5 MiB store
+ * back made up to 16 MiB of stock, by the grower's timing), and the
+ * cache has room */
 static int grow_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
+	uint64_t stock = (uint64_t)(t->n_stock + t->growing) * t->chunk_bytes;
+	uint64_t cached = (uint64_t)t->used * t->page_size;
 
 	return t->hits != t->hits_grown &&
 	       t->n_stock + t->growing < t->stock_cap &&
+	       (stock == 0 || stock + t->chunk_bytes <= cached / 4) &&
 	       held(st) + t->chunk_bytes <= grow_ceiling(t);
 }
 
