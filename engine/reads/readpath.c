@@ -717,6 +717,37 @@ static void pair_resolve(kvf_store *st, struct seq *seq, struct batch *b,
 	}
 }
 
+/* hand_pair - tokens [t0, t1) of group g, whose K and V are at pa and
+ * pb, to fn (rows) or, for a codec store's sealed group with cfn, to cfn
+ * as it is; without cfn a sealed group is decoded into dec first */
+static kvf_status hand_pair(kvf_store *st, uint64_t tokens, uint64_t g,
+			    uint64_t t0, uint64_t t1, const unsigned char *pa,
+			    const unsigned char *pb, int coded, unsigned char *dec,
+			    pair_fn fn, coded_fn cfn, void *arg)
+{
+	uint32_t G = st->group_tokens, rb = st->row_bytes;
+	uint64_t lo = g * G, hi = lo + G;
+	size_t off;
+
+	lo = t0 > lo ? t0 : lo;
+	hi = t1 < hi ? t1 : hi;
+	if (lo >= hi)
+		return KVF_OK;
+	if (coded && !is_tail(st, tokens, g)) {
+		kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
+
+		if (cfn)
+			return cfn(arg, lo, (uint32_t)(hi - lo), pa, pb,
+				   (uint32_t)(lo - g * G));
+		st->ck->decode(&st->codec_lay[0], pa, 0, G, dt, dec);
+		st->ck->decode(&st->codec_lay[1], pb, 0, G, dt, dec + (size_t)G * rb);
+		pa = dec;
+		pb = dec + (size_t)G * rb;
+	}
+	off = (size_t)(lo - g * G) * rb;
+	return fn(arg, lo, (uint32_t)(hi - lo), pa + off, pb + off);
+}
+
 /* pair_groups - pair_core for groups of several pages: the groups of a
  * gather (both streams' pages) at a time */
 static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
@@ -775,33 +806,9 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 		}
 		if (rc == KVF_OK)
 			rc = gather_read(st, seq, ga);
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			uint64_t g = list ? list[i0 + i] : first + i0 + i;
-			uint64_t lo = g * G, hi = lo + G;
-			size_t off;
-
-			lo = t0 > lo ? t0 : lo;
-			hi = t1 < hi ? t1 : hi;
-			if (lo >= hi)
-				continue;
-			if (coded && !is_tail(st, tokens, g) && cfn) {
-				rc = cfn(arg, lo, (uint32_t)(hi - lo), pa[i], pb[i],
-					 (uint32_t)(lo - g * G));
-				continue;
-			}
-			if (coded && !is_tail(st, tokens, g)) {
-				kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
-
-				st->ck->decode(&st->codec_lay[0], pa[i], 0, G, dt, dec);
-				st->ck->decode(&st->codec_lay[1], pb[i], 0, G, dt,
-					       dec + (size_t)G * rb);
-				pa[i] = dec;
-				pb[i] = dec + (size_t)G * rb;
-			}
-			off = (size_t)(lo - g * G) * rb;
-			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
-				pb[i] + off);
-		}
+		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+			rc = hand_pair(st, tokens, list ? list[i0 + i] : first + i0 + i,
+				       t0, t1, pa[i], pb[i], coded, dec, fn, cfn, arg);
 	}
 	kvf_free(buf);
 	kvf_free(dec);
@@ -862,34 +869,12 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			rc = batch_read(st, seq, b);
 		}
 		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			uint64_t lo = g[i] * G, hi = lo + G;
-			size_t off;
-
-			lo = t0 > lo ? t0 : lo;
-			hi = t1 < hi ? t1 : hi;
-			if (lo >= hi)
-				continue;
-			off = (size_t)(lo - g[i] * G) * rb;
 			if (sa[i] >= 0)
 				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
 			if (sb[i] >= 0)
 				pb[i] = b->buf + (size_t)sb[i] * st->hdr.page_size;
-			if (coded && !is_tail(st, tokens, g[i]) && cfn) {
-				rc = cfn(arg, lo, (uint32_t)(hi - lo), pa[i], pb[i],
-					 (uint32_t)(lo - g[i] * G));
-				continue;
-			}
-			if (coded && !is_tail(st, tokens, g[i])) {
-				kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
-
-				st->ck->decode(&st->codec_lay[0], pa[i], 0, G, dt, dec);
-				st->ck->decode(&st->codec_lay[1], pb[i], 0, G, dt,
-					       dec + (size_t)G * rb);
-				pa[i] = dec;
-				pb[i] = dec + (size_t)G * rb;
-			}
-			rc = fn(arg, lo, (uint32_t)(hi - lo), pa[i] + off,
-				pb[i] + off);
+			rc = hand_pair(st, tokens, g[i], t0, t1, pa[i], pb[i], coded,
+				       dec, fn, cfn, arg);
 		}
 		tier_unpin_many(st, pin, 2 * n);
 	}
