@@ -111,12 +111,15 @@ static uint64_t keep(kvf_store *st, const char *call, uint64_t id)
 		return KVF_SEQ_NONE;
 	ps->cached = 1;
 	for (int i = 0; i < CACHED_ID_TRIES && cid == KVF_SEQ_NONE; i++) {
+		/* once the fork has it, ps is the cached prefix's, which
+		 * another thread may drop at once: only try_id is read after */
+		uint64_t try_id = prefix_cached_id(st);
 		struct seq *old;
 
-		ps->id = prefix_cached_id(st);
-		if ((old = seq_get(st, ps->id)) == NULL &&
-		    seq_fork_with(st, call, id, ps->id, n, ps) == KVF_OK)
-			cid = ps->id;
+		ps->id = try_id;
+		if ((old = seq_get(st, try_id)) == NULL &&
+		    seq_fork_with(st, call, id, try_id, n, ps) == KVF_OK)
+			cid = try_id;
 		seq_put(st, old);
 		if (old == NULL && cid == KVF_SEQ_NONE)
 			break; /* the fork failed: no cached prefix */
