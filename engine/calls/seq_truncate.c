@@ -39,12 +39,14 @@
 #include "engine/base/store_state.h"
 #include "engine/reads/kt_read.h"
 #include "engine/reads/readpath.h"
+#include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
 #include "engine/segments/writer.h"
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
+#include "engine/writes/writeback.h"
 
 /* The cut of one stream, planned by the first pass. */
 struct cut {
@@ -249,6 +251,41 @@ static void cuts_free(kvf_store *st, struct cut *cuts, uint32_t n)
 	kvf_free(cuts);
 }
 
+/*
+ * commit_open - the open segments of seq holding a page that the cut to n
+ * gives up or opens again go to the writer now.  Recovery applies segment
+ * records in commit order, newest last; a group sealed, cut and sealed
+ * anew before a flush may have its two pages in open segments of two
+ * stripes (write-back runs pick their own), and the older one must not
+ * commit after the newer.  Committing early changes nothing else.
+ */
+static kvf_status commit_open(kvf_store *st, struct seq *seq, uint64_t n)
+{
+	uint32_t n_streams = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint64_t from = group_entry(st, n / st->group_tokens);
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t i = 0; seq->open && i < n_streams && rc == KVF_OK; i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+
+		/* only write-back picks a stripe that is not the entry's */
+		if (s == NULL || !wb_enabled(st, seq, sid))
+			continue;
+		for (uint64_t e = from; e < s->n_groups && rc == KVF_OK; e++) {
+			uint32_t a = stream_page(s, e).addr, segid, stripe;
+
+			if (a == ADDR_NONE)
+				continue;
+			segid = addr_seg(a, st->page_bits);
+			stripe = seg_stripe(st, segid);
+			if (seq->open[stripe].segid == segid)
+				rc = openseg_flush_stripe(st, seq, stripe);
+		}
+	}
+	return rc;
+}
+
 /* truncate_locked - the cut of seq (locked) to n tokens */
 static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 				  const char *call)
@@ -261,7 +298,8 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 	kvf_status rc;
 
 	/* every page committed before its reference can be dropped */
-	if ((rc = seq_jobs_reap(st, seq, 1)) != KVF_OK)
+	if ((rc = commit_open(st, seq, n)) != KVF_OK ||
+	    (rc = seq_jobs_reap(st, seq, 1)) != KVF_OK)
 		return kvf_fail_wrap(rc, call);
 	cuts = kvf_calloc(n_streams, sizeof(*cuts));
 	if (cuts == NULL)

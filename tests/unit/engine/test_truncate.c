@@ -6,7 +6,8 @@
  * group waiting for write-back or in an open segment, on a group
  * boundary, to 0), with the memory tier on and off: the kept tokens read
  * back, appends continue at the cut with other values, and both survive
- * a sync and a reopen.  Sharing: a fork and a prefix sharer keep every
+ * a sync and a reopen, a group sealed again before its open segment
+ * flushed among them.  Sharing: a fork and a prefix sharer keep every
  * token when the sequence they share with is cut, and the prefix index
  * stops offering the chunks cut off.  Crashes: a killed writer's cut of
  * synced tokens is in the catalog; a cut of unsynced tokens changes
@@ -200,6 +201,36 @@ Test(truncate_rt, every_point)
 		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 			one_cut(tier ? 0 : (64u << 20), cases[i][0], cases[i][1],
 				cases[i][2], (uint32_t)cases[i][3]);
+}
+
+/*
+ * A group placed in an open segment by a long append, cut and sealed anew
+ * by a short one before any flush: the new page waits for write-back and
+ * goes out in a run on the other stripe (31 groups past the run's own).
+ * Both open segments commit at the sync; a reopen must find the new page
+ * of every head, whichever stripe commits first.
+ */
+Test(truncate_rt, group_sealed_again_before_a_flush)
+{
+	kvf_options o = fx_options(64ull << 20, 2);
+	kvf_store *st = NULL;
+	uint64_t id = 7, cut = 31 * G + 5;
+
+	o.segment_size = 1u << 20;
+	o.dram_budget = 64u << 20;
+	OK(kvf_open(fx.path, &o, &st));
+	OK(kvf_seq_create(st, id));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(fx_append(st, id, id, l, 0, 32 * G));
+	OK(kvf_seq_truncate(st, id, cut));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(fx_append(st, id, OTHER, l, cut, G - 5));
+	check_seq(st, id, cut, 32 * G, 0);
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	OK(kvf_open(fx.path, &o, &st));
+	fx.st = st;
+	check_seq(st, id, cut, 32 * G, 0);
 }
 
 /* ---- sharing ------------------------------------------------------------ */
