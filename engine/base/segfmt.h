@@ -40,11 +40,12 @@
  *   84      4   group_tokens: G, tokens of one head in a token group    (4)
  *   88      4   group_pages: P, pages one token group takes             (4)
  *   92      4   group_bytes: bytes of a group's P pages that hold data  (4)
- *   96      4   codec: how a group is encoded, 0 = plain rows           (4)
+ *   96      4   codec: how a group is encoded, 0 = plain rows       (4, 5)
  *  100     20   reserved, 0
  *  120      8   checksum: XXH3-64 of bytes 0..119
  *
- * (4): format 4.  A format-3 header has zeros there, and its geometry is
+ * (4): format 4, whose codec is 0; (5): format 5, a codec store's.  A
+ * format-3 header has zeros there, and its geometry is
  * the one format 3 allowed: G = page_size / row, P = 1, no padding
  * (store_group_of).  Format 4 states it, so a group need not divide the
  * page and may span several pages; docs/store.md, "Token groups".
@@ -60,8 +61,13 @@
 #define STORE_MAGIC "KVFLASH"
 /* 2: "G" records list runs of slots (meta.h), not one slot per page;
  * 3: the durable-point mark DIR/SYNCED, and "N" counts durable points;
- * 4: the header states the token group's geometry (any head size) */
-#define STORE_FORMAT_VERSION 4u
+ * 4: the header states the token group's geometry (any head size);
+ * 5: the groups are encoded (the header's codec is not 0).  A store
+ *    without a codec is still made as format 4, which libraries of format
+ *    4 open; they refuse a codec store with KVF_EVERSION instead of
+ *    reading its encoded pages as rows */
+#define STORE_FORMAT_VERSION 5u
+#define STORE_FORMAT_PLAIN 4u  /* what a store without a codec is made as */
 #define STORE_FORMAT_OLDEST 3u /* the oldest format this library opens */
 #define STORE_HEADER_FILE "KVFLASH"
 /* present while a store is being created; see kvf_open */

@@ -283,7 +283,8 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	per_stripe = o->capacity_bytes / n_stripes / seg;
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, STORE_MAGIC, 8);
-	h->format_version = STORE_FORMAT_VERSION;
+	h->format_version = o->codec == KVF_CODEC_NONE ? STORE_FORMAT_PLAIN
+						       : STORE_FORMAT_VERSION;
 	h->header_size = sizeof(*h);
 	h->n_layers = m->n_layers;
 	h->n_q_heads = m->n_q_heads;
@@ -412,8 +413,10 @@ static kvf_status check_group(const struct store_header *h, char *why,
 			 h->format_version, h->head_dim, row, h->page_size);
 		return KVF_ECORRUPT;
 	}
-	if (h->codec > KVF_CODEC_INT4) {
-		snprintf(why, why_cap, "codec %u", h->codec);
+	if (h->codec > KVF_CODEC_INT4 ||
+	    (h->codec != CODEC_NONE && h->format_version < 5)) {
+		snprintf(why, why_cap, "codec %u in format %u", h->codec,
+			 h->format_version);
 		return KVF_ECORRUPT;
 	}
 	want = h->codec == CODEC_NONE

@@ -19,6 +19,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <xxhash.h>
 
 #include "compute/codec.h"
 #include "engine/base/segfmt.h"
@@ -481,6 +484,7 @@ Test(codec_store, header_records_the_codec)
 	OK(kvf_open(p, &o, &st));
 	OK(kvf_store_info_get(st, &si));
 	cr_assert(eq(u32, si.codec, KVF_CODEC_INT4));
+	cr_assert(eq(u32, si.format_version, 5));
 	/* KIVI's layout at head_dim 128 on 4 KiB pages: K's 128 scales and
 	 * zero points and 56 tokens of 64 bytes fill one page exactly */
 	cr_assert(eq(u32, si.group_tokens, 56));
@@ -500,6 +504,41 @@ Test(codec_store, header_records_the_codec)
 	OK(kvf_store_info_get(st, &si));
 	cr_assert(eq(u32, si.codec, KVF_CODEC_INT4));
 	OK(kvf_close(st));
+	free(p);
+}
+
+/* A codec store is format 5, so a library of format 4 refuses it with
+ * KVF_EVERSION; a store without a codec stays format 4.  A format-4
+ * header naming a codec is damage. */
+Test(codec_store, codec_stores_are_format_5)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, DIM);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	char *p = strdup(tmp_path(fx.dir, "f5"));
+	char *hp = strdup(tmp_path(p, STORE_HEADER_FILE));
+	struct store_header h;
+	kvf_store *st;
+	int fd;
+
+	o.codec = KVF_CODEC_NONE;
+	OK(kvf_open(tmp_path(fx.dir, "f4"), &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	cr_assert(eq(u32, si.format_version, 4));
+	OK(kvf_close(st));
+	o.codec = KVF_CODEC_INT8;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_close(st));
+	fd = open(hp, O_RDWR);
+	cr_assert(fd >= 0);
+	cr_assert(eq(int, (int)pread(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	cr_assert(eq(u32, h.format_version, 5));
+	h.format_version = 4;
+	h.checksum = XXH3_64bits(&h, offsetof(struct store_header, checksum));
+	cr_assert(eq(int, (int)pwrite(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	close(fd);
+	fx_refused(p, &o, KVF_ECORRUPT, "codec 2 in format 4", "is damaged",
+		   "a format-4 header with a codec");
+	free(hp);
 	free(p);
 }
 
