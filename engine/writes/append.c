@@ -68,33 +68,61 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 	return rc;
 }
 
+/* group_sealed_form - the pages stream s's full group, which its group
+ * buffer holds, is sealed as (*pg): its rows, or encoded into enc (P
+ * pages, zero past the group) for K and V of a codec store */
+static kvf_status group_sealed_form(kvf_store *st, const struct stream *s,
+				    unsigned char *enc, const unsigned char **pg)
+{
+	const struct kvc_codec_layout *lay = stream_codec(st, s);
+
+	*pg = s->gbuf;
+	if (lay == NULL)
+		return KVF_OK;
+	/* the values were checked when appended (codec_check) */
+	/* K's and V's groups differ in size: clear what the last one left
+	 * past this one, so a page's bytes are its own */
+	memset(enc + lay->group_bytes, 0,
+	       (size_t)st->group_pages * st->hdr.page_size - lay->group_bytes);
+	*pg = enc;
+	return st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
+}
+
 /* seal_group - place stream s's full group g, which its group buffer
  * holds, on media: plain rows, or encoded through enc (P pages, zero past
  * the group) for K and V of a codec store */
 static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
 			     uint32_t sid, uint64_t g, unsigned char *enc)
 {
-	const struct kvc_codec_layout *lay = stream_codec(st, s);
 	uint32_t n = group_sealed_pages(st, s);
+	const unsigned char *pg;
 	kvf_status rc;
 
-	if (lay == NULL) {
-		rc = seal(st, seq, s, sid, group_sealed_entry(st, s, g),
-			  s->gbuf, n);
-	} else {
-		/* the values were checked when appended (codec_check) */
-		/* K's and V's groups differ in size: clear what the last
-		 * one left past this one, so a page's bytes are its own */
-		memset(enc + lay->group_bytes, 0,
-		       (size_t)n * st->hdr.page_size - lay->group_bytes);
-		rc = st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
-		/* the plain pages a sync wrote of it stay the record's until
-		 * one states the group sealed (seq_record_done) */
-		if (rc == KVF_OK)
-			rc = seal(st, seq, s, sid, group_entry(st, g), enc, n);
-	}
+	/* the plain pages a sync wrote of an encoded group stay the
+	 * record's until one states the group sealed (seq_record_done) */
+	if ((rc = group_sealed_form(st, s, enc, &pg)) == KVF_OK)
+		rc = seal(st, seq, s, sid, group_sealed_entry(st, s, g), pg, n);
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.data_bytes, (uint64_t)n * st->hdr.page_size);
+	return rc;
+}
+
+/* seal_waiting - stream s's full group g, which its group buffer holds,
+ * waits for write-back (wb_prepare said so) in its sealed form */
+static kvf_status seal_waiting(kvf_store *st, struct seq *seq,
+			       struct stream *s, uint32_t sid, uint64_t g,
+			       unsigned char *enc)
+{
+	struct prof_mark pm = prof_begin(&st->prof);
+	uint64_t e = group_sealed_entry(st, s, g);
+	const unsigned char *pg;
+	kvf_status rc;
+
+	rc = group_sealed_form(st, s, enc, &pg);
+	for (uint32_t p = 0; p < group_sealed_pages(st, s) && rc == KVF_OK; p++)
+		rc = wb_seal(st, seq, s, sid, e + p,
+			     pg + (size_t)p * st->hdr.page_size);
+	prof_end(&st->prof, PROF_TIER, pm);
 	return rc;
 }
 
@@ -179,24 +207,13 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		    k > 0) {
 			struct prof_mark m = prof_begin(&st->prof);
 
-			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k * P,
+			rc = wb_prepare(st, seq, src[i].s, src[i].sid,
+					k * group_sealed_pages(st, src[i].s),
 					&src[i].waits);
 			prof_end(&st->prof, PROF_TIER, m);
 		}
-		if (st->codec == KVF_CODEC_NONE) {
-			wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P,
-				src[i].waits, pages, own);
-			continue;
-		}
-		/* a codec store writes as groups seal (wb_enabled): the
-		 * sealed groups' entries are not consecutive */
-		for (uint64_t j = 0; j < k; j++) {
-			struct stream *s = src[i].s;
-			uint64_t e = group_sealed_entry(st, s, g0 + j);
-
-			for (uint32_t p = 0; p < group_sealed_pages(st, s); p++)
-				pages[stream_stripe(st, src[i].sid, e + p)]++;
-		}
+		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
+			own);
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
@@ -245,13 +262,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			done += m;
 			t += m;
 			if (at + m == G && waits) {
-				struct prof_mark pm = prof_begin(&st->prof);
-
-				for (uint32_t p = 0; p < P && rc == KVF_OK; p++)
-					rc = wb_seal(st, seq, s, src[i].sid,
-						     (t / G - 1) * P + p,
-						     s->gbuf + (size_t)p * st->hdr.page_size);
-				prof_end(&st->prof, PROF_TIER, pm);
+				rc = seal_waiting(st, seq, s, src[i].sid,
+						  t / G - 1, enc);
 				s->tail_written = 0;
 			} else if (at + m == G) {
 				rc = seal_group(st, seq, s, src[i].sid, t / G - 1,

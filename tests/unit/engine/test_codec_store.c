@@ -9,7 +9,9 @@
  * fork and a truncation inside an encoded group (its kept tokens exact
  * again, as decoded), kvf_verify; and dense, batch and multi-query
  * attention against a double reference on the decoded values (tight) and
- * on the values appended (cosine, the codec's accuracy).
+ * on the values appended (cosine, the codec's accuracy); admission
+ * (kvf_options.admit_tokens) with every codec: encoded groups waiting in
+ * DRAM until admitted (test_admit.c has the uncompressed store's).
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -461,10 +463,6 @@ Test(codec_store, option_refused_before_anything_is_made)
 	o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, 2);
 	fx_refused(p, &o, KVF_EINVAL, "kvf_options.codec int8", "head_dim 2",
 		   "a head the codec makes no smaller");
-	o = codec_opts(KVF_CODEC_INT4, KVF_DTYPE_F16, DIM);
-	o.admit_tokens = 64;
-	fx_refused(p, &o, KVF_EINVAL, "admit_tokens", "int4",
-		   "admission with a codec");
 	/* FP8 of head_dim 1 does compress (one scale a group) */
 	o = codec_opts(KVF_CODEC_FP8, KVF_DTYPE_F16, 1);
 	OK(kvf_open(p, &o, &st));
@@ -856,4 +854,127 @@ Test(codec_store, prefix_reuse_shares_encoded_groups)
 	model_free(&m);
 	model_free(&c);
 	free(ids);
+}
+
+static kvf_stats codec_stats(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s;
+}
+
+/* model_decode - n decode steps (a token at a time) on both layers */
+static void model_decode(struct cmodel *m, kvf_store *st, uint64_t seq,
+			 uint32_t n)
+{
+	for (uint32_t t = 0; t < n; t++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			model_append(m, st, seq, l, 1);
+}
+
+/* admission (kvf_options.admit_tokens, engine/writes/writeback.h) with a
+ * codec: a sequence's encoded groups wait in the memory tier, off the
+ * media, and read and attend as the model says; a sync leaves them
+ * there; a truncation into a waiting encoded group drops it; reaching
+ * the threshold writes them; a reopen reads back the decoded values bit
+ * for bit (within the codec's error of the values appended: the
+ * cosine); a sequence freed before it is admitted costs no write */
+static void admission(kvf_codec c)
+{
+	kvf_options o = codec_opts(c, KVF_DTYPE_F16, DIM);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	struct cmodel m, d;
+	kvf_stats s0, s1;
+	kvf_store *st;
+	char name[40];
+	const char *p;
+	uint32_t G_;
+
+	snprintf(name, sizeof(name), "admit_%s", kvf_codec_name(c));
+	p = strdup(tmp_path(fx.dir, name));
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	G_ = si.group_tokens;
+	OK(kvf_close(st));
+	o.admit_tokens = 5 * (uint64_t)G_;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_sync(st));
+	s0 = codec_stats(st);
+	model_init(&m, c, KVF_DTYPE_F16, DIM, G_);
+	OK(kvf_seq_create(st, 1));
+	model_append(&m, st, 1, 0, 2 * G_ + 3); /* a prefill */
+	model_append(&m, st, 1, 1, 2 * G_ + 3);
+	model_decode(&m, st, 1, G_); /* seals group 2 a token at a time */
+	model_reads(&m, st, 1, "waiting");
+	model_attends(&m, st, 1, "waiting");
+	OK(kvf_sync(st)); /* not admitted: nothing written */
+	s1 = codec_stats(st);
+	cr_assert(eq(u64, s1.host_bytes_written, s0.host_bytes_written),
+		  "%s: written before admission", name);
+	/* 3 encoded groups of P pages per K/V stream wait */
+	cr_assert(eq(u64, s1.writeback_bytes,
+		     (uint64_t)3 * LAYERS * 2 * KVH * si.group_pages * si.page_size),
+		  "%s: %llu bytes wait", name,
+		  (unsigned long long)s1.writeback_bytes);
+	/* a cut inside waiting group 2, then into group 1: their encoded
+	 * pages go, the kept tokens are a plain tail again */
+	OK(kvf_seq_truncate(st, 1, 2 * G_ + 5));
+	model_truncate(&m, 2 * G_ + 5);
+	OK(kvf_seq_truncate(st, 1, G_ + 7));
+	model_truncate(&m, G_ + 7);
+	model_reads(&m, st, 1, "cut while waiting");
+	cr_assert(eq(u64, codec_stats(st).writeback_bytes,
+		     (uint64_t)LAYERS * 2 * KVH * si.group_pages * si.page_size));
+	model_decode(&m, st, 1, 2 * G_);
+	model_reads(&m, st, 1, "grown again");
+	cr_assert(eq(u64, codec_stats(st).host_bytes_written,
+		     s0.host_bytes_written));
+	/* reaching admit_tokens (5 G) writes what waits: groups 0 to 3
+	 * (the step that seals group 4 admits first) */
+	model_decode(&m, st, 1, 2 * G_);
+	s1 = codec_stats(st);
+	cr_assert(s1.host_bytes_written >= s0.host_bytes_written +
+		  (uint64_t)4 * LAYERS * 2 * KVH * si.group_pages * si.page_size,
+		  "%s: admitted, written", name);
+	/* admitted: decode steps wait as delayed write-back, a sync writes
+	 * them */
+	model_decode(&m, st, 1, G_ + 9);
+	model_reads(&m, st, 1, "admitted");
+	OK(kvf_sync(st));
+	cr_assert(eq(u64, codec_stats(st).writeback_bytes, 0));
+	/* a sequence freed while it waits costs no write */
+	s0 = codec_stats(st);
+	model_init(&d, c, KVF_DTYPE_F16, DIM, G_);
+	d.rng = rng_seed("dropped");
+	OK(kvf_seq_create(st, 2));
+	model_append(&d, st, 2, 0, 3 * G_);
+	model_append(&d, st, 2, 1, 3 * G_);
+	model_reads(&d, st, 2, "to be freed");
+	OK(kvf_sync(st));
+	OK(kvf_seq_free(st, 2));
+	s1 = codec_stats(st);
+	cr_assert(eq(u64, s1.host_bytes_written, s0.host_bytes_written),
+		  "%s: a freed sequence wrote", name);
+	cr_assert(s1.dram_only_bytes >= s0.dram_only_bytes +
+		  (uint64_t)3 * LAYERS * 2 * KVH * si.group_pages * si.page_size);
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	model_reads(&m, st, 1, "reopened");
+	model_attends(&m, st, 1, "reopened");
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	cr_assert(eq(u32, vr.bad_segments, 0));
+	OK(kvf_close(st));
+	model_free(&m);
+	model_free(&d);
+	free((void *)p);
+}
+
+Test(codec_store, admission_with_every_codec)
+{
+	admission(KVF_CODEC_FP8);
+	admission(KVF_CODEC_INT8);
+	admission(KVF_CODEC_INT4);
 }
