@@ -172,7 +172,7 @@ int bench_append_main(int argc, char **argv)
 	/* the profile: one more store of each kind, timed stage by stage
 	 * (the timing itself costs a little, so it stays out of the
 	 * medians above) */
-	for (int t = 0; t < 2; t++)
+	for (int t = 0; t < (a.codec != KVF_CODEC_NONE ? 3 : 2); t++)
 		if (append_profile(&c, t) != 0)
 			goto out;
 	med.reopen_ms = median_of(passes, a.repeat,

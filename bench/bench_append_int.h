@@ -81,7 +81,8 @@ struct append_ctx {
 	int plain_direct;          /* the plain file is O_DIRECT */
 	kvf_stats stats;           /* after the append phases (last pass) */
 	kvf_stats stats_codec;     /* the same of the codec store (--codec) */
-	struct append_prof prof[2]; /* [0] defaults, [1] dram_budget = 0 */
+	struct append_prof prof[3]; /* [0] defaults, [1] dram_budget = 0,
+				     * [2] the codec store (--codec) */
 	uint64_t verified_bytes;   /* bytes of heads checked (last pass) */
 };
 
@@ -94,9 +95,10 @@ uint64_t append_default_capacity(const struct append_ctx *c);
  * goes first); 0, or -1 with a message printed */
 int append_one_pass(struct append_ctx *c, int first, struct append_pass *p);
 /* append_profile - the stage profile of a fresh store through both
- * phases, with the default options (no_tier 0) or dram_budget = 0, into
- * c->prof[no_tier]; 0, or -1 with a message printed */
-int append_profile(struct append_ctx *c, int no_tier);
+ * phases, with the default options (which 0), dram_budget = 0 (1) or
+ * the default options and --codec (2), into c->prof[which]; 0, or -1
+ * with a message printed */
+int append_profile(struct append_ctx *c, int which);
 /* append_print_json, append_print_table - the medians m, reported */
 void append_print_json(const struct append_ctx *c,
 		       const struct append_pass *m);

@@ -93,7 +93,7 @@ static void print_codec(const struct append_ctx *c, const struct append_pass *m)
 	       m->decode_mbs[SIDE_CODEC],
 	       m->decode_mbs[SIDE_CODEC] / m->decode_mbs[SIDE_KVF],
 	       m->decode_mbs[SIDE_CODEC] / m->decode_mbs[SIDE_PLAIN]);
-	printf("  CPU s per GB appended: prefill %.2f (uncompressed %.2f), decode %.2f (uncompressed %.2f): the difference is mostly the encode at seal\n",
+	printf("  CPU s per GB appended: prefill %.2f (uncompressed %.2f), decode %.2f (uncompressed %.2f); the stages: below\n",
 	       m->prefill_cpu[SIDE_CODEC] / ((double)c->prefill_bytes / 1e9),
 	       m->prefill_cpu[SIDE_KVF] / ((double)c->prefill_bytes / 1e9),
 	       m->decode_cpu[SIDE_CODEC] / ((double)c->decode_bytes / 1e9),
@@ -131,11 +131,11 @@ static double stage_ns(const kvf_stats *s, size_t i)
 
 static void json_prof(struct bench_json *j, const struct append_ctx *c)
 {
-	static const char *const who[2] = { "profile_defaults",
-					    "profile_no_tier" };
+	static const char *const who[3] = { "profile_defaults",
+					    "profile_no_tier", "profile_codec" };
 	static const char *const phase[2] = { "prefill", "decode" };
 
-	for (int t = 0; t < 2; t++) {
+	for (int t = 0; t < (c->a->codec != KVF_CODEC_NONE ? 3 : 2); t++) {
 		bench_json_begin(j, who[t]);
 		for (int p = 0; p < 2; p++) {
 			const kvf_stats *d = &c->prof[t].d[p];
@@ -229,16 +229,24 @@ static void row(const char *what, const double *v, int sides,
 
 static void print_prof(const struct append_ctx *c)
 {
+	int nt = c->a->codec != KVF_CODEC_NONE ? 3 : 2;
+
 	printf("where the time goes (one more store of each kind with kvf_options.profile = 1):\n"
-	       "  ms, and share of the phase's time (its appends and the sync)\n");
-	printf("  %-32s %17s %17s %17s %17s\n", "stage", "prefill",
-	       "prefill, no tier", "decode", "decode, no tier");
+	       "  ms, and share of the phase's time (its appends and the sync)%s\n",
+	       nt == 3 ? "; with a codec its encode is in the copies" : "");
+	printf("  %-32s %17s %17s", "stage", "prefill", "prefill, no tier");
+	if (nt == 3)
+		printf(" %17s", "prefill, codec");
+	printf(" %17s %17s", "decode", "decode, no tier");
+	if (nt == 3)
+		printf(" %17s", "decode, codec");
+	printf("\n");
 	for (size_t i = 0; i <= N_STAGES + 1; i++) {
 		printf("  %-32s", i < N_STAGES ? stages[i].name :
 				   i == N_STAGES ? "sum of the stages" :
 						   "writer threads (beside)");
 		for (int p = 0; p < 2; p++)
-			for (int t = 0; t < 2; t++) {
+			for (int t = 0; t < nt; t++) {
 				const kvf_stats *d = &c->prof[t].d[p];
 				double v = 0;
 
@@ -256,7 +264,7 @@ static void print_prof(const struct append_ctx *c)
 	}
 	printf("  %-32s", "MB/s (timing on)");
 	for (int p = 0; p < 2; p++)
-		for (int t = 0; t < 2; t++)
+		for (int t = 0; t < nt; t++)
 			printf(" %17.1f", c->prof[t].mbs[p]);
 	printf("\n  written segments the tier took in place: prefill %llu (%llu not: no spare buffer), decode %llu (%llu not)\n",
 	       (unsigned long long)c->prof[0].d[0].cache_segments,

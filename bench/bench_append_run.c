@@ -418,9 +418,9 @@ static void stats_minus(kvf_stats *d, const kvf_stats *a, const kvf_stats *b)
 		a->cache_segments_skipped - b->cache_segments_skipped;
 }
 
-int append_profile(struct append_ctx *c, int no_tier)
+int append_profile(struct append_ctx *c, int which)
 {
-	struct append_prof *pr = &c->prof[no_tier];
+	struct append_prof *pr = &c->prof[which];
 	kvf_stats s[3];
 	kvf_store *st = NULL;
 	kvf_status rc;
@@ -429,7 +429,8 @@ int append_profile(struct append_ctx *c, int no_tier)
 
 	if (bench_remove_store(c->store0_dir) != 0)
 		return -1;
-	if ((rc = store_open(c, c->store0_dir, 1, no_tier, 1, KVF_CODEC_NONE, &st)) != KVF_OK)
+	if ((rc = store_open(c, c->store0_dir, 1, which == 1, 1,
+			     which == 2 ? c->a->codec : KVF_CODEC_NONE, &st)) != KVF_OK)
 		return bench_fail("append", "kvf_open (profile)", rc);
 	for (int i = 0; i < 3; i++) {
 		s[i].struct_size = sizeof(s[i]);

@@ -248,7 +248,8 @@ struct end_sys {
 	uint64_t dram_only;      /* kvflash: pages freed unwritten (bytes) */
 	uint64_t wait_peak;      /* kvflash: most bytes of pages waiting in
 				  * DRAM at a step's end (bytes) */
-	uint64_t padding_bytes, cleaner_bytes; /* kvflash: by cause */
+	uint64_t data_bytes, padding_bytes, cleaner_bytes; /* kvflash: by
+						     * cause (kvf_stats) */
 	void *impl;              /* the system's own state */
 	char error[256];         /* why it failed, "" if it did not */
 };
@@ -327,6 +328,9 @@ struct end_result {
 	double lifetime_years, rated_years;
 	double util_mean;
 	uint64_t dram_peak, dram_only, wait_peak;
+	uint64_t data_bytes, padding_bytes; /* kvflash: of host_bytes, sealed
+					     * groups and the exact tails
+					     * syncs write */
 	double wall_s;
 	struct end_replay rep;
 };

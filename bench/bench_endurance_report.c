@@ -52,6 +52,8 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 	r->dram_peak = s->dram_peak;
 	r->dram_only = s->dram_only;
 	r->wait_peak = s->wait_peak;
+	r->data_bytes = s->data_bytes;
+	r->padding_bytes = s->padding_bytes;
 	r->rep = *rep;
 }
 
@@ -246,6 +248,10 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_u64(&j, "dram_peak", x->dram_peak);
 		bench_json_u64(&j, "dram_only_bytes", x->dram_only);
 		bench_json_u64(&j, "dram_waiting_peak", x->wait_peak);
+		if (end_sys_kvflash(x->sys)) {
+			bench_json_u64(&j, "data_bytes", x->data_bytes);
+			bench_json_u64(&j, "padding_bytes", x->padding_bytes);
+		}
 		bench_json_double(&j, "wall_s", x->wall_s);
 		bench_json_end(&j);
 	}

@@ -246,6 +246,7 @@ static int kvf_close_sys(struct end_sys *s)
 			s->host_bytes = st.host_bytes_written + st.metadata_bytes;
 			s->dram_peak = st.dram_peak;
 			s->dram_only = st.dram_only_bytes;
+			s->data_bytes = st.data_bytes;
 			s->padding_bytes = st.padding_bytes;
 			s->cleaner_bytes = st.cleaner_bytes;
 		}

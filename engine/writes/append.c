@@ -113,12 +113,13 @@ static kvf_status seal_waiting(kvf_store *st, struct seq *seq,
 			       struct stream *s, uint32_t sid, uint64_t g,
 			       unsigned char *enc)
 {
-	struct prof_mark pm = prof_begin(&st->prof);
 	uint64_t e = group_sealed_entry(st, s, g);
 	const unsigned char *pg;
+	struct prof_mark pm;
 	kvf_status rc;
 
-	rc = group_sealed_form(st, s, enc, &pg);
+	rc = group_sealed_form(st, s, enc, &pg); /* the encode: a copy */
+	pm = prof_begin(&st->prof);
 	for (uint32_t p = 0; p < group_sealed_pages(st, s) && rc == KVF_OK; p++)
 		rc = wb_seal(st, seq, s, sid, e + p,
 			     pg + (size_t)p * st->hdr.page_size);
@@ -348,6 +349,35 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
+/* values_ok - every one of the n values at p (of dt) is finite and of
+ * magnitude <= KVC_CODEC_MAX_ABS: its bits, sign cleared, at most the
+ * largest such value's (NaN and infinities have larger ones); a loop the
+ * compiler vectorizes, where converting each value cost more than the
+ * encode (kvbench append --codec) */
+static int values_ok(const void *p, size_t n, kvf_dtype dt)
+{
+	uint32_t bad = 0;
+
+	if (dt == KVF_DTYPE_F32) {
+		const uint32_t *w = p;
+		float lim = KVC_CODEC_MAX_ABS;
+		uint32_t top;
+
+		memcpy(&top, &lim, sizeof(top));
+		for (size_t i = 0; i < n; i++)
+			bad |= (w[i] & 0x7fffffffu) > top;
+	} else {
+		/* f16: every finite value is <= 65504 (below 0x7c00: no
+		 * infinity, no NaN); bf16: 0x477f is 65280, the next 65536 */
+		const uint16_t *w = p;
+		uint16_t top = dt == KVF_DTYPE_F16 ? 0x7bff : 0x477f;
+
+		for (size_t i = 0; i < n; i++)
+			bad |= (uint32_t)((w[i] & 0x7fffu) > top);
+	}
+	return bad == 0;
+}
+
 /* codec_check - on a codec store, every K and V value of an append must
  * be one the encoder takes when its group seals (finite, within the f16
  * range), so the append is refused now, before anything changes, rather
@@ -361,6 +391,9 @@ static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
 
 	if (st->codec == KVF_CODEC_NONE)
 		return KVF_OK;
+	if (values_ok(k, (size_t)n * per, dt) && values_ok(v, (size_t)n * per, dt))
+		return KVF_OK;
+	/* one is not: find it, for the message */
 	for (int kind = 0; kind < 2; kind++)
 		for (size_t i = 0; i < (size_t)n * per; i++) {
 			float x = kvc_elt(kind ? v : k, i, dt);

@@ -2,9 +2,10 @@
 # endurance_codec_smoke.sh KVBENCH DIR - kvbench endurance --codec at a
 # small size: kvflash and kvflash-admit once uncompressed and once per
 # codec asked (rows kvflash-int4, kvflash-admit-int4), the baseline once,
-# uncompressed ("codec": "none"); every run succeeds; an INT4 row writes
-# fewer NAND bytes than its uncompressed row; a codec that does not
-# exist is refused.
+# uncompressed ("codec": "none"); every run succeeds; an INT4 row's sealed
+# groups take under 0.4x the bytes of its uncompressed row's (0.29x at
+# most; the exact tails a sync writes are beside them, padding_bytes); a
+# codec that does not exist is refused.
 set -eu
 kvbench=$1 dir=$2
 out=$dir.json
@@ -27,7 +28,8 @@ for wl in ("online", "chat"):
     for s in ("kvflash", "kvflash-admit"):
         plain, coded = rows[(wl, s)], rows[(wl, s + "-int4")]
         assert plain["codec"] == "none" and coded["codec"] == "int4"
-        assert coded["nand_bytes"] < plain["nand_bytes"], (wl, s)
+        assert coded["data_bytes"] < 0.4 * plain["data_bytes"], (wl, s)
+        assert coded["padding_bytes"] > 0
         assert coded["user_bytes"] == plain["user_bytes"]
     assert rows[(wl, "rocksdb-tuned")]["codec"] == "none"
 print("codec-rows-ok")
