@@ -509,11 +509,13 @@ static void refused_value(kvf_dtype dt, float bad, int kind)
 	size_t eb = fx_elt_size(dt), n = 6 * KVH * DIM;
 	unsigned char *k = calloc(n, eb), *v = calloc(n, eb);
 	unsigned char *rk = calloc(n, eb), *rv = calloc(n, eb);
-	char name[32];
+	static int runs; /* a store each */
+	char name[40];
 	kvf_store *st;
 	uint64_t len;
 
-	snprintf(name, sizeof(name), "bad_%s_%d", kvf_dtype_name(dt), kind);
+	snprintf(name, sizeof(name), "bad_%s_%d_%d", kvf_dtype_name(dt), kind,
+		 runs++);
 	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
 	OK(kvf_seq_create(st, 1));
 	for (size_t i = 0; i < n; i++) {
@@ -540,8 +542,34 @@ static void refused_value(kvf_dtype dt, float bad, int kind)
 	free(rv);
 }
 
+/* accepted_value - the largest magnitudes a codec takes go in (the check
+ * compares bits: its edges) */
+static void accepted_value(kvf_dtype dt, float good, int kind)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT4, dt, DIM);
+	size_t eb = fx_elt_size(dt), n = 5 * KVH * DIM;
+	unsigned char *k = calloc(n, eb), *v = calloc(n, eb);
+	char name[32];
+	kvf_store *st;
+
+	snprintf(name, sizeof(name), "edge_%s_%d", kvf_dtype_name(dt), kind);
+	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	fx_put_f(dt, kind ? v : k, n - 1, good); /* the last value */
+	fx_put_f(dt, kind ? v : k, 2 * KVH * DIM + 6, -good);
+	OK(kvf_append(st, 1, 0, 5, k, v));
+	OK(kvf_close(st));
+	free(k);
+	free(v);
+}
+
 Test(codec_store, values_a_codec_cannot_hold_are_refused)
 {
+	accepted_value(KVF_DTYPE_F16, 65504.0f, 0);
+	accepted_value(KVF_DTYPE_BF16, 65280.0f, 1);
+	accepted_value(KVF_DTYPE_F32, 65504.0f, 0);
+	refused_value(KVF_DTYPE_BF16, 65536.0f, 0);
+	refused_value(KVF_DTYPE_F32, nextafterf(65504.0f, INFINITY), 1);
 	refused_value(KVF_DTYPE_F32, 1e5f, 0);
 	refused_value(KVF_DTYPE_F32, -70000.0f, 1);
 	refused_value(KVF_DTYPE_BF16, INFINITY, 1);
