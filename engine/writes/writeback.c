@@ -272,8 +272,8 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	memcpy(page, src, st->hdr.page_size);
 	atomic_fetch_add(&st->c.wb_bytes, st->hdr.page_size);
 	if (w->n == 0) {
-		/* g is the first of its group's sealed pages, or follows
-		 * them: the group starts at g - lead */
+		/* g may be any of its group's sealed pages (a run that
+		 * filled may have ended inside the group): lead pages in */
 		w->lead = (uint32_t)(g - group_sealed_entry(st, s, g / w->stride));
 		w->first = g - w->lead;
 		w->stripe = run_stripe(st, sid, g);

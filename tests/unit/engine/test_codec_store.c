@@ -63,7 +63,7 @@ static void model_init(struct cmodel *m, kvf_codec codec, kvf_dtype dt,
 	m->dt = dt;
 	m->dim = dim;
 	m->gt = G_;
-	m->cap = 8 * (uint64_t)G_ + 64;
+	m->cap = 20 * (uint64_t)G_ + 64;
 	m->eb = fx_elt_size(dt);
 	m->rng = rng_seed("codec_store");
 	for (int l = 0; l < LAYERS; l++)
@@ -908,9 +908,9 @@ static void model_decode(struct cmodel *m, kvf_store *st, uint64_t seq,
  * the threshold writes them; a reopen reads back the decoded values bit
  * for bit (within the codec's error of the values appended: the
  * cosine); a sequence freed before it is admitted costs no write */
-static void admission(kvf_codec c)
+static void admission(kvf_codec c, uint32_t dim)
 {
-	kvf_options o = codec_opts(c, KVF_DTYPE_F16, DIM);
+	kvf_options o = codec_opts(c, KVF_DTYPE_F16, dim);
 	kvf_store_info si = { .struct_size = sizeof(si) };
 	kvf_verify_report vr = { .struct_size = sizeof(vr) };
 	struct cmodel m, d;
@@ -920,17 +920,19 @@ static void admission(kvf_codec c)
 	const char *p;
 	uint32_t G_;
 
-	snprintf(name, sizeof(name), "admit_%s", kvf_codec_name(c));
+	snprintf(name, sizeof(name), "admit_%s_%u", kvf_codec_name(c), dim);
 	p = strdup(tmp_path(fx.dir, name));
 	OK(kvf_open(p, &o, &st));
 	OK(kvf_store_info_get(st, &si));
 	G_ = si.group_tokens;
 	OK(kvf_close(st));
+	cr_assert(dim == DIM || si.group_pages > 1, "%s: P = %u", name,
+		  si.group_pages);
 	o.admit_tokens = 5 * (uint64_t)G_;
 	OK(kvf_open(p, &o, &st));
 	OK(kvf_sync(st));
 	s0 = codec_stats(st);
-	model_init(&m, c, KVF_DTYPE_F16, DIM, G_);
+	model_init(&m, c, KVF_DTYPE_F16, dim, G_);
 	OK(kvf_seq_create(st, 1));
 	model_append(&m, st, 1, 0, 2 * G_ + 3); /* a prefill */
 	model_append(&m, st, 1, 1, 2 * G_ + 3);
@@ -970,11 +972,22 @@ static void admission(kvf_codec c)
 	 * them */
 	model_decode(&m, st, 1, G_ + 9);
 	model_reads(&m, st, 1, "admitted");
+	if (si.group_pages > 1) {
+		/* past WB_RUN (32) pages of one stream: with P = 3 a run
+		 * fills inside a group, the next starts lead pages in */
+		uint64_t runs = codec_stats(st).writeback_runs;
+
+		model_decode(&m, st, 1, 12 * G_);
+		/* every K and V stream filled a run (36 pages, more waiting) */
+		cr_assert(codec_stats(st).writeback_runs >= runs + LAYERS * 2 * KVH);
+		model_reads(&m, st, 1, "runs inside groups");
+		model_attends(&m, st, 1, "runs inside groups");
+	}
 	OK(kvf_sync(st));
 	cr_assert(eq(u64, codec_stats(st).writeback_bytes, 0));
 	/* a sequence freed while it waits costs no write */
 	s0 = codec_stats(st);
-	model_init(&d, c, KVF_DTYPE_F16, DIM, G_);
+	model_init(&d, c, KVF_DTYPE_F16, dim, G_);
 	d.rng = rng_seed("dropped");
 	OK(kvf_seq_create(st, 2));
 	model_append(&d, st, 2, 0, 3 * G_);
@@ -1002,7 +1015,9 @@ static void admission(kvf_codec c)
 
 Test(codec_store, admission_with_every_codec)
 {
-	admission(KVF_CODEC_FP8);
-	admission(KVF_CODEC_INT8);
-	admission(KVF_CODEC_INT4);
+	admission(KVF_CODEC_FP8, DIM);
+	admission(KVF_CODEC_INT8, DIM);
+	admission(KVF_CODEC_INT4, DIM);
+	/* groups of several pages (P = 3 at head_dim 600) */
+	admission(KVF_CODEC_INT8, 600);
 }
