@@ -107,7 +107,7 @@ static inline const unsigned char *stream_waiting(const struct stream *s,
 	const struct wb_run *w = s->wb;
 	uint64_t d;
 
-	if (w == NULL || w->n == 0 || e < w->first)
+	if (w == NULL || e < w->first)
 		return NULL;
 	d = e - w->first;
 	if (w->per != w->stride) { /* a codec store's */
@@ -115,9 +115,8 @@ static inline const unsigned char *stream_waiting(const struct stream *s,
 			return NULL;
 		d = d / w->stride * w->per + d % w->stride;
 	}
-	if (d < w->lead || d - w->lead >= w->n)
-		return NULL;
-	return w->page[d - w->lead];
+	d -= w->lead; /* below lead: wraps past n */
+	return d < w->n ? w->page[d] : NULL;
 }
 
 static inline struct page_ref stream_page(const struct stream *s, uint64_t g)
