@@ -24,6 +24,10 @@
  *    times (kvf_stats prof_*_ns: locks, copies, hashing, the memory tier,
  *    segments, the writer queue, sync; the writer threads beside) are
  *    printed as shares of each phase.
+ * With --codec, a fourth store (default options and that codec) appends
+ * beside them, in turn with the others; its prefill and decode rates are
+ * reported against the uncompressed store's (issue 25's target: at least
+ * 0.9x).  It is not read back: its reads are the decoded values.
  * Only the calls are timed: data generation and checks are not.  Every
  * head read back is compared with what was appended.  Passes alternate
  * which side goes first; medians are reported, with the targets beside
@@ -55,7 +59,7 @@ static void usage(FILE *f)
 		"usage: kvbench append [--dir DIR] [--layers N] [--q-heads N] [--kv-heads N]\n"
 		"                      [--head-dim N] [--tokens N] [--steps N] [--seqs N]\n"
 		"                      [--stripes N] [--segment BYTES] [--size BYTES]\n"
-		"                      [--reads N] [--repeat N] [--json] [--keep]\n"
+		"                      [--reads N] [--repeat N] [--codec NAME] [--json] [--keep]\n"
 		"  --dir DIR        directory for the store and the plain file\n"
 		"                   (default ./kvbench-append)\n"
 		"  --layers N       layers (default 32)\n"
@@ -70,6 +74,9 @@ static void usage(FILE *f)
 		"  --size BYTES     store capacity (default: what the run needs, + 25%%)\n"
 		"  --reads N        heads read back cold per phase (default 32)\n"
 		"  --repeat N       passes; medians are reported (default 3)\n"
+		"  --codec NAME     fp8, int8 or int4: one more store, with that codec\n"
+		"                   (kvf_options.codec), appends side by side with the\n"
+		"                   others; its rate against the uncompressed store's\n"
 		"  --json           JSON instead of a table\n"
 		"  --keep           leave the last pass's store and the plain file\n");
 }
@@ -89,6 +96,7 @@ static int parse_args(int argc, char **argv, struct append_args *a)
 		BENCH_U64("--size", a->capacity_bytes, 1, UINT64_MAX),
 		BENCH_BOOL("--json", a->json),
 		BENCH_BOOL("--keep", a->keep),
+		BENCH_FUNC("--codec", bench_parse_codec, &a->codec),
 		{ 0 }
 	};
 	int rc;
@@ -139,7 +147,7 @@ int bench_append_main(int argc, char **argv)
 	for (uint32_t i = 0; i < a.repeat; i++)
 		if (append_one_pass(&c, (int)(i % 2), &passes[i]) != 0)
 			goto out;
-	for (int s = 0; s < SIDES; s++) {
+	for (int s = 0; s < SIDES_MAX; s++) {
 		med.prefill_mbs[s] =
 			median_of(passes, a.repeat,
 				  offsetof(struct append_pass, prefill_mbs[s]));
@@ -164,7 +172,7 @@ int bench_append_main(int argc, char **argv)
 	/* the profile: one more store of each kind, timed stage by stage
 	 * (the timing itself costs a little, so it stays out of the
 	 * medians above) */
-	for (int t = 0; t < 2; t++)
+	for (int t = 0; t < (a.codec != KVF_CODEC_NONE ? 3 : 2); t++)
 		if (append_profile(&c, t) != 0)
 			goto out;
 	med.reopen_ms = median_of(passes, a.repeat,
@@ -177,6 +185,8 @@ int bench_append_main(int argc, char **argv)
 out:
 	if (c.store0_dir)
 		bench_remove_store(c.store0_dir);
+	if (c.storec_dir)
+		bench_remove_store(c.storec_dir);
 	if (!a.keep && c.store_dir) {
 		bench_remove_store(c.store_dir);
 		unlink(c.plain_path);
@@ -186,6 +196,7 @@ out:
 	kvf_free(c.chunk);
 	free(c.store_dir);
 	free(c.store0_dir);
+	free(c.storec_dir);
 	free(c.plain_path);
 	return rc;
 }

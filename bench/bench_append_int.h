@@ -33,20 +33,25 @@ struct append_args {
 	uint32_t repeat;         /* passes; medians are reported */
 	int json;                /* JSON instead of a table */
 	int keep;                /* leave the files in dir */
+	kvf_codec codec;         /* --codec: a fourth side, a store with
+				  * this codec (KVF_CODEC_NONE: none) */
 };
 
 /* The sides of a pass: kvflash with the default options (the memory tier
- * on), the plain loop, kvflash with dram_budget = 0 (no tier). */
-enum { SIDE_KVF = 0, SIDE_PLAIN = 1, SIDE_NOTIER = 2, SIDES = 3 };
+ * on), the plain loop, kvflash with dram_budget = 0 (no tier), and with
+ * --codec kvflash with the default options and that codec (appends only:
+ * its reads return decoded values, not the ones appended). */
+enum { SIDE_KVF = 0, SIDE_PLAIN = 1, SIDE_NOTIER = 2, SIDES = 3,
+       SIDE_CODEC = 3, SIDES_MAX = 4 };
 
 /* One pass's figures, by side (reads: SIDE_KVF and SIDE_PLAIN only). */
 struct append_pass {
-	double prefill_mbs[SIDES]; /* user bytes per second */
-	double decode_mbs[SIDES];
+	double prefill_mbs[SIDES_MAX]; /* user bytes per second */
+	double decode_mbs[SIDES_MAX];
 	double read_pre_mbs[2]; /* cold head reads, prefill-written */
 	double read_dec_mbs[2]; /* cold head reads, decode-written */
-	double prefill_cpu[SIDES]; /* CPU seconds of the process in the phase */
-	double decode_cpu[SIDES];
+	double prefill_cpu[SIDES_MAX]; /* CPU seconds of the process in the phase */
+	double decode_cpu[SIDES_MAX];
 	double reopen_ms; /* kvf_open of the closed store */
 };
 
@@ -63,6 +68,7 @@ struct append_ctx {
 	const struct append_args *a;
 	char *store_dir;           /* DIR/store */
 	char *store0_dir;          /* DIR/store0 (dram_budget = 0) */
+	char *storec_dir;          /* DIR/storec (--codec) */
 	char *plain_path;          /* DIR/plain.dat */
 	uint16_t *pool;            /* random f16 values */
 	size_t pool_elts;          /* elements in pool */
@@ -74,7 +80,9 @@ struct append_ctx {
 	int direct_io;             /* the store opened with O_DIRECT forced */
 	int plain_direct;          /* the plain file is O_DIRECT */
 	kvf_stats stats;           /* after the append phases (last pass) */
-	struct append_prof prof[2]; /* [0] defaults, [1] dram_budget = 0 */
+	kvf_stats stats_codec;     /* the same of the codec store (--codec) */
+	struct append_prof prof[3]; /* [0] defaults, [1] dram_budget = 0,
+				     * [2] the codec store (--codec) */
 	uint64_t verified_bytes;   /* bytes of heads checked (last pass) */
 };
 
@@ -87,9 +95,10 @@ uint64_t append_default_capacity(const struct append_ctx *c);
  * goes first); 0, or -1 with a message printed */
 int append_one_pass(struct append_ctx *c, int first, struct append_pass *p);
 /* append_profile - the stage profile of a fresh store through both
- * phases, with the default options (no_tier 0) or dram_budget = 0, into
- * c->prof[no_tier]; 0, or -1 with a message printed */
-int append_profile(struct append_ctx *c, int no_tier);
+ * phases, with the default options (which 0), dram_budget = 0 (1) or
+ * the default options and --codec (2), into c->prof[which]; 0, or -1
+ * with a message printed */
+int append_profile(struct append_ctx *c, int which);
 /* append_print_json, append_print_table - the medians m, reported */
 void append_print_json(const struct append_ctx *c,
 		       const struct append_pass *m);

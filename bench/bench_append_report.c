@@ -47,6 +47,64 @@ static void json_pair(struct bench_json *j, const char *key, const double *v,
 	bench_json_end(j);
 }
 
+/* json_codec - the codec store's appends against the uncompressed
+ * store's and the plain write (--codec) */
+static void json_codec(struct bench_json *j, const struct append_ctx *c,
+		       const struct append_pass *m)
+{
+	const kvf_stats *s = &c->stats_codec;
+
+	bench_json_begin(j, "codec_append");
+	bench_json_str(j, "codec", kvf_codec_name(c->a->codec));
+	bench_json_double(j, "prefill_mb_s", m->prefill_mbs[SIDE_CODEC]);
+	bench_json_double(j, "prefill_ratio", m->prefill_mbs[SIDE_CODEC] /
+						  m->prefill_mbs[SIDE_KVF]);
+	bench_json_double(j, "prefill_plain_ratio", m->prefill_mbs[SIDE_CODEC] /
+							m->prefill_mbs[SIDE_PLAIN]);
+	bench_json_double(j, "decode_mb_s", m->decode_mbs[SIDE_CODEC]);
+	bench_json_double(j, "decode_ratio", m->decode_mbs[SIDE_CODEC] /
+						 m->decode_mbs[SIDE_KVF]);
+	bench_json_double(j, "decode_plain_ratio", m->decode_mbs[SIDE_CODEC] /
+						       m->decode_mbs[SIDE_PLAIN]);
+	bench_json_double(j, "target_min_ratio", 0.9);
+	bench_json_double(j, "prefill_cpu_s_per_gb",
+			  m->prefill_cpu[SIDE_CODEC] / ((double)c->prefill_bytes / 1e9));
+	bench_json_double(j, "decode_cpu_s_per_gb",
+			  m->decode_cpu[SIDE_CODEC] / ((double)c->decode_bytes / 1e9));
+	bench_json_u64(j, "host_bytes_written", s->host_bytes_written);
+	bench_json_u64(j, "data_bytes", s->data_bytes);
+	bench_json_u64(j, "padding_bytes", s->padding_bytes);
+	bench_json_end(j);
+}
+
+/* print_codec - the same as a table's lines */
+static void print_codec(const struct append_ctx *c, const struct append_pass *m)
+{
+	const kvf_stats *s = &c->stats_codec, *u = &c->stats;
+	const char *name = kvf_codec_name(c->a->codec);
+
+	printf("%s store (default options, kvf_options.codec %s), beside them in the same passes:\n",
+	       name, name);
+	printf("  prefill append + sync %8.1f MB/s: %.2fx the uncompressed store's, %.2fx plain (target >= 0.90x the uncompressed)\n",
+	       m->prefill_mbs[SIDE_CODEC],
+	       m->prefill_mbs[SIDE_CODEC] / m->prefill_mbs[SIDE_KVF],
+	       m->prefill_mbs[SIDE_CODEC] / m->prefill_mbs[SIDE_PLAIN]);
+	printf("  decode append + sync  %8.1f MB/s: %.2fx the uncompressed store's, %.2fx plain (target >= 0.90x the uncompressed)\n",
+	       m->decode_mbs[SIDE_CODEC],
+	       m->decode_mbs[SIDE_CODEC] / m->decode_mbs[SIDE_KVF],
+	       m->decode_mbs[SIDE_CODEC] / m->decode_mbs[SIDE_PLAIN]);
+	printf("  CPU s per GB appended: prefill %.2f (uncompressed %.2f), decode %.2f (uncompressed %.2f); the stages: below\n",
+	       m->prefill_cpu[SIDE_CODEC] / ((double)c->prefill_bytes / 1e9),
+	       m->prefill_cpu[SIDE_KVF] / ((double)c->prefill_bytes / 1e9),
+	       m->decode_cpu[SIDE_CODEC] / ((double)c->decode_bytes / 1e9),
+	       m->decode_cpu[SIDE_KVF] / ((double)c->decode_bytes / 1e9));
+	printf("  written %.1f MiB (uncompressed store %.1f MiB): data %.1f MiB + padding %.1f MiB (the exact tails a sync writes)\n",
+	       (double)s->host_bytes_written / (double)MIB,
+	       (double)u->host_bytes_written / (double)MIB,
+	       (double)s->data_bytes / (double)MIB,
+	       (double)s->padding_bytes / (double)MIB);
+}
+
 /* The stages of the profile, in kvf_stats order. */
 static const struct {
 	const char *name, *json;
@@ -73,11 +131,11 @@ static double stage_ns(const kvf_stats *s, size_t i)
 
 static void json_prof(struct bench_json *j, const struct append_ctx *c)
 {
-	static const char *const who[2] = { "profile_defaults",
-					    "profile_no_tier" };
+	static const char *const who[3] = { "profile_defaults",
+					    "profile_no_tier", "profile_codec" };
 	static const char *const phase[2] = { "prefill", "decode" };
 
-	for (int t = 0; t < 2; t++) {
+	for (int t = 0; t < (c->a->codec != KVF_CODEC_NONE ? 3 : 2); t++) {
 		bench_json_begin(j, who[t]);
 		for (int p = 0; p < 2; p++) {
 			const kvf_stats *d = &c->prof[t].d[p];
@@ -128,6 +186,8 @@ void append_print_json(const struct append_ctx *c,
 	json_pair(&j, "cold_read_decode_head", m->read_dec_mbs, 2, 0.8,
 		  NULL, 0);
 	json_prof(&j, c);
+	if (a->codec != KVF_CODEC_NONE)
+		json_codec(&j, c, m);
 	bench_json_begin(&j, "host_wa");
 	bench_json_double(&j, "host_wa", s->host_wa);
 	bench_json_double(&j, "target_max", 1.02);
@@ -169,16 +229,24 @@ static void row(const char *what, const double *v, int sides,
 
 static void print_prof(const struct append_ctx *c)
 {
+	int nt = c->a->codec != KVF_CODEC_NONE ? 3 : 2;
+
 	printf("where the time goes (one more store of each kind with kvf_options.profile = 1):\n"
-	       "  ms, and share of the phase's time (its appends and the sync)\n");
-	printf("  %-32s %17s %17s %17s %17s\n", "stage", "prefill",
-	       "prefill, no tier", "decode", "decode, no tier");
+	       "  ms, and share of the phase's time (its appends and the sync)%s\n",
+	       nt == 3 ? "; with a codec its encode is in the copies" : "");
+	printf("  %-32s %17s %17s", "stage", "prefill", "prefill, no tier");
+	if (nt == 3)
+		printf(" %17s", "prefill, codec");
+	printf(" %17s %17s", "decode", "decode, no tier");
+	if (nt == 3)
+		printf(" %17s", "decode, codec");
+	printf("\n");
 	for (size_t i = 0; i <= N_STAGES + 1; i++) {
 		printf("  %-32s", i < N_STAGES ? stages[i].name :
 				   i == N_STAGES ? "sum of the stages" :
 						   "writer threads (beside)");
 		for (int p = 0; p < 2; p++)
-			for (int t = 0; t < 2; t++) {
+			for (int t = 0; t < nt; t++) {
 				const kvf_stats *d = &c->prof[t].d[p];
 				double v = 0;
 
@@ -196,7 +264,7 @@ static void print_prof(const struct append_ctx *c)
 	}
 	printf("  %-32s", "MB/s (timing on)");
 	for (int p = 0; p < 2; p++)
-		for (int t = 0; t < 2; t++)
+		for (int t = 0; t < nt; t++)
 			printf(" %17.1f", c->prof[t].mbs[p]);
 	printf("\n  written segments the tier took in place: prefill %llu (%llu not: no spare buffer), decode %llu (%llu not)\n",
 	       (unsigned long long)c->prof[0].d[0].cache_segments,
@@ -237,6 +305,8 @@ void append_print_table(const struct append_ctx *c,
 	       m->decode_cpu[SIDE_KVF] / ((double)c->decode_bytes / 1e9),
 	       m->decode_cpu[SIDE_NOTIER] / ((double)c->decode_bytes / 1e9),
 	       m->decode_cpu[SIDE_PLAIN] / ((double)c->decode_bytes / 1e9));
+	if (a->codec != KVF_CODEC_NONE)
+		print_codec(c, m);
 	row("cold read, prefill-written head", m->read_pre_mbs, 2, ">= 0.90x");
 	row("cold read, decode-written head", m->read_dec_mbs, 2, ">= 0.80x");
 	printf("%-34s %9.4f %39s\n", "host WA (no frees, kt_pages off)",

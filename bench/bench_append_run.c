@@ -134,9 +134,11 @@ static double plain_read(struct append_ctx *c, uint32_t n_heads,
 /* ---- the store ------------------------------------------------------------- */
 
 /* store_open - the store at dir, created fresh (create) or reopened with
- * its defaults; no_tier: dram_budget = 0; profile: kvf_options.profile */
+ * its defaults; no_tier: dram_budget = 0; profile: kvf_options.profile;
+ * codec: kvf_options.codec */
 static kvf_status store_open(struct append_ctx *c, const char *dir, int create,
-			     int no_tier, int profile, kvf_store **out)
+			     int no_tier, int profile, kvf_codec codec,
+			     kvf_store **out)
 {
 	const struct append_args *a = c->a;
 	kvf_options o;
@@ -148,6 +150,7 @@ static kvf_status store_open(struct append_ctx *c, const char *dir, int create,
 	if (no_tier)
 		o.dram_budget = 0;
 	o.profile = (uint32_t)profile;
+	o.codec = codec;
 	return bench_open_direct(dir, &o, out, &c->direct_io);
 }
 
@@ -275,46 +278,66 @@ int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 	uint64_t pre_n = a->prompt_tokens, dec_n = a->decode_steps, t0;
 	uint16_t *k = malloc((pre_n > dec_n ? pre_n : dec_n) * c->row_bytes);
 	uint16_t *v = malloc((pre_n > dec_n ? pre_n : dec_n) * c->row_bytes);
-	kvf_store *st = NULL, *st0 = NULL;
+	kvf_store *st = NULL, *st0 = NULL, *stc = NULL;
+	int sides = a->codec != KVF_CODEC_NONE ? SIDES_MAX : SIDES;
 	kvf_status rc;
 	double cpu;
 	int ret = -1;
 
 	if (bench_remove_store(c->store_dir) != 0 ||
-	    bench_remove_store(c->store0_dir) != 0)
+	    bench_remove_store(c->store0_dir) != 0 ||
+	    bench_remove_store(c->storec_dir) != 0)
 		goto out;
 	if (k == NULL || v == NULL) {
 		fprintf(stderr, "kvbench append: out of memory\n");
 		goto out;
 	}
-	if ((rc = store_open(c, c->store_dir, 1, 0, 0, &st)) != KVF_OK ||
-	    (rc = store_open(c, c->store0_dir, 1, 1, 0, &st0)) != KVF_OK) {
+	if ((rc = store_open(c, c->store_dir, 1, 0, 0, KVF_CODEC_NONE, &st)) != KVF_OK ||
+	    (rc = store_open(c, c->store0_dir, 1, 1, 0, KVF_CODEC_NONE, &st0)) != KVF_OK) {
 		bench_fail("append", "kvf_open", rc);
 		goto out;
 	}
-	for (int i = 0; i < SIDES; i++) {
-		int side = (first + i) % SIDES;
+	if (sides == SIDES_MAX &&
+	    (rc = store_open(c, c->storec_dir, 1, 0, 0, a->codec, &stc)) != KVF_OK) {
+		bench_fail("append", "kvf_open (codec)", rc);
+		goto out;
+	}
+	for (int i = 0; i < sides; i++) {
+		int side = (first + i) % sides;
+		kvf_store *s = side == SIDE_KVF ? st : side == SIDE_NOTIER ? st0 : stc;
 
 		p->prefill_mbs[side] =
 			side == SIDE_PLAIN ?
 				plain_write(c, c->prefill_bytes,
 					    &p->prefill_cpu[side]) :
-				prefill(c, side == SIDE_KVF ? st : st0,
-					&p->prefill_cpu[side]);
+				prefill(c, s, &p->prefill_cpu[side]);
 		if (p->prefill_mbs[side] < 0)
 			goto out;
 	}
-	for (int i = 0; i < SIDES; i++) {
-		int side = (first + i) % SIDES;
+	for (int i = 0; i < sides; i++) {
+		int side = (first + i) % sides;
+		kvf_store *s = side == SIDE_KVF ? st : side == SIDE_NOTIER ? st0 : stc;
 
 		p->decode_mbs[side] =
 			side == SIDE_PLAIN ?
 				plain_write(c, c->decode_bytes,
 					    &p->decode_cpu[side]) :
-				decode(c, side == SIDE_KVF ? st : st0,
-				       &p->decode_cpu[side]);
+				decode(c, s, &p->decode_cpu[side]);
 		if (p->decode_mbs[side] < 0)
 			goto out;
+	}
+	if (stc) {
+		c->stats_codec.struct_size = sizeof(c->stats_codec);
+		if ((rc = kvf_stats_get(stc, &c->stats_codec)) != KVF_OK) {
+			bench_fail("append", "kvf_stats_get", rc);
+			goto out;
+		}
+		rc = kvf_close(stc);
+		stc = NULL;
+		if (rc != KVF_OK || bench_remove_store(c->storec_dir) != 0) {
+			bench_fail("append", "kvf_close (codec)", rc);
+			goto out;
+		}
 	}
 	c->stats.struct_size = sizeof(c->stats);
 	if ((rc = kvf_stats_get(st, &c->stats)) != KVF_OK) {
@@ -337,7 +360,7 @@ int append_one_pass(struct append_ctx *c, int first, struct append_pass *p)
 		goto out;
 	}
 	t0 = bench_now_ns();
-	if ((rc = store_open(c, c->store_dir, 0, 0, 0, &st)) != KVF_OK) {
+	if ((rc = store_open(c, c->store_dir, 0, 0, 0, KVF_CODEC_NONE, &st)) != KVF_OK) {
 		bench_fail("append", "kvf_open (reopen)", rc);
 		goto out;
 	}
@@ -369,6 +392,8 @@ out:
 		ret = bench_fail("append", "kvf_close", rc);
 	if (st0 && (rc = kvf_close(st0)) != KVF_OK && ret == 0)
 		ret = bench_fail("append", "kvf_close", rc);
+	if (stc && (rc = kvf_close(stc)) != KVF_OK && ret == 0)
+		ret = bench_fail("append", "kvf_close", rc);
 	free(k);
 	free(v);
 	return ret;
@@ -393,9 +418,9 @@ static void stats_minus(kvf_stats *d, const kvf_stats *a, const kvf_stats *b)
 		a->cache_segments_skipped - b->cache_segments_skipped;
 }
 
-int append_profile(struct append_ctx *c, int no_tier)
+int append_profile(struct append_ctx *c, int which)
 {
-	struct append_prof *pr = &c->prof[no_tier];
+	struct append_prof *pr = &c->prof[which];
 	kvf_stats s[3];
 	kvf_store *st = NULL;
 	kvf_status rc;
@@ -404,7 +429,8 @@ int append_profile(struct append_ctx *c, int no_tier)
 
 	if (bench_remove_store(c->store0_dir) != 0)
 		return -1;
-	if ((rc = store_open(c, c->store0_dir, 1, no_tier, 1, &st)) != KVF_OK)
+	if ((rc = store_open(c, c->store0_dir, 1, which == 1, 1,
+			     which == 2 ? c->a->codec : KVF_CODEC_NONE, &st)) != KVF_OK)
 		return bench_fail("append", "kvf_open (profile)", rc);
 	for (int i = 0; i < 3; i++) {
 		s[i].struct_size = sizeof(s[i]);
@@ -461,8 +487,9 @@ int append_setup(struct append_ctx *c)
 	c->store_dir = malloc(plen);
 	c->plain_path = malloc(plen);
 	c->store0_dir = malloc(plen);
+	c->storec_dir = malloc(plen);
 	if (!c->pool || !c->chunk || !c->store_dir || !c->plain_path ||
-	    !c->store0_dir) {
+	    !c->store0_dir || !c->storec_dir) {
 		fprintf(stderr, "kvbench append: out of memory\n");
 		return -1;
 	}
@@ -471,6 +498,7 @@ int append_setup(struct append_ctx *c)
 	       PLAIN_CHUNK < c->pool_elts * 2 ? PLAIN_CHUNK : c->pool_elts * 2);
 	snprintf(c->store_dir, plen, "%s/store", a->dir);
 	snprintf(c->store0_dir, plen, "%s/store0", a->dir);
+	snprintf(c->storec_dir, plen, "%s/storec", a->dir);
 	snprintf(c->plain_path, plen, "%s/plain.dat", a->dir);
 	if (bench_make_dir("append", a->dir, NULL) != 0)
 		return -1;

@@ -30,6 +30,10 @@ static void usage(FILE *f)
 		"  --systems LIST         kvflash,rocksdb,rocksdb-tuned,file-per-block,per-token,\n"
 		"                         kvflash-admit or all (default all)\n"
 		"  --admit-tokens N       kvflash-admit: sequences stay in DRAM until N tokens (512)\n"
+		"  --codec LIST           none,fp8,int8,int4 or all (default none): kvflash and\n"
+		"                         kvflash-admit run once per codec (rows kvflash-int4,\n"
+		"                         kvflash-admit-int4, ...; not on train); the other\n"
+		"                         systems store the K/V uncompressed, as given\n"
 		"  --dram-budget BYTES    kvflash's memory tier (default 1G)\n"
 		"  --workloads LIST       offline,online,chat,train or all (default all)\n"
 		"  --layers N --q-heads N --kv-heads N --head-dim N   model (default 4 layers, 32/8 heads of 128, f16)\n"
@@ -152,14 +156,14 @@ static int run_ops(struct end_sys *s, const struct end_workload *w,
 		case OP_TRAIN:
 			rc = s->ops->train_step(s);
 			s->user_bytes += 12 * a->train_params;
-			progress(a, wl, s->ops->name, i, w->n_ops);
+			progress(a, wl, s->name, i, w->n_ops);
 			break;
 		case OP_STEP:
 			rc = s->ops->step(s);
 			if (rc == 0 && a->sync_every && ++steps % a->sync_every == 0)
 				rc = s->ops->sync(s);
 			if ((steps & 15) == 0)
-				progress(a, wl, s->ops->name, i, w->n_ops);
+				progress(a, wl, s->name, i, w->n_ops);
 			break;
 		default:
 			break;
@@ -167,7 +171,7 @@ static int run_ops(struct end_sys *s, const struct end_workload *w,
 		if (rc)
 			return -1;
 	}
-	progress(a, wl, s->ops->name, w->n_ops, w->n_ops);
+	progress(a, wl, s->name, w->n_ops, w->n_ops);
 	return 0;
 }
 
@@ -185,6 +189,15 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 		   enum end_sys_kind k, const unsigned char *pool, size_t pool_bytes,
 		   uint64_t n_lpn, struct end_result *r, struct end_trace **keep)
 {
+	return end_run_codec(a, w, k, KVF_CODEC_NONE, pool, pool_bytes, n_lpn,
+			     r, keep);
+}
+
+int end_run_codec(const struct end_args *a, const struct end_workload *w,
+		  enum end_sys_kind k, kvf_codec c, const unsigned char *pool,
+		  size_t pool_bytes, uint64_t n_lpn, struct end_result *r,
+		  struct end_trace **keep)
+{
 	struct end_sys *s = calloc(1, sizeof(*s));
 	struct end_replay rep;
 	uint64_t t0 = bench_now_ns();
@@ -193,6 +206,8 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 	memset(r, 0, sizeof(*r));
 	r->wl = w->wl;
 	r->sys = k;
+	r->codec = end_sys_kvflash(k) ? c : KVF_CODEC_NONE;
+	end_sys_name(k, r->codec, r->name, sizeof(r->name));
 	if (s == NULL || (s->tokens = calloc(w->n_seqs + 1, sizeof(uint64_t))) == NULL) {
 		free(s);
 		snprintf(r->error, sizeof(r->error), "out of memory");
@@ -200,12 +215,14 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 	}
 	s->ops = end_sys_ops(k);
 	s->kind = k;
+	s->codec = r->codec;
+	memcpy(s->name, r->name, sizeof(s->name));
 	s->a = a;
 	s->n_seqs = w->n_seqs;
 	s->pool = pool;
 	s->pool_bytes = pool_bytes;
 	snprintf(s->dir, sizeof(s->dir), "%s/%s-%s", a->dir, end_wl_name(w->wl),
-		 s->ops->name);
+		 s->name);
 	end_trace_init(&s->tr, n_lpn);
 	rc = remove_tree(s->dir) || bench_make_dir("endurance", s->dir, NULL);
 	s->wchar0 = end_wchar();
@@ -227,7 +244,7 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 	} else {
 		snprintf(r->error, sizeof(r->error), "%s",
 			 s->error[0] ? s->error : "failed");
-		fprintf(stderr, "kvbench endurance: %s on %s: %s\n", s->ops->name,
+		fprintf(stderr, "kvbench endurance: %s on %s: %s\n", s->name,
 			end_wl_name(w->wl), r->error);
 	}
 	remove_tree(s->dir);
@@ -249,6 +266,7 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 						 "file-per-block", "per-token",
 						 "kvflash-admit" };
 	static const char *const wl_names[] = { "offline", "online", "chat", "train" };
+	static const char *const codec_names[] = { "none", "fp8", "int8", "int4" };
 	const struct bench_opt opts[] = {
 		BENCH_STR("--dir", a->dir), BENCH_STR("--plot", a->plot_dir),
 		BENCH_STR("--systems", a->systems),
@@ -282,6 +300,7 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 		BENCH_DOUBLE("--warranty", a->drive.warranty_years),
 		BENCH_DOUBLE("--tokens-per-s", a->drive.tokens_per_s),
 		BENCH_U64("--admit-tokens", a->admit_tokens, 1, UINT64_MAX),
+		BENCH_STR("--codec", a->codecs),
 		BENCH_U64("--dram-budget", a->dram_budget, 0, UINT64_MAX),
 		BENCH_BOOL("--json", a->json), BENCH_BOOL("--quiet", a->quiet),
 		{ .name = NULL },
@@ -293,8 +312,13 @@ static int parse_args(int argc, char **argv, struct end_args *a)
 	if (bench_check_heads("endurance", &a->model))
 		return 2;
 	if (check_list("--systems", a->systems, sys_names, 6) ||
-	    check_list("--workloads", a->workloads, wl_names, 4))
+	    check_list("--workloads", a->workloads, wl_names, 4) ||
+	    check_list("--codec", a->codecs, codec_names, 4))
 		return 2;
+	a->n_codecs = 0;
+	for (int c = KVF_CODEC_NONE; c <= KVF_CODEC_INT4; c++)
+		if (in_list(a->codecs, codec_names[c]))
+			a->codec[a->n_codecs++] = (kvf_codec)c;
 	if (!(a->spare > 0.0 && a->spare < 0.9))
 		return bench_usage_error("endurance", "--spare %g: use a value in (0, 0.9)", a->spare);
 	if (!(a->util > 0.0 && a->util <= 0.95))
@@ -315,7 +339,7 @@ void end_args_default(struct end_args *a)
 			   .head_dim = 128, .dtype = KVF_DTYPE_F16 },
 		.dir = "kvbench-endurance", .systems = "all", .workloads = "all",
 		.seed = 1, .sync_every = 64, .spare = 0.07, .util = 0.25,
-		.admit_tokens = 512, .dram_budget = 1ull << 30,
+		.admit_tokens = 512, .dram_budget = 1ull << 30, .codecs = "none",
 		.block_pages = 256,
 		.off_batch = 8, .off_rounds = 2, .off_prompt = 1024, .off_gen = 128,
 		.on_steps = 1000, .on_rate = 0.08, .on_max_batch = 32,
@@ -332,7 +356,8 @@ void end_args_default(struct end_args *a)
 int bench_endurance_main(int argc, char **argv)
 {
 	struct end_args a;
-	struct end_result res[WL_COUNT * SYS_COUNT];
+	/* the kvflash rows once per codec */
+	struct end_result res[WL_COUNT * (SYS_COUNT + 2 * KVF_CODEC_INT4)];
 	struct end_trace *online[SYS_COUNT] = { NULL };
 	size_t n_res = 0, pool_bytes;
 	unsigned char *pool;
@@ -344,8 +369,10 @@ int bench_endurance_main(int argc, char **argv)
 	a.drive.spare = a.spare;
 	if (bench_make_dir("endurance", a.dir, NULL))
 		return 1;
-	/* test data: random bytes (f16 K/V hardly compress); the largest
-	 * single write is the longest prompt of one layer, or a block file */
+	/* test data: random values (f16 K/V hardly compress; no system
+	 * compresses but kvflash's codec rows, whose size does not depend
+	 * on the values); the largest single write is the longest prompt of
+	 * one layer, or a block file */
 	{
 		uint64_t most = a.off_prompt;
 
@@ -363,7 +390,11 @@ int bench_endurance_main(int argc, char **argv)
 		return 1;
 	}
 	for (size_t i = 0; i < pool_bytes / 8; i++) {
-		uint64_t v = bench_mix64(i + a.seed * 0x9e3779b97f4a7c15ull);
+		/* bit 14 of each 16-bit value clear: an exponent below the
+		 * top half, so every f16 or bf16 value is finite (below 2),
+		 * which a codec store requires of what it encodes */
+		uint64_t v = bench_mix64(i + a.seed * 0x9e3779b97f4a7c15ull) &
+			     ~0x4000400040004000ull;
 
 		memcpy(pool + 8 * i, &v, 8);
 	}
@@ -386,13 +417,24 @@ int bench_endurance_main(int argc, char **argv)
 		n_lpn = (n_lpn / a.block_pages + 16) * a.block_pages;
 		for (int k = 0; k < SYS_COUNT; k++) {
 			const struct end_sys_ops *ops = end_sys_ops((enum end_sys_kind)k);
+			int kv = end_sys_kvflash((enum end_sys_kind)k);
 
 			if (!in_list(a.systems, ops->name) ||
 			    (wl == WL_TRAIN && ops->train_step == NULL))
 				continue;
-			end_run_system(&a, &w, (enum end_sys_kind)k, pool, pool_bytes, n_lpn,
-				&res[n_res++],
-				wl == WL_ONLINE && a.plot_dir ? &online[k] : NULL);
+			/* kvflash once per codec (the train workload keeps no
+			 * K/V: it has no codec rows); the others once */
+			for (uint32_t c = 0; c < (kv ? a.n_codecs : 1); c++) {
+				kvf_codec cd = kv ? a.codec[c] : KVF_CODEC_NONE;
+
+				if (wl == WL_TRAIN && cd != KVF_CODEC_NONE)
+					continue;
+				end_run_codec(&a, &w, (enum end_sys_kind)k, cd, pool,
+					      pool_bytes, n_lpn, &res[n_res++],
+					      wl == WL_ONLINE && a.plot_dir &&
+							      cd == KVF_CODEC_NONE
+						      ? &online[k] : NULL);
+			}
 		}
 		end_workload_free(&w);
 	}

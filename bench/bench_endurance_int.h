@@ -230,6 +230,8 @@ struct end_sys_ops {
 struct end_sys {
 	const struct end_sys_ops *ops;
 	enum end_sys_kind kind;
+	kvf_codec codec;         /* kvflash rows: kvf_options.codec */
+	char name[32];           /* the row's name (end_sys_name) */
 	const struct end_args *a;
 	char dir[512];           /* its own directory */
 	struct end_trace tr;     /* its block trace */
@@ -237,7 +239,7 @@ struct end_sys {
 				  * media region) */
 	uint64_t *tokens;        /* per sequence: tokens appended */
 	uint64_t n_seqs;
-	const unsigned char *pool; /* random bytes for K/V */
+	const unsigned char *pool; /* random finite f16/bf16 values for K/V */
 	size_t pool_bytes;
 	uint64_t user_bytes;     /* K/V bytes the workload handed over */
 	uint64_t host_bytes;     /* bytes handed to the file system or media */
@@ -246,12 +248,19 @@ struct end_sys {
 	uint64_t dram_only;      /* kvflash: pages freed unwritten (bytes) */
 	uint64_t wait_peak;      /* kvflash: most bytes of pages waiting in
 				  * DRAM at a step's end (bytes) */
-	uint64_t padding_bytes, cleaner_bytes; /* kvflash: by cause */
+	uint64_t data_bytes, padding_bytes, cleaner_bytes; /* kvflash: by
+						     * cause (kvf_stats) */
 	void *impl;              /* the system's own state */
 	char error[256];         /* why it failed, "" if it did not */
 };
 
 const struct end_sys_ops *end_sys_ops(enum end_sys_kind k);
+/* end_sys_kvflash - k is a kvflash row (plain or with admission): one
+ * per codec of --codec */
+int end_sys_kvflash(enum end_sys_kind k);
+/* end_sys_name - the row's name into buf: the system's, and for a kvflash
+ * row with a codec "-CODEC" after it (kvflash-int4, kvflash-admit-int4) */
+void end_sys_name(enum end_sys_kind k, kvf_codec c, char *buf, size_t cap);
 extern const struct end_sys_ops end_ops_kvflash, end_ops_rocks,
 	end_ops_rocks_tuned, end_ops_files, end_ops_token, end_ops_kvflash_admit;
 /* end_sys_fail - record why s failed (printf format); returns -1 */
@@ -296,6 +305,9 @@ struct end_args {
 	double train_steps_per_s; /* for the lifetime */
 	struct end_drive drive;
 	uint64_t admit_tokens;   /* kvflash-admit: kvf_options.admit_tokens */
+	const char *codecs;      /* --codec: comma list or "all" */
+	kvf_codec codec[4];      /* the codecs the kvflash rows run with */
+	uint32_t n_codecs;
 	uint64_t dram_budget;    /* kvflash: kvf_options.dram_budget */
 	int json;
 	int quiet;               /* no progress line */
@@ -304,6 +316,8 @@ struct end_args {
 struct end_result {
 	enum end_wl wl;
 	enum end_sys_kind sys;
+	kvf_codec codec;         /* KVF_CODEC_NONE but for kvflash rows */
+	char name[32];           /* the row's name (end_sys_name) */
 	int ok;
 	char error[256];
 	uint64_t user_bytes, host_bytes, block_bytes, nand_bytes;
@@ -314,6 +328,9 @@ struct end_result {
 	double lifetime_years, rated_years;
 	double util_mean;
 	uint64_t dram_peak, dram_only, wait_peak;
+	uint64_t data_bytes, padding_bytes; /* kvflash: of host_bytes, sealed
+					     * groups and the exact tails
+					     * syncs write */
 	double wall_s;
 	struct end_replay rep;
 };
@@ -331,6 +348,12 @@ int end_run_system(const struct end_args *a, const struct end_workload *w,
 		   enum end_sys_kind k, const unsigned char *pool,
 		   size_t pool_bytes, uint64_t n_lpn, struct end_result *r,
 		   struct end_trace **keep);
+/* end_run_codec - the same, a kvflash row with codec c (none: as
+ * end_run_system) */
+int end_run_codec(const struct end_args *a, const struct end_workload *w,
+		  enum end_sys_kind k, kvf_codec c, const unsigned char *pool,
+		  size_t pool_bytes, uint64_t n_lpn, struct end_result *r,
+		  struct end_trace **keep);
 /* end_figures - the figures of a run from its counters and replay */
 void end_figures(const struct end_args *a, const struct end_sys *s,
 		 const struct end_workload *w, const struct end_replay *rep,

@@ -52,6 +52,8 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 	r->dram_peak = s->dram_peak;
 	r->dram_only = s->dram_only;
 	r->wait_peak = s->wait_peak;
+	r->data_bytes = s->data_bytes;
+	r->padding_bytes = s->padding_bytes;
 	r->rep = *rep;
 }
 
@@ -60,13 +62,67 @@ static const char *sys_name(enum end_sys_kind k)
 	return end_sys_ops(k)->name;
 }
 
+/* find_codec - the row of system k with codec c on wl, if it ran well */
+static const struct end_result *find_codec(const struct end_result *r,
+					   size_t n, enum end_wl wl,
+					   enum end_sys_kind k, kvf_codec c)
+{
+	for (size_t i = 0; i < n; i++)
+		if (r[i].wl == wl && r[i].sys == k && r[i].codec == c && r[i].ok)
+			return &r[i];
+	return NULL;
+}
+
 static const struct end_result *find(const struct end_result *r, size_t n,
 				     enum end_wl wl, enum end_sys_kind k)
 {
-	for (size_t i = 0; i < n; i++)
-		if (r[i].wl == wl && r[i].sys == k && r[i].ok)
-			return &r[i];
-	return NULL;
+	return find_codec(r, n, wl, k, KVF_CODEC_NONE);
+}
+
+/* codec_lines - per workload, each codec's kvflash rows against the
+ * uncompressed ones and the baselines (these stay uncompressed); the
+ * target (issue 25): INT4 with admission at least 4x fewer NAND bytes
+ * per generated token than tuned RocksDB on online and chat */
+static void codec_lines(const struct end_args *a, const struct end_result *r,
+			size_t n)
+{
+	for (uint32_t c = 0; c < a->n_codecs; c++) {
+		kvf_codec cd = a->codec[c];
+
+		if (cd == KVF_CODEC_NONE)
+			continue;
+		for (int wl = 0; wl < WL_COUNT; wl++) {
+			for (int k = SYS_KVFLASH; k < SYS_COUNT; k++) {
+				const struct end_result *x, *t, *p, *rb;
+
+				if (!end_sys_kvflash((enum end_sys_kind)k) ||
+				    (x = find_codec(r, n, (enum end_wl)wl,
+						    (enum end_sys_kind)k, cd)) == NULL ||
+				    x->nand_bytes == 0)
+					continue;
+				p = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);
+				t = find(r, n, (enum end_wl)wl, SYS_ROCKS_TUNED);
+				rb = find(r, n, (enum end_wl)wl, SYS_ROCKS);
+				printf("%-8s %s: %.0f NAND B/token", end_wl_name((enum end_wl)wl),
+				       x->name, x->nand_bytes_per_token);
+				if (p)
+					printf("; %.2fx fewer than %s", (double)p->nand_bytes /
+					       (double)x->nand_bytes, p->name);
+				if (rb)
+					printf("; %.2fx fewer than rocksdb", (double)rb->nand_bytes /
+					       (double)x->nand_bytes);
+				if (t) {
+					double f = (double)t->nand_bytes / (double)x->nand_bytes;
+
+					printf("; %.2fx fewer than rocksdb-tuned", f);
+					if (cd == KVF_CODEC_INT4 && k == SYS_KVFLASH_ADMIT &&
+					    (wl == WL_ONLINE || wl == WL_CHAT))
+						printf(" (target >= 4x: %s)", f >= 4.0 ? "met" : "not met");
+				}
+				printf("; life %.2f y\n", x->lifetime_years);
+			}
+		}
+	}
 }
 
 void end_print_table(const struct end_args *a, const struct end_result *r,
@@ -78,7 +134,7 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 	printf("drive for the lifetime: %.2f TB, %.0f P/E, %.2f DWPD over %.0f years, at %.0f generated tokens/s\n\n",
 	       a->drive.capacity_bytes / 1e12, a->drive.pe_cycles, a->drive.dwpd,
 	       a->drive.warranty_years, a->drive.tokens_per_s);
-	printf("%-8s %-15s %8s %7s %7s %7s %7s %12s %10s %9s %9s %8s %6s %8s\n",
+	printf("%-8s %-18s %8s %7s %7s %7s %7s %12s %10s %9s %9s %8s %6s %8s\n",
 	       "workload", "system", "user MiB", "host", "fs", "device", "total",
 	       "NAND B/tok", "req/PBW", "life (y)", "rated (y)", "erases", "util",
 	       "DRAM MiB");
@@ -86,25 +142,27 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 		const struct end_result *x = &r[i];
 
 		if (!x->ok) {
-			printf("%-8s %-15s failed: %s\n", end_wl_name(x->wl),
-			       sys_name(x->sys), x->error);
+			printf("%-8s %-18s failed: %s\n", end_wl_name(x->wl),
+			       x->name, x->error);
 			continue;
 		}
-		printf("%-8s %-15s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f ",
-		       end_wl_name(x->wl), sys_name(x->sys),
+		printf("%-8s %-18s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f ",
+		       end_wl_name(x->wl), x->name,
 		       (double)x->user_bytes / 1048576.0, x->host_wa, x->fs_wa,
 		       x->device_wa, x->total_wa,
 		       x->wl == WL_TRAIN ? x->nand_bytes_per_step : x->nand_bytes_per_token,
 		       x->requests_per_pbw, x->lifetime_years, x->rated_years,
 		       x->rep.erase_max, x->rep.erase_mean, x->util_mean);
-		if (x->sys == SYS_KVFLASH || x->sys == SYS_KVFLASH_ADMIT)
+		if (end_sys_kvflash(x->sys))
 			printf("%8.1f\n", (double)x->dram_peak / 1048576.0);
 		else
 			printf("%8s\n", "-");
 	}
 	printf("\nhost = bytes handed to the file system (or media) / K/V bytes (train: params, m and v each step); fs = block bytes / host bytes;\n"
 	       "NAND B/tok: per generated token (train: per optimizer step, life at %g steps/s);\n", a->train_steps_per_s);
-	printf("device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n\n");
+	printf("device = NAND programs / block writes; total = NAND bytes / K/V bytes; erases = max/mean per block\n");
+	printf("K/V bytes are the f16 bytes handed over; kvflash-CODEC rows store them in that codec (kvf_options.codec), every other row\n"
+	       "stores them uncompressed: rocksdb, rocksdb-tuned, file-per-block and per-token store what they are given\n\n");
 	for (int wl = 0; wl < WL_COUNT; wl++) {
 		const struct end_result *k = find(r, n, (enum end_wl)wl, SYS_KVFLASH);
 
@@ -137,6 +195,7 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 		       (double)m->wait_peak / 1048576.0, (double)k->wait_peak / 1048576.0,
 		       (double)m->dram_peak / 1048576.0, (double)k->dram_peak / 1048576.0);
 	}
+	codec_lines(a, r, n);
 }
 
 void end_print_json(const struct end_args *a, const struct end_result *r,
@@ -153,7 +212,10 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_begin(&j, NULL);
 		bench_json_str(&j, "bench", "endurance");
 		bench_json_str(&j, "workload", end_wl_name(x->wl));
-		bench_json_str(&j, "system", sys_name(x->sys));
+		bench_json_str(&j, "system", x->name);
+		/* what the row stores the K/V as: a codec for kvflash's codec
+		 * rows, "none" (as given, uncompressed) for every other */
+		bench_json_str(&j, "codec", kvf_codec_name(x->codec));
 		bench_json_u64(&j, "ok", (uint64_t)x->ok);
 		if (!x->ok) {
 			bench_json_str(&j, "error", x->error);
@@ -186,6 +248,10 @@ void end_print_json(const struct end_args *a, const struct end_result *r,
 		bench_json_u64(&j, "dram_peak", x->dram_peak);
 		bench_json_u64(&j, "dram_only_bytes", x->dram_only);
 		bench_json_u64(&j, "dram_waiting_peak", x->wait_peak);
+		if (end_sys_kvflash(x->sys)) {
+			bench_json_u64(&j, "data_bytes", x->data_bytes);
+			bench_json_u64(&j, "padding_bytes", x->padding_bytes);
+		}
 		bench_json_double(&j, "wall_s", x->wall_s);
 		bench_json_end(&j);
 	}

@@ -111,6 +111,7 @@ static int kvf_open_with(struct end_sys *s, uint64_t admit_tokens)
 	o.direct_io = 0;
 	o.dram_budget = a->dram_budget;
 	o.admit_tokens = admit_tokens;
+	o.codec = s->codec;
 	traced = s;
 	kvf_media_trace_hook = media_hook;
 	if ((rc = kvf_open(s->dir, &o, &k->st)) != KVF_OK)
@@ -245,6 +246,7 @@ static int kvf_close_sys(struct end_sys *s)
 			s->host_bytes = st.host_bytes_written + st.metadata_bytes;
 			s->dram_peak = st.dram_peak;
 			s->dram_only = st.dram_only_bytes;
+			s->data_bytes = st.data_bytes;
 			s->padding_bytes = st.padding_bytes;
 			s->cleaner_bytes = st.cleaner_bytes;
 		}
@@ -273,6 +275,21 @@ const struct end_sys_ops end_ops_kvflash_admit = {
 	.append = kvf_append_sys, .end_seq = kvf_end_sys, .step = kvf_step_sys,
 	.sync = kvf_sync_sys, .close = kvf_close_sys,
 };
+
+int end_sys_kvflash(enum end_sys_kind k)
+{
+	return k == SYS_KVFLASH || k == SYS_KVFLASH_ADMIT;
+}
+
+void end_sys_name(enum end_sys_kind k, kvf_codec c, char *buf, size_t cap)
+{
+	const struct end_sys_ops *ops = end_sys_ops(k);
+
+	if (end_sys_kvflash(k) && c != KVF_CODEC_NONE)
+		snprintf(buf, cap, "%s-%s", ops->name, kvf_codec_name(c));
+	else
+		snprintf(buf, cap, "%s", ops ? ops->name : "?");
+}
 
 const struct end_sys_ops *end_sys_ops(enum end_sys_kind k)
 {

@@ -67,6 +67,25 @@ KVC_INLINE void store8_nib(uint8_t *row, size_t d, size_t D, __m256i v)
 {
 	int32_t c[8];
 
+	if ((d & 15) % 8 == 0 && (d & ~(size_t)15) + 16 <= D) {
+		/* dims d..d+7 of a whole chunk: the low byte of each lane
+		 * into 8 bytes, the low nibbles (dims 0-7 of the chunk) or
+		 * the high ones (8-15; codes are below 16, so the shift
+		 * stays inside each byte) of the chunk's bytes */
+		const __m256i pick = _mm256_setr_epi8(
+			0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+			0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+		__m256i b = _mm256_shuffle_epi8(v, pick);
+		__m128i q = _mm_unpacklo_epi32(_mm256_castsi256_si128(b),
+					       _mm256_extracti128_si256(b, 1));
+		uint64_t x = (uint64_t)_mm_cvtsi128_si64(q), y;
+		uint8_t *at = row + (d & ~(size_t)15) / 2;
+
+		memcpy(&y, at, sizeof(y));
+		y |= (d & 15) ? x << 4 : x;
+		memcpy(at, &y, sizeof(y));
+		return;
+	}
 	_mm256_storeu_si256((__m256i *)(void *)c, v);
 	for (int i = 0; i < 8; i++)
 		kvc_int4_put(row, (uint32_t)(d + i), (uint32_t)D, (uint32_t)c[i]);

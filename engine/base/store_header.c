@@ -223,11 +223,6 @@ static kvf_status check_options(const kvf_options *o)
 		return kvf_fail(KVF_EINVAL,
 				"kvf_open: kvf_options.codec %u is no kvf_codec (0 none, 1 fp8, 2 int8, 3 int4)",
 				o->codec);
-	if (o->codec != KVF_CODEC_NONE && o->admit_tokens != 0)
-		return kvf_fail(KVF_EINVAL,
-				"kvf_open: admit_tokens %llu with kvf_options.codec %s: admission keeps pages waiting for write-back, which a codec store does not do yet",
-				(unsigned long long)o->admit_tokens,
-				kvf_codec_name((kvf_codec)o->codec));
 	pps = seg / o->page_size;
 	while ((1ull << page_bits) < pps)
 		page_bits++;

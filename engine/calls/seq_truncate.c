@@ -148,7 +148,7 @@ static void apply_group(kvf_store *st, struct cut *c)
 		written = (uint32_t)tail;
 	else
 		written = 0; /* or encoded: its kept tokens are plain again */
-	stream_wb_cut(st, s, e);
+	stream_wb_cut(st, s, group_entry(st, g)); /* e, or g's encoded pages */
 	/* the kept tail's pages stay (they hold its first `written` tokens);
 	 * a group of several pages drops those past them, a codec store's
 	 * encoded group the pages of its encoded form */

@@ -58,9 +58,15 @@ struct stream {
 #define WB_RUN 32u /* pages of one head written back together: 128 KiB
 		    * of 4 KiB pages, one request to read back */
 
-/* Sealed groups of one stream waiting in DRAM for write-back. */
+/* Sealed groups of one stream waiting in DRAM for write-back.  Their
+ * index entries are `per` consecutive ones of every `stride` (a group's
+ * sealed pages: all of them in a plain store, a codec store's encoded
+ * or plain ones; engine/base/group.h); page[i] is entry
+ * wb_entry(w, i). */
 struct wb_run {
-	uint64_t first;               /* group of page[0] */
+	uint64_t first;               /* first entry of the group of page[0] */
+	uint32_t lead;                /* pages of that group before page[0] */
+	uint32_t per, stride;         /* as above; set with the run */
 	uint32_t n;                   /* pages waiting */
 	uint32_t stripe;              /* where they go; their room there is
 				       * promised (segtab.promised) */
@@ -71,13 +77,46 @@ struct wb_run {
 	unsigned char **spare;        /* [cap], n_spare of them */
 };
 
-/* stream_waiting - group g's page if it waits for write-back, else NULL */
-static inline const unsigned char *stream_waiting(const struct stream *s,
-						  uint64_t g)
+/* wb_entry - the index entry of w's i-th waiting page (i <= w->n: the
+ * entry the run's next page takes) */
+static inline uint64_t wb_entry(const struct wb_run *w, uint64_t i)
 {
-	if (s->wb == NULL || g < s->wb->first || g - s->wb->first >= s->wb->n)
+	i += w->lead;
+	return w->first + i / w->per * w->stride + i % w->per;
+}
+
+/* wb_below - how many of w's waiting pages have an entry below e */
+static inline uint32_t wb_below(const struct wb_run *w, uint64_t e)
+{
+	uint64_t d, i;
+
+	if (e <= w->first)
+		return 0;
+	d = e - w->first;
+	i = d / w->stride * w->per +
+	    (d % w->stride < w->per ? d % w->stride : w->per);
+	if (i <= w->lead)
+		return 0;
+	return i - w->lead < w->n ? (uint32_t)(i - w->lead) : w->n;
+}
+
+/* stream_waiting - entry e's page if it waits for write-back, else NULL */
+static inline const unsigned char *stream_waiting(const struct stream *s,
+						  uint64_t e)
+{
+	const struct wb_run *w = s->wb;
+	uint64_t d;
+
+	if (w == NULL || e < w->first)
 		return NULL;
-	return s->wb->page[g - s->wb->first];
+	d = e - w->first;
+	if (w->per != w->stride) { /* a codec store's */
+		if (d % w->stride >= w->per)
+			return NULL;
+		d = d / w->stride * w->per + d % w->stride;
+	}
+	d -= w->lead; /* below lead: wraps past n */
+	return d < w->n ? w->page[d] : NULL;
 }
 
 static inline struct page_ref stream_page(const struct stream *s, uint64_t g)

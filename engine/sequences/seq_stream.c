@@ -235,9 +235,8 @@ void stream_wb_cut(kvf_store *st, struct stream *s, uint64_t e)
 {
 	uint32_t keep;
 
-	if (s->wb == NULL || s->wb->first + s->wb->n <= e)
+	if (s->wb == NULL || (keep = wb_below(s->wb, e)) == s->wb->n)
 		return;
-	keep = e > s->wb->first ? (uint32_t)(e - s->wb->first) : 0;
 	seg_promise(st, s->wb->stripe, -(int32_t)(s->wb->n - keep));
 	atomic_fetch_add(&st->c.dram_only_bytes,
 			 (uint64_t)(s->wb->n - keep) * st->hdr.page_size);

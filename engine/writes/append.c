@@ -68,33 +68,62 @@ static kvf_status seal(kvf_store *st, struct seq *seq, struct stream *s,
 	return rc;
 }
 
+/* group_sealed_form - the pages stream s's full group, which its group
+ * buffer holds, is sealed as (*pg): its rows, or encoded into enc (P
+ * pages, zero past the group) for K and V of a codec store */
+static kvf_status group_sealed_form(kvf_store *st, const struct stream *s,
+				    unsigned char *enc, const unsigned char **pg)
+{
+	const struct kvc_codec_layout *lay = stream_codec(st, s);
+
+	*pg = s->gbuf;
+	if (lay == NULL)
+		return KVF_OK;
+	/* the values were checked when appended (codec_check) */
+	/* K's and V's groups differ in size: clear what the last one left
+	 * past this one, so a page's bytes are its own */
+	memset(enc + lay->group_bytes, 0,
+	       (size_t)st->group_pages * st->hdr.page_size - lay->group_bytes);
+	*pg = enc;
+	return st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
+}
+
 /* seal_group - place stream s's full group g, which its group buffer
  * holds, on media: plain rows, or encoded through enc (P pages, zero past
  * the group) for K and V of a codec store */
 static kvf_status seal_group(kvf_store *st, struct seq *seq, struct stream *s,
 			     uint32_t sid, uint64_t g, unsigned char *enc)
 {
-	const struct kvc_codec_layout *lay = stream_codec(st, s);
 	uint32_t n = group_sealed_pages(st, s);
+	const unsigned char *pg;
 	kvf_status rc;
 
-	if (lay == NULL) {
-		rc = seal(st, seq, s, sid, group_sealed_entry(st, s, g),
-			  s->gbuf, n);
-	} else {
-		/* the values were checked when appended (codec_check) */
-		/* K's and V's groups differ in size: clear what the last
-		 * one left past this one, so a page's bytes are its own */
-		memset(enc + lay->group_bytes, 0,
-		       (size_t)n * st->hdr.page_size - lay->group_bytes);
-		rc = st->ck->encode(lay, s->gbuf, (kvf_dtype)st->hdr.dtype, enc);
-		/* the plain pages a sync wrote of it stay the record's until
-		 * one states the group sealed (seq_record_done) */
-		if (rc == KVF_OK)
-			rc = seal(st, seq, s, sid, group_entry(st, g), enc, n);
-	}
+	/* the plain pages a sync wrote of an encoded group stay the
+	 * record's until one states the group sealed (seq_record_done) */
+	if ((rc = group_sealed_form(st, s, enc, &pg)) == KVF_OK)
+		rc = seal(st, seq, s, sid, group_sealed_entry(st, s, g), pg, n);
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.data_bytes, (uint64_t)n * st->hdr.page_size);
+	return rc;
+}
+
+/* seal_waiting - stream s's full group g, which its group buffer holds,
+ * waits for write-back (wb_prepare said so) in its sealed form */
+static kvf_status seal_waiting(kvf_store *st, struct seq *seq,
+			       struct stream *s, uint32_t sid, uint64_t g,
+			       unsigned char *enc)
+{
+	uint64_t e = group_sealed_entry(st, s, g);
+	const unsigned char *pg;
+	struct prof_mark pm;
+	kvf_status rc;
+
+	rc = group_sealed_form(st, s, enc, &pg); /* the encode: a copy */
+	pm = prof_begin(&st->prof);
+	for (uint32_t p = 0; p < group_sealed_pages(st, s) && rc == KVF_OK; p++)
+		rc = wb_seal(st, seq, s, sid, e + p,
+			     pg + (size_t)p * st->hdr.page_size);
+	prof_end(&st->prof, PROF_TIER, pm);
 	return rc;
 }
 
@@ -179,24 +208,13 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		    k > 0) {
 			struct prof_mark m = prof_begin(&st->prof);
 
-			rc = wb_prepare(st, seq, src[i].s, src[i].sid, k * P,
+			rc = wb_prepare(st, seq, src[i].s, src[i].sid,
+					k * group_sealed_pages(st, src[i].s),
 					&src[i].waits);
 			prof_end(&st->prof, PROF_TIER, m);
 		}
-		if (st->codec == KVF_CODEC_NONE) {
-			wb_plan(st, src[i].s, src[i].sid, g0 * P, k * P,
-				src[i].waits, pages, own);
-			continue;
-		}
-		/* a codec store writes as groups seal (wb_enabled): the
-		 * sealed groups' entries are not consecutive */
-		for (uint64_t j = 0; j < k; j++) {
-			struct stream *s = src[i].s;
-			uint64_t e = group_sealed_entry(st, s, g0 + j);
-
-			for (uint32_t p = 0; p < group_sealed_pages(st, s); p++)
-				pages[stream_stripe(st, src[i].sid, e + p)]++;
-		}
+		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
+			own);
 	}
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
@@ -245,13 +263,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			done += m;
 			t += m;
 			if (at + m == G && waits) {
-				struct prof_mark pm = prof_begin(&st->prof);
-
-				for (uint32_t p = 0; p < P && rc == KVF_OK; p++)
-					rc = wb_seal(st, seq, s, src[i].sid,
-						     (t / G - 1) * P + p,
-						     s->gbuf + (size_t)p * st->hdr.page_size);
-				prof_end(&st->prof, PROF_TIER, pm);
+				rc = seal_waiting(st, seq, s, src[i].sid,
+						  t / G - 1, enc);
 				s->tail_written = 0;
 			} else if (at + m == G) {
 				rc = seal_group(st, seq, s, src[i].sid, t / G - 1,
@@ -336,6 +349,50 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
+/* values_ok - every one of the n values at p (of dt) is finite and of
+ * magnitude <= KVC_CODEC_MAX_ABS: its bits, sign cleared, at most the
+ * largest such value's, top (NaN and infinities have larger ones).  The
+ * 16-bit types four at a time: (bits & 0x7fff) + (0x7fff - top) reaches
+ * bit 15 of its lane exactly when bits & 0x7fff > top, and never
+ * carries out of it.  Converting each value cost more than the encode
+ * (kvbench append --codec) */
+static int values_ok(const void *p, size_t n, kvf_dtype dt)
+{
+	uint64_t bad = 0;
+	size_t i = 0;
+
+	if (dt == KVF_DTYPE_F32) {
+		const uint32_t *w = p;
+		float lim = KVC_CODEC_MAX_ABS;
+		uint32_t top;
+
+		memcpy(&top, &lim, sizeof(top));
+		for (; i < n; i++)
+			bad |= (w[i] & 0x7fffffffu) > top;
+	} else {
+		/* f16: every finite value is <= 65504 (0x7bff; 0x7c00 is
+		 * infinity); bf16: 0x477f is 65280, the next 65536 */
+		const unsigned char *b = p;
+		uint64_t top = dt == KVF_DTYPE_F16 ? 0x7bff : 0x477f;
+		uint64_t add = (0x7fff - top) * 0x0001000100010001ull;
+
+		for (; i + 4 <= n; i += 4) {
+			uint64_t w;
+
+			memcpy(&w, b + 2 * i, sizeof(w));
+			bad |= (w & 0x7fff7fff7fff7fffull) + add;
+		}
+		bad &= 0x8000800080008000ull;
+		for (; i < n; i++) {
+			uint16_t h;
+
+			memcpy(&h, b + 2 * i, sizeof(h));
+			bad |= (uint64_t)((h & 0x7fffu) > top);
+		}
+	}
+	return bad == 0;
+}
+
 /* codec_check - on a codec store, every K and V value of an append must
  * be one the encoder takes when its group seals (finite, within the f16
  * range), so the append is refused now, before anything changes, rather
@@ -349,6 +406,9 @@ static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
 
 	if (st->codec == KVF_CODEC_NONE)
 		return KVF_OK;
+	if (values_ok(k, (size_t)n * per, dt) && values_ok(v, (size_t)n * per, dt))
+		return KVF_OK;
+	/* one is not: find it, for the message */
 	for (int kind = 0; kind < 2; kind++)
 		for (size_t i = 0; i < (size_t)n * per; i++) {
 			float x = kvc_elt(kind ? v : k, i, dt);

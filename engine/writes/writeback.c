@@ -7,6 +7,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "engine/base/group.h"
 #include "engine/base/key.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
@@ -23,11 +24,7 @@ int wb_enabled(kvf_store *st, const struct seq *seq, uint32_t sid)
 {
 	enum kv_kind k = stream_kind(sid);
 
-	/* a codec store's sealed groups take entries that are not
-	 * consecutive (engine/base/group.h), which a run of waiting pages
-	 * assumes: they are written as they seal */
 	return st->tier.budget != 0 && st->hdr.media != KVF_MEDIA_MEMORY &&
-	       st->codec == KVF_CODEC_NONE &&
 	       seq->ns == SEQ_NS_USER &&
 	       (k == KIND_K || k == KIND_V || k == KIND_X);
 }
@@ -55,24 +52,37 @@ void wb_flush_plan(const struct stream *s, uint32_t *pages, uint32_t *own)
 void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own)
 {
-	uint32_t waiting = s->wb ? s->wb->n : 0, n = waiting;
-	uint32_t stripe = n ? s->wb->stripe : run_stripe(st, sid, g0);
+	const struct wb_run *w = s->wb;
+	uint32_t waiting = w ? w->n : 0, n = waiting;
+	uint32_t per = group_sealed_pages(st, s), stripe = n ? w->stripe : 0;
 
 	if (k == 0)
 		return;
 	if (!waits) {
 		wb_flush_plan(s, pages, own);
-		for (uint64_t j = 0; j < k; j++)
-			pages[stream_stripe(st, sid, g0 + j)]++;
+		for (uint64_t j = 0; j < k; j++) {
+			uint64_t e = group_sealed_entry(st, s, g0 + j);
+
+			for (uint32_t p = 0; p < per; p++)
+				pages[stream_stripe(st, sid, e + p)]++;
+		}
 		return;
+	}
+	/* a run the new pages do not continue goes out first (wb_seal) */
+	if (n && group_sealed_entry(st, s, g0) != wb_entry(w, n)) {
+		pages[stripe] += n;
+		own[stripe] += n;
+		n = waiting = 0;
 	}
 	/* a run that fills goes out now (the pages that waited before
 	 * this append with their promised room); the new pages that go on
 	 * waiting are counted too, so that an append is refused KVF_ENOSPC
 	 * when the media could not take what it adds, as without the tier */
-	for (uint64_t j = 0; j < k; j++) {
+	for (uint64_t j = 0; j < k * per; j++) {
 		if (n == 0)
-			stripe = run_stripe(st, sid, g0 + j);
+			stripe = run_stripe(st, sid,
+					    group_sealed_entry(st, s, g0 + j / per) +
+						    j % per);
 		if (++n == WB_RUN) {
 			pages[stripe] += WB_RUN;
 			own[stripe] += waiting;
@@ -84,7 +94,7 @@ void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 		pages[stripe] += n - waiting;
 }
 
-/* place - put page as s's group g on stripe now */
+/* place - put page as s's index entry g on stripe now */
 static kvf_status place(kvf_store *st, struct seq *seq, struct stream *s,
 			uint32_t sid, uint64_t g, const unsigned char *page,
 			uint32_t stripe)
@@ -116,7 +126,8 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 	 * promised room is in the caller's reservation (wb_flush_plan) */
 	stripe = w->stripe;
 	for (; done < w->n && rc == KVF_OK; done++)
-		rc = place(st, seq, s, sid, w->first + done, w->page[done], stripe);
+		rc = place(st, seq, s, sid, wb_entry(w, done), w->page[done],
+			   stripe);
 	if (rc != KVF_OK) {
 		done--; /* what is left waits on, its room promised again */
 		seg_promise(st, stripe, (int32_t)(w->n - done));
@@ -127,7 +138,9 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 	}
 	/* what a failure left waits on, from the first page not placed */
 	memmove(w->page, w->page + done, (size_t)(w->n - done) * sizeof(w->page[0]));
-	w->first += done;
+	w->lead += done;
+	w->first += (uint64_t)(w->lead / w->per) * w->stride;
+	w->lead %= w->per;
 	w->n -= done;
 	if (done)
 		atomic_fetch_add(&st->c.wb_runs, 1);
@@ -182,6 +195,8 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 			tier_release(st, sizeof(*w));
 			return kvf_fail(KVF_ENOMEM, "out of memory for write-back");
 		}
+		s->wb->per = group_sealed_pages(st, s);
+		s->wb->stride = st->group_stride;
 	}
 	w = s->wb;
 	if (wb_grow(st, w, w->n + k > WB_RUN ? w->n + k : WB_RUN) != KVF_OK) {
@@ -251,13 +266,16 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	unsigned char *page;
 	kvf_status rc;
 
-	if (w->n && g != w->first + w->n && (rc = wb_flush(st, seq, s, sid)) != KVF_OK)
+	if (w->n && g != wb_entry(w, w->n) && (rc = wb_flush(st, seq, s, sid)) != KVF_OK)
 		return rc;
 	page = w->spare[--w->n_spare]; /* wb_prepare made it */
 	memcpy(page, src, st->hdr.page_size);
 	atomic_fetch_add(&st->c.wb_bytes, st->hdr.page_size);
 	if (w->n == 0) {
-		w->first = g;
+		/* g may be any of its group's sealed pages (a run that
+		 * filled may have ended inside the group): lead pages in */
+		w->lead = (uint32_t)(g - group_sealed_entry(st, s, g / w->stride));
+		w->first = g - w->lead;
 		w->stripe = run_stripe(st, sid, g);
 	}
 	w->page[w->n++] = page;

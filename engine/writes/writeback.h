@@ -4,8 +4,10 @@
  * runs of WB_RUN pages of one head, contiguous in a segment, so a head
  * written a token at a time reads back in long sequential runs.
  *
- * A stream's waiting pages are consecutive groups [wb->first, wb->first +
- * wb->n); readers find them before the index (stream_waiting, seq.h).  A
+ * A stream's waiting pages are the sealed pages of consecutive groups
+ * (struct wb_run: all the entries of a plain store's groups, the encoded
+ * or plain entries of a codec store's, engine/base/group.h); readers find
+ * them before the index (stream_waiting, seq_state.h).  A
  * run goes out when it is full, when the tier has no room for another
  * page, and at every kvf_sync (and a fork, of the parent), which keeps the
  * durability contract: what a sync returned OK for is on media.  Only the
@@ -40,7 +42,7 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 void wb_unprepare(kvf_store *st, struct stream *s);
 
 /*
- * wb_plan - count on pages[stripe] what sealing entries [g0, g0 + k) of s
+ * wb_plan - count on pages[stripe] what sealing groups [g0, g0 + k) of s
  * needs of the media: with waits, the runs that fill and the new pages
  * that go on waiting (so that an append is refused KVF_ENOSPC as it
  * would be without the tier); else the waiting run and every group.  On
@@ -51,8 +53,9 @@ void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own);
 
 /*
- * wb_seal - s's index entry g, the page at src (a page of a full group in
- * its group buffer; engine/base/group.h), waits for write-back
+ * wb_seal - s's index entry g, the page at src (a sealed page of a full
+ * group: its rows, or its encoded form; engine/base/group.h), waits for
+ * write-back
  * (wb_prepare said so); a run that fills is placed.  A page placed
  * supersedes what the index has for its entry then.
  * Return: KVF_OK; the placement's error (KVF_ENOSPC, KVF_EFATAL).

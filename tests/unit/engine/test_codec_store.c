@@ -9,7 +9,9 @@
  * fork and a truncation inside an encoded group (its kept tokens exact
  * again, as decoded), kvf_verify; and dense, batch and multi-query
  * attention against a double reference on the decoded values (tight) and
- * on the values appended (cosine, the codec's accuracy).
+ * on the values appended (cosine, the codec's accuracy); admission
+ * (kvf_options.admit_tokens) with every codec: encoded groups waiting in
+ * DRAM until admitted (test_admit.c has the uncompressed store's).
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -64,7 +66,7 @@ static void model_init(struct cmodel *m, kvf_codec codec, kvf_dtype dt,
 	m->dt = dt;
 	m->dim = dim;
 	m->gt = G_;
-	m->cap = 8 * (uint64_t)G_ + 64;
+	m->cap = 20 * (uint64_t)G_ + 64;
 	m->eb = fx_elt_size(dt);
 	m->rng = rng_seed("codec_store");
 	for (int l = 0; l < LAYERS; l++)
@@ -464,10 +466,6 @@ Test(codec_store, option_refused_before_anything_is_made)
 	o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, 2);
 	fx_refused(p, &o, KVF_EINVAL, "kvf_options.codec int8", "head_dim 2",
 		   "a head the codec makes no smaller");
-	o = codec_opts(KVF_CODEC_INT4, KVF_DTYPE_F16, DIM);
-	o.admit_tokens = 64;
-	fx_refused(p, &o, KVF_EINVAL, "admit_tokens", "int4",
-		   "admission with a codec");
 	/* FP8 of head_dim 1 does compress (one scale a group) */
 	o = codec_opts(KVF_CODEC_FP8, KVF_DTYPE_F16, 1);
 	OK(kvf_open(p, &o, &st));
@@ -550,11 +548,13 @@ static void refused_value(kvf_dtype dt, float bad, int kind)
 	size_t eb = fx_elt_size(dt), n = 6 * KVH * DIM;
 	unsigned char *k = calloc(n, eb), *v = calloc(n, eb);
 	unsigned char *rk = calloc(n, eb), *rv = calloc(n, eb);
-	char name[32];
+	static int runs; /* a store each */
+	char name[40];
 	kvf_store *st;
 	uint64_t len;
 
-	snprintf(name, sizeof(name), "bad_%s_%d", kvf_dtype_name(dt), kind);
+	snprintf(name, sizeof(name), "bad_%s_%d_%d", kvf_dtype_name(dt), kind,
+		 runs++);
 	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
 	OK(kvf_seq_create(st, 1));
 	for (size_t i = 0; i < n; i++) {
@@ -581,8 +581,34 @@ static void refused_value(kvf_dtype dt, float bad, int kind)
 	free(rv);
 }
 
+/* accepted_value - the largest magnitudes a codec takes go in (the check
+ * compares bits: its edges) */
+static void accepted_value(kvf_dtype dt, float good, int kind)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT4, dt, DIM);
+	size_t eb = fx_elt_size(dt), n = 5 * KVH * DIM;
+	unsigned char *k = calloc(n, eb), *v = calloc(n, eb);
+	char name[32];
+	kvf_store *st;
+
+	snprintf(name, sizeof(name), "edge_%s_%d", kvf_dtype_name(dt), kind);
+	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	fx_put_f(dt, kind ? v : k, n - 1, good); /* the last value */
+	fx_put_f(dt, kind ? v : k, 2 * KVH * DIM + 6, -good);
+	OK(kvf_append(st, 1, 0, 5, k, v));
+	OK(kvf_close(st));
+	free(k);
+	free(v);
+}
+
 Test(codec_store, values_a_codec_cannot_hold_are_refused)
 {
+	accepted_value(KVF_DTYPE_F16, 65504.0f, 0);
+	accepted_value(KVF_DTYPE_BF16, 65280.0f, 1);
+	accepted_value(KVF_DTYPE_F32, 65504.0f, 0);
+	refused_value(KVF_DTYPE_BF16, 65536.0f, 0);
+	refused_value(KVF_DTYPE_F32, nextafterf(65504.0f, INFINITY), 1);
 	refused_value(KVF_DTYPE_F32, 1e5f, 0);
 	refused_value(KVF_DTYPE_F32, -70000.0f, 1);
 	refused_value(KVF_DTYPE_BF16, INFINITY, 1);
@@ -895,4 +921,142 @@ Test(codec_store, prefix_reuse_shares_encoded_groups)
 	model_free(&m);
 	model_free(&c);
 	free(ids);
+}
+
+static kvf_stats codec_stats(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s;
+}
+
+/* model_decode - n decode steps (a token at a time) on both layers */
+static void model_decode(struct cmodel *m, kvf_store *st, uint64_t seq,
+			 uint32_t n)
+{
+	for (uint32_t t = 0; t < n; t++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			model_append(m, st, seq, l, 1);
+}
+
+/* admission (kvf_options.admit_tokens, engine/writes/writeback.h) with a
+ * codec: a sequence's encoded groups wait in the memory tier, off the
+ * media, and read and attend as the model says; a sync leaves them
+ * there; a truncation into a waiting encoded group drops it; reaching
+ * the threshold writes them; a reopen reads back the decoded values bit
+ * for bit (within the codec's error of the values appended: the
+ * cosine); a sequence freed before it is admitted costs no write */
+static void admission(kvf_codec c, uint32_t dim)
+{
+	kvf_options o = codec_opts(c, KVF_DTYPE_F16, dim);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	struct cmodel m, d;
+	kvf_stats s0, s1;
+	kvf_store *st;
+	char name[40];
+	const char *p;
+	uint32_t G_;
+
+	snprintf(name, sizeof(name), "admit_%s_%u", kvf_codec_name(c), dim);
+	p = strdup(tmp_path(fx.dir, name));
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	G_ = si.group_tokens;
+	OK(kvf_close(st));
+	cr_assert(dim == DIM || si.group_pages > 1, "%s: P = %u", name,
+		  si.group_pages);
+	o.admit_tokens = 5 * (uint64_t)G_;
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_sync(st));
+	s0 = codec_stats(st);
+	model_init(&m, c, KVF_DTYPE_F16, dim, G_);
+	OK(kvf_seq_create(st, 1));
+	model_append(&m, st, 1, 0, 2 * G_ + 3); /* a prefill */
+	model_append(&m, st, 1, 1, 2 * G_ + 3);
+	model_decode(&m, st, 1, G_); /* seals group 2 a token at a time */
+	model_reads(&m, st, 1, "waiting");
+	model_attends(&m, st, 1, "waiting");
+	OK(kvf_sync(st)); /* not admitted: nothing written */
+	s1 = codec_stats(st);
+	cr_assert(eq(u64, s1.host_bytes_written, s0.host_bytes_written),
+		  "%s: written before admission", name);
+	/* 3 encoded groups of P pages per K/V stream wait */
+	cr_assert(eq(u64, s1.writeback_bytes,
+		     (uint64_t)3 * LAYERS * 2 * KVH * si.group_pages * si.page_size),
+		  "%s: %llu bytes wait", name,
+		  (unsigned long long)s1.writeback_bytes);
+	/* a cut inside waiting group 2, then into group 1: their encoded
+	 * pages go, the kept tokens are a plain tail again */
+	OK(kvf_seq_truncate(st, 1, 2 * G_ + 5));
+	model_truncate(&m, 2 * G_ + 5);
+	OK(kvf_seq_truncate(st, 1, G_ + 7));
+	model_truncate(&m, G_ + 7);
+	model_reads(&m, st, 1, "cut while waiting");
+	cr_assert(eq(u64, codec_stats(st).writeback_bytes,
+		     (uint64_t)LAYERS * 2 * KVH * si.group_pages * si.page_size));
+	model_decode(&m, st, 1, 2 * G_);
+	model_reads(&m, st, 1, "grown again");
+	cr_assert(eq(u64, codec_stats(st).host_bytes_written,
+		     s0.host_bytes_written));
+	/* reaching admit_tokens (5 G) writes what waits: groups 0 to 3
+	 * (the step that seals group 4 admits first) */
+	model_decode(&m, st, 1, 2 * G_);
+	s1 = codec_stats(st);
+	cr_assert(s1.host_bytes_written >= s0.host_bytes_written +
+		  (uint64_t)4 * LAYERS * 2 * KVH * si.group_pages * si.page_size,
+		  "%s: admitted, written", name);
+	/* admitted: decode steps wait as delayed write-back, a sync writes
+	 * them */
+	model_decode(&m, st, 1, G_ + 9);
+	model_reads(&m, st, 1, "admitted");
+	if (si.group_pages > 1) {
+		/* past WB_RUN (32) pages of one stream: with P = 3 a run
+		 * fills inside a group, the next starts lead pages in */
+		uint64_t runs = codec_stats(st).writeback_runs;
+
+		model_decode(&m, st, 1, 12 * G_);
+		/* every K and V stream filled a run (36 pages, more waiting) */
+		cr_assert(codec_stats(st).writeback_runs >= runs + LAYERS * 2 * KVH);
+		model_reads(&m, st, 1, "runs inside groups");
+		model_attends(&m, st, 1, "runs inside groups");
+	}
+	OK(kvf_sync(st));
+	cr_assert(eq(u64, codec_stats(st).writeback_bytes, 0));
+	/* a sequence freed while it waits costs no write */
+	s0 = codec_stats(st);
+	model_init(&d, c, KVF_DTYPE_F16, dim, G_);
+	d.rng = rng_seed("dropped");
+	OK(kvf_seq_create(st, 2));
+	model_append(&d, st, 2, 0, 3 * G_);
+	model_append(&d, st, 2, 1, 3 * G_);
+	model_reads(&d, st, 2, "to be freed");
+	OK(kvf_sync(st));
+	OK(kvf_seq_free(st, 2));
+	s1 = codec_stats(st);
+	cr_assert(eq(u64, s1.host_bytes_written, s0.host_bytes_written),
+		  "%s: a freed sequence wrote", name);
+	cr_assert(s1.dram_only_bytes >= s0.dram_only_bytes +
+		  (uint64_t)3 * LAYERS * 2 * KVH * si.group_pages * si.page_size);
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	model_reads(&m, st, 1, "reopened");
+	model_attends(&m, st, 1, "reopened");
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	cr_assert(eq(u32, vr.bad_segments, 0));
+	OK(kvf_close(st));
+	model_free(&m);
+	model_free(&d);
+	free((void *)p);
+}
+
+Test(codec_store, admission_with_every_codec)
+{
+	admission(KVF_CODEC_FP8, DIM);
+	admission(KVF_CODEC_INT8, DIM);
+	admission(KVF_CODEC_INT4, DIM);
+	/* groups of several pages (P = 3 at head_dim 600) */
+	admission(KVF_CODEC_INT8, 600);
 }
