@@ -308,5 +308,5 @@ void kvc_codec_decode_scalar(const struct kvc_codec_layout *l,
 	for (uint32_t t = 0; t < n; t++)
 		for (uint32_t d = 0; d < D; d++)
 			put_value(dst, (size_t)t * D + d, dtype,
-				  value_at(l, grp, t0 + t, d));
+				  kvc_clamp(value_at(l, grp, t0 + t, d)));
 }

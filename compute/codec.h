@@ -21,7 +21,10 @@
  *	FP8   e4m3(code) * scale
  *	INT8  code * scale[channel or token]
  *	INT4  zero[c or t] + code * scale[c or t], code in 0..15
- * where K takes the channel's (dim's) entry and V the token's.  Every
+ * where K takes the channel's (dim's) entry and V the token's, then
+ * clamped to +-KVC_CODEC_MAX_ABS: a scale rounds up, so code * scale can
+ * pass the largest value taken by a little (INT8 of 65504: 127 * 516),
+ * and a decoded tail (after a cut or a fork) is encoded again.  Every
  * value is computed in f32 in that order, no fused multiply-add, so the
  * scalar and AVX2 decoders give the same bits, and so do the encoders.
  *
@@ -46,6 +49,13 @@
 
 #define KVC_CODEC_ALIGN 16          /* bytes; region and group boundary */
 #define KVC_CODEC_MAX_ABS 65504.0f  /* largest magnitude an encoder takes */
+
+/* kvc_clamp - a decoded value within what an encoder takes */
+static inline float kvc_clamp(float x)
+{
+	return x > KVC_CODEC_MAX_ABS ? KVC_CODEC_MAX_ABS :
+	       x < -KVC_CODEC_MAX_ABS ? -KVC_CODEC_MAX_ABS : x;
+}
 #define KVC_CODEC_MAX_DIM 1024u     /* head_dim limit (kvf_model's) */
 #define KVC_CODEC_MAX_TOKENS 65536u /* tokens per group limit */
 

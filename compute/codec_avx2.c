@@ -370,6 +370,8 @@ KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 {
 	size_t D = l->head_dim;
 	int k = l->kind == KVF_KIND_K;
+	const __m256 hi = _mm256_set1_ps(KVC_CODEC_MAX_ABS);
+	const __m256 lo = _mm256_set1_ps(-KVC_CODEC_MAX_ABS);
 
 	for (uint32_t j = 0; j < n; j++) {
 		uint32_t t = t0 + j;
@@ -392,6 +394,7 @@ KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 			v = _mm256_mul_ps(dec8(row, d, c), s);
 			if (c == KVF_CODEC_INT4)
 				v = _mm256_add_ps(z, v);
+			v = _mm256_min_ps(_mm256_max_ps(v, lo), hi); /* kvc_clamp */
 			store_dt(dst, (size_t)j * D + d, dt, v);
 		}
 	}

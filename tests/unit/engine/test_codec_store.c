@@ -582,22 +582,51 @@ static void refused_value(kvf_dtype dt, float bad, int kind)
 }
 
 /* accepted_value - the largest magnitudes a codec takes go in (the check
- * compares bits: its edges) */
+ * compares bits: its edges), read back within the range the encoder takes
+ * once their group is sealed (a scale rounds up, so code x scale can pass
+ * it: decoding clamps), and a cut into the group, whose decoded tokens
+ * become the tail, seals again */
 static void accepted_value(kvf_dtype dt, float good, int kind)
 {
 	kvf_options o = codec_opts(KVF_CODEC_INT4, dt, DIM);
-	size_t eb = fx_elt_size(dt), n = 5 * KVH * DIM;
-	unsigned char *k = calloc(n, eb), *v = calloc(n, eb);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	size_t eb = fx_elt_size(dt), n, row = (size_t)KVH * DIM;
+	unsigned char *k, *v;
+	float *rk, *rv;
 	char name[32];
 	kvf_store *st;
+	uint32_t g;
 
 	snprintf(name, sizeof(name), "edge_%s_%d", kvf_dtype_name(dt), kind);
 	OK(kvf_open(tmp_path(fx.dir, name), &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	g = si.group_tokens;
+	n = (size_t)g * row;
+	k = calloc(n, eb);
+	v = calloc(n, eb);
+	rk = calloc((size_t)g * DIM, sizeof(float));
+	rv = calloc((size_t)g * DIM, sizeof(float));
+	cr_assert(k && v && rk && rv);
 	OK(kvf_seq_create(st, 1));
 	fx_put_f(dt, kind ? v : k, n - 1, good); /* the last value */
-	fx_put_f(dt, kind ? v : k, 2 * KVH * DIM + 6, -good);
-	OK(kvf_append(st, 1, 0, 5, k, v));
+	fx_put_f(dt, kind ? v : k, 2 * row + 6, -good);
+	fx_put_f(dt, kind ? v : k, 3 * row + DIM - 1, -good);
+	for (uint32_t l = 0; l < o.model.n_layers; l++)
+		OK(kvf_append(st, 1, l, g, k, v));
+	for (uint32_t h = 0; h < KVH; h++) {
+		OK(kvf_read_as(st, 1, 0, h, 0, g, KVF_DTYPE_F32, rk, rv));
+		for (size_t i = 0; i < (size_t)g * DIM; i++)
+			cr_assert(fabsf(rk[i]) <= 65504.0f &&
+					  fabsf(rv[i]) <= 65504.0f,
+				  "%s head %u element %zu: %g, %g",
+				  kvf_dtype_name(dt), h, i, rk[i], rv[i]);
+	}
+	OK(kvf_seq_truncate(st, 1, g - 1));
+	OK(kvf_append(st, 1, 0, 1, k + (n - row) * eb, v + (n - row) * eb));
+	OK(kvf_read_as(st, 1, 0, 0, g - 1, g, KVF_DTYPE_F32, rk, rv));
 	OK(kvf_close(st));
+	free(rk);
+	free(rv);
 	free(k);
 	free(v);
 }
