@@ -425,6 +425,7 @@ int attend_model_main(const struct attend_args *a)
 	struct weights w = { 0 };
 	struct run r = { .w = &w, .window = a->window };
 	double loss[N_MODEL_MODES], loss_codec = 0;
+	uint32_t codec_group = 0; /* G of the codec's store */
 	/* with --codec: the reference and dense, then dense with the codec */
 	uint32_t n_modes = a->codec != KVF_CODEC_NONE ? 2 : N_MODEL_MODES;
 	const char *cname = kvf_codec_name(a->codec);
@@ -492,8 +493,10 @@ int attend_model_main(const struct attend_args *a)
 		kvf_close(r.st);
 		r.st = NULL;
 		if (bench_remove_store(store_dir) != 0 ||
-		    open_store(store_dir, &w, r.window, a->codec, &r.st) != 0 ||
-		    run_mode(&r, &model_modes[1], ids, n_ids, a->windows,
+		    open_store(store_dir, &w, r.window, a->codec, &r.st) != 0)
+			goto out;
+		codec_group = group_tokens(r.st);
+		if (run_mode(&r, &model_modes[1], ids, n_ids, a->windows,
 			     &loss_codec) != 0)
 			goto out;
 	}
@@ -516,6 +519,7 @@ int attend_model_main(const struct attend_args *a)
 		if (a->codec != KVF_CODEC_NONE) {
 			bench_json_begin(&j, "dense_codec");
 			bench_json_str(&j, "codec", cname);
+			bench_json_u64(&j, "group_tokens", codec_group);
 			bench_json_double(&j, "loss", loss_codec);
 			bench_json_double(&j, "perplexity", exp(loss_codec));
 			bench_json_double(&j, "vs_dense", exp(loss_codec - loss[1]) - 1);
@@ -535,9 +539,9 @@ int attend_model_main(const struct attend_args *a)
 			printf("%-24s %10.4f %10.2f %+9.1f%%\n", model_modes[i].name,
 			       loss[i], exp(loss[i]), 100 * (exp(loss[i] - loss[1]) - 1));
 		if (a->codec != KVF_CODEC_NONE)
-			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%%\n", cname,
-			       loss_codec, exp(loss_codec),
-			       100 * (exp(loss_codec - loss[1]) - 1));
+			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%% (%u tokens a group)\n",
+			       cname, loss_codec, exp(loss_codec),
+			       100 * (exp(loss_codec - loss[1]) - 1), codec_group);
 	}
 	rc = 0;
 out:
