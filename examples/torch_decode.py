@@ -5,6 +5,7 @@ checked token for token against the same model with torch's own cache.
 
     python3 examples/torch_decode.py                 # the check (tests run it)
     python3 examples/torch_decode.py --bench         # tokens/s side by side
+    python3 examples/torch_decode.py --compare       # each codec's accuracy
 
 The check: a batch of prompts of different lengths is prefilled in chunks
 (K/V appended, then the chunk's queries attended at their positions with
@@ -22,6 +23,12 @@ store's reads and attention overlap the model's own compute).  With
 --limit-gib the run happens in a child process whose data memory is capped
 (RLIMIT_DATA): a working set larger than that does not fit in memory, so
 torch's cache cannot hold it while kvflash streams it from the file store.
+
+The comparison (at the end of this file): greedy decoding with the KV in
+an uncompressed store and, fed the same tokens in lockstep, in a store of
+each codec (fp8, int8, int4); per codec the share of steps whose argmax
+token agrees and the mean KL divergence of the next-token distribution
+(docs/compression.md, "Accuracy").
 """
 
 import argparse
@@ -566,7 +573,15 @@ def compare(args):
             print("torch_decode.py: --codecs: %r is not one of none, %s" % (
                 c, ", ".join(CODECS)), file=sys.stderr)
             return 2
-    steps = args.steps or 512
+    if args.dtype not in DTYPES:
+        print("torch_decode.py: --dtype: %r is not one of %s" % (
+            args.dtype, ", ".join(DTYPES)), file=sys.stderr)
+        return 2
+    steps = 512 if args.steps is None else args.steps
+    if steps < 1:
+        print("torch_decode.py: --steps: %d is not a count of steps" % steps,
+              file=sys.stderr)
+        return 2
     tmp = tempfile.mkdtemp(prefix="kvflash-codecs-", dir=args.dir)
     try:
         r = compare_codecs(model, prompts, steps, codecs, DTYPES[args.dtype],

@@ -6,6 +6,7 @@ figures and these bounds beside them).  A second uncompressed store must
 agree exactly, and the bounds must tell the codecs apart: a codec that
 fell to the next one's accuracy would fail its own."""
 
+import json
 import os
 import sys
 
@@ -67,11 +68,48 @@ def test_bounds_tell_the_codecs_apart(figures):
     assert figures["int4"]["kl_mean"] > BOUNDS["fp8"][1]
 
 
-def test_compare_refuses_an_unknown_codec(capsys):
+@pytest.mark.parametrize("field,value,says", [
+    ("codecs", "int8,int3", "--codecs: 'int3' is not one of none, fp8, "
+     "int8, int4"),
+    ("dtype", "f8", "--dtype: 'f8' is not one of f16, bf16, f32"),
+    ("steps", 0, "--steps: 0 is not a count of steps")])
+def test_compare_refuses_bad_arguments(capsys, field, value, says):
     class Args:
-        codecs = "int8,int3"
+        codecs = "int8"
+        dtype = "f16"
+        steps = 4
         seed = 0
+        dir = None
+        json = False
 
+    setattr(Args, field, value)
     assert td.compare(Args()) == 2
-    assert "'int3' is not one of none, fp8, int8, int4" in \
-        capsys.readouterr().err
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_compare_prints_the_figures(capsys, as_json):
+    """The example's --compare output, a few steps: the table or the
+    JSON, one row per codec asked for."""
+    class Args:
+        codecs = "none,int8"
+        dtype = "bf16"
+        steps = 3
+        seed = 0
+        dir = None
+        json = as_json
+
+    assert td.compare(Args()) == 0
+    out = capsys.readouterr().out
+    if as_json:
+        r = json.loads(out)
+        assert r["steps"] == 3 and r["sequences"] == 4 and \
+            r["dtype"] == "bf16" and list(r["codecs"]) == ["none", "int8"]
+        assert r["codecs"]["none"]["agreement"] == 1.0
+        assert set(r["codecs"]["int8"]) == {
+            "group_tokens", "agreement", "kl_mean", "kl_max",
+            "miss_gap_max", "encoded_share"}
+    else:
+        rows = [line.split()[0] for line in out.splitlines()[2:]]
+        assert rows == ["none", "int8"], out
+        assert "4 sequences x 3 steps, bf16 K/V" in out
