@@ -438,9 +438,9 @@ static int run_codec(struct run *r, kvf_store *codec_st, uint32_t g,
 	size_t stride = n_windows > 1 ? (n_ids - r->window - 1) / (n_windows - 1) : 0;
 	float *ref = malloc(V * sizeof(float));
 	double loss = 0, kl_sum = 0, kl_coded = 0;
-	uint64_t attended = 0, attended_coded = 0;
 	double loss_coded[2] = { 0, 0 }; /* dense, codec */
 	uint64_t n = 0, agree = 0, n_coded = 0, agree_coded = 0;
+	uint64_t attended = 0, attended_coded = 0;
 	kvf_status rc;
 	int ret = -1;
 
@@ -630,7 +630,11 @@ int attend_model_main(const struct attend_args *a)
 	if (a->codec != KVF_CODEC_NONE) {
 		if (open_store(codec_dir, &w, r.window, a->codec, &codec_st) != 0)
 			goto out;
-		codec_group = group_tokens(codec_st);
+		if ((codec_group = group_tokens(codec_st)) == 0) {
+			fprintf(stderr, "kvbench attend: kvf_store_info_get of the %s store failed\n",
+				cname);
+			goto out;
+		}
 		if (run_codec(&r, codec_st, codec_group, ids, n_ids, a->windows,
 			      &cf) != 0)
 			goto out;
