@@ -108,7 +108,9 @@ static void usage(FILE *f)
 		"  --codec NAME     fp8, int8 or int4: dense attention over a store of that\n"
 		"                   codec against an uncompressed one, cold and warm\n"
 		"                   (bytes, speed, output cosine); with --model, the\n"
-		"                   dense perplexity with that codec as well\n"
+		"                   dense perplexity with that codec as well, and per\n"
+		"                   token its argmax agreement and KL against the\n"
+		"                   uncompressed store\n"
 		"  --budget N       --codec: the warm stores' dram_budget, K/M/G suffix\n"
 		"                   (default 1G): how much of the layer the tier holds\n");
 }

@@ -23,6 +23,13 @@
  * The RMSNorm, projections (compute/proj.c, weights transposed to
  * [in][out] at load), rotary embedding (interleaved pairs, as llama2.c)
  * and SwiGLU are plain C.
+ *
+ * With --codec, the reference and dense only, then dense over the
+ * uncompressed store and over a store of the codec in lockstep, both fed
+ * val.bin's tokens: the codec's perplexity, and per token the argmax
+ * agreement and KL(p_dense || p_codec); over all tokens and over those
+ * whose context holds a sealed (encoded) group, since a token before the
+ * first G attends exact rows only.
  */
 #include <errno.h>
 #include <math.h>
@@ -376,6 +383,131 @@ static int run_mode(struct run *r, const struct model_mode *m,
 	return 0;
 }
 
+/* What a codec's store changes against the uncompressed one, token by
+ * token on the same windows: both are fed val.bin's tokens, so each
+ * token's next-token distributions have the same context. */
+struct codec_figs {
+	double loss;            /* mean loss with the codec's store */
+	double agreement;       /* share of tokens whose argmax is dense's */
+	double kl_mean, kl_max; /* KL(p_dense || p_codec), nats */
+	/* the same over the tokens whose context holds a sealed group (the
+	 * others attend exact rows only), and their share */
+	double coded_share, coded_agreement, coded_kl_mean;
+	double coded_vs_dense;  /* their perplexity against dense's, - 1 */
+	double attended_coded;  /* share of the attended tokens (summed over
+				 * the tokens) that lay in sealed groups */
+};
+
+/* kl_logits - KL(softmax(p) || softmax(q)) of n logits, nats; *same: 1
+ * when both have the same argmax */
+static double kl_logits(const float *p, const float *q, uint32_t n, int *same)
+{
+	double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, kl = 0;
+	uint32_t ap = 0, aq = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (p[i] > mp)
+			mp = p[i], ap = i;
+		if (q[i] > mq)
+			mq = q[i], aq = i;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		sp += exp(p[i] - mp);
+		sq += exp(q[i] - mq);
+	}
+	mp += log(sp); /* now the log-sum-exp of each */
+	mq += log(sq);
+	for (uint32_t i = 0; i < n; i++) {
+		double lp = p[i] - mp, lq = q[i] - mq;
+
+		kl += exp(lp) * (lp - lq);
+	}
+	*same = ap == aq;
+	return kl;
+}
+
+/* run_codec - dense attention over r->st and over codec_st in lockstep on
+ * the windows (which run_mode has checked); 0, or -1 */
+static int run_codec(struct run *r, kvf_store *codec_st, uint32_t g,
+		     const uint16_t *ids, size_t n_ids, uint32_t n_windows,
+		     struct codec_figs *f)
+{
+	const struct model_mode *dense = &model_modes[1];
+	kvf_store *st[2] = { r->st, codec_st };
+	uint32_t V = r->w->vocab;
+	size_t stride = n_windows > 1 ? (n_ids - r->window - 1) / (n_windows - 1) : 0;
+	float *ref = malloc(V * sizeof(float));
+	double loss = 0, kl_sum = 0, kl_coded = 0;
+	double loss_coded[2] = { 0, 0 }; /* dense, codec */
+	uint64_t n = 0, agree = 0, n_coded = 0, agree_coded = 0;
+	uint64_t attended = 0, attended_coded = 0;
+	kvf_status rc;
+	int ret = -1;
+
+	if (ref == NULL) {
+		fprintf(stderr, "kvbench attend: out of memory\n");
+		return -1;
+	}
+	memset(f, 0, sizeof(*f));
+	for (uint32_t wi = 0; wi < n_windows; wi++) {
+		const uint16_t *tok = ids + (size_t)wi * stride;
+
+		for (int i = 0; i < 2; i++)
+			if ((rc = kvf_seq_create(st[i], MODEL_SEQ)) != KVF_OK) {
+				bench_fail("attend", "kvf_seq_create", rc);
+				goto out;
+			}
+		for (uint32_t t = 0; t < r->window; t++) {
+			double kl, nl;
+			int same;
+
+			r->st = st[0];
+			if (step(r, dense, tok[t], t) != 0)
+				goto out;
+			memcpy(ref, r->logits, V * sizeof(float));
+			r->st = st[1];
+			if (step(r, dense, tok[t], t) != 0)
+				goto out;
+			nl = nll(r->logits, V, tok[t + 1]);
+			loss += nl;
+			kl = kl_logits(ref, r->logits, V, &same);
+			kl_sum += kl;
+			f->kl_max = kl > f->kl_max ? kl : f->kl_max;
+			agree += (uint64_t)same;
+			n++;
+			/* tokens 0..t attended; whole groups of g are sealed */
+			attended += t + 1;
+			attended_coded += (t + 1) / g * g;
+			if (t + 1 >= g) {
+				kl_coded += kl;
+				loss_coded[0] += nll(ref, V, tok[t + 1]);
+				loss_coded[1] += nl;
+				agree_coded += (uint64_t)same;
+				n_coded++;
+			}
+		}
+		for (int i = 0; i < 2; i++)
+			if ((rc = kvf_seq_free(st[i], MODEL_SEQ)) != KVF_OK) {
+				bench_fail("attend", "kvf_seq_free", rc);
+				goto out;
+			}
+	}
+	f->loss = loss / (double)n;
+	f->agreement = (double)agree / (double)n;
+	f->kl_mean = kl_sum / (double)n;
+	f->coded_share = (double)n_coded / (double)n;
+	f->coded_agreement = n_coded ? (double)agree_coded / (double)n_coded : 0;
+	f->coded_kl_mean = n_coded ? kl_coded / (double)n_coded : 0;
+	f->coded_vs_dense = n_coded ? exp((loss_coded[1] - loss_coded[0]) /
+					  (double)n_coded) - 1 : 0;
+	f->attended_coded = (double)attended_coded / (double)attended;
+	ret = 0;
+out:
+	r->st = st[0];
+	free(ref);
+	return ret;
+}
+
 static int open_store(const char *dir, const struct weights *w, uint32_t window,
 		      kvf_codec codec, kvf_store **st)
 {
@@ -424,11 +556,15 @@ int attend_model_main(const struct attend_args *a)
 {
 	struct weights w = { 0 };
 	struct run r = { .w = &w, .window = a->window };
-	double loss[N_MODEL_MODES], loss_codec = 0;
+	double loss[N_MODEL_MODES];
+	struct codec_figs cf = { 0 };
+	kvf_store *codec_st = NULL;
+	uint32_t codec_group = 0; /* G of the codec's store */
 	/* with --codec: the reference and dense, then dense with the codec */
 	uint32_t n_modes = a->codec != KVF_CODEC_NONE ? 2 : N_MODEL_MODES;
 	const char *cname = kvf_codec_name(a->codec);
 	char *path = model_path(a->model_dir), *val_path = NULL, *store_dir = NULL;
+	char *codec_dir = NULL;
 	void *ids = NULL;
 	size_t n_bytes = 0, n_ids;
 	int rc = 1;
@@ -448,11 +584,14 @@ int attend_model_main(const struct attend_args *a)
 			r.window, w.max_seq, val_path, n_ids);
 		goto out;
 	}
-	if ((store_dir = malloc(strlen(a->dir) + 16)) == NULL)
+	if ((store_dir = malloc(strlen(a->dir) + 16)) == NULL ||
+	    (codec_dir = malloc(strlen(a->dir) + 16)) == NULL)
 		goto out;
 	sprintf(store_dir, "%s/model", a->dir);
+	sprintf(codec_dir, "%s/model-codec", a->dir);
 	if (bench_make_dir("attend", a->dir, NULL) != 0 ||
 	    bench_remove_store(store_dir) != 0 ||
+	    bench_remove_store(codec_dir) != 0 ||
 	    open_store(store_dir, &w, r.window, KVF_CODEC_NONE, &r.st) != 0)
 		goto out;
 	r.group_tokens = group_tokens(r.st);
@@ -489,12 +628,15 @@ int attend_model_main(const struct attend_args *a)
 				(double)(bench_now_ns() - t0) / 1e9);
 	}
 	if (a->codec != KVF_CODEC_NONE) {
-		kvf_close(r.st);
-		r.st = NULL;
-		if (bench_remove_store(store_dir) != 0 ||
-		    open_store(store_dir, &w, r.window, a->codec, &r.st) != 0 ||
-		    run_mode(&r, &model_modes[1], ids, n_ids, a->windows,
-			     &loss_codec) != 0)
+		if (open_store(codec_dir, &w, r.window, a->codec, &codec_st) != 0)
+			goto out;
+		if ((codec_group = group_tokens(codec_st)) == 0) {
+			fprintf(stderr, "kvbench attend: kvf_store_info_get of the %s store failed\n",
+				cname);
+			goto out;
+		}
+		if (run_codec(&r, codec_st, codec_group, ids, n_ids, a->windows,
+			      &cf) != 0)
 			goto out;
 	}
 	if (a->json) {
@@ -516,9 +658,18 @@ int attend_model_main(const struct attend_args *a)
 		if (a->codec != KVF_CODEC_NONE) {
 			bench_json_begin(&j, "dense_codec");
 			bench_json_str(&j, "codec", cname);
-			bench_json_double(&j, "loss", loss_codec);
-			bench_json_double(&j, "perplexity", exp(loss_codec));
-			bench_json_double(&j, "vs_dense", exp(loss_codec - loss[1]) - 1);
+			bench_json_u64(&j, "group_tokens", codec_group);
+			bench_json_double(&j, "loss", cf.loss);
+			bench_json_double(&j, "perplexity", exp(cf.loss));
+			bench_json_double(&j, "vs_dense", exp(cf.loss - loss[1]) - 1);
+			bench_json_double(&j, "agreement", cf.agreement);
+			bench_json_double(&j, "kl_mean", cf.kl_mean);
+			bench_json_double(&j, "kl_max", cf.kl_max);
+			bench_json_double(&j, "attended_encoded", cf.attended_coded);
+			bench_json_double(&j, "tokens_after_a_group", cf.coded_share);
+			bench_json_double(&j, "agreement_after_a_group", cf.coded_agreement);
+			bench_json_double(&j, "kl_mean_after_a_group", cf.coded_kl_mean);
+			bench_json_double(&j, "vs_dense_after_a_group", cf.coded_vs_dense);
 			bench_json_end(&j);
 		}
 		bench_json_end(&j);
@@ -534,17 +685,30 @@ int attend_model_main(const struct attend_args *a)
 		for (uint32_t i = 0; i < n_modes; i++)
 			printf("%-24s %10.4f %10.2f %+9.1f%%\n", model_modes[i].name,
 			       loss[i], exp(loss[i]), 100 * (exp(loss[i] - loss[1]) - 1));
-		if (a->codec != KVF_CODEC_NONE)
-			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%%\n", cname,
-			       loss_codec, exp(loss_codec),
-			       100 * (exp(loss_codec - loss[1]) - 1));
+		if (a->codec != KVF_CODEC_NONE) {
+			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%% (%u tokens a group)\n",
+			       cname, cf.loss, exp(cf.loss),
+			       100 * (exp(cf.loss - loss[1]) - 1), codec_group);
+			printf("codec against dense, token by token: argmax agreement %.2f%%, "
+			       "KL mean %.3g, max %.3g nats;\n", 100 * cf.agreement,
+			       cf.kl_mean, cf.kl_max);
+			printf("  over the %.1f%% of tokens whose context holds a sealed group: "
+			       "perplexity %+.2f%%, agreement %.2f%%, KL mean %.3g (%.2f of "
+			       "the attended tokens encoded)\n", 100 * cf.coded_share,
+			       100 * cf.coded_vs_dense, 100 * cf.coded_agreement,
+			       cf.coded_kl_mean, cf.attended_coded);
+		}
 	}
 	rc = 0;
 out:
 	if (r.st != NULL)
 		kvf_close(r.st);
+	if (codec_st != NULL)
+		kvf_close(codec_st);
 	if (store_dir != NULL && !a->keep)
 		bench_remove_store(store_dir);
+	if (codec_dir != NULL && !a->keep)
+		bench_remove_store(codec_dir);
 	kvf_free(r.x);
 	kvf_free(r.ref_k);
 	kvf_free(w.mem);
@@ -552,5 +716,6 @@ out:
 	free(path);
 	free(val_path);
 	free(store_dir);
+	free(codec_dir);
 	return rc;
 }

@@ -5,6 +5,7 @@ checked token for token against the same model with torch's own cache.
 
     python3 examples/torch_decode.py                 # the check (tests run it)
     python3 examples/torch_decode.py --bench         # tokens/s side by side
+    python3 examples/torch_decode.py --compare       # each codec's accuracy
 
 The check: a batch of prompts of different lengths is prefilled in chunks
 (K/V appended, then the chunk's queries attended at their positions with
@@ -22,9 +23,16 @@ store's reads and attention overlap the model's own compute).  With
 --limit-gib the run happens in a child process whose data memory is capped
 (RLIMIT_DATA): a working set larger than that does not fit in memory, so
 torch's cache cannot hold it while kvflash streams it from the file store.
+
+The comparison (at the end of this file): greedy decoding with the KV in
+an uncompressed store and, fed the same tokens in lockstep, in a store of
+each codec (fp8, int8, int4); per codec the share of steps whose argmax
+token agrees and the mean KL divergence of the next-token distribution
+(docs/compression.md, "Accuracy").
 """
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -246,14 +254,20 @@ def prefill(model, cache, b, tokens, chunk):
     return h_last
 
 
-def step(model, cache, tokens, positions, seqs):
-    """One decode step of a batch: the next token of each sequence."""
+def step_logits(model, cache, tokens, positions, seqs):
+    """One decode step of a batch: each sequence's next-token logits."""
     h = model.emb[torch.tensor(tokens)]
     pos = torch.tensor(positions)
     for l in range(model.cfg.n_layers):
         q, k, v = model.qkv(l, h, pos)
         h = model.post(l, h, cache.decode(l, q, k, v, seqs))
-    return model.logits(h).argmax(-1).tolist()
+    return model.logits(h)
+
+
+def step(model, cache, tokens, positions, seqs):
+    """One decode step of a batch: the next token of each sequence."""
+    return step_logits(model, cache, tokens, positions, seqs) \
+        .argmax(-1).tolist()
 
 
 def step_overlapped(model, cache, tokens, positions, seqs):
@@ -455,6 +469,144 @@ def bench(args):
     return 0
 
 
+# ---- codec accuracy -------------------------------------------------------
+
+CODECS = ("fp8", "int8", "int4")
+
+
+def compare_codecs(model, prompts, steps, codecs, kv_dtype, tmp, **opts):
+    """Greedy decoding with the KV in an uncompressed store and, in
+    lockstep, in one store per codec, teacher-forced: every store is fed
+    the uncompressed run's tokens, so that each step compares next-token
+    distributions over the same context (a free-running codec run would,
+    after its first different token, compare other contexts).  A step is
+    one generated token of one sequence, the first from the prefill's last
+    position.  Per codec: agreement, the share of steps whose argmax is
+    the uncompressed run's token; the mean and largest KL(p_ref || p_codec)
+    in nats; the widest gap, in the reference's log-probabilities, between
+    its token and the codec's at a step where they differ (how near a tie
+    the misses were); and the share of the attended tokens that lay in
+    encoded (sealed) groups, the rest being the exact part-filled last
+    group.
+    codecs may name "none" too: a second uncompressed store, which must
+    agree exactly."""
+    cfg = model.cfg
+    seqs = list(range(len(prompts)))
+    ref = None
+    caches = {}
+    ref_stats = dict(entropy=0.0, top1=0.0)
+    stats = {c: dict(agree=0, kl_sum=0.0, kl_max=0.0, miss_gap=0.0,
+                     encoded=0, attended=0) for c in codecs}
+
+    def score(ref_logits, logits, attended):
+        """Compare each codec's logits with the reference's; the reference's
+        greedy tokens."""
+        ref_logp = ref_logits.double().log_softmax(-1)
+        p_ref = ref_logp.exp()
+        want = ref_logp.argmax(-1)
+        ref_stats["entropy"] += float(-(p_ref * ref_logp).sum())
+        ref_stats["top1"] += float(p_ref.max(-1).values.sum())
+        for c in codecs:
+            logp = logits[c].double().log_softmax(-1)
+            kl = (p_ref * (ref_logp - logp)).sum(-1)
+            s, g = stats[c], s_group[c]
+            got = logp.argmax(-1)
+            s["agree"] += int((got == want).sum())
+            gap = ref_logp.gather(-1, want[:, None]) - \
+                ref_logp.gather(-1, got[:, None])
+            s["miss_gap"] = max(s["miss_gap"], float(gap.max()))
+            s["kl_sum"] += float(kl.sum())
+            s["kl_max"] = max(s["kl_max"], float(kl.max()))
+            if c != "none":
+                s["encoded"] += sum(n // g * g for n in attended)
+            s["attended"] += sum(attended)
+        return want.tolist()
+
+    def open_cache(name, codec):
+        return KvflashCache(cfg, os.path.join(tmp, name), kv_dtype,
+                            len(prompts), codec=codec, **opts)
+
+    try:
+        ref = open_cache("reference", "none")
+        for c in codecs:
+            caches[c] = open_cache(c, c)
+        s_group = {c: kc.st.group_tokens for c, kc in caches.items()}
+
+        def first(kc):
+            return torch.cat([model.logits(prefill(model, kc, b, p, 32))
+                              for b, p in enumerate(prompts)])
+        lens = [len(p) for p in prompts]
+        nxt = score(first(ref), {c: first(kc) for c, kc in caches.items()},
+                    lens)
+        for _ in range(steps - 1):
+            ref_logits = step_logits(model, ref, nxt, lens, seqs)
+            logits = {c: step_logits(model, kc, nxt, lens, seqs)
+                      for c, kc in caches.items()}
+            lens = [n + 1 for n in lens]
+            nxt = score(ref_logits, logits, lens)
+    finally:
+        for kc in [ref] + list(caches.values()):
+            if kc is not None:
+                kc.close()
+    n = steps * len(prompts)
+    return dict(
+        steps=steps, sequences=len(prompts),
+        prompt_tokens=[len(p) for p in prompts],
+        reference=dict(entropy_mean=ref_stats["entropy"] / n,
+                       top1_mean=ref_stats["top1"] / n),
+        codecs={c: dict(group_tokens=s_group[c], agreement=s["agree"] / n,
+                        kl_mean=s["kl_sum"] / n, kl_max=s["kl_max"],
+                        miss_gap_max=s["miss_gap"],
+                        encoded_share=s["encoded"] / s["attended"])
+                for c, s in stats.items()})
+
+
+def compare(args):
+    cfg = Config()
+    model = Model(cfg, seed=args.seed)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    prompts = [torch.randint(cfg.vocab, (n,), generator=g).tolist()
+               for n in (5, 70, 33, 129)]
+    codecs = args.codecs.split(",")
+    for c in codecs:
+        if c not in ("none",) + CODECS:
+            print("torch_decode.py: --codecs: %r is not one of none, %s" % (
+                c, ", ".join(CODECS)), file=sys.stderr)
+            return 2
+    if args.dtype not in DTYPES:
+        print("torch_decode.py: --dtype: %r is not one of %s" % (
+            args.dtype, ", ".join(DTYPES)), file=sys.stderr)
+        return 2
+    steps = 512 if args.steps is None else args.steps
+    if steps < 1:
+        print("torch_decode.py: --steps: %d is not a count of steps" % steps,
+              file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix="kvflash-codecs-", dir=args.dir)
+    try:
+        r = compare_codecs(model, prompts, steps, codecs, DTYPES[args.dtype],
+                           tmp, n_threads=2)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        r.update(dtype=args.dtype, seed=args.seed)
+        print(json.dumps(r, indent=2))
+        return 0
+    print("%d sequences x %d steps, %s K/V (prompts %s), each codec's store "
+          "teacher-forced on the uncompressed store's greedy tokens; "
+          "reference: mean entropy %.3f nats, mean top-1 probability %.3f" % (
+              r["sequences"], steps, args.dtype, r["prompt_tokens"],
+              r["reference"]["entropy_mean"], r["reference"]["top1_mean"]))
+    print("%-5s %5s %8s %10s %10s %10s %9s" % (
+        "codec", "G", "encoded", "agreement", "mean KL", "max KL",
+        "miss gap"))
+    for c, f in r["codecs"].items():
+        print("%-5s %5d %8.3f %9.2f%% %10.2e %10.2e %9.2e" % (
+            c, f["group_tokens"], f["encoded_share"], 100 * f["agreement"],
+            f["kl_mean"], f["kl_max"], f["miss_gap_max"]))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", action="store_true",
@@ -464,21 +616,35 @@ def main():
     ap.add_argument("--new", type=int, default=24,
                     help="check: tokens to generate per sequence")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dtype", default="f16", help="bench: K/V dtype")
+    ap.add_argument("--compare", action="store_true",
+                    help="greedy agreement and KL of each codec's store "
+                    "against the uncompressed store's")
+    ap.add_argument("--codecs", default=",".join(CODECS),
+                    help="compare: codecs (default all)")
+    ap.add_argument("--json", action="store_true",
+                    help="compare: the figures as JSON")
+    ap.add_argument("--dtype", default="f16",
+                    help="bench, compare: K/V dtype")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=4096,
                     help="bench: context tokens per sequence")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="bench: timed decode steps (default 8); compare: "
+                    "steps per sequence (default 512)")
     ap.add_argument("--limit-gib", type=float, default=0,
                     help="bench: cap the data memory (RLIMIT_DATA) at this")
     ap.add_argument("--capacity-gib", type=int, default=16)
     ap.add_argument("--only", default="",
                     help="bench: comma-separated rows to run")
     ap.add_argument("--dir", default=None,
-                    help="bench: where stores go (default: $TMPDIR)")
+                    help="bench, compare: where stores go (default: $TMPDIR)")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if args.compare:
+        return compare(args)
+    if args.steps is None:
+        args.steps = 8
     return bench(args) if args.bench else check(args)
 
 
