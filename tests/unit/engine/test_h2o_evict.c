@@ -1,0 +1,588 @@
+/*
+ * test_h2o_evict.c - kvf_h2o_evict (docs/store.md, "H2O eviction"): its
+ * refusals change nothing; after a drop every attention path equals the
+ * double-precision reference (store_fixture.h, "attention") over the full
+ * sequence with the dropped tokens masked, the full sequence being a fork
+ * taken before the drop (it keeps its own references to the pages); the
+ * marks survive a sync and reopen and a killed writer, a fork inherits
+ * them, a truncation below them clears them, kvf_verify finds nothing
+ * missing, and the room goes back (live pages fall).
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "kvflash.h"
+#include "store_fixture.h"
+#include "testutil.h"
+
+TestSuite(h2o_evict, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
+
+#define QHE 4
+#define KVHE 2
+#define LEN (12 * G + 5) /* a part-filled tail group */
+#define FULL 2           /* the fork that keeps every token */
+
+static kvf_options ev_opts(void)
+{
+	kvf_model m = { LAYERS, QHE, KVHE, DIM, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m, 256 * 1024, 128ull << 20, 2);
+
+	o.kt_pages = 1;
+	return o;
+}
+
+static struct attn_fx ev_open(void)
+{
+	kvf_options o = ev_opts();
+	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = QHE, .kvh = KVHE,
+			     .dim = DIM };
+
+	f.rng = rng_seed("h2o_evict");
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	return f;
+}
+
+static void ev_reopen(struct attn_fx *f)
+{
+	kvf_options o = ev_opts();
+
+	OK(kvf_close(f->st));
+	f->st = NULL;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f->st));
+}
+
+/* gather - H2O scores of every layer of seq from a few random queries */
+static void gather(struct attn_fx *f, uint64_t seq)
+{
+	float q[QHE * DIM], out[QHE * DIM];
+	kvf_attn_opts o;
+
+	kvf_attn_opts_init(&o);
+	o.h2o = 1;
+	for (int i = 0; i < 4; i++)
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			for (uint32_t j = 0; j < QHE * DIM; j++)
+				q[j] = fx_urand(&f->rng) * 3;
+			OK(kvf_attend(f->st, seq, l, q, out, &o));
+		}
+}
+
+/* ev_make - sequence 1 of LEN tokens, its full copy FULL, synced, with
+ * scores gathered on 1 */
+static struct attn_fx ev_make(void)
+{
+	struct attn_fx f = ev_open();
+
+	OK(kvf_seq_create(f.st, 1));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_seq_fork(f.st, 1, FULL, LEN));
+	OK(kvf_sync(f.st));
+	gather(&f, 1);
+	return f;
+}
+
+/* mask_of - per token of seq's layer: 1 kept, 0 dropped (kvf_read says
+ * which, group by group); the tokens kept */
+static uint64_t mask_of(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			uint8_t *mask)
+{
+	unsigned char k[G * ROW];
+	uint64_t kept = 0;
+
+	for (uint64_t g = 0; g * G < LEN; g++) {
+		uint64_t t1 = (g + 1) * G < LEN ? (g + 1) * G : LEN;
+		kvf_status rc = kvf_read(f->st, seq, layer, 0, g * G, t1, k, NULL);
+
+		cr_assert(rc == KVF_OK || rc == KVF_ENOENT, "%s", kvf_last_error());
+		if (rc == KVF_ENOENT)
+			fx_has("dropped by kvf_h2o_evict");
+		memset(mask + g * G, rc == KVF_OK, t1 - g * G);
+		kept += rc == KVF_OK ? t1 - g * G : 0;
+	}
+	return kept;
+}
+
+/* same_as_masked - dense, batch, multi-query, SparF (top_k all) and the
+ * probabilities of seq's layer equal the reference over FULL masked */
+static void same_as_masked(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			   const uint8_t *mask)
+{
+	float q[QHE * DIM], out[QHE * DIM], lse[QHE];
+	float *probs = malloc(QHE * LEN * sizeof(float));
+	double rout[QHE * DIM], rlse[QHE], *rp = malloc(QHE * LEN * sizeof(double));
+	uint64_t pos = LEN - 1, seqs[1] = { seq };
+	kvf_attn_opts o;
+
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f->rng) * 3;
+	fx_attn_reference(f, FULL, layer, q, 1.0f / sqrtf(DIM), mask, 0, rout,
+			  rlse, rp);
+	kvf_attn_opts_init(&o);
+	o.lse = lse;
+	OK(kvf_attend(f->st, seq, layer, q, out, &o));
+	fx_check_close(out, rout, QHE * DIM, 2e-5, "dense");
+	for (uint32_t h = 0; h < QHE; h++)
+		cr_assert(le(dbl, fabs(lse[h] - rlse[h]), 1e-4));
+	OK(kvf_attend_batch(f->st, 1, seqs, layer, q, out, NULL));
+	fx_check_close(out, rout, QHE * DIM, 2e-5, "batch");
+	OK(kvf_attend_multi(f->st, seq, layer, 1, &pos, q, out, NULL));
+	fx_check_close(out, rout, QHE * DIM, 2e-5, "multi");
+	for (uint32_t sp = 1; sp <= 2; sp++) {
+		kvf_attn_opts_init(&o);
+		o.sparse = sp;
+		o.top_k = LEN; /* every token: exact over the kept ones */
+		OK(kvf_attend(f->st, seq, layer, q, out, &o));
+		fx_check_close(out, rout, QHE * DIM, 2e-4, "SparF, all tokens");
+	}
+	OK(kvf_scores(f->st, seq, layer, q, NULL, probs, LEN));
+	for (uint32_t h = 0; h < QHE; h++)
+		for (uint64_t t = 0; t < LEN; t++) {
+			cr_assert(le(dbl, fabs(probs[h * LEN + t] - rp[h * LEN + t]),
+				     1e-5 + 1e-5 * rp[h * LEN + t]),
+				  "probs[%u][%llu]", h, (unsigned long long)t);
+			if (!mask[t])
+				cr_assert(eq(flt, probs[h * LEN + t], 0.0f));
+		}
+	free(probs);
+	free(rp);
+}
+
+/* no_dropped_chosen - top-k, raw scores and SparF at an eighth pick no
+ * dropped token; SparF's output is finite */
+struct iter_seen {
+	const uint8_t *mask;
+	uint64_t handed;
+};
+
+static int iter_fn(void *arg, uint32_t q_head, uint64_t first, uint32_t n,
+		   const float *scores)
+{
+	struct iter_seen *s = arg;
+
+	(void)q_head;
+	(void)scores;
+	for (uint32_t i = 0; i < n; i++)
+		cr_assert(s->mask[first + i], "token %llu handed out",
+			  (unsigned long long)(first + i));
+	s->handed += n;
+	return 0;
+}
+
+static void no_dropped_chosen(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			      const uint8_t *mask, uint64_t kept)
+{
+	float q[QHE * DIM], out[QHE * DIM], mass[KVHE * 16];
+	uint64_t tok[KVHE * 16];
+	uint32_t n_out[KVHE];
+	struct iter_seen seen = { mask, 0 };
+	kvf_attn_opts o;
+
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f->rng) * 3;
+	OK(kvf_topk(f->st, seq, layer, q, NULL, 16, tok, mass, n_out));
+	for (uint32_t h = 0; h < KVHE; h++)
+		for (uint32_t j = 0; j < n_out[h]; j++)
+			cr_assert(mask[tok[h * 16 + j]], "top-k chose dropped token %llu",
+				  (unsigned long long)tok[h * 16 + j]);
+	OK(kvf_scores_iter(f->st, seq, layer, q, NULL, iter_fn, &seen));
+	cr_assert(eq(u64, seen.handed, kept * QHE));
+	for (uint32_t sp = 1; sp <= 2; sp++) {
+		kvf_attn_opts_init(&o);
+		o.sparse = sp;
+		OK(kvf_attend(f->st, seq, layer, q, out, &o));
+		for (uint32_t j = 0; j < QHE * DIM; j++)
+			cr_assert(isfinite(out[j]));
+	}
+}
+
+static uint64_t live_pages(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s.live_pages;
+}
+
+static void verify_clean(kvf_store *st)
+{
+	kvf_verify_report r = { .struct_size = sizeof(r) };
+
+	OK(kvf_verify(st, NULL, NULL, &r));
+	cr_assert(eq(u64, r.bad_pages, 0));
+	cr_assert(eq(u32, r.bad_segments, 0));
+}
+
+Test(h2o_evict, refusals_change_nothing)
+{
+	struct attn_fx f = ev_open();
+	kvf_h2o_evict_opts o;
+	uint64_t dropped = 7, pages;
+	uint8_t mask[LEN];
+
+	OK(kvf_seq_create(f.st, 1));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_sync(f.st));
+	pages = live_pages(f.st);
+	kvf_h2o_evict_opts_init(&o);
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, &dropped), KVF_EINVAL,
+	       "no H2O scores: attend it with opts.h2o = 1 first");
+	cr_assert(eq(u64, dropped, 0));
+	gather(&f, 1);
+	EXPECT(kvf_h2o_evict(NULL, 1, 0, &o, NULL), KVF_EINVAL, "NULL");
+	EXPECT(kvf_h2o_evict(f.st, 9, 0, &o, NULL), KVF_ENOENT, "9");
+	EXPECT(kvf_h2o_evict(f.st, 1, LAYERS, &o, NULL), KVF_ERANGE,
+	       "layer 2 out of range");
+	o.keep = 0;
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep 0");
+	o.keep = 1.5;
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep 1.5");
+	o.keep = NAN;
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "must be in (0, 1]");
+	o.keep = 0.5;
+	o.struct_size = sizeof(o) + 8;
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EVERSION, "opts");
+	cr_assert(eq(u64, live_pages(f.st), pages));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		cr_assert(eq(u64, mask_of(&f, 1, l, mask), LEN));
+	/* keep 1 and a window over everything drop nothing */
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 1;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(eq(u64, dropped, 0));
+	o.keep = 0.25;
+	o.window = LEN;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(eq(u64, dropped, 0));
+	cr_assert(eq(u64, live_pages(f.st), pages));
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, drop_then_attend_is_masked_attention)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint64_t dropped, kept, budget = (LEN + 1) / 2;
+	uint8_t mask[LEN];
+	float sc[LEN];
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	o.window = 2 * G;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	kept = mask_of(&f, 1, 0, mask);
+	cr_assert(eq(u64, kept, LEN - dropped));
+	/* whole groups, down to the budget and no further */
+	cr_assert(le(u64, kept, budget), "kept %llu", (unsigned long long)kept);
+	cr_assert(gt(u64, kept + G, budget));
+	/* the sinks' group, the window and the tail stay */
+	for (uint64_t t = 0; t < G; t++)
+		cr_assert(mask[t]);
+	for (uint64_t t = LEN - 2 * G; t < LEN; t++)
+		cr_assert(mask[t]);
+	/* layer 1 was not asked */
+	cr_assert(eq(u64, mask_of(&f, 1, 1, mask + 0), LEN));
+	kept = mask_of(&f, 1, 0, mask);
+	/* the dropped tokens' scores read 0 */
+	OK(kvf_h2o_read(f.st, 1, 0, 0, 0, LEN, sc));
+	for (uint64_t t = 0; t < LEN; t++)
+		if (!mask[t])
+			cr_assert(eq(flt, sc[t], 0.0f));
+	same_as_masked(&f, 1, 0, mask);
+	no_dropped_chosen(&f, 1, 0, mask, kept);
+	/* H2O accumulation goes on, adding nothing to dropped tokens */
+	gather(&f, 1);
+	OK(kvf_h2o_read(f.st, 1, 0, 0, 0, LEN, sc));
+	for (uint64_t t = 0; t < LEN; t++)
+		if (!mask[t])
+			cr_assert(eq(flt, sc[t], 0.0f));
+	/* appends go on, past the dropped groups */
+	fx_attn_append(&f, 1, G);
+	{
+		float q[QHE * DIM] = { 0 }, out[QHE * DIM];
+		uint64_t n;
+
+		OK(kvf_seq_len(f.st, 1, 0, &n));
+		cr_assert(eq(u64, n, LEN + G));
+		OK(kvf_attend(f.st, 1, 0, q, out, NULL));
+	}
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* lowest_dropped - the groups dropped are the ones of least summed score
+ * among those that could go */
+Test(h2o_evict, drops_the_least_valued_groups)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	float sc[KVHE][LEN], gs[LEN / G + 1];
+	uint8_t mask[LEN];
+	uint64_t dropped;
+	float drop_max = -1, keep_min = INFINITY;
+
+	for (uint32_t h = 0; h < KVHE; h++)
+		OK(kvf_h2o_read(f.st, 1, 1, h, 0, LEN, sc[h]));
+	for (uint64_t g = 0; g <= LEN / G; g++) {
+		gs[g] = 0;
+		for (uint32_t h = 0; h < KVHE; h++)
+			for (uint64_t t = g * G; t < (g + 1) * G && t < LEN; t++)
+				gs[g] += sc[h][t];
+	}
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.25;
+	o.sinks = KVF_TOKENS_NONE;
+	o.window = KVF_TOKENS_NONE;
+	OK(kvf_h2o_evict(f.st, 1, 1, &o, &dropped));
+	mask_of(&f, 1, 1, mask);
+	/* candidates: every whole group but the last */
+	for (uint64_t g = 0; g < LEN / G; g++) {
+		if (!mask[g * G] && gs[g] > drop_max)
+			drop_max = gs[g];
+		if (mask[g * G] && gs[g] < keep_min)
+			keep_min = gs[g];
+	}
+	cr_assert(le(flt, drop_max, keep_min), "dropped %g, kept %g",
+		  (double)drop_max, (double)keep_min);
+	cr_assert(le(u64, LEN - dropped, (LEN + 3) / 4));
+	same_as_masked(&f, 1, 1, mask);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, survives_reopen_and_verify_is_clean)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[LAYERS][LEN], again[LEN];
+	uint64_t dropped;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.25;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		mask_of(&f, 1, l, mask[l]);
+	verify_clean(f.st);
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	verify_clean(f.st);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		mask_of(&f, 1, l, again);
+		cr_assert(eq(int, memcmp(again, mask[l], LEN), 0), "layer %u", l);
+		same_as_masked(&f, 1, l, mask[l]);
+	}
+	/* SparF's means of V, rebuilt from the kept tokens, across a reopen */
+	{
+		float q[QHE * DIM], a[QHE * DIM], b[QHE * DIM];
+		kvf_attn_opts so;
+
+		kvf_attn_opts_init(&so);
+		so.sparse = 1;
+		for (uint32_t j = 0; j < QHE * DIM; j++)
+			q[j] = fx_urand(&f.rng);
+		OK(kvf_attend(f.st, 1, 0, q, a, &so));
+		OK(kvf_sync(f.st));
+		ev_reopen(&f);
+		OK(kvf_attend(f.st, 1, 0, q, b, &so));
+		for (uint32_t j = 0; j < QHE * DIM; j++)
+			cr_assert(le(flt, fabsf(a[j] - b[j]), 1e-5f));
+	}
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, room_is_given_back)
+{
+	struct attn_fx f = ev_open();
+	kvf_h2o_evict_opts o;
+	uint64_t before, dropped;
+
+	OK(kvf_seq_create(f.st, 1));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_sync(f.st));
+	gather(&f, 1);
+	before = live_pages(f.st);
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	/* one page a (group, head, K or V): G tokens of DIM f16 a page */
+	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * KVHE * 2));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * KVHE * 2));
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, a_fork_inherits_the_marks)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[LEN], child[LEN];
+	uint64_t dropped, g = LEN, n;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	mask_of(&f, 1, 0, mask);
+	for (uint64_t t = 0; t < LEN; t++)
+		if (!mask[t]) {
+			g = t / G;
+			break;
+		}
+	cr_assert(lt(u64, g, LEN));
+	EXPECT(kvf_seq_fork(f.st, 1, 3, g * G + 1), KVF_ERANGE,
+	       "which kvf_h2o_evict dropped");
+	EXPECT(kvf_seq_len(f.st, 3, 0, &n), KVF_ENOENT, "3");
+	OK(kvf_seq_fork(f.st, 1, 3, LEN));
+	mask_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	same_as_masked(&f, 3, 0, mask);
+	/* a fork at a group's start takes the marks below it */
+	OK(kvf_seq_fork(f.st, 1, 4, (g + 1) * G));
+	EXPECT(kvf_read(f.st, 4, 0, 0, g * G, g * G + 1, NULL, (char[ROW]){ 0 }),
+	       KVF_ENOENT, "dropped by kvf_h2o_evict");
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	mask_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	verify_clean(f.st);
+	/* freeing the parent leaves the child as it was */
+	OK(kvf_seq_free(f.st, 1));
+	mask_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	same_as_masked(&f, 3, 0, mask);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, a_cut_below_clears_the_marks)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[LEN];
+	uint64_t dropped, g = LEN, n;
+	unsigned char k[G * ROW];
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	mask_of(&f, 1, 0, mask);
+	for (uint64_t t = 0; t < LEN; t++)
+		if (!mask[t]) {
+			g = t / G;
+			break;
+		}
+	cr_assert(lt(u64, g, LEN));
+	EXPECT(kvf_seq_truncate(f.st, 1, g * G + 3), KVF_ERANGE,
+	       "falls inside token group");
+	OK(kvf_seq_len(f.st, 1, 0, &n));
+	cr_assert(eq(u64, n, LEN));
+	OK(kvf_seq_truncate(f.st, 1, g * G));
+	/* the positions of the dropped groups take new tokens */
+	fx_attn_append(&f, 1, 3 * G);
+	OK(kvf_read(f.st, 1, 0, 0, g * G, (g + 3) * G, k, NULL));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(kvf_read(f.st, 1, 0, 0, 0, (g + 3) * G, NULL, (char[(LEN + 3 * G) * ROW]){ 0 }));
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+Test(h2o_evict, export_is_refused)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint64_t dropped;
+
+	kvf_h2o_evict_opts_init(&o);
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	EXPECT(kvf_seq_export(f.st, 1, tmp_path(fx.dir, "x.kvseq")), KVF_ENOTSUP,
+	       "cannot be exported");
+	cr_assert(fx_path_gone(tmp_path(fx.dir, "x.kvseq")));
+	OK(kvf_seq_export(f.st, FULL, tmp_path(fx.dir, "y.kvseq")));
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* killed - a child makes the store as ev_make does, drops (when drop),
+ * appends `more` and is killed; the parent reopens */
+static void killed(int drop, uint32_t more, int sync_after)
+{
+	int fd, status, killed_;
+	pid_t pid = fx_spawn(&fd);
+
+	if (pid == 0) {
+		struct attn_fx f = ev_make();
+		kvf_h2o_evict_opts o;
+		uint64_t dropped;
+
+		kvf_h2o_evict_opts_init(&o);
+		o.keep = 0.5;
+		if (drop)
+			CHILD_MUST(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+		if (more)
+			fx_attn_append(&f, 1, more);
+		if (sync_after)
+			CHILD_MUST(kvf_sync(f.st));
+		fx_child_say("D");
+		raise(SIGKILL);
+	}
+	free(fx_collect(fd));
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	killed_ = WIFSIGNALED(status);
+	cr_assert(killed_, "the child failed");
+}
+
+static void after_kill(int dropped_expected, uint32_t more)
+{
+	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = QHE, .kvh = KVHE,
+			     .dim = DIM };
+	kvf_options o = ev_opts();
+	uint8_t mask[LEN];
+
+	f.rng = rng_seed("after");
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	fx.st = NULL;
+	verify_clean(f.st);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		uint64_t kept = mask_of(&f, 1, l, mask);
+
+		if (dropped_expected)
+			cr_assert(lt(u64, kept, LEN), "layer %u", l);
+		else
+			cr_assert(eq(u64, kept, LEN), "layer %u", l);
+		if (more == 0)
+			same_as_masked(&f, 1, l, mask);
+	}
+	kvf_close(f.st);
+}
+
+Test(h2o_evict, killed_before_the_drop)
+{
+	killed(0, 0, 0);
+	after_kill(0, 0);
+}
+
+Test(h2o_evict, killed_after_the_drop_committed)
+{
+	/* no sync after the drop: the record alone brings it back */
+	killed(1, 0, 0);
+	after_kill(1, 0);
+}
+
+Test(h2o_evict, killed_after_a_drop_and_more_tokens)
+{
+	killed(1, 2 * G + 3, 1);
+	after_kill(1, 2 * G + 3);
+}
