@@ -1072,34 +1072,34 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
 
 /*
  * kvf_h2o_evict - H2O eviction inside a sequence (Zhang et al., 2023):
- * drop the whole token groups of a layer that attention valued least, so
- * a long sequence's bytes stay bounded.  A group's value is the sum of
- * its tokens' H2O scores (kvf_h2o_read) over the layer's KV heads; the
- * groups of all KV heads of a layer go together (one index entry per
- * (head, group) would cost a mark per head for little gain: the heads of
- * a layer largely agree on which old tokens matter).  Groups are dropped,
- * lowest value first, until the layer keeps at most its budget (keep of
- * its tokens, or keep_tokens; whole groups, so it may keep a little more
+ * each KV head of a layer drops the whole token groups that attention
+ * valued least, by its own scores, so a long sequence's bytes stay
+ * bounded.  A group's value is the sum of its tokens' H2O scores
+ * (kvf_h2o_read: over the query heads sharing the KV head).  Groups go,
+ * lowest value first, until the head keeps at most its budget (keep of
+ * the layer's tokens, or keep_tokens; whole groups, so it may keep more
  * when the sinks, the window and the groups not yet on media take the
  * rest).  Never dropped: a group holding one of the first `sinks` tokens
  * or one of the last `window`, the last (tail) group, a group still
- * waiting for write-back in memory, and tokens the scores never saw
- * count as valued 0.
+ * waiting for write-back in memory; tokens the scores never saw count as
+ * valued 0.
  * A drop is durable when the call returns (a "D" record in the catalog,
  * committed before any page is given up), and the pages' room goes back
  * to the cleaner after the next durable point.  Afterwards every
  * attention call, dense, batch, multi-query and SparF (whose K^T pages
  * keep the dropped tokens' columns, never chosen), kvf_scores, kvf_topk
  * (probability 0), kvf_scores_iter (not handed out) and the H2O
- * accumulation treat the dropped tokens as masked; kvf_read of a range
- * holding one answers KVF_ENOENT naming it; lengths and positions do not
- * change and appends go on.  A fork shares the marks of the groups it
- * takes; kvf_seq_truncate or kvf_seq_fork at a token inside a dropped
- * group is refused (KVF_ERANGE), a cut below one clears its mark;
- * kvf_seq_export refuses such a sequence (KVF_ENOTSUP).  SparF's mean of
- * V is rebuilt from the kept tokens at its next use.
+ * accumulation treat a head's dropped tokens as masked for the query
+ * heads that share it; kvf_read of a range holding one answers KVF_ENOENT
+ * naming it; lengths and positions do not change and appends go on.  A
+ * fork shares the marks of the groups it takes; kvf_seq_truncate or
+ * kvf_seq_fork at a token inside a dropped group is refused (KVF_ERANGE),
+ * a cut below one clears its mark; kvf_seq_export refuses such a sequence
+ * (KVF_ENOTSUP).  SparF's mean of V is rebuilt from the kept tokens at
+ * its next use.
  * @layer: a layer, or KVF_LAYER_ALL.  @opts: NULL for the defaults.
- * @dropped: NULL, or the tokens this call dropped (over the layers).
+ * @dropped: NULL, or the tokens this call dropped, summed over the KV
+ *           heads (and layers): each head's are its own.
  * Return: KVF_OK (also when nothing qualified: *dropped = 0); KVF_ENOENT
  * (no such sequence); KVF_ERANGE (layer); KVF_EINVAL (keep outside (0, 1]
  * or not finite, a layer with tokens whose scores were never gathered:

@@ -156,10 +156,10 @@ kvf_status attend_head_task(void *arg, uint32_t i)
 	}
 	kvc_attn_state_init(&f.state, d, D, buf);
 	/* dropped groups are read by no one: their scores stay masked */
-	if (f.scores && dropmark_any(st, seq, c->layer))
+	if (f.scores && dropmark_any(st, seq, dropmark_lane(st, c->layer, head)))
 		for (size_t j = 0; j < (size_t)d * f.n_tok; j++)
 			f.scores[j] = -INFINITY;
-	rc = stream_read_pair_kept(st, seq, c->layer,
+	rc = stream_read_pair_kept(st, seq, dropmark_lane(st, c->layer, head),
 				   seq_kv_stream(st, seq, c->layer, KIND_K, head),
 				   seq_kv_stream(st, seq, c->layer, KIND_V, head),
 				   len, f.t_start, len, fold_span, fold_coded, &f);

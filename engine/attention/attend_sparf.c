@@ -159,15 +159,15 @@ static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
 	uint64_t len = seq->len[c->layer];
 
 	*mean = v.mean;
-	if (dropmark_any(st, seq, c->layer)) {
+	if (dropmark_any(st, seq, (uint32_t)lh)) {
 		/* the mean counts the kept tokens only (kvf_h2o_evict set it
 		 * back to none): it goes on past the first vbar_n of them */
-		if (seq->vbar_n[lh] >= dropmark_kept(st, seq, c->layer, len))
+		if (seq->vbar_n[lh] >= dropmark_kept(st, seq, (uint32_t)lh, len))
 			return KVF_OK;
-		return stream_read_spans_kept(st, seq, c->layer,
+		return stream_read_spans_kept(st, seq, (uint32_t)lh,
 					      seq_kv_stream(st, seq, c->layer, KIND_V, head),
 					      len,
-					      dropmark_at_kept(st, seq, c->layer,
+					      dropmark_at_kept(st, seq, (uint32_t)lh,
 							       seq->vbar_n[lh]),
 					      len, vmean_span, NULL, &v);
 	}
@@ -179,16 +179,17 @@ static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
 
 /* mask_dropped - the approximate scores of the tokens of dropped groups
  * (whose columns K^T pages still hold) are masked: never chosen, no mass */
-static void mask_dropped(struct sparf_ctx *x, struct seq *seq)
+static void mask_dropped(struct sparf_ctx *x, struct seq *seq, uint32_t head)
 {
+	uint32_t lane = dropmark_lane(x->c->st, x->c->layer, head);
 	uint64_t a, b, at = 0, len = x->n;
 
-	if (!dropmark_any(x->c->st, seq, x->c->layer))
+	if (!dropmark_any(x->c->st, seq, lane))
 		return;
 	while (at < len) {
 		uint64_t stop = len;
 
-		if (dropmark_run(x->c->st, seq, x->c->layer, at, len, &a, &b))
+		if (dropmark_run(x->c->st, seq, lane, at, len, &a, &b))
 			stop = a;
 		for (uint32_t h = 0; h < x->d; h++)
 			for (uint64_t t = at; t < stop; t++)
@@ -532,7 +533,7 @@ kvf_status attend_sparf_task(const struct attn_call *c, uint32_t si,
 	}
 	if (rc != KVF_OK)
 		goto out;
-	mask_dropped(&x, seq);
+	mask_dropped(&x, seq, head);
 	atomic_fetch_add(&st->c.sparf_pages_read, nb * x.rg);
 
 	/* 3-4: the tokens to attend exactly, the mass of the rest, the

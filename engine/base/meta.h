@@ -21,8 +21,9 @@
  *                     whether it is a cached prefix (engine/sequences/prefix.c)
  *   "U" seq(8)        struct meta_use: recency and frequency for eviction,
  *                     as of the last kvf_sync (engine/cleaning/evict.c)
- *   "D" seq(8)        struct meta_drop + u64 bits[n_layers][words]: the
- *                     token groups kvf_h2o_evict dropped, per layer
+ *   "D" seq(8)        struct meta_drop + u64 bits[n_lanes][words]: the
+ *                     token groups kvf_h2o_evict dropped, per (layer,
+ *                     KV head)
  *                     (engine/sequences/dropmark.c)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
@@ -89,12 +90,13 @@ struct meta_use {
 	uint64_t uses;         /* public calls on it, over its life */
 };
 
-/* "D": bit g of a layer's words is set when token group g of its K and V
- * streams was dropped; a record whose create_seqno is not its sequence's
- * is of an earlier one (ignored). */
+/* "D": bit g of a lane's words (lane = layer * n_kv_heads + KV head) is
+ * set when token group g of its K and V streams was dropped; a record
+ * whose create_seqno is not its sequence's is of an earlier one
+ * (ignored). */
 struct meta_drop {
 	uint64_t create_seqno;
-	uint32_t n_layers;     /* layers that follow */
+	uint32_t n_lanes;      /* lanes that follow */
 	uint32_t words;        /* u64 words per layer */
 };
 

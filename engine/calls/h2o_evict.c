@@ -9,8 +9,9 @@
  * marks commits, and only then do the groups' pages lose this sequence's
  * reference (a fork keeps its own), so a crash leaves either the old
  * sequence or the new one.  The pages free their segments after the next
- * durable point.  The groups of all KV heads of a layer go together: one
- * mark per (layer, group) in the index (dropmark.h).
+ * durable point.  Each KV head of a layer drops its own groups, by its
+ * own scores (H2O's heavy hitters differ from head to head): one mark per
+ * (layer, KV head, group), dropmark.h.
  *
  * Locking: dur.lock (no sync writes the sequence half changed), world
  * shared, the sequence's lock.
@@ -50,73 +51,80 @@ static int by_score(const void *a, const void *b)
 	return x->g < y->g ? -1 : x->g > y->g; /* older first on a tie */
 }
 
-/* The groups one layer gives up. */
+/* The groups one lane (KV head of a layer) gives up. */
 struct plan {
 	uint64_t *g;
 	uint64_t n;
 };
 
-/* placed - every page of group g of layer's K and V heads is in the index,
- * none waiting for write-back; *open set if one is in an open segment */
-static int placed(kvf_store *st, struct seq *seq, uint32_t layer, uint64_t g,
-		  int *open)
+/* placed - every page of group g of KV head h of layer (K and V) is in
+ * the index, none waiting for write-back; *open set if one is in an open
+ * segment */
+static int placed(kvf_store *st, struct seq *seq, uint32_t layer, uint32_t h,
+		  uint64_t g, int *open)
 {
-	for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++)
-		for (int kind = KIND_K; kind <= KIND_V; kind++) {
-			struct stream *s = seq_kv_stream(st, seq, layer,
-							 (enum kv_kind)kind, h);
-			uint64_t e0 = group_sealed_entry(st, s, g);
+	for (int kind = KIND_K; kind <= KIND_V; kind++) {
+		struct stream *s = seq_kv_stream(st, seq, layer,
+						 (enum kv_kind)kind, h);
+		uint64_t e0 = group_sealed_entry(st, s, g);
 
-			for (uint32_t p = 0; p < group_sealed_pages(st, s); p++) {
-				uint64_t e = e0 + p;
-				uint32_t a;
+		for (uint32_t p = 0; p < group_sealed_pages(st, s); p++) {
+			uint64_t e = e0 + p;
+			uint32_t a;
 
-				if (stream_waiting(s, e) != NULL || e >= s->n_groups)
-					return 0;
-				if ((a = stream_page(s, e).addr) == ADDR_NONE)
-					return 0;
-				if (openseg_page(st, seq, a) != NULL)
-					*open = 1;
-			}
+			if (stream_waiting(s, e) != NULL || e >= s->n_groups)
+				return 0;
+			if ((a = stream_page(s, e).addr) == ADDR_NONE)
+				return 0;
+			if (openseg_page(st, seq, a) != NULL)
+				*open = 1;
 		}
+	}
 	return 1;
 }
 
-/* group_score - the H2O scores of group g's tokens over layer's KV heads */
-static float group_score(kvf_store *st, struct seq *seq, uint32_t layer,
+/* group_score - the H2O scores of group g's tokens in lane */
+static float group_score(kvf_store *st, struct seq *seq, uint32_t lane,
 			 uint64_t g)
 {
-	uint32_t G = st->group_tokens, H = st->hdr.n_kv_heads;
+	const struct h2o *s = &seq->h2o[lane];
+	uint32_t G = st->group_tokens;
 	double sum = 0;
 
-	for (uint32_t h = 0; h < H; h++) {
-		const struct h2o *s = &seq->h2o[(size_t)layer * H + h];
-
-		for (uint64_t t = g * G; t < (g + 1) * G && t < s->len; t++)
-			sum += s->score[t];
-	}
+	for (uint64_t t = g * G; t < (g + 1) * G && t < s->len; t++)
+		sum += s->score[t];
 	return (float)sum;
 }
 
-/* plan_layer - the groups layer gives up under o, lowest value first */
-static kvf_status plan_layer(kvf_store *st, struct seq *seq, uint32_t layer,
-			     const kvf_h2o_evict_opts *o, struct plan *p,
-			     int *open, const char *call)
+/* scored - layer has H2O scores (or no token) */
+static kvf_status scored(kvf_store *st, struct seq *seq, uint32_t layer,
+			 const char *call)
 {
-	uint32_t G = st->group_tokens, H = st->hdr.n_kv_heads;
+	uint32_t H = st->hdr.n_kv_heads;
+
+	if (seq->len[layer] == 0)
+		return KVF_OK;
+	for (uint32_t h = 0; seq->h2o && h < H; h++)
+		if (seq->h2o[(size_t)layer * H + h].len > 0)
+			return KVF_OK;
+	return kvf_fail(KVF_EINVAL,
+			"%s: layer %u of sequence %llu has no H2O scores: attend it with opts.h2o = 1 first",
+			call, layer, (unsigned long long)seq->id);
+}
+
+/* plan_lane - the groups KV head h of layer gives up under o, lowest
+ * value first */
+static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
+			    uint32_t h, const kvf_h2o_evict_opts *o,
+			    struct plan *p, int *open, const char *call)
+{
+	uint32_t G = st->group_tokens, lane = dropmark_lane(st, layer, h);
 	uint64_t len = seq->len[layer], kept, target, sinks, window, n = 0;
 	struct cand *c;
-	int scored = 0;
 
 	p->n = 0;
 	if (len == 0)
 		return KVF_OK;
-	for (uint32_t h = 0; seq->h2o && h < H; h++)
-		scored |= seq->h2o[(size_t)layer * H + h].len > 0;
-	if (!scored)
-		return kvf_fail(KVF_EINVAL,
-				"%s: layer %u of sequence %llu has no H2O scores: attend it with opts.h2o = 1 first",
-				call, layer, (unsigned long long)seq->id);
 	target = o->keep_tokens ? o->keep_tokens : (uint64_t)ceil(o->keep * (double)len);
 	if (target > len)
 		target = len;
@@ -126,7 +134,7 @@ static kvf_status plan_layer(kvf_store *st, struct seq *seq, uint32_t layer,
 		: o->sinks ? o->sinks : KVF_SINK_TOKENS_DEFAULT;
 	window = o->window == KVF_TOKENS_NONE ? 0
 		 : o->window ? o->window : target / 2;
-	kept = dropmark_kept(st, seq, layer, len);
+	kept = dropmark_kept(st, seq, lane, len);
 	if (kept <= target || window >= len)
 		return KVF_OK;
 	/* candidates: whole groups past the sinks, before the window, not the
@@ -140,10 +148,10 @@ static kvf_status plan_layer(kvf_store *st, struct seq *seq, uint32_t layer,
 	for (uint64_t g = (sinks + G - 1) / G; g < (len - 1) / G; g++) {
 		if ((g + 1) * G > len - window)
 			break;
-		if (dropmark_is(seq, layer, g) || !placed(st, seq, layer, g, open))
+		if (dropmark_is(seq, lane, g) || !placed(st, seq, layer, h, g, open))
 			continue;
 		c[n].g = g;
-		c[n++].score = group_score(st, seq, layer, g);
+		c[n++].score = group_score(st, seq, lane, g);
 	}
 	qsort(c, n, sizeof(*c), by_score);
 	for (uint64_t i = 0; i < n && kept > target; i++) {
@@ -154,43 +162,40 @@ static kvf_status plan_layer(kvf_store *st, struct seq *seq, uint32_t layer,
 	return KVF_OK;
 }
 
-/* give_up - group g of layer's K and V heads leaves the index */
-static void give_up(kvf_store *st, struct seq *seq, uint32_t layer, uint64_t g)
+/* give_up - group g of lane's K and V leaves the index */
+static void give_up(kvf_store *st, struct seq *seq, uint32_t lane, uint64_t g)
 {
-	for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++)
-		for (int kind = KIND_K; kind <= KIND_V; kind++) {
-			struct stream *s = seq_kv_stream(st, seq, layer,
-							 (enum kv_kind)kind, h);
+	uint32_t H = st->hdr.n_kv_heads;
 
-			for (uint64_t e = group_entry(st, g);
-			     e < group_entry(st, g + 1) && e < s->n_groups; e++) {
-				uint32_t a = stream_page(s, e).addr;
+	for (int kind = KIND_K; kind <= KIND_V; kind++) {
+		struct stream *s = seq_kv_stream(st, seq, lane / H,
+						 (enum kv_kind)kind, lane % H);
 
-				if (a != ADDR_NONE)
-					seg_ref_dec(st, a);
-				stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
-			}
+		for (uint64_t e = group_entry(st, g);
+		     e < group_entry(st, g + 1) && e < s->n_groups; e++) {
+			uint32_t a = stream_page(s, e).addr;
+
+			if (a != ADDR_NONE)
+				seg_ref_dec(st, a);
+			stream_set_page(s, e, (struct page_ref){ ADDR_NONE, 0 });
 		}
+	}
 }
 
-/* forget - the scores and the means of V of layer that covered g: the
- * scores of dropped tokens read 0, the means are caught up again from
- * the kept tokens (attend_sparf.c) */
-static void forget(kvf_store *st, struct seq *seq, uint32_t layer, uint64_t g)
+/* forget - lane's score and mean of V that covered g: the scores of
+ * dropped tokens read 0, the mean is caught up again from the kept tokens
+ * (attend_sparf.c) */
+static void forget(kvf_store *st, struct seq *seq, uint32_t lane, uint64_t g)
 {
-	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim, G = st->group_tokens;
+	uint32_t D = st->hdr.head_dim, G = st->group_tokens;
+	struct h2o *s = &seq->h2o[lane];
 
-	for (uint32_t h = 0; h < H; h++) {
-		size_t lh = (size_t)layer * H + h;
-		struct h2o *s = &seq->h2o[lh];
-
-		for (uint64_t t = g * G; t < (g + 1) * G && t < s->len; t++)
-			s->score[t] = 0.0f;
-		if (seq->vbar && seq->vbar_n[lh]) {
-			seq->vbar_n[lh] = 0;
-			memset(seq->vbar + lh * D, 0, D * sizeof(float));
-			seq->vbar_changes++;
-		}
+	for (uint64_t t = g * G; t < (g + 1) * G && t < s->len; t++)
+		s->score[t] = 0.0f;
+	if (seq->vbar && seq->vbar_n[lane]) {
+		seq->vbar_n[lane] = 0;
+		memset(seq->vbar + (size_t)lane * D, 0, D * sizeof(float));
+		seq->vbar_changes++;
 	}
 }
 
@@ -199,7 +204,7 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 			       uint32_t l1, const kvf_h2o_evict_opts *o,
 			       uint64_t *dropped, const char *call)
 {
-	uint32_t nl = st->hdr.n_layers;
+	uint32_t H = st->hdr.n_kv_heads, nl = st->hdr.n_layers * H; /* lanes */
 	struct plan *plans = kvf_calloc(nl, sizeof(*plans));
 	struct catalog_batch *b = NULL;
 	uint64_t *marks = NULL, total = 0;
@@ -209,9 +214,11 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 
 	if (plans == NULL)
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-	for (uint32_t l = l0; l < l1 && rc == KVF_OK; l++) {
-		rc = plan_layer(st, seq, l, o, &plans[l], &open, call);
-		total += plans[l].n;
+	for (uint32_t l = l0; l < l1 && rc == KVF_OK; l++)
+		rc = scored(st, seq, l, call);
+	for (uint32_t i = l0 * H; i < l1 * H && rc == KVF_OK; i++) {
+		rc = plan_lane(st, seq, i / H, i % H, o, &plans[i], &open, call);
+		total += plans[i].n;
 	}
 	if (rc != KVF_OK || total == 0)
 		goto out;
@@ -229,7 +236,7 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		}
 		memcpy(marks, seq->drop, bytes);
 	}
-	for (uint32_t l = l0; l < l1 && rc == KVF_OK; l++)
+	for (uint32_t l = l0 * H; l < l1 * H && rc == KVF_OK; l++)
 		for (uint64_t i = 0; i < plans[l].n && rc == KVF_OK; i++)
 			rc = dropmark_set(st, seq, l, plans[l].g[i]);
 	if (rc == KVF_OK && (b = catalog_batch_new()) == NULL)
@@ -251,7 +258,7 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		rc = store_set_fatal(st, rc, call);
 		goto undo;
 	}
-	for (uint32_t l = l0; l < l1; l++)
+	for (uint32_t l = l0 * H; l < l1 * H; l++)
 		for (uint64_t i = 0; i < plans[l].n; i++) {
 			give_up(st, seq, l, plans[l].g[i]);
 			forget(st, seq, l, plans[l].g[i]);

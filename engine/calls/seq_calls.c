@@ -288,9 +288,10 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 
 		if (g != UINT64_MAX) {
 			rc = kvf_fail(KVF_ERANGE,
-				      "%s: n_tokens %llu falls inside token group %llu of layer %u of sequence %llu, which kvf_h2o_evict dropped; fork at its start (%llu) or its end (%llu)",
+				      "%s: n_tokens %llu falls inside token group %llu of layer %u KV head %u of sequence %llu, which kvf_h2o_evict dropped; fork at its start (%llu) or its end (%llu)",
 				      call, (unsigned long long)n_tokens,
-				      (unsigned long long)g, l,
+				      (unsigned long long)g, l / st->hdr.n_kv_heads,
+				      l % st->hdr.n_kv_heads,
 				      (unsigned long long)parent_id,
 				      (unsigned long long)(g * st->group_tokens),
 				      (unsigned long long)((g + 1) * st->group_tokens));

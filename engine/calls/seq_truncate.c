@@ -192,7 +192,7 @@ static void apply_means(kvf_store *st, struct seq *seq, uint64_t n)
 	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
 
 	for (uint32_t i = 0; i < st->hdr.n_layers * H; i++) {
-		if (seq->vbar && seq->vbar_n[i] > dropmark_kept(st, seq, i / H, n)) {
+		if (seq->vbar && seq->vbar_n[i] > dropmark_kept(st, seq, i, n)) {
 			/* SparF catches a mean of no tokens up from V */
 			seq->vbar_n[i] = 0;
 			memset(seq->vbar + (size_t)i * D, 0, D * sizeof(float));
@@ -414,9 +414,10 @@ kvf_status kvf_seq_truncate(kvf_store *st, uint64_t id, uint64_t n_tokens)
 
 		if (g != UINT64_MAX)
 			rc = kvf_fail(KVF_ERANGE,
-				      "%s: n_tokens %llu falls inside token group %llu of layer %u, which kvf_h2o_evict dropped; cut at its start (%llu) or its end (%llu)",
+				      "%s: n_tokens %llu falls inside token group %llu of layer %u KV head %u, which kvf_h2o_evict dropped; cut at its start (%llu) or its end (%llu)",
 				      call, (unsigned long long)n_tokens,
-				      (unsigned long long)g, l,
+				      (unsigned long long)g, l / st->hdr.n_kv_heads,
+				      l % st->hdr.n_kv_heads,
 				      (unsigned long long)(g * st->group_tokens),
 				      (unsigned long long)((g + 1) * st->group_tokens));
 	}

@@ -433,7 +433,9 @@ static void collect(struct vctx *c, struct seq *seq)
 			if (kind <= KIND_X && s && !group_entry_used(st, s, tokens, g))
 				continue; /* a codec store's unused entry */
 			if ((kind == KIND_K || kind == KIND_V) &&
-			    dropmark_is(seq, stream_layer(sid), g / st->group_stride))
+			    dropmark_is(seq, dropmark_lane(st, stream_layer(sid),
+							   stream_head(sid)),
+					g / st->group_stride))
 				continue; /* dropped by kvf_h2o_evict */
 			if (s && stream_waiting(s, g) != NULL)
 				continue; /* waiting for write-back: not on

@@ -444,7 +444,8 @@ static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
 	if (seqno < seq->create_seqno && !from_ref)
 		goto out; /* from an earlier sequence with this id */
 	if ((stream_kind(sid) == KIND_K || stream_kind(sid) == KIND_V) &&
-	    dropmark_is(seq, stream_layer(sid), group / st->group_stride))
+	    dropmark_is(seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
+			group / st->group_stride))
 		goto out; /* kvf_h2o_evict dropped it: its pages stay out */
 	s = seq_stream_of(st, seq, sid);
 	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
@@ -735,7 +736,9 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 		need = seq_stream_groups(st, seq, sid);
 		for (g = 0; g < need; g++)
 			if (!(kind != KIND_X &&
-			      dropmark_is(seq, stream_layer(sid), g / st->group_stride)) &&
+			      dropmark_is(seq, dropmark_lane(st, stream_layer(sid),
+							     stream_head(sid)),
+					  g / st->group_stride)) &&
 			    group_entry_used(st, s, seq_tokens(seq, kind,
 							       stream_layer(sid)), g) &&
 			    (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE))

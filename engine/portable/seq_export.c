@@ -170,13 +170,10 @@ static kvf_status no_drops(kvf_store *st, const char *call, uint64_t id)
 
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, id, &seq)) == KVF_OK) {
-		for (uint32_t l = 0; l < st->hdr.n_layers; l++)
-			if (dropmark_any(st, seq, l)) {
-				rc = kvf_fail(KVF_ENOTSUP,
-					      "%s: sequence %llu has token groups kvf_h2o_evict dropped (layer %u first); a sequence file holds every token, so it cannot be exported",
-					      call, (unsigned long long)id, l);
-				break;
-			}
+		if (dropmark_any(st, seq, DROP_ANY))
+			rc = kvf_fail(KVF_ENOTSUP,
+				      "%s: sequence %llu has token groups kvf_h2o_evict dropped; a sequence file holds every token, so it cannot be exported",
+				      call, (unsigned long long)id);
 		seq_unlock_put(st, seq);
 	}
 	pthread_rwlock_unlock(&st->world);

@@ -12,6 +12,7 @@
 #include "engine/reads/kt_layout.h"
 #include "engine/segments/openseg.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -40,7 +41,7 @@ kvf_status kt_block_fill(kvf_store *st, struct seq *seq, uint32_t layer,
 	struct fill_ctx c = { st, buf, upto / st->kt_tokens * st->kt_tokens };
 
 	/* a dropped group's columns stay as they are (zero): masked */
-	return stream_read_spans_kept(st, seq, layer,
+	return stream_read_spans_kept(st, seq, dropmark_lane(st, layer, head),
 				      seq_kv_stream(st, seq, layer, KIND_K, head),
 				      tokens, c.block_start, upto, fill_rows, NULL,
 				      &c);

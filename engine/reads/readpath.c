@@ -910,18 +910,18 @@ kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
 }
 
 kvf_status stream_read_spans_kept(kvf_store *st, struct seq *seq,
-				  uint32_t layer, struct stream *s,
+				  uint32_t lane, struct stream *s,
 				  uint64_t tokens, uint64_t t0, uint64_t t1,
 				  span_fn fn, span_coded_fn cfn, void *arg)
 {
 	uint64_t a, b;
 	kvf_status rc = KVF_OK;
 
-	if (!dropmark_any(st, seq, layer))
+	if (!dropmark_any(st, seq, lane))
 		return cfn ? stream_read_spans_coded(st, seq, s, tokens, t0, t1,
 						     fn, cfn, arg)
 			   : stream_read_spans(st, seq, s, tokens, t0, t1, fn, arg);
-	for (; rc == KVF_OK && dropmark_run(st, seq, layer, t0, t1, &a, &b); t0 = b)
+	for (; rc == KVF_OK && dropmark_run(st, seq, lane, t0, t1, &a, &b); t0 = b)
 		rc = cfn ? stream_read_spans_coded(st, seq, s, tokens, a, b, fn,
 						   cfn, arg)
 			 : stream_read_spans(st, seq, s, tokens, a, b, fn, arg);
@@ -929,7 +929,7 @@ kvf_status stream_read_spans_kept(kvf_store *st, struct seq *seq,
 }
 
 kvf_status stream_read_pair_kept(kvf_store *st, struct seq *seq,
-				 uint32_t layer, struct stream *as,
+				 uint32_t lane, struct stream *as,
 				 struct stream *bs, uint64_t tokens,
 				 uint64_t t0, uint64_t t1, pair_fn fn,
 				 coded_fn cfn, void *arg)
@@ -937,10 +937,10 @@ kvf_status stream_read_pair_kept(kvf_store *st, struct seq *seq,
 	uint64_t a, b;
 	kvf_status rc = KVF_OK;
 
-	if (!dropmark_any(st, seq, layer))
+	if (!dropmark_any(st, seq, lane))
 		return stream_read_pair_coded(st, seq, as, bs, tokens, t0, t1, fn,
 					      cfn, arg);
-	for (; rc == KVF_OK && dropmark_run(st, seq, layer, t0, t1, &a, &b); t0 = b)
+	for (; rc == KVF_OK && dropmark_run(st, seq, lane, t0, t1, &a, &b); t0 = b)
 		rc = stream_read_pair_coded(st, seq, as, bs, tokens, a, b, fn,
 					    cfn, arg);
 	return rc;

@@ -98,16 +98,17 @@ kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 
 /*
  * stream_read_spans_kept / stream_read_pair_kept - stream_read_spans_coded
- * and stream_read_pair_coded over the tokens of [t0, t1) that layer has
- * not dropped (engine/sequences/dropmark.h; the streams are that layer's
- * K or V): a dropped group's tokens are handed to no one, as if masked.
+ * and stream_read_pair_coded over the tokens of [t0, t1) that lane (a KV
+ * head of a layer) has not dropped (engine/sequences/dropmark.h; the
+ * streams are its K or V): a dropped group's tokens are handed to no one,
+ * as if masked.
  */
 kvf_status stream_read_spans_kept(kvf_store *st, struct seq *seq,
-				  uint32_t layer, struct stream *s,
+				  uint32_t lane, struct stream *s,
 				  uint64_t tokens, uint64_t t0, uint64_t t1,
 				  span_fn fn, span_coded_fn cfn, void *arg);
 kvf_status stream_read_pair_kept(kvf_store *st, struct seq *seq,
-				 uint32_t layer, struct stream *a,
+				 uint32_t lane, struct stream *a,
 				 struct stream *b, uint64_t tokens,
 				 uint64_t t0, uint64_t t1, pair_fn fn,
 				 coded_fn cfn, void *arg);

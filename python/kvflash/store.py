@@ -582,11 +582,12 @@ class Store(ReuseCalls):
 
     def h2o_evict(self, seq, layer=None, keep=0.5, keep_tokens=0, sinks=None,
                   window=None):
-        """Drop the token groups of a layer (None: every layer) that the
-        H2O scores valued least, keeping `keep` of its tokens (or
-        keep_tokens), the first `sinks` and the last `window` tokens (None:
-        the defaults, 0: none) (kvf_h2o_evict).  Returns the tokens
-        dropped.  Dropped tokens are masked for attention from then on."""
+        """Each KV head of a layer (None: every layer) drops the token
+        groups its H2O scores valued least, keeping `keep` of the tokens
+        (or keep_tokens), the first `sinks` and the last `window` tokens
+        (None: the defaults, 0: none) (kvf_h2o_evict).  Returns the tokens
+        dropped, summed over the heads.  Dropped tokens are masked for
+        attention from then on; read() of one raises NotFound."""
         call = "h2o_evict"
         st = self._h(call)
         o = _lib.new(_lib.H2oEvictOpts)

@@ -28,16 +28,20 @@ def test_evict_then_attend_is_masked(make_store):
     with pytest.raises(kvflash.OutOfRange):
         st.h2o_evict(1, 5)
     dropped = st.h2o_evict(1, 0, keep=0.5)
-    assert dropped > 0 and n - dropped <= (n + 1) // 2 + 64
-    keep = torch.ones(n, dtype=torch.bool)
-    for t in range(n):
-        try:
-            st.read(1, 0, 0, t, t + 1)
-        except kvflash.NotFound as e:
-            assert "dropped by kvf_h2o_evict" in str(e)
-            keep[t] = False
+    # each KV head drops its own groups
+    assert dropped > 0 and 2 * n - dropped <= 2 * ((n + 1) // 2)
+    keep = torch.ones(2, n, dtype=torch.bool)
+    for h in range(2):
+        for t in range(n):
+            try:
+                st.read(1, 0, h, t, t + 1)
+            except kvflash.NotFound as e:
+                assert "dropped by kvf_h2o_evict" in str(e)
+                keep[h, t] = False
     assert int((~keep).sum()) == dropped
     q = torch.randn(8, 64, generator=g)
-    want, _ = gqa_reference(q[None], k, v, keep[None])
     got = st.attend(1, 0, q)
-    assert torch.allclose(got, want[0], atol=1e-4)
+    for h in range(2):
+        want, _ = gqa_reference(q[None, 4 * h:4 * h + 4], k[:, h:h + 1],
+                                v[:, h:h + 1], keep[h][None])
+        assert torch.allclose(got[4 * h:4 * h + 4], want[0], atol=1e-4)

@@ -86,17 +86,17 @@ static struct attn_fx ev_make(void)
 	return f;
 }
 
-/* mask_of - per token of seq's layer: 1 kept, 0 dropped (kvf_read says
- * which, group by group); the tokens kept */
+/* mask_of - per token of KV head h of seq's layer: 1 kept, 0 dropped
+ * (kvf_read says which, group by group); the tokens kept */
 static uint64_t mask_of(struct attn_fx *f, uint64_t seq, uint32_t layer,
-			uint8_t *mask)
+			uint32_t h, uint8_t *mask)
 {
 	unsigned char k[G * ROW];
 	uint64_t kept = 0;
 
 	for (uint64_t g = 0; g * G < LEN; g++) {
 		uint64_t t1 = (g + 1) * G < LEN ? (g + 1) * G : LEN;
-		kvf_status rc = kvf_read(f->st, seq, layer, 0, g * G, t1, k, NULL);
+		kvf_status rc = kvf_read(f->st, seq, layer, h, g * G, t1, k, NULL);
 
 		cr_assert(rc == KVF_OK || rc == KVF_ENOENT, "%s", kvf_last_error());
 		if (rc == KVF_ENOENT)
@@ -107,10 +107,43 @@ static uint64_t mask_of(struct attn_fx *f, uint64_t seq, uint32_t layer,
 	return kept;
 }
 
+/* masks_of - mask_of of every KV head; the tokens kept, summed */
+static uint64_t masks_of(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			 uint8_t mask[KVHE][LEN])
+{
+	uint64_t kept = 0;
+
+	for (uint32_t h = 0; h < KVHE; h++)
+		kept += mask_of(f, seq, layer, h, mask[h]);
+	return kept;
+}
+
+/* ref_masked - the reference over FULL with each KV head's mask applied
+ * to the query heads that share it */
+static void ref_masked(struct attn_fx *f, uint32_t layer, const float *q,
+		       uint8_t mask[KVHE][LEN], double *out, double *lse,
+		       double *probs)
+{
+	uint32_t d = QHE / KVHE;
+	double o[QHE * DIM], l[QHE], *p = malloc(QHE * LEN * sizeof(double));
+
+	for (uint32_t kh = 0; kh < KVHE; kh++) {
+		fx_attn_reference(f, FULL, layer, q, 1.0f / sqrtf(DIM), mask[kh], 0,
+				  o, l, p);
+		for (uint32_t h = kh * d; h < (kh + 1) * d; h++) {
+			memcpy(out + h * DIM, o + h * DIM, DIM * sizeof(double));
+			lse[h] = l[h];
+			memcpy(probs + (size_t)h * LEN, p + (size_t)h * LEN,
+			       LEN * sizeof(double));
+		}
+	}
+	free(p);
+}
+
 /* same_as_masked - dense, batch, multi-query, SparF (top_k all) and the
  * probabilities of seq's layer equal the reference over FULL masked */
 static void same_as_masked(struct attn_fx *f, uint64_t seq, uint32_t layer,
-			   const uint8_t *mask)
+			   uint8_t mask[KVHE][LEN])
 {
 	float q[QHE * DIM], out[QHE * DIM], lse[QHE];
 	float *probs = malloc(QHE * LEN * sizeof(float));
@@ -120,8 +153,7 @@ static void same_as_masked(struct attn_fx *f, uint64_t seq, uint32_t layer,
 
 	for (uint32_t j = 0; j < QHE * DIM; j++)
 		q[j] = fx_urand(&f->rng) * 3;
-	fx_attn_reference(f, FULL, layer, q, 1.0f / sqrtf(DIM), mask, 0, rout,
-			  rlse, rp);
+	ref_masked(f, layer, q, mask, rout, rlse, rp);
 	kvf_attn_opts_init(&o);
 	o.lse = lse;
 	OK(kvf_attend(f->st, seq, layer, q, out, &o));
@@ -145,7 +177,7 @@ static void same_as_masked(struct attn_fx *f, uint64_t seq, uint32_t layer,
 			cr_assert(le(dbl, fabs(probs[h * LEN + t] - rp[h * LEN + t]),
 				     1e-5 + 1e-5 * rp[h * LEN + t]),
 				  "probs[%u][%llu]", h, (unsigned long long)t);
-			if (!mask[t])
+			if (!mask[h / (QHE / KVHE)][t])
 				cr_assert(eq(flt, probs[h * LEN + t], 0.0f));
 		}
 	free(probs);
@@ -155,7 +187,7 @@ static void same_as_masked(struct attn_fx *f, uint64_t seq, uint32_t layer,
 /* no_dropped_chosen - top-k, raw scores and SparF at an eighth pick no
  * dropped token; SparF's output is finite */
 struct iter_seen {
-	const uint8_t *mask;
+	uint8_t (*mask)[LEN];
 	uint64_t handed;
 };
 
@@ -164,17 +196,16 @@ static int iter_fn(void *arg, uint32_t q_head, uint64_t first, uint32_t n,
 {
 	struct iter_seen *s = arg;
 
-	(void)q_head;
 	(void)scores;
 	for (uint32_t i = 0; i < n; i++)
-		cr_assert(s->mask[first + i], "token %llu handed out",
-			  (unsigned long long)(first + i));
+		cr_assert(s->mask[q_head / (QHE / KVHE)][first + i],
+			  "token %llu handed out", (unsigned long long)(first + i));
 	s->handed += n;
 	return 0;
 }
 
 static void no_dropped_chosen(struct attn_fx *f, uint64_t seq, uint32_t layer,
-			      const uint8_t *mask, uint64_t kept)
+			      uint8_t mask[KVHE][LEN], uint64_t kept)
 {
 	float q[QHE * DIM], out[QHE * DIM], mass[KVHE * 16];
 	uint64_t tok[KVHE * 16];
@@ -187,10 +218,11 @@ static void no_dropped_chosen(struct attn_fx *f, uint64_t seq, uint32_t layer,
 	OK(kvf_topk(f->st, seq, layer, q, NULL, 16, tok, mass, n_out));
 	for (uint32_t h = 0; h < KVHE; h++)
 		for (uint32_t j = 0; j < n_out[h]; j++)
-			cr_assert(mask[tok[h * 16 + j]], "top-k chose dropped token %llu",
+			cr_assert(mask[h][tok[h * 16 + j]],
+				  "top-k chose dropped token %llu",
 				  (unsigned long long)tok[h * 16 + j]);
 	OK(kvf_scores_iter(f->st, seq, layer, q, NULL, iter_fn, &seen));
-	cr_assert(eq(u64, seen.handed, kept * QHE));
+	cr_assert(eq(u64, seen.handed, kept * (QHE / KVHE)));
 	for (uint32_t sp = 1; sp <= 2; sp++) {
 		kvf_attn_opts_init(&o);
 		o.sparse = sp;
@@ -198,6 +230,16 @@ static void no_dropped_chosen(struct attn_fx *f, uint64_t seq, uint32_t layer,
 		for (uint32_t j = 0; j < QHE * DIM; j++)
 			cr_assert(isfinite(out[j]));
 	}
+}
+
+/* first_dropped - the first dropped group of KV head 0's mask */
+static uint64_t first_dropped(const uint8_t *mask)
+{
+	for (uint64_t t = 0; t < LEN; t++)
+		if (!mask[t])
+			return t / G;
+	cr_assert(0, "nothing dropped");
+	return 0;
 }
 
 static uint64_t live_pages(kvf_store *st)
@@ -222,7 +264,7 @@ Test(h2o_evict, refusals_change_nothing)
 	struct attn_fx f = ev_open();
 	kvf_h2o_evict_opts o;
 	uint64_t dropped = 7, pages;
-	uint8_t mask[LEN];
+	uint8_t mask[KVHE][LEN];
 
 	OK(kvf_seq_create(f.st, 1));
 	fx_attn_append(&f, 1, LEN);
@@ -246,11 +288,26 @@ Test(h2o_evict, refusals_change_nothing)
 	o.keep = 0.5;
 	o.struct_size = sizeof(o) + 8;
 	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EVERSION, "opts");
-	cr_assert(eq(u64, live_pages(f.st), pages));
-	for (uint32_t l = 0; l < LAYERS; l++)
-		cr_assert(eq(u64, mask_of(&f, 1, l, mask), LEN));
-	/* keep 1 and a window over everything drop nothing */
+	/* a layer never scored refuses the whole call */
+	OK(kvf_seq_create(f.st, 5));
+	fx_attn_append(&f, 5, LEN);
+	OK(kvf_sync(f.st));
+	{
+		float q[QHE * DIM] = { 0 }, out[QHE * DIM];
+		kvf_attn_opts ao;
+
+		kvf_attn_opts_init(&ao);
+		ao.h2o = 1;
+		OK(kvf_attend(f.st, 5, 0, q, out, &ao));
+	}
 	kvf_h2o_evict_opts_init(&o);
+	EXPECT(kvf_h2o_evict(f.st, 5, KVF_LAYER_ALL, &o, &dropped), KVF_EINVAL,
+	       "layer 1 of sequence 5 has no H2O scores");
+	cr_assert(eq(u64, masks_of(&f, 5, 0, mask), KVHE * LEN));
+	cr_assert(eq(u64, live_pages(f.st), 2 * pages));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		cr_assert(eq(u64, masks_of(&f, 1, l, mask), KVHE * LEN));
+	/* keep 1 and a window over everything drop nothing */
 	o.keep = 1;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
 	cr_assert(eq(u64, dropped, 0));
@@ -258,7 +315,7 @@ Test(h2o_evict, refusals_change_nothing)
 	o.window = LEN;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
 	cr_assert(eq(u64, dropped, 0));
-	cr_assert(eq(u64, live_pages(f.st), pages));
+	cr_assert(eq(u64, live_pages(f.st), 2 * pages));
 	kvf_close(f.st);
 	f.st = NULL;
 }
@@ -268,7 +325,7 @@ Test(h2o_evict, drop_then_attend_is_masked_attention)
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
 	uint64_t dropped, kept, budget = (LEN + 1) / 2;
-	uint8_t mask[LEN];
+	uint8_t mask[KVHE][LEN];
 	float sc[LEN];
 
 	kvf_h2o_evict_opts_init(&o);
@@ -276,32 +333,44 @@ Test(h2o_evict, drop_then_attend_is_masked_attention)
 	o.window = 2 * G;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
 	cr_assert(gt(u64, dropped, 0));
-	kept = mask_of(&f, 1, 0, mask);
-	cr_assert(eq(u64, kept, LEN - dropped));
-	/* whole groups, down to the budget and no further */
-	cr_assert(le(u64, kept, budget), "kept %llu", (unsigned long long)kept);
-	cr_assert(gt(u64, kept + G, budget));
-	/* the sinks' group, the window and the tail stay */
-	for (uint64_t t = 0; t < G; t++)
-		cr_assert(mask[t]);
-	for (uint64_t t = LEN - 2 * G; t < LEN; t++)
-		cr_assert(mask[t]);
+	kept = masks_of(&f, 1, 0, mask);
+	cr_assert(eq(u64, kept, KVHE * LEN - dropped));
+	for (uint32_t h = 0; h < KVHE; h++) {
+		uint64_t k = 0;
+
+		for (uint64_t t = 0; t < LEN; t++)
+			k += mask[h][t];
+		/* whole groups, down to the budget and no further */
+		cr_assert(le(u64, k, budget), "head %u kept %llu", h,
+			  (unsigned long long)k);
+		cr_assert(gt(u64, k + G, budget));
+		/* the sinks' group, the window and the tail stay */
+		for (uint64_t t = 0; t < G; t++)
+			cr_assert(mask[h][t]);
+		for (uint64_t t = LEN - 2 * G; t < LEN; t++)
+			cr_assert(mask[h][t]);
+		/* the dropped tokens' scores read 0 */
+		OK(kvf_h2o_read(f.st, 1, 0, h, 0, LEN, sc));
+		for (uint64_t t = 0; t < LEN; t++)
+			if (!mask[h][t])
+				cr_assert(eq(flt, sc[t], 0.0f));
+	}
 	/* layer 1 was not asked */
-	cr_assert(eq(u64, mask_of(&f, 1, 1, mask + 0), LEN));
-	kept = mask_of(&f, 1, 0, mask);
-	/* the dropped tokens' scores read 0 */
-	OK(kvf_h2o_read(f.st, 1, 0, 0, 0, LEN, sc));
-	for (uint64_t t = 0; t < LEN; t++)
-		if (!mask[t])
-			cr_assert(eq(flt, sc[t], 0.0f));
+	{
+		uint8_t m1[KVHE][LEN];
+
+		cr_assert(eq(u64, masks_of(&f, 1, 1, m1), KVHE * LEN));
+	}
 	same_as_masked(&f, 1, 0, mask);
 	no_dropped_chosen(&f, 1, 0, mask, kept);
 	/* H2O accumulation goes on, adding nothing to dropped tokens */
 	gather(&f, 1);
-	OK(kvf_h2o_read(f.st, 1, 0, 0, 0, LEN, sc));
-	for (uint64_t t = 0; t < LEN; t++)
-		if (!mask[t])
-			cr_assert(eq(flt, sc[t], 0.0f));
+	for (uint32_t h = 0; h < KVHE; h++) {
+		OK(kvf_h2o_read(f.st, 1, 0, h, 0, LEN, sc));
+		for (uint64_t t = 0; t < LEN; t++)
+			if (!mask[h][t])
+				cr_assert(eq(flt, sc[t], 0.0f));
+	}
 	/* appends go on, past the dropped groups */
 	fx_attn_append(&f, 1, G);
 	{
@@ -316,41 +385,50 @@ Test(h2o_evict, drop_then_attend_is_masked_attention)
 	f.st = NULL;
 }
 
-/* lowest_dropped - the groups dropped are the ones of least summed score
- * among those that could go */
-Test(h2o_evict, drops_the_least_valued_groups)
+/* each KV head drops the groups of least summed score among those that
+ * could go, by its own scores */
+Test(h2o_evict, drops_the_least_valued_groups_of_each_head)
 {
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
-	float sc[KVHE][LEN], gs[LEN / G + 1];
-	uint8_t mask[LEN];
+	float sc[KVHE][LEN], gs[KVHE][LEN / G + 1];
+	uint8_t mask[KVHE][LEN];
 	uint64_t dropped;
-	float drop_max = -1, keep_min = INFINITY;
+	int differ = 0;
 
-	for (uint32_t h = 0; h < KVHE; h++)
+	for (uint32_t h = 0; h < KVHE; h++) {
 		OK(kvf_h2o_read(f.st, 1, 1, h, 0, LEN, sc[h]));
-	for (uint64_t g = 0; g <= LEN / G; g++) {
-		gs[g] = 0;
-		for (uint32_t h = 0; h < KVHE; h++)
+		for (uint64_t g = 0; g <= LEN / G; g++) {
+			gs[h][g] = 0;
 			for (uint64_t t = g * G; t < (g + 1) * G && t < LEN; t++)
-				gs[g] += sc[h][t];
+				gs[h][g] += sc[h][t];
+		}
 	}
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.25;
 	o.sinks = KVF_TOKENS_NONE;
 	o.window = KVF_TOKENS_NONE;
 	OK(kvf_h2o_evict(f.st, 1, 1, &o, &dropped));
-	mask_of(&f, 1, 1, mask);
-	/* candidates: every whole group but the last */
-	for (uint64_t g = 0; g < LEN / G; g++) {
-		if (!mask[g * G] && gs[g] > drop_max)
-			drop_max = gs[g];
-		if (mask[g * G] && gs[g] < keep_min)
-			keep_min = gs[g];
+	masks_of(&f, 1, 1, mask);
+	for (uint32_t h = 0; h < KVHE; h++) {
+		float drop_max = -1, keep_min = INFINITY;
+		uint64_t k = 0;
+
+		/* candidates: every whole group but the last */
+		for (uint64_t g = 0; g < LEN / G; g++) {
+			if (!mask[h][g * G] && gs[h][g] > drop_max)
+				drop_max = gs[h][g];
+			if (mask[h][g * G] && gs[h][g] < keep_min)
+				keep_min = gs[h][g];
+		}
+		cr_assert(le(flt, drop_max, keep_min), "head %u: dropped %g, kept %g",
+			  h, (double)drop_max, (double)keep_min);
+		for (uint64_t t = 0; t < LEN; t++)
+			k += mask[h][t];
+		cr_assert(le(u64, k, (LEN + 3) / 4));
+		differ |= memcmp(mask[h], mask[0], LEN) != 0;
 	}
-	cr_assert(le(flt, drop_max, keep_min), "dropped %g, kept %g",
-		  (double)drop_max, (double)keep_min);
-	cr_assert(le(u64, LEN - dropped, (LEN + 3) / 4));
+	cr_assert(differ, "random heads chose the same groups");
 	same_as_masked(&f, 1, 1, mask);
 	kvf_close(f.st);
 	f.st = NULL;
@@ -360,7 +438,7 @@ Test(h2o_evict, survives_reopen_and_verify_is_clean)
 {
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
-	uint8_t mask[LAYERS][LEN], again[LEN];
+	uint8_t mask[LAYERS][KVHE][LEN], again[KVHE][LEN];
 	uint64_t dropped;
 
 	kvf_h2o_evict_opts_init(&o);
@@ -368,14 +446,15 @@ Test(h2o_evict, survives_reopen_and_verify_is_clean)
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
 	cr_assert(gt(u64, dropped, 0));
 	for (uint32_t l = 0; l < LAYERS; l++)
-		mask_of(&f, 1, l, mask[l]);
+		masks_of(&f, 1, l, mask[l]);
 	verify_clean(f.st);
 	OK(kvf_sync(f.st));
 	ev_reopen(&f);
 	verify_clean(f.st);
 	for (uint32_t l = 0; l < LAYERS; l++) {
-		mask_of(&f, 1, l, again);
-		cr_assert(eq(int, memcmp(again, mask[l], LEN), 0), "layer %u", l);
+		masks_of(&f, 1, l, again);
+		cr_assert(eq(int, memcmp(again, mask[l], sizeof(again)), 0),
+			  "layer %u", l);
 		same_as_masked(&f, 1, l, mask[l]);
 	}
 	/* SparF's means of V, rebuilt from the kept tokens, across a reopen */
@@ -403,6 +482,7 @@ Test(h2o_evict, room_is_given_back)
 	struct attn_fx f = ev_open();
 	kvf_h2o_evict_opts o;
 	uint64_t before, dropped;
+	kvf_stats s0 = { .struct_size = sizeof(s0) }, s1 = s0;
 
 	OK(kvf_seq_create(f.st, 1));
 	fx_attn_append(&f, 1, LEN);
@@ -413,11 +493,16 @@ Test(h2o_evict, room_is_given_back)
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
 	cr_assert(gt(u64, dropped, 0));
-	/* one page a (group, head, K or V): G tokens of DIM f16 a page */
-	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * KVHE * 2));
+	/* one K and one V page a (group, head): G tokens of DIM f16 a page */
+	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * 2));
+	/* after the durable point the emptied segments are reused */
+	OK(kvf_stats_get(f.st, &s0));
 	OK(kvf_sync(f.st));
+	OK(kvf_stats_get(f.st, &s1));
+	cr_assert(ge(u64, s1.segments_free + s1.segments_dying,
+		     s0.segments_free + s0.segments_dying));
 	ev_reopen(&f);
-	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * KVHE * 2));
+	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * 2));
 	verify_clean(f.st);
 	kvf_close(f.st);
 	f.st = NULL;
@@ -427,39 +512,34 @@ Test(h2o_evict, a_fork_inherits_the_marks)
 {
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
-	uint8_t mask[LEN], child[LEN];
-	uint64_t dropped, g = LEN, n;
+	uint8_t mask[KVHE][LEN], child[KVHE][LEN];
+	uint64_t dropped, g, n;
 
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
-	mask_of(&f, 1, 0, mask);
-	for (uint64_t t = 0; t < LEN; t++)
-		if (!mask[t]) {
-			g = t / G;
-			break;
-		}
-	cr_assert(lt(u64, g, LEN));
+	masks_of(&f, 1, 0, mask);
+	g = first_dropped(mask[0]);
 	EXPECT(kvf_seq_fork(f.st, 1, 3, g * G + 1), KVF_ERANGE,
 	       "which kvf_h2o_evict dropped");
 	EXPECT(kvf_seq_len(f.st, 3, 0, &n), KVF_ENOENT, "3");
 	OK(kvf_seq_fork(f.st, 1, 3, LEN));
-	mask_of(&f, 3, 0, child);
-	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	masks_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, sizeof(mask)), 0));
 	same_as_masked(&f, 3, 0, mask);
-	/* a fork at a group's start takes the marks below it */
+	/* a fork at a group's end takes the marks below it */
 	OK(kvf_seq_fork(f.st, 1, 4, (g + 1) * G));
 	EXPECT(kvf_read(f.st, 4, 0, 0, g * G, g * G + 1, NULL, (char[ROW]){ 0 }),
 	       KVF_ENOENT, "dropped by kvf_h2o_evict");
 	OK(kvf_sync(f.st));
 	ev_reopen(&f);
-	mask_of(&f, 3, 0, child);
-	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	masks_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, sizeof(mask)), 0));
 	verify_clean(f.st);
 	/* freeing the parent leaves the child as it was */
 	OK(kvf_seq_free(f.st, 1));
-	mask_of(&f, 3, 0, child);
-	cr_assert(eq(int, memcmp(child, mask, LEN), 0));
+	masks_of(&f, 3, 0, child);
+	cr_assert(eq(int, memcmp(child, mask, sizeof(mask)), 0));
 	same_as_masked(&f, 3, 0, mask);
 	kvf_close(f.st);
 	f.st = NULL;
@@ -469,20 +549,15 @@ Test(h2o_evict, a_cut_below_clears_the_marks)
 {
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
-	uint8_t mask[LEN];
-	uint64_t dropped, g = LEN, n;
-	unsigned char k[G * ROW];
+	uint8_t mask[KVHE][LEN];
+	uint64_t dropped, g, n;
+	static unsigned char k[(LEN + 3 * G) * ROW];
 
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
-	mask_of(&f, 1, 0, mask);
-	for (uint64_t t = 0; t < LEN; t++)
-		if (!mask[t]) {
-			g = t / G;
-			break;
-		}
-	cr_assert(lt(u64, g, LEN));
+	masks_of(&f, 1, 0, mask);
+	g = first_dropped(mask[0]);
 	EXPECT(kvf_seq_truncate(f.st, 1, g * G + 3), KVF_ERANGE,
 	       "falls inside token group");
 	OK(kvf_seq_len(f.st, 1, 0, &n));
@@ -493,7 +568,12 @@ Test(h2o_evict, a_cut_below_clears_the_marks)
 	OK(kvf_read(f.st, 1, 0, 0, g * G, (g + 3) * G, k, NULL));
 	OK(kvf_sync(f.st));
 	ev_reopen(&f);
-	OK(kvf_read(f.st, 1, 0, 0, 0, (g + 3) * G, NULL, (char[(LEN + 3 * G) * ROW]){ 0 }));
+	/* head 0 of layer 0 holds every token below the cut again (g was
+	 * its first dropped group); every head the new ones */
+	OK(kvf_read(f.st, 1, 0, 0, 0, (g + 3) * G, NULL, k));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			OK(kvf_read(f.st, 1, l, h, g * G, (g + 3) * G, k, k));
 	verify_clean(f.st);
 	kvf_close(f.st);
 	f.st = NULL;
@@ -516,7 +596,7 @@ Test(h2o_evict, export_is_refused)
 }
 
 /* killed - a child makes the store as ev_make does, drops (when drop),
- * appends `more` and is killed; the parent reopens */
+ * appends `more`, syncs (when sync_after) and is killed */
 static void killed(int drop, uint32_t more, int sync_after)
 {
 	int fd, status, killed_;
@@ -544,24 +624,25 @@ static void killed(int drop, uint32_t more, int sync_after)
 	cr_assert(killed_, "the child failed");
 }
 
+/* after_kill - the store reopens clean; each layer dropped (or not) and,
+ * with nothing appended after, attends as the masked reference */
 static void after_kill(int dropped_expected, uint32_t more)
 {
 	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = QHE, .kvh = KVHE,
 			     .dim = DIM };
 	kvf_options o = ev_opts();
-	uint8_t mask[LEN];
+	uint8_t mask[KVHE][LEN];
 
 	f.rng = rng_seed("after");
 	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
-	fx.st = NULL;
 	verify_clean(f.st);
 	for (uint32_t l = 0; l < LAYERS; l++) {
-		uint64_t kept = mask_of(&f, 1, l, mask);
+		uint64_t kept = masks_of(&f, 1, l, mask);
 
 		if (dropped_expected)
-			cr_assert(lt(u64, kept, LEN), "layer %u", l);
+			cr_assert(lt(u64, kept, KVHE * LEN), "layer %u", l);
 		else
-			cr_assert(eq(u64, kept, LEN), "layer %u", l);
+			cr_assert(eq(u64, kept, KVHE * LEN), "layer %u", l);
 		if (more == 0)
 			same_as_masked(&f, 1, l, mask);
 	}
