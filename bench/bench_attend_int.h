@@ -100,7 +100,7 @@ struct layer_figs {
 	struct sparf_figs sp[N_MODES]; /* per SparF mode */
 	double hh_mass; /* dense attention mass on heavy hitters */
 	struct sparf_figs h2o[N_H2O]; /* H2O at each budget: cosine only */
-	uint64_t h2o_kept[N_H2O];     /* tokens it kept */
+	uint64_t h2o_kept[N_H2O];     /* tokens a KV head kept (mean) */
 	double h2o_ms[N_H2O];         /* the kvf_h2o_evict call */
 };
 

@@ -22,8 +22,8 @@
  * recent window (the scores alone), to show what the exact set costs;
  * then H2O eviction inside the sequence (kvf_h2o_evict) keeping 1/2 and
  * 1/4 of the tokens: dense attention accumulating H2O scores, and after
- * every token each layer drops its least valued whole token groups down
- * to the budget (the defaults: the first group and a recent window of
+ * every token each KV head of each layer drops its least valued whole
+ * token groups down to the budget (the defaults: the first group and a recent window of
  * half the budget stay).  Every store mode but dense also keeps the
  * window's full sequence beside it and prints the mean cosine, per query
  * head and layer and token, of its attention output against dense
@@ -101,8 +101,8 @@ struct run {
 	float *att_full;       /* dense attention over MODEL_FULL */
 	double cos_sum;        /* cosines to it, per query head */
 	uint64_t cos_n;
-	uint64_t win_dropped;  /* H2O: tokens the window's layers dropped */
-	uint64_t kept_sum;     /* tokens the layers kept at windows' ends */
+	uint64_t win_dropped;  /* H2O: tokens the window's KV heads dropped */
+	uint64_t kept_sum;     /* tokens the KV heads kept at windows' ends */
 	uint64_t kept_n;       /* of these many */
 };
 
@@ -435,8 +435,10 @@ static int run_mode(struct run *r, const struct model_mode *m,
 			    (rc = h2o_drop(r, m->h2o_keep, t + 1)) != KVF_OK)
 				return bench_fail("attend", "kvf_h2o_evict", rc);
 		}
-		r->kept_sum += (uint64_t)r->window * r->w->n_layers - r->win_dropped;
-		r->kept_n += (uint64_t)r->window * r->w->n_layers;
+		/* dropped counts each KV head's own */
+		r->kept_sum += (uint64_t)r->window * r->w->n_layers *
+				       r->w->n_kv_heads - r->win_dropped;
+		r->kept_n += (uint64_t)r->window * r->w->n_layers * r->w->n_kv_heads;
 		r->win_dropped = 0;
 		if (!m->reference && (rc = kvf_seq_free(r->st, MODEL_SEQ)) != KVF_OK)
 			return bench_fail("attend", "kvf_seq_free", rc);

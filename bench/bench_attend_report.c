@@ -118,7 +118,7 @@ void attend_print_table(const struct attend_ctx *c,
 	       "   stays (first group and a window of half the budget kept)\n", H2O_QUERIES);
 	for (uint32_t l = 0; l < N_LAYERS; l++)
 		for (uint32_t b = 0; b < N_H2O; b++)
-			printf("   layer %u keep 1/%u: %llu of %u tokens kept; cosine to the full sequence's\n"
+			printf("   layer %u keep 1/%u: %llu of %u tokens kept a head; cosine to the full sequence's\n"
 			       "   over the %u q heads: min %.4f, mean %.4f; the drop took %.1f ms\n",
 			       l, b ? 4u : 2u,
 			       (unsigned long long)c->fig[l].h2o_kept[b], a->n_tokens,

@@ -482,7 +482,9 @@ int attend_h2o(struct attend_ctx *c)
 			}
 			if (rc == KVF_OK) {
 				attend_sparf_cosine(c, c->out, dense, &f->h2o[b]);
-				f->h2o_kept[b] = c->a->n_tokens - dropped;
+				/* dropped is summed over the KV heads */
+				f->h2o_kept[b] = c->a->n_tokens -
+						 dropped / c->a->model.n_kv_heads;
 			}
 			if (kvf_seq_free(c->mem, H2O_SEQ) != KVF_OK && rc == KVF_OK) {
 				what = "kvf_seq_free";
