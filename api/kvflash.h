@@ -685,7 +685,8 @@ KVF_API kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t seq,
  * them.  Works on any sequence (one made by kvf_seq_create registers
  * from token 0).  Ids may run ahead of the K/V appended.
  * Return: KVF_OK; KVF_ENOENT; KVF_EINVAL (NULL tokens with n_tokens > 0);
- * KVF_ERANGE (more than 2^26 ids in all); KVF_ENOTSUP (read-only);
+ * KVF_ERANGE (more than 2^26 ids in all); KVF_ENOTSUP (read-only, or a
+ * sequence with groups kvf_h2o_evict dropped: its ids stop at the first);
  * KVF_ENOMEM; KVF_EFATAL.
  * Concurrency: any thread; calls on the same sequence are serialized.
  */

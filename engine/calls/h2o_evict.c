@@ -32,6 +32,8 @@
 #include "engine/segments/segtable.h"
 #include "engine/segments/writer.h"
 #include "engine/sequences/dropmark.h"
+#include "engine/sequences/prefix.h"
+#include "engine/sequences/prefix_state.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -199,6 +201,21 @@ static void forget(kvf_store *st, struct seq *seq, uint32_t lane, uint64_t g)
 	}
 }
 
+/* first_dropped - the first token of seq that some lane dropped, or
+ * UINT64_MAX: prefix reuse shares nothing from there on */
+static uint64_t first_dropped(kvf_store *st, struct seq *seq)
+{
+	uint32_t H = st->hdr.n_kv_heads;
+	uint64_t first = UINT64_MAX;
+
+	for (uint32_t l = 0; l < st->hdr.n_layers * H; l++) {
+		uint64_t t = dropmark_first(st, seq, l, 0, seq->len[l / H]);
+
+		first = t < first ? t : first;
+	}
+	return first;
+}
+
 /* evict_locked - the drop of seq (locked) under o, layers [l0, l1) */
 static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 			       uint32_t l1, const kvf_h2o_evict_opts *o,
@@ -207,7 +224,7 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 	uint32_t H = st->hdr.n_kv_heads, nl = st->hdr.n_layers * H; /* lanes */
 	struct plan *plans = kvf_calloc(nl, sizeof(*plans));
 	struct catalog_batch *b = NULL;
-	uint64_t *marks = NULL, total = 0;
+	uint64_t *marks = NULL, total = 0, first = UINT64_MAX;
 	size_t bytes = 0;
 	int open = 0;
 	kvf_status rc = KVF_OK;
@@ -243,6 +260,12 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	if (rc == KVF_OK)
 		rc = dropmark_record(st, seq, b);
+	/* the token ids registered for prefix reuse stop where a group
+	 * goes: a sequence sharing its prefix must get every token */
+	first = first_dropped(st, seq);
+	if (rc == KVF_OK && seq->prefix && seq->prefix->n_tokens > first)
+		rc = prefix_record(b, seq->id, seq->create_seqno,
+				   seq->prefix->tokens, first, NULL, 0);
 	if (rc == KVF_OK && seq->vbar) {
 		/* the means count the dropped tokens: gone, rebuilt at use */
 		unsigned char key[9];
@@ -263,6 +286,8 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 			give_up(st, seq, l, plans[l].g[i]);
 			forget(st, seq, l, plans[l].g[i]);
 		}
+	if (seq->prefix && seq->prefix->n_tokens > first)
+		prefix_truncate(st, seq, first);
 	if (dropped)
 		*dropped = total * st->group_tokens;
 	goto out;

@@ -667,3 +667,46 @@ Test(h2o_evict, killed_after_a_drop_and_more_tokens)
 	killed(1, 2 * G + 3, 1);
 	after_kill(1, 2 * G + 3);
 }
+
+/* prefix reuse shares no dropped group: the ids a sequence registered
+ * stop at its first dropped token, and it registers no more */
+Test(h2o_evict, prefix_reuse_stops_at_the_first_dropped_group)
+{
+	struct attn_fx f = ev_open();
+	kvf_h2o_evict_opts o;
+	uint32_t ids[LEN];
+	uint64_t reused, dropped, first = LEN;
+	uint8_t mask[LAYERS][KVHE][LEN];
+
+	for (uint32_t i = 0; i < LEN; i++)
+		ids[i] = i * 7 + 1;
+	OK(kvf_seq_create_tokens(f.st, 1, ids, LEN, &reused));
+	cr_assert(eq(u64, reused, 0));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_sync(f.st));
+	gather(&f, 1);
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		masks_of(&f, 1, l, mask[l]);
+		for (uint32_t h = 0; h < KVHE; h++) {
+			uint64_t g = first_dropped(mask[l][h]);
+
+			first = g * G < first ? g * G : first;
+		}
+	}
+	OK(kvf_seq_create_tokens(f.st, 2, ids, LEN, &reused));
+	cr_assert(eq(u64, reused, first), "shared %llu, first dropped %llu",
+		  (unsigned long long)reused, (unsigned long long)first);
+	EXPECT(kvf_seq_add_tokens(f.st, 1, ids, 4), KVF_ENOTSUP,
+	       "it registers no more token ids");
+	/* and after a reopen */
+	OK(kvf_seq_free(f.st, 2));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(kvf_seq_create_tokens(f.st, 2, ids, LEN, &reused));
+	cr_assert(eq(u64, reused, first));
+	kvf_close(f.st);
+	f.st = NULL;
+}
