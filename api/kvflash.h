@@ -685,7 +685,8 @@ KVF_API kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t seq,
  * them.  Works on any sequence (one made by kvf_seq_create registers
  * from token 0).  Ids may run ahead of the K/V appended.
  * Return: KVF_OK; KVF_ENOENT; KVF_EINVAL (NULL tokens with n_tokens > 0);
- * KVF_ERANGE (more than 2^26 ids in all); KVF_ENOTSUP (read-only);
+ * KVF_ERANGE (more than 2^26 ids in all); KVF_ENOTSUP (read-only, or a
+ * sequence with groups kvf_h2o_evict dropped: its ids stop at the first);
  * KVF_ENOMEM; KVF_EFATAL.
  * Concurrency: any thread; calls on the same sequence are serialized.
  */
@@ -1040,6 +1041,77 @@ KVF_API kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq, uint32_t layer,
 KVF_API kvf_status kvf_h2o_read(kvf_store *st, uint64_t seq, uint32_t layer,
 				uint32_t kv_head, uint64_t t0, uint64_t t1,
 				float *out);
+
+/* Options of kvf_h2o_evict: how much of each layer stays. */
+typedef struct {
+	size_t struct_size;   /* sizeof(kvf_h2o_evict_opts), set by _init */
+	double keep;          /* share of a layer's tokens kept, in (0, 1];
+			       * default 0.5; unused when keep_tokens > 0 */
+	uint64_t keep_tokens; /* 0, or the tokens a layer keeps (at least 1) */
+	uint32_t sinks;       /* first tokens always kept: 0 =
+			       * KVF_SINK_TOKENS_DEFAULT (the first group),
+			       * KVF_TOKENS_NONE = none */
+	uint32_t window;      /* last tokens always kept: 0 = half of what
+			       * the layer keeps, KVF_TOKENS_NONE = none */
+} kvf_h2o_evict_opts;
+
+/* kvf_h2o_evict: every layer, each by its own scores */
+#define KVF_LAYER_ALL UINT32_MAX
+
+/* Fills *o with defaults; use kvf_h2o_evict_opts_init. */
+KVF_API void kvf_h2o_evict_opts_init_sized(kvf_h2o_evict_opts *o,
+					   size_t struct_size);
+
+/*
+ * kvf_h2o_evict_opts_init - keep half of each layer, default sinks and
+ * window.  Concurrency: any thread; *o is the caller's.
+ */
+static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
+{
+	kvf_h2o_evict_opts_init_sized(o, sizeof(*o));
+}
+
+/*
+ * kvf_h2o_evict - H2O eviction inside a sequence (Zhang et al., 2023):
+ * each KV head of a layer drops the whole token groups that attention
+ * valued least, by its own scores, so a long sequence's bytes stay
+ * bounded.  A group's value is the sum of its tokens' H2O scores
+ * (kvf_h2o_read: over the query heads sharing the KV head).  Groups go,
+ * lowest value first, until the head keeps at most its budget (keep of
+ * the layer's tokens, or keep_tokens; whole groups, so it may keep more
+ * when the sinks, the window and the groups not yet on media take the
+ * rest).  Never dropped: a group holding one of the first `sinks` tokens
+ * or one of the last `window`, the last (tail) group, a group still
+ * waiting for write-back in memory; tokens the scores never saw count as
+ * valued 0.
+ * A drop is durable when the call returns (a "D" record in the catalog,
+ * committed before any page is given up), and the pages' room goes back
+ * to the cleaner after the next durable point.  Afterwards every
+ * attention call, dense, batch, multi-query and SparF (whose K^T pages
+ * keep the dropped tokens' columns, never chosen), kvf_scores, kvf_topk
+ * (probability 0), kvf_scores_iter (not handed out) and the H2O
+ * accumulation treat a head's dropped tokens as masked for the query
+ * heads that share it; kvf_read of a range holding one answers KVF_ENOENT
+ * naming it; lengths and positions do not change and appends go on.  A
+ * fork shares the marks of the groups it takes; kvf_seq_truncate or
+ * kvf_seq_fork at a token inside a dropped group is refused (KVF_ERANGE),
+ * a cut below one clears its mark; kvf_seq_export refuses such a sequence
+ * (KVF_ENOTSUP).  SparF's mean of V is rebuilt from the kept tokens at
+ * its next use.
+ * @layer: a layer, or KVF_LAYER_ALL.  @opts: NULL for the defaults.
+ * @dropped: NULL, or the tokens this call dropped, summed over the KV
+ *           heads (and layers): each head's are its own.
+ * Return: KVF_OK (also when nothing qualified: *dropped = 0); KVF_ENOENT
+ * (no such sequence); KVF_ERANGE (layer); KVF_EINVAL (keep outside (0, 1]
+ * or not finite, a layer with tokens whose scores were never gathered:
+ * attend it with opts.h2o = 1 first); KVF_EVERSION (opts); KVF_ENOTSUP (read-only store);
+ * KVF_ENOMEM; KVF_EIO.  Nothing changes on a refusal.
+ * Concurrency: any thread; waits for calls on the same sequence and for
+ * a sync in progress.
+ */
+KVF_API kvf_status kvf_h2o_evict(kvf_store *st, uint64_t seq, uint32_t layer,
+				 const kvf_h2o_evict_opts *opts,
+				 uint64_t *dropped);
 
 /* ---- inspection ------------------------------------------------------- */
 

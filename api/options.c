@@ -173,3 +173,15 @@ kvf_status kvf_struct_check(const char *call, const char *what,
 					lib_size + i);
 	return KVF_OK;
 }
+
+void kvf_h2o_evict_opts_init_sized(kvf_h2o_evict_opts *o, size_t struct_size)
+{
+	kvf_h2o_evict_opts d;
+
+	memset(&d, 0, sizeof(d));
+	d.keep = 0.5;
+	d.keep_tokens = 0;
+	d.sinks = 0;  /* KVF_SINK_TOKENS_DEFAULT */
+	d.window = 0; /* half of what a layer keeps */
+	fill_sized(o, &d, sizeof(d), struct_size);
+}

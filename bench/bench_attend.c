@@ -39,6 +39,10 @@
  *     pages read and skipped; and the cosine of its output to dense
  *     attention's, per query head.  SparF on the memory store (warm mean
  *     of V) gives the time of its computing alone, without I/O;
+ *  5. (after 4, untimed) H2O eviction (kvf_h2o_evict) of a fork of the
+ *     memory store's sequence, keeping 1/2 and 1/4 of each layer: scores
+ *     from H2O_QUERIES queries near the layer's q, and the cosine of dense
+ *     attention to q over what stays against the full sequence's;
  *  4. the FlexGen way on layer 0, cold: kvf_read of every head's K and V
  *     into caller buffers, then the same dense kernel the store runs
  *     (kvc_kernels()->attn_fold, one call per head) outside the store, on
@@ -229,6 +233,8 @@ int bench_attend_main(int argc, char **argv)
 	for (uint32_t l = 0; l < N_LAYERS; l++)
 		if (attend_check_layer(&c, &w[0], l) != 0)
 			goto out;
+	if (attend_h2o(&c) != 0)
+		goto out;
 	for (size_t off = 0; off < sizeof(med); off += sizeof(double)) {
 		double v = median_of(passes, a.repeat, off);
 

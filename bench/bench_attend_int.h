@@ -31,6 +31,9 @@
 #define CHECK_TOL 1e-4     /* max |difference| the checks accept */
 #define MEM_CALLS 3u       /* in-memory calls (and reads) per pass */
 #define N_MODES 2u         /* SparF modes measured: sparse = 1, 2 */
+#define N_H2O 2u           /* H2O budgets measured: keep 1/2 and 1/4 */
+#define H2O_SEQ 2u         /* the fork H2O drops from */
+#define H2O_QUERIES 4u     /* queries whose scores H2O ranks by */
 
 /* The SparF modes of section 3, in the order they are printed. */
 static const struct sparf_mode {
@@ -96,6 +99,9 @@ struct layer_figs {
 	uint64_t dense_bytes;          /* bytes_read of a cold dense call */
 	struct sparf_figs sp[N_MODES]; /* per SparF mode */
 	double hh_mass; /* dense attention mass on heavy hitters */
+	struct sparf_figs h2o[N_H2O]; /* H2O at each budget: cosine only */
+	uint64_t h2o_kept[N_H2O];     /* tokens a KV head kept (mean) */
+	double h2o_ms[N_H2O];         /* the kvf_h2o_evict call */
 };
 
 struct attend_ctx {
@@ -171,6 +177,12 @@ int attend_pass_memory(struct attend_ctx *c, int first,
 /* attend_pass_cold - one pass's cold calls on the file store */
 int attend_pass_cold(struct attend_ctx *c, struct flex_worker *w, int first,
 		     struct attend_pass *p);
+
+/* attend_h2o - untimed but for the drop itself: per layer and budget, a
+ * fork of the memory store's sequence scored by H2O_QUERIES queries near
+ * the layer's q, kvf_h2o_evict down to the budget, and the cosine of its
+ * dense attention to the full sequence's; 0, or -1 (printed) */
+int attend_h2o(struct attend_ctx *c);
 
 /* bench_attend_report.c */
 /* attend_print_table - the figures (m: medians of the passes) as a table */

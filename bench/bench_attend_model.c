@@ -19,7 +19,15 @@
  * by tokens (sparse = 1) and by groups (sparse = 2) at 1/8 and 1/4 of the
  * dims (top_r) and tokens (top_k, of the tokens so far), the store's
  * defaults for the exact set; and by groups at 1/8 with no sinks and no
- * recent window (the scores alone), to show what the exact set costs.
+ * recent window (the scores alone), to show what the exact set costs;
+ * then H2O eviction inside the sequence (kvf_h2o_evict) keeping 1/2 and
+ * 1/4 of the tokens: dense attention accumulating H2O scores, and after
+ * every token each KV head of each layer drops its least valued whole
+ * token groups down to the budget (the defaults: the first group and a recent window of
+ * half the budget stay).  Every store mode but dense also keeps the
+ * window's full sequence beside it and prints the mean cosine, per query
+ * head and layer and token, of its attention output against dense
+ * attention over the full sequence for the same query.
  * The RMSNorm, projections (compute/proj.c, weights transposed to
  * [in][out] at load), rotary embedding (interleaved pairs, as llama2.c)
  * and SwiGLU are plain C.
@@ -45,6 +53,7 @@
 #include "kvflash.h"
 
 #define MODEL_SEQ 1u
+#define MODEL_FULL 2u         /* the full sequence, for the cosine */
 #define MODEL_EPS 1e-5f       /* RMSNorm's epsilon (train_tiny.py) */
 #define MODEL_THETA 10000.0   /* RoPE base */
 
@@ -68,15 +77,25 @@ static const struct model_mode {
 	uint32_t share;     /* SparF: 1/share of the dims and tokens */
 	int reference;      /* attention computed here, not by the store */
 	int scores_only;    /* no sinks, no recent window */
+	double h2o_keep;    /* H2O eviction keeping this share; 0 none */
 } model_modes[] = {
-	{ "reference", 0, 0, 1, 0 },
-	{ "dense", 0, 0, 0, 0 },
-	{ "tokens 1/8", 1, 8, 0, 0 },
-	{ "groups 1/8", 2, 8, 0, 0 },
-	{ "groups 1/8 scores only", 2, 8, 0, 1 },
-	{ "tokens 1/4", 1, 4, 0, 0 },
-	{ "groups 1/4", 2, 4, 0, 0 },
+	{ "reference", 0, 0, 1, 0, 0 },
+	{ "dense", 0, 0, 0, 0, 0 },
+	{ "tokens 1/8", 1, 8, 0, 0, 0 },
+	{ "groups 1/8", 2, 8, 0, 0, 0 },
+	{ "groups 1/8 scores only", 2, 8, 0, 1, 0 },
+	{ "tokens 1/4", 1, 4, 0, 0, 0 },
+	{ "groups 1/4", 2, 4, 0, 0, 0 },
+	{ "H2O keep 1/2", 0, 0, 0, 0, 0.5 },
+	{ "H2O keep 1/4", 0, 0, 0, 0, 0.25 },
 };
+
+/* with_full - mode m keeps the full sequence beside its own for the
+ * cosine */
+static int with_full(const struct model_mode *m)
+{
+	return !m->reference && (m->sparse || m->h2o_keep > 0);
+}
 #define N_MODEL_MODES (sizeof(model_modes) / sizeof(model_modes[0]))
 
 struct run {
@@ -86,6 +105,12 @@ struct run {
 	double *ref_k, *ref_v; /* reference mode: [L][window][kv_dim] */
 	uint32_t window;
 	uint32_t group_tokens; /* the store's G */
+	float *att_full;       /* dense attention over MODEL_FULL */
+	double cos_sum;        /* cosines to it, per query head */
+	uint64_t cos_n;
+	uint64_t win_dropped;  /* H2O: tokens the window's KV heads dropped */
+	uint64_t kept_sum;     /* tokens the KV heads kept at windows' ends */
+	uint64_t kept_n;       /* of these many */
 };
 
 static int read_file(const char *path, void **buf, size_t *len)
@@ -283,6 +308,7 @@ static int step(struct run *r, const struct model_mode *m, uint32_t tok,
 
 	memcpy(r->x, w->emb + (size_t)tok * D, D * sizeof(float));
 	kvf_attn_opts_init(&ao);
+	ao.h2o = m->h2o_keep > 0;
 	if (m->sparse) {
 		uint32_t len = t + 1;
 
@@ -315,6 +341,24 @@ static int step(struct run *r, const struct model_mode *m, uint32_t tok,
 				return bench_fail("attend", "kvf_append", rc);
 			if ((rc = kvf_attend(r->st, MODEL_SEQ, l, r->q, r->att, &ao)) != KVF_OK)
 				return bench_fail("attend", "kvf_attend", rc);
+			if (with_full(m) &&
+			    ((rc = kvf_append(r->st, MODEL_FULL, l, 1, r->k, r->v)) != KVF_OK ||
+			     (rc = kvf_attend(r->st, MODEL_FULL, l, r->q, r->att_full,
+					      NULL)) != KVF_OK))
+				return bench_fail("attend", "kvf_attend (full sequence)", rc);
+			for (uint32_t h = 0; with_full(m) && h < w->n_heads; h++) {
+				const float *a = r->att + (size_t)h * hd;
+				const float *b = r->att_full + (size_t)h * hd;
+				double ab = 0, aa = 0, bb = 0;
+
+				for (uint32_t e = 0; e < hd; e++) {
+					ab += (double)a[e] * b[e];
+					aa += (double)a[e] * a[e];
+					bb += (double)b[e] * b[e];
+				}
+				r->cos_sum += aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 1.0;
+				r->cos_n++;
+			}
 		}
 		kvc_project(r->att, KVF_DTYPE_F32, 1, D, w->wo + (size_t)l * D * D, D,
 			    r->o, r->xrow);
@@ -350,6 +394,23 @@ static double nll(const float *logits, uint32_t n, uint32_t target)
 	return m + log(s) - logits[target];
 }
 
+/* h2o_drop - after token len - 1: every layer of the window's sequence
+ * keeps `keep` of its len tokens (kvf_h2o_evict's defaults otherwise) */
+static kvf_status h2o_drop(struct run *r, double keep, uint64_t len)
+{
+	kvf_h2o_evict_opts o;
+	uint64_t dropped;
+	kvf_status rc;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = keep;
+	(void)len;
+	rc = kvf_h2o_evict(r->st, MODEL_SEQ, KVF_LAYER_ALL, &o, &dropped);
+	if (rc == KVF_OK)
+		r->win_dropped += dropped;
+	return rc;
+}
+
 /* run_mode - mean loss of mode m over the windows; 0, or -1 */
 static int run_mode(struct run *r, const struct model_mode *m,
 		    const uint16_t *ids, size_t n_ids, uint32_t n_windows,
@@ -365,6 +426,8 @@ static int run_mode(struct run *r, const struct model_mode *m,
 
 		if (!m->reference && (rc = kvf_seq_create(r->st, MODEL_SEQ)) != KVF_OK)
 			return bench_fail("attend", "kvf_seq_create", rc);
+		if (with_full(m) && (rc = kvf_seq_create(r->st, MODEL_FULL)) != KVF_OK)
+			return bench_fail("attend", "kvf_seq_create", rc);
 		for (uint32_t t = 0; t < r->window; t++) {
 			if (tok[t] >= r->w->vocab || tok[t + 1] >= r->w->vocab) {
 				fprintf(stderr, "kvbench attend: val.bin holds token %u, past the vocabulary (%u)\n",
@@ -375,8 +438,18 @@ static int run_mode(struct run *r, const struct model_mode *m,
 				return -1;
 			sum += nll(r->logits, r->w->vocab, tok[t + 1]);
 			n++;
+			if (m->h2o_keep > 0 &&
+			    (rc = h2o_drop(r, m->h2o_keep, t + 1)) != KVF_OK)
+				return bench_fail("attend", "kvf_h2o_evict", rc);
 		}
+		/* dropped counts each KV head's own */
+		r->kept_sum += (uint64_t)r->window * r->w->n_layers *
+				       r->w->n_kv_heads - r->win_dropped;
+		r->kept_n += (uint64_t)r->window * r->w->n_layers * r->w->n_kv_heads;
+		r->win_dropped = 0;
 		if (!m->reference && (rc = kvf_seq_free(r->st, MODEL_SEQ)) != KVF_OK)
+			return bench_fail("attend", "kvf_seq_free", rc);
+		if (with_full(m) && (rc = kvf_seq_free(r->st, MODEL_FULL)) != KVF_OK)
 			return bench_fail("attend", "kvf_seq_free", rc);
 	}
 	*mean = sum / (double)n;
@@ -560,6 +633,7 @@ int attend_model_main(const struct attend_args *a)
 	struct codec_figs cf = { 0 };
 	kvf_store *codec_st = NULL;
 	uint32_t codec_group = 0; /* G of the codec's store */
+	double cosine[N_MODEL_MODES], kept[N_MODEL_MODES];
 	/* with --codec: the reference and dense, then dense with the codec */
 	uint32_t n_modes = a->codec != KVF_CODEC_NONE ? 2 : N_MODEL_MODES;
 	const char *cname = kvf_codec_name(a->codec);
@@ -602,7 +676,8 @@ int attend_model_main(const struct attend_args *a)
 
 		r.x = kvf_calloc(f, sizeof(float));
 		r.ref_k = kvf_calloc(2 * refs, sizeof(double));
-		if (r.x == NULL || r.ref_k == NULL) {
+		r.att_full = kvf_calloc(w.dim, sizeof(float));
+		if (r.x == NULL || r.ref_k == NULL || r.att_full == NULL) {
 			fprintf(stderr, "kvbench attend: out of memory\n");
 			goto out;
 		}
@@ -621,8 +696,13 @@ int attend_model_main(const struct attend_args *a)
 	for (uint32_t i = 0; i < n_modes; i++) {
 		uint64_t t0 = bench_now_ns();
 
+		r.cos_sum = 0;
+		r.cos_n = r.kept_sum = r.kept_n = 0;
 		if (run_mode(&r, &model_modes[i], ids, n_ids, a->windows, &loss[i]) != 0)
 			goto out;
+		cosine[i] = r.cos_n ? r.cos_sum / (double)r.cos_n : 1.0;
+		kept[i] = model_modes[i].h2o_keep > 0
+				  ? (double)r.kept_sum / (double)r.kept_n : 1.0;
 		if (!a->json)
 			fprintf(stderr, "kvbench attend: %-24s %.2f s\n", model_modes[i].name,
 				(double)(bench_now_ns() - t0) / 1e9);
@@ -653,6 +733,8 @@ int attend_model_main(const struct attend_args *a)
 			bench_json_double(&j, "loss", loss[i]);
 			bench_json_double(&j, "perplexity", exp(loss[i]));
 			bench_json_double(&j, "vs_dense", exp(loss[i] - loss[1]) - 1);
+			bench_json_double(&j, "cosine_vs_full", cosine[i]);
+			bench_json_double(&j, "kept_share", kept[i]);
 			bench_json_end(&j);
 		}
 		if (a->codec != KVF_CODEC_NONE) {
@@ -680,11 +762,16 @@ int attend_model_main(const struct attend_args *a)
 		printf("(%u layers, %u q heads, %u kv heads, head_dim %u; store f32, "
 		       "%u tokens a page)\n", w.n_layers, w.n_heads, w.n_kv_heads,
 		       w.head_dim, r.group_tokens);
-		printf("%-24s %10s %10s %10s\n", "attention", "loss", "perplexity",
-		       "vs dense");
+		printf("%-24s %10s %10s %10s %12s %8s\n", "attention", "loss",
+		       "perplexity", "vs dense", "cos vs full", "kept");
 		for (uint32_t i = 0; i < n_modes; i++)
-			printf("%-24s %10.4f %10.2f %+9.1f%%\n", model_modes[i].name,
-			       loss[i], exp(loss[i]), 100 * (exp(loss[i] - loss[1]) - 1));
+			printf("%-24s %10.4f %10.2f %+9.1f%% %12.4f %7.0f%%\n",
+			       model_modes[i].name, loss[i], exp(loss[i]),
+			       100 * (exp(loss[i] - loss[1]) - 1), cosine[i],
+			       100 * kept[i]);
+		printf("(cos vs full: mean cosine of each query head's attention output to\n"
+		       " dense attention over the whole window, same query, per layer and\n"
+		       " token; kept: H2O's share of the window's tokens left at its end)\n");
 		if (a->codec != KVF_CODEC_NONE) {
 			printf("dense, codec %-11s %10.4f %10.2f %+9.2f%% (%u tokens a group)\n",
 			       cname, cf.loss, exp(cf.loss),
@@ -711,6 +798,7 @@ out:
 		bench_remove_store(codec_dir);
 	kvf_free(r.x);
 	kvf_free(r.ref_k);
+	kvf_free(r.att_full);
 	kvf_free(w.mem);
 	free(ids);
 	free(path);

@@ -113,6 +113,17 @@ void attend_print_table(const struct attend_ctx *c,
 	       "   them; CPU %.1f ms (kvf_attend %.1f ms)\n",
 	       c->n_threads, mib(c->flex_bytes), kvc_kernels()->name,
 	       m->flex_cpu / 1e6, m->cold_dense_cpu[0] / 1e6);
+	printf("5. H2O eviction (kvf_h2o_evict) of a fork, memory store: each layer's\n"
+	       "   scores from %u queries near its q, then dense attention to q over what\n"
+	       "   stays (first group and a window of half the budget kept)\n", H2O_QUERIES);
+	for (uint32_t l = 0; l < N_LAYERS; l++)
+		for (uint32_t b = 0; b < N_H2O; b++)
+			printf("   layer %u keep 1/%u: %llu of %u tokens kept a head; cosine to the full sequence's\n"
+			       "   over the %u q heads: min %.4f, mean %.4f; the drop took %.1f ms\n",
+			       l, b ? 4u : 2u,
+			       (unsigned long long)c->fig[l].h2o_kept[b], a->n_tokens,
+			       a->model.n_q_heads, c->fig[l].h2o[b].cos_min,
+			       c->fig[l].h2o[b].cos_mean, c->fig[l].h2o_ms[b]);
 	printf("checks: %llu rows read back equal the rows appended; max |difference| to a\n"
 	       "  double-precision reference %.2g, memory vs file store %.2g, FlexGen vs\n"
 	       "  kvf_attend %.2g (tolerance %.0e): %s\n",
@@ -223,6 +234,19 @@ void attend_print_json(const struct attend_ctx *c,
 	bench_json_double(&j, "baseline_cpu_ms", m->flex_cpu / 1e6);
 	bench_json_u64(&j, "baseline_bytes_read", c->flex_bytes);
 	bench_json_end(&j);
+	for (uint32_t l = 0; l < N_LAYERS; l++)
+		for (uint32_t b = 0; b < N_H2O; b++) {
+			char key[32];
+
+			snprintf(key, sizeof(key), "h2o_keep%u_layer%u", b ? 4u : 2u, l);
+			bench_json_begin(&j, key);
+			bench_json_str(&j, "pattern", layer_name[l]);
+			bench_json_u64(&j, "tokens_kept", c->fig[l].h2o_kept[b]);
+			bench_json_double(&j, "cosine_min", c->fig[l].h2o[b].cos_min);
+			bench_json_double(&j, "cosine_mean", c->fig[l].h2o[b].cos_mean);
+			bench_json_double(&j, "evict_ms", c->fig[l].h2o_ms[b]);
+			bench_json_end(&j);
+		}
 	bench_json_begin(&j, "checks");
 	bench_json_u64(&j, "rows_verified", c->verified_rows);
 	bench_json_double(&j, "max_diff_reference", c->diff_ref);

@@ -411,3 +411,90 @@ int attend_pass_cold(struct attend_ctx *c, struct flex_worker *w, int first,
 	c->diff_flex = diff > c->diff_flex ? diff : c->diff_flex;
 	return 0;
 }
+
+/* ---- H2O eviction (kvf_h2o_evict) --------------------------------------- */
+
+static const double h2o_keep[N_H2O] = { 0.5, 0.25 };
+
+/* near_q - query i of the scoring: the layer's q, each element scaled by a
+ * factor in [0.5, 1.5) from a hash (decode steps asking about the same
+ * thing, not the same query) */
+static void near_q(const struct attend_ctx *c, uint32_t layer, uint32_t i,
+		   float *q)
+{
+	size_t n = (size_t)c->a->model.n_q_heads * c->a->model.head_dim;
+
+	for (size_t j = 0; j < n; j++) {
+		uint64_t z = (j * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(i + 1) << 40) ^
+			     ((uint64_t)layer << 56);
+
+		z ^= z >> 31;
+		z *= 0xbf58476d1ce4e5b9ull;
+		z ^= z >> 29;
+		q[j] = c->q[layer][j] * (0.5f + (float)(z >> 40) / (float)(1u << 24));
+	}
+}
+
+int attend_h2o(struct attend_ctx *c)
+{
+	size_t qe = (size_t)c->a->model.n_q_heads * c->a->model.head_dim;
+	float *dense = kvf_malloc(2 * qe * sizeof(float)), *q = dense + qe;
+	kvf_h2o_evict_opts eo;
+	kvf_attn_opts ao;
+	kvf_status rc = KVF_OK;
+	const char *what = "";
+
+	if (dense == NULL) {
+		fprintf(stderr, "kvbench attend: out of memory\n");
+		return -1;
+	}
+	kvf_attn_opts_init(&ao);
+	ao.h2o = 1;
+	for (uint32_t l = 0; l < N_LAYERS && rc == KVF_OK; l++)
+		for (uint32_t b = 0; b < N_H2O && rc == KVF_OK; b++) {
+			struct layer_figs *f = &c->fig[l];
+			uint64_t dropped = 0, t0;
+
+			what = "kvf_attend (full)";
+			if ((rc = kvf_attend(c->mem, SEQ_ID, l, c->q[l], dense,
+					     NULL)) != KVF_OK)
+				break;
+			what = "kvf_seq_fork";
+			if ((rc = kvf_seq_fork(c->mem, SEQ_ID, H2O_SEQ,
+					       c->a->n_tokens)) != KVF_OK)
+				break;
+			what = "kvf_attend (h2o)";
+			for (uint32_t i = 0; i < H2O_QUERIES && rc == KVF_OK; i++) {
+				near_q(c, l, i, q);
+				rc = kvf_attend(c->mem, H2O_SEQ, l, q, c->out, &ao);
+			}
+			kvf_h2o_evict_opts_init(&eo);
+			eo.keep = h2o_keep[b];
+			t0 = bench_now_ns();
+			if (rc == KVF_OK) {
+				what = "kvf_h2o_evict";
+				rc = kvf_h2o_evict(c->mem, H2O_SEQ, l, &eo, &dropped);
+			}
+			f->h2o_ms[b] = (double)(bench_now_ns() - t0) / 1e6;
+			if (rc == KVF_OK) {
+				what = "kvf_attend (after the drop)";
+				rc = kvf_attend(c->mem, H2O_SEQ, l, c->q[l], c->out, NULL);
+			}
+			if (rc == KVF_OK) {
+				attend_sparf_cosine(c, c->out, dense, &f->h2o[b]);
+				/* dropped is summed over the KV heads */
+				f->h2o_kept[b] = c->a->n_tokens -
+						 dropped / c->a->model.n_kv_heads;
+			}
+			if (kvf_seq_free(c->mem, H2O_SEQ) != KVF_OK && rc == KVF_OK) {
+				what = "kvf_seq_free";
+				rc = KVF_EIO;
+			}
+		}
+	kvf_free(dense);
+	if (rc != KVF_OK) {
+		bench_fail("attend", what, rc);
+		return -1;
+	}
+	return 0;
+}

@@ -29,6 +29,7 @@
 #include "engine/base/pool.h"
 #include "engine/calls/read_calls.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -402,10 +403,11 @@ kvf_status kvf_scores_iter(kvf_store *st, uint64_t seq_id, uint32_t layer,
 			for (size_t j = 0; j < (size_t)d * D; j++)
 				qs[j] = q[(size_t)head * d * D + j] * c.scale;
 			x.q0 = head * d;
-			rc = stream_read_spans_coded(st, seq,
-						     seq_kv_stream(st, seq, layer, KIND_K, head),
-						     len, attend_from(c.o, len), len,
-						     iter_span, iter_coded, &x);
+			rc = stream_read_spans_kept(st, seq,
+						    dropmark_lane(st, layer, head),
+						    seq_kv_stream(st, seq, layer, KIND_K, head),
+						    len, attend_from(c.o, len), len,
+						    iter_span, iter_coded, &x);
 		}
 	}
 	seq_unlock_put(st, seq);

@@ -21,6 +21,7 @@
 #include "engine/attention/attend_int.h"
 #include "engine/base/pool.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
 
@@ -154,10 +155,14 @@ kvf_status attend_head_task(void *arg, uint32_t i)
 		return rc;
 	}
 	kvc_attn_state_init(&f.state, d, D, buf);
-	rc = stream_read_pair_coded(st, seq,
-				    seq_kv_stream(st, seq, c->layer, KIND_K, head),
-				    seq_kv_stream(st, seq, c->layer, KIND_V, head),
-				    len, f.t_start, len, fold_span, fold_coded, &f);
+	/* dropped groups are read by no one: their scores stay masked */
+	if (f.scores && dropmark_any(st, seq, dropmark_lane(st, c->layer, head)))
+		for (size_t j = 0; j < (size_t)d * f.n_tok; j++)
+			f.scores[j] = -INFINITY;
+	rc = stream_read_pair_kept(st, seq, dropmark_lane(st, c->layer, head),
+				   seq_kv_stream(st, seq, c->layer, KIND_K, head),
+				   seq_kv_stream(st, seq, c->layer, KIND_V, head),
+				   len, f.t_start, len, fold_span, fold_coded, &f);
 	if (rc == KVF_OK && c->out)
 		kvc_attn_finish(&f.state,
 				c->out + ((size_t)si * Q + (size_t)head * d) * D,

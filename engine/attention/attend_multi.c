@@ -25,6 +25,7 @@
 #include "engine/base/fatal.h"
 #include "engine/base/pool.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -169,11 +170,11 @@ static kvf_status multi_task_run(void *arg, uint32_t head)
 	t.qs = qs;
 	kvc_attn_state_init(&t.state, (uint32_t)heads, D, buf);
 	if (c->t1 > c->t0)
-		rc = stream_read_pair_coded(st, c->seq,
-					    seq_kv_stream(st, c->seq, c->layer, KIND_K, head),
-					    seq_kv_stream(st, c->seq, c->layer, KIND_V, head),
-					    c->seq->len[c->layer], c->t0, c->t1,
-					    multi_span, multi_coded, &t);
+		rc = stream_read_pair_kept(st, c->seq, dropmark_lane(st, c->layer, head),
+					   seq_kv_stream(st, c->seq, c->layer, KIND_K, head),
+					   seq_kv_stream(st, c->seq, c->layer, KIND_V, head),
+					   c->seq->len[c->layer], c->t0, c->t1,
+					   multi_span, multi_coded, &t);
 	if (rc == KVF_OK)
 		for (uint32_t i = 0; i < c->n_q; i++) {
 			struct kvc_attn_state v = sub(&t, i, i + 1);

@@ -34,6 +34,7 @@
 #include "engine/reads/kt_read.h"
 #include "engine/base/pool.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
 
@@ -158,10 +159,43 @@ static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
 	uint64_t len = seq->len[c->layer];
 
 	*mean = v.mean;
+	if (dropmark_any(st, seq, (uint32_t)lh)) {
+		/* the mean counts the kept tokens only (kvf_h2o_evict set it
+		 * back to none): it goes on past the first vbar_n of them */
+		if (seq->vbar_n[lh] >= dropmark_kept(st, seq, (uint32_t)lh, len))
+			return KVF_OK;
+		return stream_read_spans_kept(st, seq, (uint32_t)lh,
+					      seq_kv_stream(st, seq, c->layer, KIND_V, head),
+					      len,
+					      dropmark_at_kept(st, seq, (uint32_t)lh,
+							       seq->vbar_n[lh]),
+					      len, vmean_span, NULL, &v);
+	}
 	if (seq->vbar_n[lh] >= len)
 		return KVF_OK;
 	return stream_read_spans(st, seq, seq_kv_stream(st, seq, c->layer, KIND_V, head),
 				 len, seq->vbar_n[lh], len, vmean_span, &v);
+}
+
+/* mask_dropped - the approximate scores of the tokens of dropped groups
+ * (whose columns K^T pages still hold) are masked: never chosen, no mass */
+static void mask_dropped(struct sparf_ctx *x, struct seq *seq, uint32_t head)
+{
+	uint32_t lane = dropmark_lane(x->c->st, x->c->layer, head);
+	uint64_t a, b, at = 0, len = x->n;
+
+	if (!dropmark_any(x->c->st, seq, lane))
+		return;
+	while (at < len) {
+		uint64_t stop = len;
+
+		if (dropmark_run(x->c->st, seq, lane, at, len, &a, &b))
+			stop = a;
+		for (uint32_t h = 0; h < x->d; h++)
+			for (uint64_t t = at; t < stop; t++)
+				x->s[(size_t)h * len + t] = -INFINITY;
+		at = stop == len ? len : b;
+	}
 }
 
 /* in_exact - token t is in the exact set: one of the first sinks tokens
@@ -499,6 +533,7 @@ kvf_status attend_sparf_task(const struct attn_call *c, uint32_t si,
 	}
 	if (rc != KVF_OK)
 		goto out;
+	mask_dropped(&x, seq, head);
 	atomic_fetch_add(&st->c.sparf_pages_read, nb * x.rg);
 
 	/* 3-4: the tokens to attend exactly, the mass of the rest, the

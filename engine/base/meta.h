@@ -21,6 +21,10 @@
  *                     whether it is a cached prefix (engine/sequences/prefix.c)
  *   "U" seq(8)        struct meta_use: recency and frequency for eviction,
  *                     as of the last kvf_sync (engine/cleaning/evict.c)
+ *   "D" seq(8)        struct meta_drop + u64 bits[n_lanes][words]: the
+ *                     token groups kvf_h2o_evict dropped, per (layer,
+ *                     KV head)
+ *                     (engine/sequences/dropmark.c)
  *
  * "G" is a sealed segment: for each index slot that points into it, which
  * (sequence, stream, group) owns it, in runs: consecutive pages that hold
@@ -50,6 +54,7 @@
 #define META_TAG_VBAR 'V'
 #define META_TAG_TOKENS 'T'
 #define META_TAG_USE 'U'
+#define META_TAG_DROP 'D'
 
 struct meta_sync {
 	uint64_t seqno;         /* highest seqno made durable by the last sync */
@@ -83,6 +88,16 @@ struct meta_use {
 	uint64_t create_seqno;
 	uint64_t last_use;     /* seqtab.use_clock at its last use */
 	uint64_t uses;         /* public calls on it, over its life */
+};
+
+/* "D": bit g of a lane's words (lane = layer * n_kv_heads + KV head) is
+ * set when token group g of its K and V streams was dropped; a record
+ * whose create_seqno is not its sequence's is of an earlier one
+ * (ignored). */
+struct meta_drop {
+	uint64_t create_seqno;
+	uint32_t n_lanes;      /* lanes that follow */
+	uint32_t words;        /* u64 words per layer */
 };
 
 struct meta_seg {
@@ -175,6 +190,7 @@ static_assert(sizeof(struct meta_tokens) == 16, "meta_tokens");
 static_assert(sizeof(struct meta_sync) == 80, "meta_sync");
 static_assert(sizeof(struct meta_seq) == 32, "meta_seq");
 static_assert(sizeof(struct meta_use) == 24, "meta_use");
+static_assert(sizeof(struct meta_drop) == 16, "meta_drop");
 static_assert(sizeof(struct meta_seg) == 32, "meta_seg");
 static_assert(sizeof(struct meta_run) == 32, "meta_run");
 static_assert(sizeof(struct meta_ref) == 16, "meta_ref");

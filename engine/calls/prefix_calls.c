@@ -25,6 +25,7 @@
 #include "api/status.h"
 #include "engine/base/catalog.h"
 #include "engine/base/fatal.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
@@ -263,6 +264,14 @@ kvf_status kvf_seq_add_tokens(kvf_store *st, uint64_t id,
 	if ((rc = seq_get_locked(st, call, id, &seq)) != KVF_OK)
 		goto out_world;
 	have = seq->prefix ? seq->prefix->n_tokens : 0;
+	if (n_tokens > 0 && dropmark_any(st, seq, DROP_ANY)) {
+		/* its ids stop at its first dropped group (kvf_h2o_evict): a
+		 * prefix shared from it must hold every token */
+		rc = kvf_fail(KVF_ENOTSUP,
+			      "%s: sequence %llu has token groups kvf_h2o_evict dropped; it registers no more token ids for prefix reuse",
+			      call, (unsigned long long)id);
+		goto out_seq;
+	}
 	if (n_tokens > PREFIX_MAX_TOKENS - have) {
 		rc = kvf_fail(KVF_ERANGE, "%s: %llu more tokens after %llu (at most %llu in all)",
 			      call, (unsigned long long)n_tokens,

@@ -11,6 +11,7 @@
 #include "api/status.h"
 #include "engine/base/fatal.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -97,6 +98,18 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		goto out;
 	if (t1 > seq->len[layer]) {
 		rc = read_past_end(call, t0, t1, seq_id, "", layer, seq->len[layer]);
+		goto out_seq;
+	}
+	if (dropmark_first(st, seq, dropmark_lane(st, layer, kv_head), t0, t1) !=
+	    UINT64_MAX) {
+		uint64_t t = dropmark_first(st, seq, dropmark_lane(st, layer, kv_head),
+					    t0, t1);
+
+		rc = kvf_fail(KVF_ENOENT,
+			      "%s: token %llu of sequence %llu layer %u KV head %u was dropped by kvf_h2o_evict (token group %llu); read around it",
+			      call, (unsigned long long)t,
+			      (unsigned long long)seq_id, layer, kv_head,
+			      (unsigned long long)(t / st->group_tokens));
 		goto out_seq;
 	}
 	if (k_out && v_out) {

@@ -10,6 +10,7 @@
  * Locking: world shared, then the sequence's lock; kvf_seq_free takes
  * dur.lock first, so a sync does not write back a freed sequence.
  */
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_int.h"
 
 #include <string.h>
@@ -281,6 +282,22 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 				      (unsigned long long)parent->len[l]);
 			goto out_parent;
 		}
+	{
+		uint32_t l;
+		uint64_t g = dropmark_inside(st, parent, n_tokens, &l);
+
+		if (g != UINT64_MAX) {
+			rc = kvf_fail(KVF_ERANGE,
+				      "%s: n_tokens %llu falls inside token group %llu of layer %u KV head %u of sequence %llu, which kvf_h2o_evict dropped; fork at its start (%llu) or its end (%llu)",
+				      call, (unsigned long long)n_tokens,
+				      (unsigned long long)g, l / st->hdr.n_kv_heads,
+				      l % st->hdr.n_kv_heads,
+				      (unsigned long long)parent_id,
+				      (unsigned long long)(g * st->group_tokens),
+				      (unsigned long long)((g + 1) * st->group_tokens));
+			goto out_parent;
+		}
+	}
 	G = st->group_tokens;
 	n_streams = seq_n_streams(st);
 	/* entries a stream shares: its whole groups, or a K^T stream's
@@ -339,6 +356,12 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 		child->x_len[l] = n_tokens < parent->x_len[l] ? n_tokens
 							       : parent->x_len[l];
 	}
+	/* the child shares no page of a group the parent dropped: it has
+	 * it dropped too */
+	if ((rc = dropmark_copy(st, child, parent, n_tokens / G)) != KVF_OK) {
+		kvf_fail_wrap(rc, call);
+		goto out_child;
+	}
 	/* the child's part-filled K^T blocks, from its K tokens: its
 	 * appends read nothing */
 	for (uint32_t l = 0; child->kt && l < st->hdr.n_layers; l++)
@@ -371,7 +394,8 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 				      UINT16_MAX);
 			goto out_child;
 		}
-	if ((rc = seq_record(st, child, b)) != KVF_OK)
+	if ((rc = seq_record(st, child, b)) != KVF_OK ||
+	    (child->drop && (rc = dropmark_record(st, child, b)) != KVF_OK))
 		goto out_child;
 	if (tok && (tok->cached
 			    ? prefix_record_cached(b, child_id,

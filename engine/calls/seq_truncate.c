@@ -42,6 +42,7 @@
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
 #include "engine/segments/writer.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
@@ -191,7 +192,7 @@ static void apply_means(kvf_store *st, struct seq *seq, uint64_t n)
 	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
 
 	for (uint32_t i = 0; i < st->hdr.n_layers * H; i++) {
-		if (seq->vbar && seq->vbar_n[i] > n) {
+		if (seq->vbar && seq->vbar_n[i] > dropmark_kept(st, seq, i, n)) {
 			/* SparF catches a mean of no tokens up from V */
 			seq->vbar_n[i] = 0;
 			memset(seq->vbar + (size_t)i * D, 0, D * sizeof(float));
@@ -204,9 +205,10 @@ static void apply_means(kvf_store *st, struct seq *seq, uint64_t n)
 
 /* record - put the cut's records in b, if it needs any: the "S" record
  * when it reaches below the recorded lengths, the "T" record when token
- * ids go.  *any says whether it put one. */
+ * ids go, the "D" record when marks of dropped groups go (drops_cut: seq's
+ * marks are the cut's already).  *any says whether it put one. */
 static kvf_status record(kvf_store *st, struct seq *seq, uint64_t n,
-			 struct catalog_batch *b, int *any)
+			 int drops_cut, struct catalog_batch *b, int *any)
 {
 	uint32_t nl = st->hdr.n_layers;
 	uint64_t *lens = kvf_malloc(2 * (size_t)nl * sizeof(uint64_t));
@@ -232,6 +234,10 @@ static kvf_status record(kvf_store *st, struct seq *seq, uint64_t n,
 	}
 	if (below) {
 		rc = seq_record_lens(st, seq, lens, lens + nl, b);
+		*any = 1;
+	}
+	if (rc == KVF_OK && drops_cut) {
+		rc = dropmark_record(st, seq, b);
 		*any = 1;
 	}
 	if (rc == KVF_OK && seq->prefix && seq->prefix->n_tokens > n) {
@@ -294,7 +300,8 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 			     seq_n_kt_streams(st);
 	struct catalog_batch *b = NULL;
 	struct cut *cuts;
-	int any = 0;
+	uint64_t *marks = NULL; /* seq's marks before the cut, to restore */
+	int any = 0, drops_cut = 0;
 	kvf_status rc;
 
 	/* every page committed before its reference can be dropped */
@@ -325,8 +332,21 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 		kvf_fail_wrap(rc, call);
 		goto out;
 	}
+	/* the marks of dropped groups past the cut go with it */
+	if (seq->drop) {
+		size_t bytes = (size_t)st->hdr.n_layers * seq->drop_words *
+			       sizeof(uint64_t);
+
+		if ((marks = kvf_malloc(bytes)) == NULL) {
+			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+			goto out;
+		}
+		memcpy(marks, seq->drop, bytes);
+		dropmark_cut(st, seq, n / st->group_tokens);
+		drops_cut = memcmp(marks, seq->drop, bytes) != 0;
+	}
 	if ((b = catalog_batch_new()) == NULL ||
-	    record(st, seq, n, b, &any) != KVF_OK) {
+	    record(st, seq, n, drops_cut, b, &any) != KVF_OK) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 		goto out;
 	}
@@ -334,6 +354,8 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 		rc = store_set_fatal(st, rc, call);
 		goto out;
 	}
+	kvf_free(marks);
+	marks = NULL;
 	if (any)
 		seq_record_done(st, seq);
 	for (uint32_t i = 0; i < n_streams; i++) {
@@ -356,6 +378,10 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 	prefix_truncate(st, seq, n);
 	seq->changes++;
 out:
+	if (marks) /* failed: the marks as they were */
+		memcpy(seq->drop, marks, (size_t)st->hdr.n_layers *
+						 seq->drop_words * sizeof(uint64_t));
+	kvf_free(marks);
 	catalog_batch_free(b);
 	cuts_free(st, cuts, n_streams);
 	return rc;
@@ -382,6 +408,19 @@ kvf_status kvf_seq_truncate(kvf_store *st, uint64_t id, uint64_t n_tokens)
 				      (unsigned long long)seq->len[l]);
 			break;
 		}
+	if (rc == KVF_OK) {
+		uint32_t l;
+		uint64_t g = dropmark_inside(st, seq, n_tokens, &l);
+
+		if (g != UINT64_MAX)
+			rc = kvf_fail(KVF_ERANGE,
+				      "%s: n_tokens %llu falls inside token group %llu of layer %u KV head %u, which kvf_h2o_evict dropped; cut at its start (%llu) or its end (%llu)",
+				      call, (unsigned long long)n_tokens,
+				      (unsigned long long)g, l / st->hdr.n_kv_heads,
+				      l % st->hdr.n_kv_heads,
+				      (unsigned long long)(g * st->group_tokens),
+				      (unsigned long long)((g + 1) * st->group_tokens));
+	}
 	if (rc == KVF_OK)
 		rc = truncate_locked(st, seq, n_tokens, call);
 	seq_unlock_put(st, seq);

@@ -35,6 +35,7 @@
 #include "engine/segments/openseg.h"
 #include "engine/base/segfmt.h"
 #include "engine/segments/segtable.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -431,6 +432,11 @@ static void collect(struct vctx *c, struct seq *seq)
 
 			if (kind <= KIND_X && s && !group_entry_used(st, s, tokens, g))
 				continue; /* a codec store's unused entry */
+			if ((kind == KIND_K || kind == KIND_V) &&
+			    dropmark_is(seq, dropmark_lane(st, stream_layer(sid),
+							   stream_head(sid)),
+					g / st->group_stride))
+				continue; /* dropped by kvf_h2o_evict */
 			if (s && stream_waiting(s, g) != NULL)
 				continue; /* waiting for write-back: not on
 					   * media yet */

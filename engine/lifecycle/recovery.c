@@ -35,6 +35,7 @@
 #include "engine/reads/readpath.h"
 #include "engine/base/segfmt.h"
 #include "engine/segments/segtable.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -198,6 +199,25 @@ static int load_vbar(void *arg, const void *key, size_t klen, const void *val,
 	struct seq *seq = seq_get_ns(st, SEQ_NS_USER, id);
 	kvf_status rc = seq_vbar_load(st, id, seq, val, vlen);
 
+	if (seq)
+		seq_put(st, seq);
+	return rc;
+}
+
+static int load_drop(void *arg, const void *key, size_t klen, const void *val,
+		     size_t vlen)
+{
+	kvf_store *st = arg;
+	uint64_t id;
+	struct seq *seq;
+	kvf_status rc;
+
+	if (klen != 9)
+		return kvf_fail(KVF_ECORRUPT, "kvf_open: a dropped-groups key is %zu bytes",
+				klen);
+	id = meta_key_id(key, 8);
+	seq = seq_get_ns(st, SEQ_NS_USER, id);
+	rc = dropmark_load(st, id, seq, val, vlen);
 	if (seq)
 		seq_put(st, seq);
 	return rc;
@@ -423,6 +443,10 @@ static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
 		return KVF_OK; /* freed: the entry is garbage */
 	if (seqno < seq->create_seqno && !from_ref)
 		goto out; /* from an earlier sequence with this id */
+	if ((stream_kind(sid) == KIND_K || stream_kind(sid) == KIND_V) &&
+	    dropmark_is(seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
+			group / st->group_stride))
+		goto out; /* kvf_h2o_evict dropped it: its pages stay out */
 	s = seq_stream_of(st, seq, sid);
 	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
 		goto out; /* past the synced length */
@@ -711,7 +735,11 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 			continue;
 		need = seq_stream_groups(st, seq, sid);
 		for (g = 0; g < need; g++)
-			if (group_entry_used(st, s, seq_tokens(seq, kind,
+			if (!(kind != KIND_X &&
+			      dropmark_is(seq, dropmark_lane(st, stream_layer(sid),
+							     stream_head(sid)),
+					  g / st->group_stride)) &&
+			    group_entry_used(st, s, seq_tokens(seq, kind,
 							       stream_layer(sid)), g) &&
 			    (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE))
 				break;
@@ -727,11 +755,41 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 	}
 }
 
+/* trim_drops - marks on groups a crash took past the length (a drop of
+ * groups never synced, clip_lost) go, and the sequences whose "D" record
+ * must say so are listed */
+struct trim_ctx {
+	uint64_t *ids;
+	size_t n, cap;
+	int oom;
+};
+
+static void trim_drops(kvf_store *st, struct seq *seq, void *arg)
+{
+	struct trim_ctx *t = arg;
+
+	if (seq->ns != SEQ_NS_USER || !dropmark_trim(st, seq))
+		return;
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 8;
+		uint64_t *ids = kvf_realloc(t->ids, cap * sizeof(*ids));
+
+		if (ids == NULL) {
+			t->oom = 1;
+			return;
+		}
+		t->ids = ids;
+		t->cap = cap;
+	}
+	t->ids[t->n++] = seq->id;
+}
+
 kvf_status recovery_load(kvf_store *st)
 {
 	struct rec_list l = { .st = st };
 	struct count_ctx cc = { 0 };
 	struct dropped dropped = { 0 };
+	struct trim_ctx trim = { 0 };
 	unsigned char tag;
 	struct catalog_batch *b;
 	void *val;
@@ -781,6 +839,9 @@ kvf_status recovery_load(kvf_store *st)
 	tag = META_TAG_VBAR;
 	if ((rc = catalog_scan(st->cat, &tag, 1, load_vbar, st)) != KVF_OK)
 		return rc;
+	tag = META_TAG_DROP; /* before the index: dropped groups stay out */
+	if ((rc = catalog_scan(st->cat, &tag, 1, load_drop, st)) != KVF_OK)
+		return rc;
 	/* recency and frequency as of the last sync, stamped after those
 	 * loading gave (a sequence without a record counts as older); the
 	 * use clock goes on past them */
@@ -825,6 +886,9 @@ kvf_status recovery_load(kvf_store *st)
 	if (seq_foreach(st, count_refs, &cc) != KVF_OK ||
 	    seq_foreach(st, clip_lost, NULL) != KVF_OK)
 		cc.oom = 1;
+	if (!st->read_only &&
+	    (seq_foreach(st, trim_drops, &trim) != KVF_OK || trim.oom))
+		cc.oom = 1;
 	if (cc.oom) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for page references");
 		goto out;
@@ -839,13 +903,22 @@ kvf_status recovery_load(kvf_store *st)
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto out;
 	}
+	for (size_t i = 0; i < trim.n; i++) {
+		struct seq *seq = seq_get_ns(st, SEQ_NS_USER, trim.ids[i]);
+
+		if (seq && rc == KVF_OK)
+			rc = dropmark_record(st, seq, b);
+		if (seq)
+			seq_put(st, seq);
+	}
 	for (size_t i = 0; i < dropped.n; i++) {
 		unsigned char key[5];
 
 		meta_key_u32(key, META_TAG_SEG, dropped.ids[i]);
 		catalog_batch_delete(b, key, sizeof(key));
 	}
-	rc = seg_reclaim(st, UINT64_MAX, b);
+	if (rc == KVF_OK)
+		rc = seg_reclaim(st, UINT64_MAX, b);
 	if (rc == KVF_OK && catalog_batch_count(b) > 0)
 		rc = catalog_commit(st->cat, b, 1);
 	catalog_batch_free(b);
@@ -859,6 +932,7 @@ out:
 			kvf_free(cc.checks[i]);
 	kvf_free(cc.checks);
 	kvf_free(dropped.ids);
+	kvf_free(trim.ids);
 	kvf_free(l.items);
 	return rc;
 }

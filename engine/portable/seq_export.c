@@ -18,7 +18,9 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/fatal.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/prefix.h"
+#include "engine/sequences/seq.h"
 #include "engine/portable/seqfile.h"
 #include "engine/base/store_state.h"
 
@@ -159,6 +161,25 @@ static size_t chunk_cap(const kvf_store *st)
 		? m : (2 * (size_t)st->hdr.n_layers + 1) * 8;
 }
 
+/* no_drops - a sequence with groups kvf_h2o_evict dropped is refused: the
+ * file format holds every token of a layer */
+static kvf_status no_drops(kvf_store *st, const char *call, uint64_t id)
+{
+	struct seq *seq;
+	kvf_status rc;
+
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, id, &seq)) == KVF_OK) {
+		if (dropmark_any(st, seq, DROP_ANY))
+			rc = kvf_fail(KVF_ENOTSUP,
+				      "%s: sequence %llu has token groups kvf_h2o_evict dropped; a sequence file holds every token, so it cannot be exported",
+				      call, (unsigned long long)id);
+		seq_unlock_put(st, seq);
+	}
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
 kvf_status kvf_seq_export(kvf_store *st, uint64_t id, const char *path)
 {
 	const char *call = "kvf_seq_export";
@@ -177,6 +198,8 @@ kvf_status kvf_seq_export(kvf_store *st, uint64_t id, const char *path)
 	if ((rc = store_check(st, call)) != KVF_OK)
 		return rc;
 	L = st->hdr.n_layers;
+	if ((rc = no_drops(st, call, id)) != KVF_OK)
+		return rc;
 	if ((rc = prefix_tokens_copy(st, call, id, &ids, &n_ids)) != KVF_OK)
 		return rc;
 	cap = chunk_cap(st);

@@ -12,6 +12,7 @@
 #include "engine/reads/kt_layout.h"
 #include "engine/segments/openseg.h"
 #include "engine/reads/readpath.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -39,8 +40,11 @@ kvf_status kt_block_fill(kvf_store *st, struct seq *seq, uint32_t layer,
 {
 	struct fill_ctx c = { st, buf, upto / st->kt_tokens * st->kt_tokens };
 
-	return stream_read_spans(st, seq, seq_kv_stream(st, seq, layer, KIND_K, head),
-				 tokens, c.block_start, upto, fill_rows, &c);
+	/* a dropped group's columns stay as they are (zero): masked */
+	return stream_read_spans_kept(st, seq, dropmark_lane(st, layer, head),
+				      seq_kv_stream(st, seq, layer, KIND_K, head),
+				      tokens, c.block_start, upto, fill_rows, NULL,
+				      &c);
 }
 
 /* kt_buffer - make the K^T stream's buffer hold the open block of a K

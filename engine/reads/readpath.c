@@ -16,6 +16,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/group.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/base/key.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
@@ -906,6 +907,43 @@ kvf_status stream_read_pair_coded(kvf_store *st, struct seq *seq,
 		return KVF_OK;
 	return pair_core(st, seq, a, bs, tokens, t0, t1, NULL, t0 / G,
 			 (t1 - 1) / G - t0 / G + 1, fn, cfn, arg);
+}
+
+kvf_status stream_read_spans_kept(kvf_store *st, struct seq *seq,
+				  uint32_t lane, struct stream *s,
+				  uint64_t tokens, uint64_t t0, uint64_t t1,
+				  span_fn fn, span_coded_fn cfn, void *arg)
+{
+	uint64_t a, b;
+	kvf_status rc = KVF_OK;
+
+	if (!dropmark_any(st, seq, lane))
+		return cfn ? stream_read_spans_coded(st, seq, s, tokens, t0, t1,
+						     fn, cfn, arg)
+			   : stream_read_spans(st, seq, s, tokens, t0, t1, fn, arg);
+	for (; rc == KVF_OK && dropmark_run(st, seq, lane, t0, t1, &a, &b); t0 = b)
+		rc = cfn ? stream_read_spans_coded(st, seq, s, tokens, a, b, fn,
+						   cfn, arg)
+			 : stream_read_spans(st, seq, s, tokens, a, b, fn, arg);
+	return rc;
+}
+
+kvf_status stream_read_pair_kept(kvf_store *st, struct seq *seq,
+				 uint32_t lane, struct stream *as,
+				 struct stream *bs, uint64_t tokens,
+				 uint64_t t0, uint64_t t1, pair_fn fn,
+				 coded_fn cfn, void *arg)
+{
+	uint64_t a, b;
+	kvf_status rc = KVF_OK;
+
+	if (!dropmark_any(st, seq, lane))
+		return stream_read_pair_coded(st, seq, as, bs, tokens, t0, t1, fn,
+					      cfn, arg);
+	for (; rc == KVF_OK && dropmark_run(st, seq, lane, t0, t1, &a, &b); t0 = b)
+		rc = stream_read_pair_coded(st, seq, as, bs, tokens, a, b, fn,
+					    cfn, arg);
+	return rc;
 }
 
 kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,

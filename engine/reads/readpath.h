@@ -96,7 +96,22 @@ kvf_status stream_read_pair_groups(kvf_store *st, struct seq *seq,
 				   uint64_t n_groups, pair_fn fn, coded_fn cfn,
 				   void *arg);
 
-
+/*
+ * stream_read_spans_kept / stream_read_pair_kept - stream_read_spans_coded
+ * and stream_read_pair_coded over the tokens of [t0, t1) that lane (a KV
+ * head of a layer) has not dropped (engine/sequences/dropmark.h; the
+ * streams are its K or V): a dropped group's tokens are handed to no one,
+ * as if masked.
+ */
+kvf_status stream_read_spans_kept(kvf_store *st, struct seq *seq,
+				  uint32_t lane, struct stream *s,
+				  uint64_t tokens, uint64_t t0, uint64_t t1,
+				  span_fn fn, span_coded_fn cfn, void *arg);
+kvf_status stream_read_pair_kept(kvf_store *st, struct seq *seq,
+				 uint32_t lane, struct stream *a,
+				 struct stream *b, uint64_t tokens,
+				 uint64_t t0, uint64_t t1, pair_fn fn,
+				 coded_fn cfn, void *arg);
 
 /*
  * entry_fn / stream_read_entries - the pages of index entries idx[0..n) of

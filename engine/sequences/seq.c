@@ -239,6 +239,7 @@ void seq_destroy(kvf_store *st, struct seq *seq)
 		for (uint32_t i = 0; i < st->hdr.n_layers * st->hdr.n_kv_heads; i++)
 			kvf_free(seq->h2o[i].score);
 	kvf_free(seq->h2o);
+	kvf_free(seq->drop);
 	kvf_free(seq->vbar);
 	kvf_free(seq->vbar_n);
 	kvf_free(seq->len);

@@ -108,6 +108,10 @@ kvf_status seq_free_id(kvf_store *st, const char *call, uint64_t id,
 	}
 	meta_key_u64(key, META_TAG_USE, id); /* if a sync wrote one */
 	catalog_batch_delete(b, key, sizeof(key));
+	if (seq->drop) { /* kvf_h2o_evict's marks */
+		meta_key_u64(key, META_TAG_DROP, id);
+		catalog_batch_delete(b, key, sizeof(key));
+	}
 	if (seq->has_ref_record) {
 		meta_key_u64(key, META_TAG_REF, id);
 		catalog_batch_delete(b, key, sizeof(key));

@@ -66,6 +66,15 @@ class AttnOpts(ctypes.Structure):
                 ("sink_tokens", c_u32), ("recent_tokens", c_u32)]
 
 
+class H2oEvictOpts(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("keep", c_f64),
+                ("keep_tokens", c_u64), ("sinks", c_u32), ("window", c_u32)]
+
+
+LAYER_ALL = 0xFFFFFFFF
+TOKENS_NONE = 0xFFFFFFFF
+
+
 STATS_FIELDS = [
     ("user_bytes", c_u64), ("host_bytes_written", c_u64),
     ("host_wa", c_f64), ("device_wa", c_f64), ("total_wa", c_f64),
@@ -221,6 +230,8 @@ SIGNATURES = {
     "kvf_topk": (S, [c_ptr, c_u64, c_u32, c_ptr, P(AttnOpts), c_u32, c_ptr,
                      c_ptr, c_ptr]),
     "kvf_h2o_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr]),
+    "kvf_h2o_evict_opts_init_sized": (None, [P(H2oEvictOpts), c_size_t]),
+    "kvf_h2o_evict": (S, [c_ptr, c_u64, c_u32, P(H2oEvictOpts), P(c_u64)]),
     "kvf_opt_create": (S, [c_ptr, c_char_p, c_u64, P(OptConfig), c_ptr,
                            P(c_ptr)]),
     "kvf_opt_open": (S, [c_ptr, c_char_p, P(c_ptr)]),

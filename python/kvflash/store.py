@@ -580,6 +580,33 @@ class Store(ReuseCalls):
                                A.pointer(out)))
         return out
 
+    def h2o_evict(self, seq, layer=None, keep=0.5, keep_tokens=0, sinks=None,
+                  window=None):
+        """Each KV head of a layer (None: every layer) drops the token
+        groups its H2O scores valued least, keeping `keep` of the tokens
+        (or keep_tokens), the first `sinks` and the last `window` tokens
+        (None: the defaults, 0: none) (kvf_h2o_evict).  Returns the tokens
+        dropped, summed over the heads.  Dropped tokens are masked for
+        attention from then on; read() of one raises NotFound."""
+        call = "h2o_evict"
+        st = self._h(call)
+        o = _lib.new(_lib.H2oEvictOpts)
+        lib.kvf_h2o_evict_opts_init_sized(ctypes.byref(o), ctypes.sizeof(o))
+        o.keep = float(keep)
+        o.keep_tokens = _u64(keep_tokens, call, "keep_tokens")
+        if sinks is not None:
+            o.sinks = (_lib.TOKENS_NONE if sinks == 0
+                       else _u32(sinks, call, "sinks"))
+        if window is not None:
+            o.window = (_lib.TOKENS_NONE if window == 0
+                        else _u32(window, call, "window"))
+        n = ctypes.c_uint64(0)
+        check(lib.kvf_h2o_evict(st, _u64(seq, call, "seq"),
+                                _lib.LAYER_ALL if layer is None
+                                else _u32(layer, call, "layer"),
+                                ctypes.byref(o), ctypes.byref(n)))
+        return n.value
+
     # ---- optimizer state ------------------------------------------------
 
     def opt_create(self, name, n_params, kind="adam", *, init=None,
