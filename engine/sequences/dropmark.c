@@ -133,9 +133,10 @@ int dropmark_run(const kvf_store *st, const struct seq *seq, uint32_t lane,
 	if (t >= t1)
 		return 0;
 	*a = t;
-	while (g * G < t1 && !dropmark_is(seq, lane, g))
+	/* past the last word every group is kept: the run goes to t1 */
+	while (g * G < t1 && g / 64 < seq->drop_words && !dropmark_is(seq, lane, g))
 		g++;
-	*b = g * G < t1 ? g * G : t1;
+	*b = g * G < t1 && g / 64 < seq->drop_words ? g * G : t1;
 	return 1;
 }
 
@@ -152,19 +153,17 @@ uint64_t dropmark_kept(const kvf_store *st, const struct seq *seq,
 }
 
 uint64_t dropmark_at_kept(const kvf_store *st, const struct seq *seq,
-			  uint32_t lane, uint64_t n)
+			  uint32_t lane, uint64_t n, uint64_t t1)
 {
 	uint64_t a, b, at = 0;
 
-	while (dropmark_run(st, seq, lane, at, UINT64_MAX, &a, &b)) {
+	while (dropmark_run(st, seq, lane, at, t1, &a, &b)) {
 		if (b - a >= n)
 			return a + n;
 		n -= b - a;
 		at = b;
-		if (b == UINT64_MAX)
-			break;
 	}
-	return at;
+	return t1;
 }
 
 kvf_status dropmark_copy(kvf_store *st, struct seq *child,

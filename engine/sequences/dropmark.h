@@ -74,9 +74,10 @@ uint64_t dropmark_kept(const kvf_store *st, const struct seq *seq,
 		       uint32_t lane, uint64_t t);
 
 /* dropmark_at_kept - the position past the first n kept tokens of lane
- * (the token where the (n+1)-th kept one is, or after the last) */
+ * below t1 (the token where the (n+1)-th kept one is; t1 if there are
+ * no more than n) */
 uint64_t dropmark_at_kept(const kvf_store *st, const struct seq *seq,
-			  uint32_t lane, uint64_t n);
+			  uint32_t lane, uint64_t n, uint64_t t1);
 
 /* dropmark_copy - child (empty of marks) takes parent's marks of the
  * groups below n_groups */

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
@@ -707,6 +709,72 @@ Test(h2o_evict, prefix_reuse_stops_at_the_first_dropped_group)
 	ev_reopen(&f);
 	OK(kvf_seq_create_tokens(f.st, 2, ids, LEN, &reused));
 	cr_assert(eq(u64, reused, first));
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* kept_mean_is - the running mean of V of every KV head of seq's layer
+ * (SparF's, engine/sequences/seq_state.h) is the mean of the head's kept
+ * V rows below len, read back group by group */
+static void kept_mean_is(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			 uint64_t len)
+{
+	static unsigned char v[G * ROW];
+	struct seq *s;
+
+	for (uint32_t h = 0; h < KVHE; h++) {
+		double want[DIM] = { 0 };
+		uint64_t n = 0;
+
+		for (uint64_t g = 0; g * G < len; g++) {
+			uint64_t t1 = (g + 1) * G < len ? (g + 1) * G : len;
+			kvf_status rc = kvf_read(f->st, seq, layer, h, g * G, t1,
+						 NULL, v);
+
+			cr_assert(rc == KVF_OK || rc == KVF_ENOENT, "%s",
+				  kvf_last_error());
+			for (uint64_t t = 0; rc == KVF_OK && t < t1 - g * G; t++, n++)
+				for (uint32_t j = 0; j < DIM; j++)
+					want[j] += fx_to_f(KVF_DTYPE_F16, v, t * DIM + j);
+		}
+		OK(seq_get_locked(f->st, "test", seq, &s));
+		cr_assert(eq(u64, s->vbar_n[layer * KVHE + h], n), "head %u", h);
+		for (uint32_t j = 0; j < DIM; j++)
+			cr_assert(le(dbl, fabs(s->vbar[(layer * KVHE + h) * DIM + j] -
+					       want[j] / n), 1e-5),
+				  "head %u element %u", h, j);
+		seq_unlock_put(f->st, s);
+	}
+}
+
+/* SparF's mean of V catches up past the dropped groups on tokens appended
+ * after them (it once walked the marks without end) */
+Test(h2o_evict, sparf_after_a_drop_and_an_append, .timeout = 30)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	kvf_attn_opts so;
+	float q[QHE * DIM], out[QHE * DIM];
+	uint64_t dropped;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	kvf_attn_opts_init(&so);
+	so.sparse = 1;
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f.rng);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN);
+	fx_attn_append(&f, 1, G + 3);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN + G + 3);
+	fx_attn_append(&f, 1, 2 * G);
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN + 3 * G + 3);
 	kvf_close(f.st);
 	f.st = NULL;
 }
