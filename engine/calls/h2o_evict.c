@@ -224,8 +224,8 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 	uint32_t H = st->hdr.n_kv_heads, nl = st->hdr.n_layers * H; /* lanes */
 	struct plan *plans = kvf_calloc(nl, sizeof(*plans));
 	struct catalog_batch *b = NULL;
-	uint64_t *marks = NULL, total = 0, first = UINT64_MAX;
-	size_t bytes = 0;
+	struct dropmark_saved marks = { 0 };
+	uint64_t total = 0, first = UINT64_MAX;
 	int open = 0;
 	kvf_status rc = KVF_OK;
 
@@ -245,13 +245,9 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		kvf_fail_wrap(rc, call);
 		goto out;
 	}
-	if (seq->drop) {
-		bytes = (size_t)nl * seq->drop_words * sizeof(uint64_t);
-		if ((marks = kvf_malloc(bytes)) == NULL) {
-			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-			goto out;
-		}
-		memcpy(marks, seq->drop, bytes);
+	if ((rc = dropmark_save(st, seq, &marks)) != KVF_OK) {
+		kvf_fail_wrap(rc, call);
+		goto out;
 	}
 	for (uint32_t l = l0 * H; l < l1 * H && rc == KVF_OK; l++)
 		for (uint64_t i = 0; i < plans[l].n && rc == KVF_OK; i++)
@@ -292,19 +288,12 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		*dropped = total * st->group_tokens;
 	goto out;
 undo:
-	/* the marks as they were (grown room stays, all zero) */
-	if (seq->drop) {
-		memset(seq->drop, 0, (size_t)nl * seq->drop_words * sizeof(uint64_t));
-		for (uint32_t l = 0; marks && l < nl; l++)
-			memcpy(seq->drop + (size_t)l * seq->drop_words,
-			       marks + (size_t)l * (bytes / nl / sizeof(uint64_t)),
-			       bytes / nl);
-	}
+	dropmark_restore(st, seq, &marks); /* the marks as they were */
 out:
 	for (uint32_t l = 0; l < nl; l++)
 		kvf_free(plans[l].g);
 	kvf_free(plans);
-	kvf_free(marks);
+	dropmark_saved_free(&marks);
 	catalog_batch_free(b);
 	return rc;
 }

@@ -179,6 +179,56 @@ kvf_status dropmark_copy(kvf_store *st, struct seq *child,
 	return KVF_OK;
 }
 
+kvf_status dropmark_save(const kvf_store *st, const struct seq *seq,
+			 struct dropmark_saved *sv)
+{
+	size_t bytes = (size_t)lanes(st) * seq->drop_words * sizeof(uint64_t);
+
+	sv->bits = NULL;
+	sv->words = 0;
+	if (seq->drop == NULL)
+		return KVF_OK;
+	if ((sv->bits = kvf_malloc(bytes)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a copy of the dropped-group marks");
+	memcpy(sv->bits, seq->drop, bytes);
+	sv->words = seq->drop_words;
+	return KVF_OK;
+}
+
+int dropmark_differs(const kvf_store *st, const struct seq *seq,
+		     const struct dropmark_saved *sv)
+{
+	for (uint32_t l = 0; seq->drop && l < lanes(st); l++)
+		for (uint32_t w = 0; w < seq->drop_words; w++) {
+			uint64_t was = w < sv->words
+					       ? sv->bits[(size_t)l * sv->words + w]
+					       : 0;
+
+			if (seq->drop[(size_t)l * seq->drop_words + w] != was)
+				return 1;
+		}
+	return 0;
+}
+
+void dropmark_restore(const kvf_store *st, struct seq *seq,
+		      const struct dropmark_saved *sv)
+{
+	if (seq->drop == NULL)
+		return;
+	/* room grown since stays, all zero */
+	memset(seq->drop, 0, (size_t)lanes(st) * seq->drop_words * sizeof(uint64_t));
+	for (uint32_t l = 0; sv->bits && l < lanes(st); l++)
+		memcpy(seq->drop + (size_t)l * seq->drop_words,
+		       sv->bits + (size_t)l * sv->words, sv->words * sizeof(uint64_t));
+}
+
+void dropmark_saved_free(struct dropmark_saved *sv)
+{
+	kvf_free(sv->bits);
+	sv->bits = NULL;
+	sv->words = 0;
+}
+
 kvf_status dropmark_record(kvf_store *st, const struct seq *seq,
 			   struct catalog_batch *b)
 {

@@ -84,6 +84,29 @@ uint64_t dropmark_at_kept(const kvf_store *st, const struct seq *seq,
 kvf_status dropmark_copy(kvf_store *st, struct seq *child,
 			 const struct seq *parent, uint64_t n_groups);
 
+/* A copy of a sequence's marks (dropmark_save), put back by
+ * dropmark_restore when the change that followed fails.  Room grown
+ * since (a larger drop_words) is no matter. */
+struct dropmark_saved {
+	uint64_t *bits; /* [lane][words]; NULL: seq had no marks */
+	uint32_t words; /* per lane */
+};
+
+/* dropmark_save - sv = seq's marks, every lane */
+kvf_status dropmark_save(const kvf_store *st, const struct seq *seq,
+			 struct dropmark_saved *sv);
+
+/* dropmark_differs - seq's marks are not those of sv, on some lane */
+int dropmark_differs(const kvf_store *st, const struct seq *seq,
+		     const struct dropmark_saved *sv);
+
+/* dropmark_restore - seq's marks back to sv, every lane */
+void dropmark_restore(const kvf_store *st, struct seq *seq,
+		      const struct dropmark_saved *sv);
+
+/* dropmark_saved_free - give sv's copy back */
+void dropmark_saved_free(struct dropmark_saved *sv);
+
 /* dropmark_record - put seq's "D" record into b (a delete if it has no
  * mark left) */
 kvf_status dropmark_record(kvf_store *st, const struct seq *seq,

@@ -778,3 +778,44 @@ Test(h2o_evict, sparf_after_a_drop_and_an_append, .timeout = 30)
 	kvf_close(f.st);
 	f.st = NULL;
 }
+
+/* a cut below marks that only a higher lane holds (layer 1's KV heads)
+ * rewrites the "D" record: the tokens appended at their positions come
+ * back after a reopen */
+Test(h2o_evict, a_cut_clears_the_marks_of_every_lane)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[KVHE][LEN];
+	uint64_t dropped, g = LEN;
+	static unsigned char k[LAYERS][KVHE][LEN * ROW], v[LAYERS][KVHE][LEN * ROW];
+	static unsigned char k2[LEN * ROW], v2[LEN * ROW];
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 1, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	cr_assert(eq(u64, masks_of(&f, 1, 0, mask), KVHE * LEN));
+	masks_of(&f, 1, 1, mask);
+	for (uint32_t h = 0; h < KVHE; h++) {
+		uint64_t fh = first_dropped(mask[h]);
+
+		g = fh < g ? fh : g;
+	}
+	OK(kvf_seq_truncate(f.st, 1, g * G));
+	fx_attn_append(&f, 1, 3 * G);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			OK(kvf_read(f.st, 1, l, h, 0, (g + 3) * G, k[l][h], v[l][h]));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++) {
+			OK(kvf_read(f.st, 1, l, h, 0, (g + 3) * G, k2, v2));
+			cr_assert(eq(int, memcmp(k2, k[l][h], (g + 3) * G * ROW), 0));
+			cr_assert(eq(int, memcmp(v2, v[l][h], (g + 3) * G * ROW), 0));
+		}
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
