@@ -271,7 +271,6 @@ kvf_status dropmark_load(kvf_store *st, uint64_t id, struct seq *seq,
 		return rc;
 	memcpy(seq->drop, (const char *)val + sizeof(m),
 	       (size_t)m.n_lanes * m.words * sizeof(uint64_t));
-	(void)dropmark_trim(st, seq);
 	/* a mean of V counts kept tokens: one of more is stale */
 	for (uint32_t l = 0; seq->vbar_n && l < m.n_lanes; l++)
 		if (seq->vbar_n[l] > dropmark_kept(st, seq, l, seq->len[l / H])) {

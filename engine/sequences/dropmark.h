@@ -35,6 +35,17 @@ static inline int dropmark_is(const struct seq *seq, uint32_t lane, uint64_t g)
 	       (seq->drop[(size_t)lane * seq->drop_words + g / 64] >> (g % 64) & 1);
 }
 
+/* dropmark_held - dropmark_is for a group wholly below its layer's length:
+ * at open, before trim_drops (recovery.c) clears them, a mark on the
+ * tail group or past it holds nothing (a crash took the length back
+ * below a drop that was not synced) */
+static inline int dropmark_held(const kvf_store *st, const struct seq *seq,
+				uint32_t lane, uint64_t g)
+{
+	return (g + 1) * st->group_tokens <= seq->len[lane / st->hdr.n_kv_heads] &&
+	       dropmark_is(seq, lane, g);
+}
+
 /* DROP_ANY - dropmark_any: any lane */
 #define DROP_ANY UINT32_MAX
 
@@ -113,7 +124,9 @@ kvf_status dropmark_record(kvf_store *st, const struct seq *seq,
 			   struct catalog_batch *b);
 
 /* dropmark_load - the "D" record of sequence id back into seq at open
- * (after the "S" and "V" records; seq NULL: freed since, only checked) */
+ * (after the "S" and "V" records; seq NULL: freed since, only checked).
+ * Marks past the length stay until recovery's trim_drops, which also
+ * writes the record again without them. */
 kvf_status dropmark_load(kvf_store *st, uint64_t id, struct seq *seq,
 			 const void *val, size_t vlen);
 

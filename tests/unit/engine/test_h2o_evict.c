@@ -819,3 +819,88 @@ Test(h2o_evict, a_cut_clears_the_marks_of_every_lane)
 	kvf_close(f.st);
 	f.st = NULL;
 }
+
+/* killed_drop_past_sync - a child makes the store as ev_make does
+ * (synced at LEN), appends 4G more, drops one group of every lane wholly
+ * past the synced length (those tokens have no score: least valued) and
+ * is killed */
+static void killed_drop_past_sync(void)
+{
+	int fd, status, killed_;
+	pid_t pid = fx_spawn(&fd);
+
+	if (pid == 0) {
+		struct attn_fx f = ev_make();
+		kvf_h2o_evict_opts o;
+		uint64_t dropped;
+
+		fx_attn_append(&f, 1, 4 * G);
+		/* a fork places the parent's pages waiting for write-back
+		 * (only placed groups may go); it records no parent length */
+		CHILD_MUST(kvf_seq_fork(f.st, 1, 3, G));
+		kvf_h2o_evict_opts_init(&o);
+		o.sinks = KVF_TOKENS_NONE;
+		o.window = KVF_TOKENS_NONE;
+		o.keep_tokens = LEN + 3 * G;
+		CHILD_MUST(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+		if (dropped != LAYERS * KVHE * G ||
+		    kvf_read(f.st, 1, 0, 0, 13 * G, 14 * G, NULL,
+			     (char[G * ROW]){ 0 }) != KVF_ENOENT)
+			fx_child_say("E dropped %llu tokens, not group 13 of each lane",
+				     (unsigned long long)dropped);
+
+		fx_child_say("D");
+		raise(SIGKILL);
+	}
+	{
+		char *said = fx_collect(fd);
+
+		cr_assert(strstr(said, "E ") == NULL, "%s", said);
+		free(said);
+	}
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	killed_ = WIFSIGNALED(status);
+	cr_assert(killed_, "the child failed");
+}
+
+/* a drop of groups past the synced length, lost with the length in a
+ * crash: the reopen clears their marks in the "D" record too, so tokens
+ * appended there again are not dropped at the next reopen; a read-only
+ * open clears them in memory */
+Test(h2o_evict, marks_a_crash_took_past_the_length_are_cleared_for_good)
+{
+	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = QHE, .kvh = KVHE,
+			     .dim = DIM };
+	kvf_options o = ev_opts();
+	uint64_t n;
+	static unsigned char k[LAYERS][KVHE][(LEN + 3 * G) * ROW],
+		v[LAYERS][KVHE][(LEN + 3 * G) * ROW];
+	static unsigned char k2[(LEN + 3 * G) * ROW], v2[(LEN + 3 * G) * ROW];
+
+	killed_drop_past_sync();
+	f.rng = rng_seed("past the sync");
+	o.read_only = 1;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	OK(kvf_seq_len(f.st, 1, 0, &n));
+	cr_assert(eq(u64, n, LEN));
+	OK(kvf_seq_export(f.st, 1, tmp_path(fx.dir, "x.kvseq")));
+	OK(kvf_close(f.st));
+	o = ev_opts();
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	verify_clean(f.st);
+	fx_attn_append(&f, 1, 3 * G);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			OK(kvf_read(f.st, 1, l, h, 0, LEN + 3 * G, k[l][h], v[l][h]));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++) {
+			OK(kvf_read(f.st, 1, l, h, 0, LEN + 3 * G, k2, v2));
+			cr_assert(eq(int, memcmp(k2, k[l][h], sizeof(k2)), 0));
+			cr_assert(eq(int, memcmp(v2, v[l][h], sizeof(v2)), 0));
+		}
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
