@@ -1081,7 +1081,9 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
  * the layer's tokens, or keep_tokens; whole groups, so it may keep more
  * when the sinks, the window and the groups not yet on media take the
  * rest).  Never dropped: a group holding one of the first `sinks` tokens
- * or one of the last `window`, the last (tail) group, a group still
+ * or one of the last `window`, the last (tail) group, the group the
+ * last synced length ends inside (until a sync moves that length on: a
+ * crash gives it back, with that group's synced tokens), a group still
  * waiting for write-back in memory; tokens the scores never saw count as
  * valued 0.
  * A drop is durable when the call returns (a "D" record in the catalog,

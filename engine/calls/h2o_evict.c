@@ -121,7 +121,8 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 			    struct plan *p, int *open, const char *call)
 {
 	uint32_t G = st->group_tokens, lane = dropmark_lane(st, layer, h);
-	uint64_t len = seq->len[layer], kept, target, sinks, window, n = 0;
+	uint64_t len = seq->len[layer], rec = seq->rec_len[layer], kept, target,
+		 sinks, window, n = 0;
 	struct cand *c;
 
 	p->n = 0;
@@ -140,7 +141,12 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 	if (kept <= target || window >= len)
 		return KVF_OK;
 	/* candidates: whole groups past the sinks, before the window, not the
-	 * last one */
+	 * last one, nor the one the last "S" record ends inside: recovery
+	 * gives the layer that length back, so that group's synced tokens
+	 * need their pages (dropped, and their segments reused after a
+	 * durable point with no "S" record, such as the cleaner's, a crash
+	 * would leave the tail with no page and clip_lost would cut synced
+	 * tokens) */
 	c = kvf_malloc(((len - 1) / G + 1) * sizeof(*c));
 	p->g = kvf_malloc(((len - 1) / G + 1) * sizeof(*p->g));
 	if (c == NULL || p->g == NULL) {
@@ -150,7 +156,8 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 	for (uint64_t g = (sinks + G - 1) / G; g < (len - 1) / G; g++) {
 		if ((g + 1) * G > len - window)
 			break;
-		if (dropmark_is(seq, lane, g) || !placed(st, seq, layer, h, g, open))
+		if (dropmark_is(seq, lane, g) || (g * G < rec && rec < (g + 1) * G) ||
+		    !placed(st, seq, layer, h, g, open))
 			continue;
 		c[n].g = g;
 		c[n++].score = group_score(st, seq, lane, g);

@@ -904,3 +904,44 @@ Test(h2o_evict, marks_a_crash_took_past_the_length_are_cleared_for_good)
 	kvf_close(f.st);
 	f.st = NULL;
 }
+
+/* the group the last synced length ends inside stays until a sync moves
+ * that length on: recovery gives the sequence that length back, and the
+ * group's synced tokens must have their pages then */
+Test(h2o_evict, the_group_of_the_synced_length_stays)
+{
+	struct attn_fx f = ev_make(); /* synced at LEN: inside group 12 */
+	kvf_h2o_evict_opts o;
+	uint64_t dropped;
+	static unsigned char v[G * ROW];
+
+	fx_attn_append(&f, 1, 4 * G);
+	OK(kvf_seq_fork(f.st, 1, 3, G)); /* places the waiting pages */
+	kvf_h2o_evict_opts_init(&o);
+	o.sinks = KVF_TOKENS_NONE;
+	o.window = KVF_TOKENS_NONE;
+	o.keep_tokens = 1;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	/* every whole group but 12 and the tail (16) */
+	cr_assert(eq(u64, dropped, LAYERS * KVHE * 15 * G));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			for (uint64_t g = 0; g < 16; g++)
+				cr_assert(eq(int, kvf_read(f.st, 1, l, h, g * G, (g + 1) * G,
+							   NULL, v),
+					     g == 12 ? KVF_OK : KVF_ENOENT),
+					  "layer %u head %u group %llu", l, h,
+					  (unsigned long long)g);
+	/* synced past it, it may go */
+	OK(kvf_sync(f.st));
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(eq(u64, dropped, LAYERS * KVHE * G));
+	EXPECT(kvf_read(f.st, 1, 1, 1, 12 * G, 13 * G, NULL, v), KVF_ENOENT,
+	       "token group 12");
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	verify_clean(f.st);
+	OK(kvf_read(f.st, 1, 1, 1, 16 * G, LEN + 4 * G, NULL, v));
+	kvf_close(f.st);
+	f.st = NULL;
+}
