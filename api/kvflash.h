@@ -1928,9 +1928,14 @@ KVF_API kvf_status kvf_kv_weights_set(kvf_store *st, uint32_t layer,
  * kvf_recompute_kv - K,V of tokens [t0, t1) of one layer, recomputed near
  * the data from the stored X with the registered weights.
  * @k_out, @v_out: [t1-t0][n_kv_heads][head_dim] fp32; either may be NULL.
+ * X is never dropped, so K,V recomputed from it would bring back tokens
+ * kvf_h2o_evict dropped: a range holding one (of any KV head of the
+ * layer) is refused.
  * Return: KVF_OK; KVF_EINVAL (NULL, reversed range); KVF_ENOENT (seq, or
  * no weights registered for the layer); KVF_ERANGE (layer, range past the
- * stored X); KVF_ECORRUPT; KVF_EIO; KVF_ENOMEM.
+ * stored X); KVF_ENOTSUP (the range holds a token kvf_h2o_evict dropped:
+ * the message names the first; recompute around it); KVF_ECORRUPT;
+ * KVF_EIO; KVF_ENOMEM.  Nothing is written on a refusal.
  * Concurrency: as kvf_read_x.
  */
 KVF_API kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq,
@@ -1945,8 +1950,9 @@ KVF_API kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq,
  *        with the caller's attention over its tokens: kvf_attn_merge);
  *        sparse, mask, window and h2o are refused.  An empty range gives
  *        out = 0 and lse = -INFINITY.
- * Return: as kvf_recompute_kv; KVF_ENOTSUP (sparse, mask, window, h2o);
- * KVF_EVERSION (opts).  Concurrency: as kvf_read_x.
+ * Return: as kvf_recompute_kv (KVF_ENOTSUP too for a range holding a
+ * dropped token); KVF_ENOTSUP (sparse, mask, window, h2o); KVF_EVERSION
+ * (opts).  Concurrency: as kvf_read_x.
  */
 KVF_API kvf_status kvf_attend_x(kvf_store *st, uint64_t seq, uint32_t layer,
 				uint64_t t0, uint64_t t1, const float *q,
@@ -1977,7 +1983,11 @@ KVF_API kvf_status kvf_attend_x_start(kvf_store *st, uint64_t seq,
  *        head after another; they must stay valid until kvf_job_wait.
  * Return: KVF_OK; the errors of kvf_read_x (KVF_EINVAL, KVF_ENOENT,
  * KVF_ERANGE, KVF_ECORRUPT, KVF_EIO: then no job is made); KVF_ENOMEM.
- * The background read's errors come from kvf_job_wait.
+ * The background read's errors come from kvf_job_wait: it reads through
+ * kvf_read, so [l, s) holding a token kvf_h2o_evict dropped gives
+ * KVF_ENOENT there.  X is never dropped, so the caller's recomputation
+ * of [0, l) would bring dropped tokens back: on a sequence with dropped
+ * groups, KVPR fits only s at or below the first dropped token.
  * Concurrency: as kvf_attend_start.
  */
 KVF_API kvf_status kvf_kvpr_start(kvf_store *st, uint64_t seq, uint32_t layer,

@@ -12,6 +12,7 @@
 #include <criterion/new/assert.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -942,6 +943,68 @@ Test(h2o_evict, the_group_of_the_synced_length_stays)
 	ev_reopen(&f);
 	verify_clean(f.st);
 	OK(kvf_read(f.st, 1, 1, 1, 16 * G, LEN + 4 * G, NULL, v));
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* K,V recomputed from X (never dropped) would bring the dropped tokens
+ * back: kvf_attend_x, kvf_attend_x_start and kvf_recompute_kv refuse a
+ * range holding one, naming it, and write nothing; around it they work */
+Test(h2o_evict, recompute_refuses_dropped_tokens)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[KVHE][LEN];
+	uint64_t dropped, first = LEN;
+	uint16_t *x = malloc((size_t)LEN * QHE * DIM * sizeof(uint16_t));
+	float *w = calloc((size_t)QHE * DIM * KVHE * DIM, sizeof(float));
+	float *kv = malloc((size_t)LEN * KVHE * DIM * sizeof(float));
+	float q[QHE * DIM], out[QHE * DIM];
+	char msg[64];
+	kvf_job *job = (kvf_job *)&f;
+
+	for (size_t i = 0; i < (size_t)LEN * QHE * DIM; i++)
+		fx_put_f(KVF_DTYPE_F16, x, i, fx_urand(&f.rng));
+	for (size_t i = 0; i < (size_t)QHE * DIM * KVHE * DIM; i++)
+		w[i] = fx_urand(&f.rng) / 16;
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f.rng);
+	OK(kvf_append_x(f.st, 1, 0, LEN, x));
+	OK(kvf_kv_weights_set(f.st, 0, w, w, 0));
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	masks_of(&f, 1, 0, mask);
+	for (uint32_t h = 0; h < KVHE; h++) {
+		uint64_t g = first_dropped(mask[h]);
+
+		first = g * G < first ? g * G : first;
+	}
+	snprintf(msg, sizeof(msg), "token %llu of sequence 1 layer 0",
+		 (unsigned long long)first);
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		out[j] = 7;
+	EXPECT(kvf_attend_x(f.st, 1, 0, 0, LEN, q, out, NULL), KVF_ENOTSUP, msg);
+	EXPECT(kvf_attend_x(f.st, 1, 0, first, first + 1, q, out, NULL),
+	       KVF_ENOTSUP, "dropped by kvf_h2o_evict");
+	EXPECT(kvf_attend_x_start(f.st, 1, 0, 0, LEN, q, out, NULL, &job),
+	       KVF_ENOTSUP, msg);
+	cr_assert_null(job);
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		cr_assert(eq(flt, out[j], 7.0f));
+	for (size_t i = 0; i < (size_t)LEN * KVHE * DIM; i++)
+		kv[i] = 7;
+	EXPECT(kvf_recompute_kv(f.st, 1, 0, 0, LEN, kv, kv), KVF_ENOTSUP, msg);
+	for (size_t i = 0; i < (size_t)LEN * KVHE * DIM; i++)
+		cr_assert(eq(flt, kv[i], 7.0f));
+	/* below the first dropped token */
+	OK(kvf_recompute_kv(f.st, 1, 0, 0, first, kv, kv));
+	OK(kvf_attend_x(f.st, 1, 0, 0, first, q, out, NULL));
+	OK(kvf_attend_x_start(f.st, 1, 0, 0, first, q, out, NULL, &job));
+	OK(kvf_job_wait(job));
+	free(x);
+	free(w);
+	free(kv);
 	kvf_close(f.st);
 	f.st = NULL;
 }
