@@ -1086,9 +1086,12 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
  * crash gives it back, with that group's synced tokens), a group still
  * waiting for write-back in memory; tokens the scores never saw count as
  * valued 0.
- * A drop is durable when the call returns (a "D" record in the catalog,
- * committed before any page is given up), and the pages' room goes back
- * to the cleaner after the next durable point.  Afterwards every
+ * Crash contract: like kvf_seq_truncate, the drop is in the catalog when
+ * the call returns (a "D" record, committed before any page is given
+ * up; it survives the process being killed) and certainly in effect
+ * after the next kvf_sync; a crash brings the sequence back either as
+ * before the drop or after it.  The pages' room goes back to the
+ * cleaner after the next durable point.  Afterwards every
  * attention call, dense, batch, multi-query and SparF (whose K^T pages
  * keep the dropped tokens' columns, never chosen), kvf_scores, kvf_topk
  * (probability 0), kvf_scores_iter (not handed out) and the H2O
@@ -1107,7 +1110,9 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
  * (no such sequence); KVF_ERANGE (layer); KVF_EINVAL (keep outside (0, 1]
  * or not finite, a layer with tokens whose scores were never gathered:
  * attend it with opts.h2o = 1 first); KVF_EVERSION (opts); KVF_ENOTSUP (read-only store);
- * KVF_ENOMEM; KVF_EIO.  Nothing changes on a refusal.
+ * KVF_ENOMEM; KVF_EIO; KVF_EFATAL (the store failed earlier, or the
+ * record could not be committed: it takes no more writes).  Nothing
+ * changes on a refusal.
  * Concurrency: any thread; waits for calls on the same sequence and for
  * a sync in progress.
  */
