@@ -204,7 +204,6 @@ static void forget(kvf_store *st, struct seq *seq, uint32_t lane, uint64_t g)
 	if (seq->vbar && seq->vbar_n[lane]) {
 		seq->vbar_n[lane] = 0;
 		memset(seq->vbar + (size_t)lane * D, 0, D * sizeof(float));
-		seq->vbar_changes++;
 	}
 }
 
@@ -270,7 +269,9 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		rc = prefix_record(b, seq->id, seq->create_seqno,
 				   seq->prefix->tokens, first, NULL, 0);
 	if (rc == KVF_OK && seq->vbar) {
-		/* the means count the dropped tokens: gone, rebuilt at use */
+		/* the means count the dropped tokens: gone, rebuilt at use;
+		 * the other lanes' are written again at the next sync
+		 * (vbar_changes, below) */
 		unsigned char key[9];
 
 		meta_key_u64(key, META_TAG_VBAR, seq->id);
@@ -289,6 +290,8 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 			give_up(st, seq, l, plans[l].g[i]);
 			forget(st, seq, l, plans[l].g[i]);
 		}
+	if (seq->vbar)
+		seq->vbar_changes++; /* its "V" record was deleted */
 	if (seq->prefix && seq->prefix->n_tokens > first)
 		prefix_truncate(st, seq, first);
 	if (dropped)

@@ -1008,3 +1008,38 @@ Test(h2o_evict, recompute_refuses_dropped_tokens)
 	kvf_close(f.st);
 	f.st = NULL;
 }
+
+/* a drop rewrites the means of V of the other lanes at the next sync
+ * (it deletes the "V" record): a second drop on lanes whose means were
+ * already reset loses none of them at a reopen */
+Test(h2o_evict, a_drop_keeps_the_other_lanes_means)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint64_t dropped, n[LAYERS * KVHE];
+	struct seq *s;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	OK(kvf_sync(f.st));
+	o.keep = 0.25;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	memcpy(n, s->vbar_n, sizeof(n));
+	seq_unlock_put(f.st, s);
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	cr_assert_not_null(s->vbar, "no means of V came back");
+	for (uint32_t l = KVHE; l < LAYERS * KVHE; l++) {
+		cr_assert(eq(u64, n[l], LEN), "lane %u", l);
+		cr_assert(eq(u64, s->vbar_n[l], LEN), "lane %u", l);
+	}
+	seq_unlock_put(f.st, s);
+	kept_mean_is(&f, 1, 1, LEN);
+	kvf_close(f.st);
+	f.st = NULL;
+}
