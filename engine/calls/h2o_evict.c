@@ -331,6 +331,10 @@ kvf_status kvf_h2o_evict(kvf_store *st, uint64_t id, uint32_t layer,
 		memcpy(&o, opts, opts->struct_size < sizeof(o) ? opts->struct_size
 							       : sizeof(o));
 	}
+	if (o.keep_tokens > 0 && !isfinite(o.keep))
+		return kvf_fail(KVF_EINVAL,
+				"%s: opts.keep %g is not finite (unused with keep_tokens, but kept valid)",
+				call, o.keep);
 	if (o.keep_tokens == 0 && !(isfinite(o.keep) && o.keep > 0 && o.keep <= 1))
 		return kvf_fail(KVF_EINVAL,
 				"%s: opts.keep %g must be in (0, 1] (or set keep_tokens)",

@@ -265,8 +265,8 @@ kvf_status dropmark_load(kvf_store *st, uint64_t id, struct seq *seq,
 	if (m.n_lanes != lanes(st) ||
 	    vlen != sizeof(m) + (size_t)m.n_lanes * m.words * sizeof(uint64_t))
 		goto bad;
-	if (seq == NULL || seq->create_seqno != m.create_seqno)
-		return KVF_OK; /* of a sequence freed since */
+	if (seq == NULL || seq->create_seqno != m.create_seqno || m.words == 0)
+		return KVF_OK; /* of a sequence freed since; or no mark */
 	if ((rc = grow(st, seq, m.words)) != KVF_OK)
 		return rc;
 	memcpy(seq->drop, (const char *)val + sizeof(m),

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "kvflash.h"
@@ -288,9 +290,22 @@ Test(h2o_evict, refusals_change_nothing)
 	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep 1.5");
 	o.keep = NAN;
 	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "must be in (0, 1]");
-	o.keep = 0.5;
-	o.struct_size = sizeof(o) + 8;
-	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EVERSION, "opts");
+	o.keep_tokens = 5; /* keep is unused then, but never NaN */
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep nan is not finite");
+	o.keep_tokens = 0;
+	{
+		/* a newer caller's struct, its unknown tail set */
+		union {
+			kvf_h2o_evict_opts o;
+			unsigned char b[sizeof(kvf_h2o_evict_opts) + 8];
+		} big;
+
+		memset(&big, 0, sizeof(big));
+		kvf_h2o_evict_opts_init(&big.o);
+		big.o.struct_size = sizeof(big);
+		big.b[sizeof(kvf_h2o_evict_opts) + 3] = 1;
+		EXPECT(kvf_h2o_evict(f.st, 1, 0, &big.o, NULL), KVF_EVERSION, "opts");
+	}
 	/* a layer never scored refuses the whole call */
 	OK(kvf_seq_create(f.st, 5));
 	fx_attn_append(&f, 5, LEN);
@@ -1040,6 +1055,45 @@ Test(h2o_evict, a_drop_keeps_the_other_lanes_means)
 	}
 	seq_unlock_put(f.st, s);
 	kept_mean_is(&f, 1, 1, LEN);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* a "D" record of no word (no mark) loads as no mark (it copied nothing
+ * into marks never made: undefined behaviour, which UBSan reports) */
+Test(h2o_evict, a_record_of_no_mark_loads)
+{
+	struct attn_fx f = ev_open();
+	struct meta_drop m = { .n_lanes = LAYERS * KVHE, .words = 0 };
+	struct catalog *c = NULL;
+	struct catalog_batch *b;
+	unsigned char key[9];
+	uint8_t mask[KVHE][LEN];
+	struct seq *s;
+
+	OK(kvf_seq_create(f.st, 1));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_sync(f.st));
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	m.create_seqno = s->create_seqno;
+	seq_unlock_put(f.st, s);
+	OK(kvf_close(f.st));
+	OK(catalog_open(tmp_path(fx.dir, "s/meta"), 0, 0, CATALOG_FSYNC, &c));
+	b = catalog_batch_new();
+	cr_assert_not_null(b);
+	meta_key_u64(key, META_TAG_DROP, 1);
+	catalog_batch_put(b, key, sizeof(key), &m, sizeof(m));
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+	{
+		kvf_options o = ev_opts();
+
+		OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	}
+	for (uint32_t l = 0; l < LAYERS; l++)
+		cr_assert(eq(u64, masks_of(&f, 1, l, mask), KVHE * LEN));
+	verify_clean(f.st);
 	kvf_close(f.st);
 	f.st = NULL;
 }
