@@ -1081,12 +1081,17 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
  * the layer's tokens, or keep_tokens; whole groups, so it may keep more
  * when the sinks, the window and the groups not yet on media take the
  * rest).  Never dropped: a group holding one of the first `sinks` tokens
- * or one of the last `window`, the last (tail) group, a group still
+ * or one of the last `window`, the last (tail) group, the group the
+ * last synced length ends inside (until a sync moves that length on: a
+ * crash gives it back, with that group's synced tokens), a group still
  * waiting for write-back in memory; tokens the scores never saw count as
  * valued 0.
- * A drop is durable when the call returns (a "D" record in the catalog,
- * committed before any page is given up), and the pages' room goes back
- * to the cleaner after the next durable point.  Afterwards every
+ * Crash contract: like kvf_seq_truncate, the drop is in the catalog when
+ * the call returns (a "D" record, committed before any page is given
+ * up; it survives the process being killed) and certainly in effect
+ * after the next kvf_sync; a crash brings the sequence back either as
+ * before the drop or after it.  The pages' room goes back to the
+ * cleaner after the next durable point.  Afterwards every
  * attention call, dense, batch, multi-query and SparF (whose K^T pages
  * keep the dropped tokens' columns, never chosen), kvf_scores, kvf_topk
  * (probability 0), kvf_scores_iter (not handed out) and the H2O
@@ -1105,7 +1110,9 @@ static inline void kvf_h2o_evict_opts_init(kvf_h2o_evict_opts *o)
  * (no such sequence); KVF_ERANGE (layer); KVF_EINVAL (keep outside (0, 1]
  * or not finite, a layer with tokens whose scores were never gathered:
  * attend it with opts.h2o = 1 first); KVF_EVERSION (opts); KVF_ENOTSUP (read-only store);
- * KVF_ENOMEM; KVF_EIO.  Nothing changes on a refusal.
+ * KVF_ENOMEM; KVF_EIO; KVF_EFATAL (the store failed earlier, or the
+ * record could not be committed: it takes no more writes).  Nothing
+ * changes on a refusal.
  * Concurrency: any thread; waits for calls on the same sequence and for
  * a sync in progress.
  */
@@ -1926,9 +1933,14 @@ KVF_API kvf_status kvf_kv_weights_set(kvf_store *st, uint32_t layer,
  * kvf_recompute_kv - K,V of tokens [t0, t1) of one layer, recomputed near
  * the data from the stored X with the registered weights.
  * @k_out, @v_out: [t1-t0][n_kv_heads][head_dim] fp32; either may be NULL.
+ * X is never dropped, so K,V recomputed from it would bring back tokens
+ * kvf_h2o_evict dropped: a range holding one (of any KV head of the
+ * layer) is refused.
  * Return: KVF_OK; KVF_EINVAL (NULL, reversed range); KVF_ENOENT (seq, or
  * no weights registered for the layer); KVF_ERANGE (layer, range past the
- * stored X); KVF_ECORRUPT; KVF_EIO; KVF_ENOMEM.
+ * stored X); KVF_ENOTSUP (the range holds a token kvf_h2o_evict dropped:
+ * the message names the first; recompute around it); KVF_ECORRUPT;
+ * KVF_EIO; KVF_ENOMEM.  Nothing is written on a refusal.
  * Concurrency: as kvf_read_x.
  */
 KVF_API kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq,
@@ -1943,8 +1955,9 @@ KVF_API kvf_status kvf_recompute_kv(kvf_store *st, uint64_t seq,
  *        with the caller's attention over its tokens: kvf_attn_merge);
  *        sparse, mask, window and h2o are refused.  An empty range gives
  *        out = 0 and lse = -INFINITY.
- * Return: as kvf_recompute_kv; KVF_ENOTSUP (sparse, mask, window, h2o);
- * KVF_EVERSION (opts).  Concurrency: as kvf_read_x.
+ * Return: as kvf_recompute_kv (KVF_ENOTSUP too for a range holding a
+ * dropped token); KVF_ENOTSUP (sparse, mask, window, h2o); KVF_EVERSION
+ * (opts).  Concurrency: as kvf_read_x.
  */
 KVF_API kvf_status kvf_attend_x(kvf_store *st, uint64_t seq, uint32_t layer,
 				uint64_t t0, uint64_t t1, const float *q,
@@ -1975,7 +1988,11 @@ KVF_API kvf_status kvf_attend_x_start(kvf_store *st, uint64_t seq,
  *        head after another; they must stay valid until kvf_job_wait.
  * Return: KVF_OK; the errors of kvf_read_x (KVF_EINVAL, KVF_ENOENT,
  * KVF_ERANGE, KVF_ECORRUPT, KVF_EIO: then no job is made); KVF_ENOMEM.
- * The background read's errors come from kvf_job_wait.
+ * The background read's errors come from kvf_job_wait: it reads through
+ * kvf_read, so [l, s) holding a token kvf_h2o_evict dropped gives
+ * KVF_ENOENT there.  X is never dropped, so the caller's recomputation
+ * of [0, l) would bring dropped tokens back: on a sequence with dropped
+ * groups, KVPR fits only s at or below the first dropped token.
  * Concurrency: as kvf_attend_start.
  */
 KVF_API kvf_status kvf_kvpr_start(kvf_store *st, uint64_t seq, uint32_t layer,

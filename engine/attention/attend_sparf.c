@@ -168,7 +168,7 @@ static kvf_status vbar_catch_up(const struct attn_call *c, struct seq *seq,
 					      seq_kv_stream(st, seq, c->layer, KIND_V, head),
 					      len,
 					      dropmark_at_kept(st, seq, (uint32_t)lh,
-							       seq->vbar_n[lh]),
+							       seq->vbar_n[lh], len),
 					      len, vmean_span, NULL, &v);
 	}
 	if (seq->vbar_n[lh] >= len)

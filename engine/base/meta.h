@@ -97,7 +97,7 @@ struct meta_use {
 struct meta_drop {
 	uint64_t create_seqno;
 	uint32_t n_lanes;      /* lanes that follow */
-	uint32_t words;        /* u64 words per layer */
+	uint32_t words;        /* u64 words per lane */
 };
 
 struct meta_seg {

@@ -121,7 +121,8 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 			    struct plan *p, int *open, const char *call)
 {
 	uint32_t G = st->group_tokens, lane = dropmark_lane(st, layer, h);
-	uint64_t len = seq->len[layer], kept, target, sinks, window, n = 0;
+	uint64_t len = seq->len[layer], rec = seq->rec_len[layer], kept, target,
+		 sinks, window, n = 0;
 	struct cand *c;
 
 	p->n = 0;
@@ -140,7 +141,12 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 	if (kept <= target || window >= len)
 		return KVF_OK;
 	/* candidates: whole groups past the sinks, before the window, not the
-	 * last one */
+	 * last one, nor the one the last "S" record ends inside: recovery
+	 * gives the layer that length back, so that group's synced tokens
+	 * need their pages (dropped, and their segments reused after a
+	 * durable point with no "S" record, such as the cleaner's, a crash
+	 * would leave the tail with no page and clip_lost would cut synced
+	 * tokens) */
 	c = kvf_malloc(((len - 1) / G + 1) * sizeof(*c));
 	p->g = kvf_malloc(((len - 1) / G + 1) * sizeof(*p->g));
 	if (c == NULL || p->g == NULL) {
@@ -150,7 +156,8 @@ static kvf_status plan_lane(kvf_store *st, struct seq *seq, uint32_t layer,
 	for (uint64_t g = (sinks + G - 1) / G; g < (len - 1) / G; g++) {
 		if ((g + 1) * G > len - window)
 			break;
-		if (dropmark_is(seq, lane, g) || !placed(st, seq, layer, h, g, open))
+		if (dropmark_is(seq, lane, g) || (g * G < rec && rec < (g + 1) * G) ||
+		    !placed(st, seq, layer, h, g, open))
 			continue;
 		c[n].g = g;
 		c[n++].score = group_score(st, seq, lane, g);
@@ -197,7 +204,6 @@ static void forget(kvf_store *st, struct seq *seq, uint32_t lane, uint64_t g)
 	if (seq->vbar && seq->vbar_n[lane]) {
 		seq->vbar_n[lane] = 0;
 		memset(seq->vbar + (size_t)lane * D, 0, D * sizeof(float));
-		seq->vbar_changes++;
 	}
 }
 
@@ -224,8 +230,8 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 	uint32_t H = st->hdr.n_kv_heads, nl = st->hdr.n_layers * H; /* lanes */
 	struct plan *plans = kvf_calloc(nl, sizeof(*plans));
 	struct catalog_batch *b = NULL;
-	uint64_t *marks = NULL, total = 0, first = UINT64_MAX;
-	size_t bytes = 0;
+	struct dropmark_saved marks = { 0 };
+	uint64_t total = 0, first = UINT64_MAX;
 	int open = 0;
 	kvf_status rc = KVF_OK;
 
@@ -245,13 +251,9 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		kvf_fail_wrap(rc, call);
 		goto out;
 	}
-	if (seq->drop) {
-		bytes = (size_t)nl * seq->drop_words * sizeof(uint64_t);
-		if ((marks = kvf_malloc(bytes)) == NULL) {
-			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-			goto out;
-		}
-		memcpy(marks, seq->drop, bytes);
+	if ((rc = dropmark_save(st, seq, &marks)) != KVF_OK) {
+		kvf_fail_wrap(rc, call);
+		goto out;
 	}
 	for (uint32_t l = l0 * H; l < l1 * H && rc == KVF_OK; l++)
 		for (uint64_t i = 0; i < plans[l].n && rc == KVF_OK; i++)
@@ -267,7 +269,9 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		rc = prefix_record(b, seq->id, seq->create_seqno,
 				   seq->prefix->tokens, first, NULL, 0);
 	if (rc == KVF_OK && seq->vbar) {
-		/* the means count the dropped tokens: gone, rebuilt at use */
+		/* the means count the dropped tokens: gone, rebuilt at use;
+		 * the other lanes' are written again at the next sync
+		 * (vbar_changes, below) */
 		unsigned char key[9];
 
 		meta_key_u64(key, META_TAG_VBAR, seq->id);
@@ -286,25 +290,20 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 			give_up(st, seq, l, plans[l].g[i]);
 			forget(st, seq, l, plans[l].g[i]);
 		}
+	if (seq->vbar)
+		seq->vbar_changes++; /* its "V" record was deleted */
 	if (seq->prefix && seq->prefix->n_tokens > first)
 		prefix_truncate(st, seq, first);
 	if (dropped)
 		*dropped = total * st->group_tokens;
 	goto out;
 undo:
-	/* the marks as they were (grown room stays, all zero) */
-	if (seq->drop) {
-		memset(seq->drop, 0, (size_t)nl * seq->drop_words * sizeof(uint64_t));
-		for (uint32_t l = 0; marks && l < nl; l++)
-			memcpy(seq->drop + (size_t)l * seq->drop_words,
-			       marks + (size_t)l * (bytes / nl / sizeof(uint64_t)),
-			       bytes / nl);
-	}
+	dropmark_restore(st, seq, &marks); /* the marks as they were */
 out:
 	for (uint32_t l = 0; l < nl; l++)
 		kvf_free(plans[l].g);
 	kvf_free(plans);
-	kvf_free(marks);
+	dropmark_saved_free(&marks);
 	catalog_batch_free(b);
 	return rc;
 }
@@ -332,6 +331,10 @@ kvf_status kvf_h2o_evict(kvf_store *st, uint64_t id, uint32_t layer,
 		memcpy(&o, opts, opts->struct_size < sizeof(o) ? opts->struct_size
 							       : sizeof(o));
 	}
+	if (o.keep_tokens > 0 && !isfinite(o.keep))
+		return kvf_fail(KVF_EINVAL,
+				"%s: opts.keep %g is not finite (unused with keep_tokens, but kept valid)",
+				call, o.keep);
 	if (o.keep_tokens == 0 && !(isfinite(o.keep) && o.keep > 0 && o.keep <= 1))
 		return kvf_fail(KVF_EINVAL,
 				"%s: opts.keep %g must be in (0, 1] (or set keep_tokens)",

@@ -85,6 +85,7 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	const char *call = "kvf_read";
 	void *outs[2] = { k_out, v_out };
 	struct seq *seq;
+	uint64_t t;
 	kvf_status rc;
 
 	if (st == NULL)
@@ -100,11 +101,8 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		rc = read_past_end(call, t0, t1, seq_id, "", layer, seq->len[layer]);
 		goto out_seq;
 	}
-	if (dropmark_first(st, seq, dropmark_lane(st, layer, kv_head), t0, t1) !=
-	    UINT64_MAX) {
-		uint64_t t = dropmark_first(st, seq, dropmark_lane(st, layer, kv_head),
-					    t0, t1);
-
+	if ((t = dropmark_first(st, seq, dropmark_lane(st, layer, kv_head), t0,
+				t1)) != UINT64_MAX) {
 		rc = kvf_fail(KVF_ENOENT,
 			      "%s: token %llu of sequence %llu layer %u KV head %u was dropped by kvf_h2o_evict (token group %llu); read around it",
 			      call, (unsigned long long)t,

@@ -300,7 +300,7 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 			     seq_n_kt_streams(st);
 	struct catalog_batch *b = NULL;
 	struct cut *cuts;
-	uint64_t *marks = NULL; /* seq's marks before the cut, to restore */
+	struct dropmark_saved marks = { 0 }; /* before the cut, to restore */
 	int any = 0, drops_cut = 0;
 	kvf_status rc;
 
@@ -333,18 +333,12 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 		goto out;
 	}
 	/* the marks of dropped groups past the cut go with it */
-	if (seq->drop) {
-		size_t bytes = (size_t)st->hdr.n_layers * seq->drop_words *
-			       sizeof(uint64_t);
-
-		if ((marks = kvf_malloc(bytes)) == NULL) {
-			rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
-			goto out;
-		}
-		memcpy(marks, seq->drop, bytes);
-		dropmark_cut(st, seq, n / st->group_tokens);
-		drops_cut = memcmp(marks, seq->drop, bytes) != 0;
+	if ((rc = dropmark_save(st, seq, &marks)) != KVF_OK) {
+		kvf_fail_wrap(rc, call);
+		goto out;
 	}
+	dropmark_cut(st, seq, n / st->group_tokens);
+	drops_cut = dropmark_differs(st, seq, &marks);
 	if ((b = catalog_batch_new()) == NULL ||
 	    record(st, seq, n, drops_cut, b, &any) != KVF_OK) {
 		rc = kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
@@ -354,8 +348,7 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 		rc = store_set_fatal(st, rc, call);
 		goto out;
 	}
-	kvf_free(marks);
-	marks = NULL;
+	dropmark_saved_free(&marks);
 	if (any)
 		seq_record_done(st, seq);
 	for (uint32_t i = 0; i < n_streams; i++) {
@@ -378,10 +371,9 @@ static kvf_status truncate_locked(kvf_store *st, struct seq *seq, uint64_t n,
 	prefix_truncate(st, seq, n);
 	seq->changes++;
 out:
-	if (marks) /* failed: the marks as they were */
-		memcpy(seq->drop, marks, (size_t)st->hdr.n_layers *
-						 seq->drop_words * sizeof(uint64_t));
-	kvf_free(marks);
+	if (marks.bits) /* failed: the marks as they were */
+		dropmark_restore(st, seq, &marks);
+	dropmark_saved_free(&marks);
 	catalog_batch_free(b);
 	cuts_free(st, cuts, n_streams);
 	return rc;

@@ -444,8 +444,8 @@ static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
 	if (seqno < seq->create_seqno && !from_ref)
 		goto out; /* from an earlier sequence with this id */
 	if ((stream_kind(sid) == KIND_K || stream_kind(sid) == KIND_V) &&
-	    dropmark_is(seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
-			group / st->group_stride))
+	    dropmark_held(st, seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
+			  group / st->group_stride))
 		goto out; /* kvf_h2o_evict dropped it: its pages stay out */
 	s = seq_stream_of(st, seq, sid);
 	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
@@ -736,9 +736,9 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 		need = seq_stream_groups(st, seq, sid);
 		for (g = 0; g < need; g++)
 			if (!(kind != KIND_X &&
-			      dropmark_is(seq, dropmark_lane(st, stream_layer(sid),
-							     stream_head(sid)),
-					  g / st->group_stride)) &&
+			      dropmark_held(st, seq, dropmark_lane(st, stream_layer(sid),
+								   stream_head(sid)),
+					    g / st->group_stride)) &&
 			    group_entry_used(st, s, seq_tokens(seq, kind,
 							       stream_layer(sid)), g) &&
 			    (g >= s->n_groups || stream_page(s, g).addr == ADDR_NONE))
@@ -757,7 +757,8 @@ static void clip_lost(kvf_store *st, struct seq *seq, void *arg)
 
 /* trim_drops - marks on groups a crash took past the length (a drop of
  * groups never synced, clip_lost) go, and the sequences whose "D" record
- * must say so are listed */
+ * must say so are listed (written when the store is writable: else the
+ * next writable open trims them again) */
 struct trim_ctx {
 	uint64_t *ids;
 	size_t n, cap;
@@ -886,8 +887,7 @@ kvf_status recovery_load(kvf_store *st)
 	if (seq_foreach(st, count_refs, &cc) != KVF_OK ||
 	    seq_foreach(st, clip_lost, NULL) != KVF_OK)
 		cc.oom = 1;
-	if (!st->read_only &&
-	    (seq_foreach(st, trim_drops, &trim) != KVF_OK || trim.oom))
+	if (seq_foreach(st, trim_drops, &trim) != KVF_OK || trim.oom)
 		cc.oom = 1;
 	if (cc.oom) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for page references");

@@ -24,6 +24,9 @@
 #include "engine/attention/attend_async.h"
 #include "engine/base/fatal.h"
 #include "engine/base/store_state.h"
+#include "engine/sequences/dropmark.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
 
 /* tokens of X read and projected at a time: X is kept per query head, so
  * each read is one request per head; 256 tokens make them large enough
@@ -160,8 +163,41 @@ static void recomp_end(struct recomp *r)
 		weights_put(r->st, r->w);
 }
 
-/* recomp_begin - arguments checked (range inside the stored X), weights
- * referenced, chunk buffers made */
+/* no_dropped - K,V recomputed from X would bring back the tokens
+ * kvf_h2o_evict dropped (X is never dropped): a range holding one of
+ * some KV head of layer is refused, naming the first */
+static kvf_status no_dropped(kvf_store *st, const char *call, uint64_t id,
+			     uint32_t layer, uint64_t t0, uint64_t t1)
+{
+	uint64_t first = UINT64_MAX;
+	uint32_t head = 0;
+	struct seq *seq;
+	kvf_status rc;
+
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_find_locked(st, call, id, &seq)) == KVF_OK) {
+		for (uint32_t h = 0; h < st->hdr.n_kv_heads; h++) {
+			uint64_t t = dropmark_first(st, seq,
+						    dropmark_lane(st, layer, h), t0, t1);
+
+			if (t < first) {
+				first = t;
+				head = h;
+			}
+		}
+		seq_unlock_put(st, seq);
+	}
+	pthread_rwlock_unlock(&st->world);
+	if (rc != KVF_OK || first == UINT64_MAX)
+		return rc;
+	return kvf_fail(KVF_ENOTSUP,
+			"%s: token %llu of sequence %llu layer %u KV head %u was dropped by kvf_h2o_evict (token group %llu); K,V recomputed from X would bring it back: recompute around it",
+			call, (unsigned long long)first, (unsigned long long)id,
+			layer, head, (unsigned long long)(first / st->group_tokens));
+}
+
+/* recomp_begin - arguments checked (range inside the stored X, no dropped
+ * token), weights referenced, chunk buffers made */
 static kvf_status recomp_begin(struct recomp *r, kvf_store *st,
 			       const char *call, uint64_t seq, uint32_t layer,
 			       uint64_t t0, uint64_t t1,
@@ -187,6 +223,8 @@ static kvf_status recomp_begin(struct recomp *r, kvf_store *st,
 				"%s: token range [%llu, %llu) past the end of the X of sequence %llu layer %u (%llu tokens)",
 				call, (unsigned long long)t0, (unsigned long long)t1,
 				(unsigned long long)seq, layer, (unsigned long long)x_len);
+	if ((rc = no_dropped(st, call, seq, layer, t0, t1)) != KVF_OK)
+		return rc;
 	if (given) {
 		r->w = given;
 		r->w_given = 1;

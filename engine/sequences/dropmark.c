@@ -133,9 +133,10 @@ int dropmark_run(const kvf_store *st, const struct seq *seq, uint32_t lane,
 	if (t >= t1)
 		return 0;
 	*a = t;
-	while (g * G < t1 && !dropmark_is(seq, lane, g))
+	/* past the last word every group is kept: the run goes to t1 */
+	while (g * G < t1 && g / 64 < seq->drop_words && !dropmark_is(seq, lane, g))
 		g++;
-	*b = g * G < t1 ? g * G : t1;
+	*b = g * G < t1 && g / 64 < seq->drop_words ? g * G : t1;
 	return 1;
 }
 
@@ -152,19 +153,17 @@ uint64_t dropmark_kept(const kvf_store *st, const struct seq *seq,
 }
 
 uint64_t dropmark_at_kept(const kvf_store *st, const struct seq *seq,
-			  uint32_t lane, uint64_t n)
+			  uint32_t lane, uint64_t n, uint64_t t1)
 {
 	uint64_t a, b, at = 0;
 
-	while (dropmark_run(st, seq, lane, at, UINT64_MAX, &a, &b)) {
+	while (dropmark_run(st, seq, lane, at, t1, &a, &b)) {
 		if (b - a >= n)
 			return a + n;
 		n -= b - a;
 		at = b;
-		if (b == UINT64_MAX)
-			break;
 	}
-	return at;
+	return t1;
 }
 
 kvf_status dropmark_copy(kvf_store *st, struct seq *child,
@@ -178,6 +177,56 @@ kvf_status dropmark_copy(kvf_store *st, struct seq *child,
 			    (rc = dropmark_set(st, child, l, g)) != KVF_OK)
 				return rc;
 	return KVF_OK;
+}
+
+kvf_status dropmark_save(const kvf_store *st, const struct seq *seq,
+			 struct dropmark_saved *sv)
+{
+	size_t bytes = (size_t)lanes(st) * seq->drop_words * sizeof(uint64_t);
+
+	sv->bits = NULL;
+	sv->words = 0;
+	if (seq->drop == NULL)
+		return KVF_OK;
+	if ((sv->bits = kvf_malloc(bytes)) == NULL)
+		return kvf_fail(KVF_ENOMEM, "out of memory for a copy of the dropped-group marks");
+	memcpy(sv->bits, seq->drop, bytes);
+	sv->words = seq->drop_words;
+	return KVF_OK;
+}
+
+int dropmark_differs(const kvf_store *st, const struct seq *seq,
+		     const struct dropmark_saved *sv)
+{
+	for (uint32_t l = 0; seq->drop && l < lanes(st); l++)
+		for (uint32_t w = 0; w < seq->drop_words; w++) {
+			uint64_t was = w < sv->words
+					       ? sv->bits[(size_t)l * sv->words + w]
+					       : 0;
+
+			if (seq->drop[(size_t)l * seq->drop_words + w] != was)
+				return 1;
+		}
+	return 0;
+}
+
+void dropmark_restore(const kvf_store *st, struct seq *seq,
+		      const struct dropmark_saved *sv)
+{
+	if (seq->drop == NULL)
+		return;
+	/* room grown since stays, all zero */
+	memset(seq->drop, 0, (size_t)lanes(st) * seq->drop_words * sizeof(uint64_t));
+	for (uint32_t l = 0; sv->bits && l < lanes(st); l++)
+		memcpy(seq->drop + (size_t)l * seq->drop_words,
+		       sv->bits + (size_t)l * sv->words, sv->words * sizeof(uint64_t));
+}
+
+void dropmark_saved_free(struct dropmark_saved *sv)
+{
+	kvf_free(sv->bits);
+	sv->bits = NULL;
+	sv->words = 0;
 }
 
 kvf_status dropmark_record(kvf_store *st, const struct seq *seq,
@@ -216,13 +265,12 @@ kvf_status dropmark_load(kvf_store *st, uint64_t id, struct seq *seq,
 	if (m.n_lanes != lanes(st) ||
 	    vlen != sizeof(m) + (size_t)m.n_lanes * m.words * sizeof(uint64_t))
 		goto bad;
-	if (seq == NULL || seq->create_seqno != m.create_seqno)
-		return KVF_OK; /* of a sequence freed since */
+	if (seq == NULL || seq->create_seqno != m.create_seqno || m.words == 0)
+		return KVF_OK; /* of a sequence freed since; or no mark */
 	if ((rc = grow(st, seq, m.words)) != KVF_OK)
 		return rc;
 	memcpy(seq->drop, (const char *)val + sizeof(m),
 	       (size_t)m.n_lanes * m.words * sizeof(uint64_t));
-	(void)dropmark_trim(st, seq);
 	/* a mean of V counts kept tokens: one of more is stale */
 	for (uint32_t l = 0; seq->vbar_n && l < m.n_lanes; l++)
 		if (seq->vbar_n[l] > dropmark_kept(st, seq, l, seq->len[l / H])) {

@@ -35,6 +35,17 @@ static inline int dropmark_is(const struct seq *seq, uint32_t lane, uint64_t g)
 	       (seq->drop[(size_t)lane * seq->drop_words + g / 64] >> (g % 64) & 1);
 }
 
+/* dropmark_held - dropmark_is for a group wholly below its layer's length:
+ * at open, before trim_drops (recovery.c) clears them, a mark on the
+ * tail group or past it holds nothing (a crash took the length back
+ * below a drop that was not synced) */
+static inline int dropmark_held(const kvf_store *st, const struct seq *seq,
+				uint32_t lane, uint64_t g)
+{
+	return (g + 1) * st->group_tokens <= seq->len[lane / st->hdr.n_kv_heads] &&
+	       dropmark_is(seq, lane, g);
+}
+
 /* DROP_ANY - dropmark_any: any lane */
 #define DROP_ANY UINT32_MAX
 
@@ -74,14 +85,38 @@ uint64_t dropmark_kept(const kvf_store *st, const struct seq *seq,
 		       uint32_t lane, uint64_t t);
 
 /* dropmark_at_kept - the position past the first n kept tokens of lane
- * (the token where the (n+1)-th kept one is, or after the last) */
+ * below t1 (the token where the (n+1)-th kept one is; t1 if there are
+ * no more than n) */
 uint64_t dropmark_at_kept(const kvf_store *st, const struct seq *seq,
-			  uint32_t lane, uint64_t n);
+			  uint32_t lane, uint64_t n, uint64_t t1);
 
 /* dropmark_copy - child (empty of marks) takes parent's marks of the
  * groups below n_groups */
 kvf_status dropmark_copy(kvf_store *st, struct seq *child,
 			 const struct seq *parent, uint64_t n_groups);
+
+/* A copy of a sequence's marks (dropmark_save), put back by
+ * dropmark_restore when the change that followed fails.  Room grown
+ * since (a larger drop_words) is no matter. */
+struct dropmark_saved {
+	uint64_t *bits; /* [lane][words]; NULL: seq had no marks */
+	uint32_t words; /* per lane */
+};
+
+/* dropmark_save - sv = seq's marks, every lane */
+kvf_status dropmark_save(const kvf_store *st, const struct seq *seq,
+			 struct dropmark_saved *sv);
+
+/* dropmark_differs - seq's marks are not those of sv, on some lane */
+int dropmark_differs(const kvf_store *st, const struct seq *seq,
+		     const struct dropmark_saved *sv);
+
+/* dropmark_restore - seq's marks back to sv, every lane */
+void dropmark_restore(const kvf_store *st, struct seq *seq,
+		      const struct dropmark_saved *sv);
+
+/* dropmark_saved_free - give sv's copy back */
+void dropmark_saved_free(struct dropmark_saved *sv);
 
 /* dropmark_record - put seq's "D" record into b (a delete if it has no
  * mark left) */
@@ -89,7 +124,9 @@ kvf_status dropmark_record(kvf_store *st, const struct seq *seq,
 			   struct catalog_batch *b);
 
 /* dropmark_load - the "D" record of sequence id back into seq at open
- * (after the "S" and "V" records; seq NULL: freed since, only checked) */
+ * (after the "S" and "V" records; seq NULL: freed since, only checked).
+ * Marks past the length stay until recovery's trim_drops, which also
+ * writes the record again without them. */
 kvf_status dropmark_load(kvf_store *st, uint64_t id, struct seq *seq,
 			 const void *val, size_t vlen);
 

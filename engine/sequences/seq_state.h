@@ -199,10 +199,12 @@ struct seq {
 				* pages last (engine/segments/openseg.c);
 				* 0: none */
 	struct h2o *h2o;       /* [layer][kv_head], NULL before first use */
-	uint64_t *drop;        /* [n_layers][drop_words] bit g: token group g
-				* of the layer's K and V is dropped (kvf_h2o_evict,
-				* engine/sequences/dropmark.h); NULL: none ever */
-	uint32_t drop_words;   /* 64-bit words per layer in drop */
+	uint64_t *drop;        /* [lane][drop_words], a lane being a KV head
+				* of a layer (layer * n_kv_heads + head): bit g:
+				* token group g of the lane's K and V is dropped
+				* (kvf_h2o_evict, engine/sequences/dropmark.h);
+				* NULL: none ever */
+	uint32_t drop_words;   /* 64-bit words per lane in drop */
 	struct stream *optim;  /* SEQ_NS_OPTIM only: [state * 2 + gen] */
 	uint64_t optim_chunks; /* their chunks (pages) per state */
 	uint32_t optim_kept;   /* bit s: the rule keeps state s (param, m,

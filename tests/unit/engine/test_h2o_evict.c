@@ -12,10 +12,15 @@
 #include <criterion/new/assert.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
 #include "testutil.h"
@@ -291,17 +296,20 @@ Test(h2o_evict, refusals_change_nothing)
 	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep 1.5");
 	o.keep = NAN;
 	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "must be in (0, 1]");
+	o.keep_tokens = 5; /* keep is unused then, but never NaN */
+	EXPECT(kvf_h2o_evict(f.st, 1, 0, &o, NULL), KVF_EINVAL, "opts.keep nan is not finite");
+	o.keep_tokens = 0;
 	{
-		/* a newer caller's struct with a field this library lacks */
-		struct {
+		/* a newer caller's struct, its unknown tail set */
+		union {
 			kvf_h2o_evict_opts o;
-			uint64_t newer;
+			unsigned char b[sizeof(kvf_h2o_evict_opts) + 8];
 		} big;
 
 		memset(&big, 0, sizeof(big));
 		kvf_h2o_evict_opts_init(&big.o);
 		big.o.struct_size = sizeof(big);
-		big.newer = 1;
+		big.b[sizeof(kvf_h2o_evict_opts) + 3] = 1;
 		EXPECT(kvf_h2o_evict(f.st, 1, 0, &big.o, NULL), KVF_EVERSION, "opts");
 	}
 	/* a layer never scored refuses the whole call */
@@ -754,4 +762,373 @@ Test(h2o_evict, codec_store)
 	f.st = NULL;
 	ev_codec = KVF_CODEC_NONE;
 	ev_tol = 2e-5;
+}
+
+/* kept_mean_is - the running mean of V of every KV head of seq's layer
+ * (SparF's, engine/sequences/seq_state.h) is the mean of the head's kept
+ * V rows below len, read back group by group */
+static void kept_mean_is(struct attn_fx *f, uint64_t seq, uint32_t layer,
+			 uint64_t len)
+{
+	static unsigned char v[G * ROW];
+	struct seq *s;
+
+	for (uint32_t h = 0; h < KVHE; h++) {
+		double want[DIM] = { 0 };
+		uint64_t n = 0;
+
+		for (uint64_t g = 0; g * G < len; g++) {
+			uint64_t t1 = (g + 1) * G < len ? (g + 1) * G : len;
+			kvf_status rc = kvf_read(f->st, seq, layer, h, g * G, t1,
+						 NULL, v);
+
+			cr_assert(rc == KVF_OK || rc == KVF_ENOENT, "%s",
+				  kvf_last_error());
+			for (uint64_t t = 0; rc == KVF_OK && t < t1 - g * G; t++, n++)
+				for (uint32_t j = 0; j < DIM; j++)
+					want[j] += fx_to_f(KVF_DTYPE_F16, v, t * DIM + j);
+		}
+		OK(seq_get_locked(f->st, "test", seq, &s));
+		cr_assert(eq(u64, s->vbar_n[layer * KVHE + h], n), "head %u", h);
+		for (uint32_t j = 0; j < DIM; j++)
+			cr_assert(le(dbl, fabs(s->vbar[(layer * KVHE + h) * DIM + j] -
+					       want[j] / n), 1e-5),
+				  "head %u element %u", h, j);
+		seq_unlock_put(f->st, s);
+	}
+}
+
+/* SparF's mean of V catches up past the dropped groups on tokens appended
+ * after them (it once walked the marks without end) */
+Test(h2o_evict, sparf_after_a_drop_and_an_append, .timeout = 30)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	kvf_attn_opts so;
+	float q[QHE * DIM], out[QHE * DIM];
+	uint64_t dropped;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	kvf_attn_opts_init(&so);
+	so.sparse = 1;
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f.rng);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN);
+	fx_attn_append(&f, 1, G + 3);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN + G + 3);
+	fx_attn_append(&f, 1, 2 * G);
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(kvf_attend(f.st, 1, 0, q, out, &so));
+	kept_mean_is(&f, 1, 0, LEN + 3 * G + 3);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* a cut below marks that only a higher lane holds (layer 1's KV heads)
+ * rewrites the "D" record: the tokens appended at their positions come
+ * back after a reopen */
+Test(h2o_evict, a_cut_clears_the_marks_of_every_lane)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[KVHE][LEN];
+	uint64_t dropped, g = LEN;
+	static unsigned char k[LAYERS][KVHE][LEN * ROW], v[LAYERS][KVHE][LEN * ROW];
+	static unsigned char k2[LEN * ROW], v2[LEN * ROW];
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 1, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	cr_assert(eq(u64, masks_of(&f, 1, 0, mask), KVHE * LEN));
+	masks_of(&f, 1, 1, mask);
+	for (uint32_t h = 0; h < KVHE; h++) {
+		uint64_t fh = first_dropped(mask[h]);
+
+		g = fh < g ? fh : g;
+	}
+	OK(kvf_seq_truncate(f.st, 1, g * G));
+	fx_attn_append(&f, 1, 3 * G);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			OK(kvf_read(f.st, 1, l, h, 0, (g + 3) * G, k[l][h], v[l][h]));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++) {
+			OK(kvf_read(f.st, 1, l, h, 0, (g + 3) * G, k2, v2));
+			cr_assert(eq(int, memcmp(k2, k[l][h], (g + 3) * G * ROW), 0));
+			cr_assert(eq(int, memcmp(v2, v[l][h], (g + 3) * G * ROW), 0));
+		}
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* killed_drop_past_sync - a child makes the store as ev_make does
+ * (synced at LEN), appends 4G more, drops one group of every lane wholly
+ * past the synced length (those tokens have no score: least valued) and
+ * is killed */
+static void killed_drop_past_sync(void)
+{
+	int fd, status, killed_;
+	pid_t pid = fx_spawn(&fd);
+
+	if (pid == 0) {
+		struct attn_fx f = ev_make();
+		kvf_h2o_evict_opts o;
+		uint64_t dropped;
+
+		fx_attn_append(&f, 1, 4 * G);
+		/* a fork places the parent's pages waiting for write-back
+		 * (only placed groups may go); it records no parent length */
+		CHILD_MUST(kvf_seq_fork(f.st, 1, 3, G));
+		kvf_h2o_evict_opts_init(&o);
+		o.sinks = KVF_TOKENS_NONE;
+		o.window = KVF_TOKENS_NONE;
+		o.keep_tokens = LEN + 3 * G;
+		CHILD_MUST(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+		if (dropped != LAYERS * KVHE * G ||
+		    kvf_read(f.st, 1, 0, 0, 13 * G, 14 * G, NULL,
+			     (char[G * ROW]){ 0 }) != KVF_ENOENT)
+			fx_child_say("E dropped %llu tokens, not group 13 of each lane",
+				     (unsigned long long)dropped);
+
+		fx_child_say("D");
+		raise(SIGKILL);
+	}
+	{
+		char *said = fx_collect(fd);
+
+		cr_assert(strstr(said, "E ") == NULL, "%s", said);
+		free(said);
+	}
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	killed_ = WIFSIGNALED(status);
+	cr_assert(killed_, "the child failed");
+}
+
+/* a drop of groups past the synced length, lost with the length in a
+ * crash: the reopen clears their marks in the "D" record too, so tokens
+ * appended there again are not dropped at the next reopen; a read-only
+ * open clears them in memory */
+Test(h2o_evict, marks_a_crash_took_past_the_length_are_cleared_for_good)
+{
+	struct attn_fx f = { .dt = KVF_DTYPE_F16, .qh = QHE, .kvh = KVHE,
+			     .dim = DIM };
+	kvf_options o = ev_opts();
+	uint64_t n;
+	static unsigned char k[LAYERS][KVHE][(LEN + 3 * G) * ROW],
+		v[LAYERS][KVHE][(LEN + 3 * G) * ROW];
+	static unsigned char k2[(LEN + 3 * G) * ROW], v2[(LEN + 3 * G) * ROW];
+
+	killed_drop_past_sync();
+	f.rng = rng_seed("past the sync");
+	o.read_only = 1;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	OK(kvf_seq_len(f.st, 1, 0, &n));
+	cr_assert(eq(u64, n, LEN));
+	OK(kvf_seq_export(f.st, 1, tmp_path(fx.dir, "x.kvseq")));
+	OK(kvf_close(f.st));
+	o = ev_opts();
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	verify_clean(f.st);
+	fx_attn_append(&f, 1, 3 * G);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			OK(kvf_read(f.st, 1, l, h, 0, LEN + 3 * G, k[l][h], v[l][h]));
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++) {
+			OK(kvf_read(f.st, 1, l, h, 0, LEN + 3 * G, k2, v2));
+			cr_assert(eq(int, memcmp(k2, k[l][h], sizeof(k2)), 0));
+			cr_assert(eq(int, memcmp(v2, v[l][h], sizeof(v2)), 0));
+		}
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* the group the last synced length ends inside stays until a sync moves
+ * that length on: recovery gives the sequence that length back, and the
+ * group's synced tokens must have their pages then */
+Test(h2o_evict, the_group_of_the_synced_length_stays)
+{
+	struct attn_fx f = ev_make(); /* synced at LEN: inside group 12 */
+	kvf_h2o_evict_opts o;
+	uint64_t dropped;
+	static unsigned char v[G * ROW];
+
+	fx_attn_append(&f, 1, 4 * G);
+	OK(kvf_seq_fork(f.st, 1, 3, G)); /* places the waiting pages */
+	kvf_h2o_evict_opts_init(&o);
+	o.sinks = KVF_TOKENS_NONE;
+	o.window = KVF_TOKENS_NONE;
+	o.keep_tokens = 1;
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	/* every whole group but 12 and the tail (16) */
+	cr_assert(eq(u64, dropped, LAYERS * KVHE * 15 * G));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KVHE; h++)
+			for (uint64_t g = 0; g < 16; g++)
+				cr_assert(eq(int, kvf_read(f.st, 1, l, h, g * G, (g + 1) * G,
+							   NULL, v),
+					     g == 12 ? KVF_OK : KVF_ENOENT),
+					  "layer %u head %u group %llu", l, h,
+					  (unsigned long long)g);
+	/* synced past it, it may go */
+	OK(kvf_sync(f.st));
+	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
+	cr_assert(eq(u64, dropped, LAYERS * KVHE * G));
+	EXPECT(kvf_read(f.st, 1, 1, 1, 12 * G, 13 * G, NULL, v), KVF_ENOENT,
+	       "token group 12");
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	verify_clean(f.st);
+	OK(kvf_read(f.st, 1, 1, 1, 16 * G, LEN + 4 * G, NULL, v));
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* K,V recomputed from X (never dropped) would bring the dropped tokens
+ * back: kvf_attend_x, kvf_attend_x_start and kvf_recompute_kv refuse a
+ * range holding one, naming it, and write nothing; around it they work */
+Test(h2o_evict, recompute_refuses_dropped_tokens)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint8_t mask[KVHE][LEN];
+	uint64_t dropped, first = LEN;
+	uint16_t *x = malloc((size_t)LEN * QHE * DIM * sizeof(uint16_t));
+	float *w = calloc((size_t)QHE * DIM * KVHE * DIM, sizeof(float));
+	float *kv = malloc((size_t)LEN * KVHE * DIM * sizeof(float));
+	float q[QHE * DIM], out[QHE * DIM];
+	char msg[64];
+	kvf_job *job = (kvf_job *)&f;
+
+	for (size_t i = 0; i < (size_t)LEN * QHE * DIM; i++)
+		fx_put_f(KVF_DTYPE_F16, x, i, fx_urand(&f.rng));
+	for (size_t i = 0; i < (size_t)QHE * DIM * KVHE * DIM; i++)
+		w[i] = fx_urand(&f.rng) / 16;
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		q[j] = fx_urand(&f.rng);
+	OK(kvf_append_x(f.st, 1, 0, LEN, x));
+	OK(kvf_kv_weights_set(f.st, 0, w, w, 0));
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	masks_of(&f, 1, 0, mask);
+	for (uint32_t h = 0; h < KVHE; h++) {
+		uint64_t g = first_dropped(mask[h]);
+
+		first = g * G < first ? g * G : first;
+	}
+	snprintf(msg, sizeof(msg), "token %llu of sequence 1 layer 0",
+		 (unsigned long long)first);
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		out[j] = 7;
+	EXPECT(kvf_attend_x(f.st, 1, 0, 0, LEN, q, out, NULL), KVF_ENOTSUP, msg);
+	EXPECT(kvf_attend_x(f.st, 1, 0, first, first + 1, q, out, NULL),
+	       KVF_ENOTSUP, "dropped by kvf_h2o_evict");
+	EXPECT(kvf_attend_x_start(f.st, 1, 0, 0, LEN, q, out, NULL, &job),
+	       KVF_ENOTSUP, msg);
+	cr_assert_null(job);
+	for (uint32_t j = 0; j < QHE * DIM; j++)
+		cr_assert(eq(flt, out[j], 7.0f));
+	for (size_t i = 0; i < (size_t)LEN * KVHE * DIM; i++)
+		kv[i] = 7;
+	EXPECT(kvf_recompute_kv(f.st, 1, 0, 0, LEN, kv, kv), KVF_ENOTSUP, msg);
+	for (size_t i = 0; i < (size_t)LEN * KVHE * DIM; i++)
+		cr_assert(eq(flt, kv[i], 7.0f));
+	/* below the first dropped token */
+	OK(kvf_recompute_kv(f.st, 1, 0, 0, first, kv, kv));
+	OK(kvf_attend_x(f.st, 1, 0, 0, first, q, out, NULL));
+	OK(kvf_attend_x_start(f.st, 1, 0, 0, first, q, out, NULL, &job));
+	OK(kvf_job_wait(job));
+	free(x);
+	free(w);
+	free(kv);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* a drop rewrites the means of V of the other lanes at the next sync
+ * (it deletes the "V" record): a second drop on lanes whose means were
+ * already reset loses none of them at a reopen */
+Test(h2o_evict, a_drop_keeps_the_other_lanes_means)
+{
+	struct attn_fx f = ev_make();
+	kvf_h2o_evict_opts o;
+	uint64_t dropped, n[LAYERS * KVHE];
+	struct seq *s;
+
+	kvf_h2o_evict_opts_init(&o);
+	o.keep = 0.5;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	OK(kvf_sync(f.st));
+	o.keep = 0.25;
+	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
+	cr_assert(gt(u64, dropped, 0));
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	memcpy(n, s->vbar_n, sizeof(n));
+	seq_unlock_put(f.st, s);
+	OK(kvf_sync(f.st));
+	ev_reopen(&f);
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	cr_assert_not_null(s->vbar, "no means of V came back");
+	for (uint32_t l = KVHE; l < LAYERS * KVHE; l++) {
+		cr_assert(eq(u64, n[l], LEN), "lane %u", l);
+		cr_assert(eq(u64, s->vbar_n[l], LEN), "lane %u", l);
+	}
+	seq_unlock_put(f.st, s);
+	kept_mean_is(&f, 1, 1, LEN);
+	kvf_close(f.st);
+	f.st = NULL;
+}
+
+/* a "D" record of no word (no mark) loads as no mark (it copied nothing
+ * into marks never made: undefined behaviour, which UBSan reports) */
+Test(h2o_evict, a_record_of_no_mark_loads)
+{
+	struct attn_fx f = ev_open();
+	struct meta_drop m = { .n_lanes = LAYERS * KVHE, .words = 0 };
+	struct catalog *c = NULL;
+	struct catalog_batch *b;
+	unsigned char key[9];
+	uint8_t mask[KVHE][LEN];
+	struct seq *s;
+
+	OK(kvf_seq_create(f.st, 1));
+	fx_attn_append(&f, 1, LEN);
+	OK(kvf_sync(f.st));
+	OK(seq_get_locked(f.st, "test", 1, &s));
+	m.create_seqno = s->create_seqno;
+	seq_unlock_put(f.st, s);
+	OK(kvf_close(f.st));
+	OK(catalog_open(tmp_path(fx.dir, "s/meta"), 0, 0, CATALOG_FSYNC, &c));
+	b = catalog_batch_new();
+	cr_assert_not_null(b);
+	meta_key_u64(key, META_TAG_DROP, 1);
+	catalog_batch_put(b, key, sizeof(key), &m, sizeof(m));
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+	{
+		kvf_options o = ev_opts();
+
+		OK(kvf_open(tmp_path(fx.dir, "s"), &o, &f.st));
+	}
+	for (uint32_t l = 0; l < LAYERS; l++)
+		cr_assert(eq(u64, masks_of(&f, 1, l, mask), KVHE * LEN));
+	verify_clean(f.st);
+	kvf_close(f.st);
+	f.st = NULL;
 }
