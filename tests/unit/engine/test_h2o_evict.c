@@ -800,7 +800,7 @@ static void kept_mean_is(struct attn_fx *f, uint64_t seq, uint32_t layer,
 
 /* SparF's mean of V catches up past the dropped groups on tokens appended
  * after them (it once walked the marks without end) */
-Test(h2o_evict, sparf_after_a_drop_and_an_append, .timeout = 30)
+Test(h2o_evict, sparf_after_a_drop_and_an_append)
 {
 	struct attn_fx f = ev_make();
 	kvf_h2o_evict_opts o;
