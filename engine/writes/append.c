@@ -25,6 +25,7 @@
 #include "engine/base/key.h"
 #include "engine/writes/kt.h"
 #include "engine/segments/openseg.h"
+#include "engine/sequences/dropmark.h"
 #include "engine/sequences/prefix.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
@@ -328,9 +329,15 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	if (seq->vbar == NULL && seq_vbar_alloc(st, seq) != KVF_OK)
 		return; /* no memory: SparF reads V for the mean instead */
 	for (uint32_t h = 0; h < H; h++) {
+		uint32_t lane = dropmark_lane(st, layer, h);
 		size_t lh = (size_t)layer * H + h;
 
-		if (seq->vbar_n[lh] != seq->len[layer])
+		/* the mean covers the kept tokens: all of them, or all but
+		 * the groups kvf_h2o_evict dropped */
+		if (seq->vbar_n[lh] != (dropmark_any(st, seq, lane) ?
+						dropmark_kept(st, seq, lane,
+							      seq->len[layer]) :
+						seq->len[layer]))
 			continue;
 		/* the head's rows are strided in v: gather a run, fold it */
 		for (uint32_t t0 = 0; t0 < n; t0 += VBAR_RUN) {

@@ -799,7 +799,9 @@ static void kept_mean_is(struct attn_fx *f, uint64_t seq, uint32_t layer,
 }
 
 /* SparF's mean of V catches up past the dropped groups on tokens appended
- * after them (it once walked the marks without end) */
+ * after them (it once walked the marks without end), and an append folds
+ * its V rows into a mean that covers the kept tokens (it once left them
+ * to SparF, which read V back at every call) */
 Test(h2o_evict, sparf_after_a_drop_and_an_append)
 {
 	struct attn_fx f = ev_make();
@@ -819,6 +821,7 @@ Test(h2o_evict, sparf_after_a_drop_and_an_append)
 	OK(kvf_attend(f.st, 1, 0, q, out, &so));
 	kept_mean_is(&f, 1, 0, LEN);
 	fx_attn_append(&f, 1, G + 3);
+	kept_mean_is(&f, 1, 0, LEN + G + 3); /* folded by the append */
 	OK(kvf_attend(f.st, 1, 0, q, out, &so));
 	kept_mean_is(&f, 1, 0, LEN + G + 3);
 	fx_attn_append(&f, 1, 2 * G);
