@@ -507,6 +507,9 @@ typedef struct {
 				      * open whose deepest shared chunk only
 				      * cached prefixes held: hits the cache
 				      * made */
+	uint64_t prefetch_pages;     /* pages kvf_prefetch and the layer-
+				      * ahead reads of kvf_attend(_batch)
+				      * cached, since open */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -908,6 +911,26 @@ KVF_API kvf_status kvf_append_x(kvf_store *st, uint64_t seq, uint32_t layer,
  */
 KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
 			      uint64_t t0, uint64_t t1, void *x_out);
+
+/*
+ * kvf_prefetch - a hint: read the K and V pages of one layer of seq (every
+ * KV head) that lie on media and are not in the memory tier into the tier,
+ * in the background, so that a later kvf_attend or kvf_read of that layer
+ * finds them in DRAM.  Returns at once.  A prefetch fills only the tier's
+ * free room (it never evicts a cached page), reads only what fits, and
+ * skips pages that moved meanwhile; its reads count in bytes_read and the
+ * pages it cached in prefetch_pages (kvf_stats).  kvf_attend and
+ * kvf_attend_batch prefetch the next layer themselves for a sequence
+ * whose attention read from media (a layer ahead of the caller's loop).
+ * Nothing to do (KVF_OK): no memory tier (dram_budget 0), memory media, a
+ * tier with no free room, or PREFETCH's queue full (4 prefetches queued).
+ * Return: KVF_OK (queued or nothing to do); KVF_EINVAL (st NULL);
+ * KVF_ERANGE (layer); KVF_ENOENT (seq); KVF_ECLOSED, KVF_EFATAL as every
+ * call; KVF_ENOMEM.  A read that fails in the background is not reported:
+ * the attention that needs the page reads it and reports what it finds.
+ * Concurrency: any thread; kvf_close waits for queued prefetches.
+ */
+KVF_API kvf_status kvf_prefetch(kvf_store *st, uint64_t seq, uint32_t layer);
 
 /* ---- attention and scores near the data --------------------------------- */
 

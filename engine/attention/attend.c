@@ -28,6 +28,7 @@
 #include "engine/base/fatal.h"
 #include "engine/base/pool.h"
 #include "engine/calls/read_calls.h"
+#include "engine/reads/prefetch.h"
 #include "engine/reads/readpath.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
@@ -192,15 +193,27 @@ static uint64_t vbar_tokens(kvf_store *st, const struct seq *seq,
 	return sum;
 }
 
+/* layer_ahead - the layer after `layer` of seq into the tier in the
+ * background (a hint: its failure fails nothing) */
+static void layer_ahead(kvf_store *st, struct seq *seq, uint32_t layer)
+{
+	if (layer + 1 < st->hdr.n_layers)
+		(void)prefetch_locked(st, seq, layer + 1);
+}
+
 static kvf_status run(struct attn_call *c, const char *call,
 		      const uint64_t *ids, uint32_t n)
 {
 	kvf_store *st = c->st;
 	struct seq **seqs = kvf_calloc(n ? n : 1, sizeof(*seqs));
+	uint64_t *mark = kvf_calloc(n ? n : 1, sizeof(*mark));
 	kvf_status rc;
 
-	if (seqs == NULL)
+	if (seqs == NULL || mark == NULL) {
+		kvf_free(seqs);
+		kvf_free(mark);
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
+	}
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = lock_seqs(st, call, ids, n, seqs)) != KVF_OK)
 		goto out;
@@ -229,11 +242,24 @@ static kvf_status run(struct attn_call *c, const char *call,
 		/* the sequences are locked: what they read now is this call's */
 		for (uint32_t i = 0; i < n; i++) {
 			seqs[i]->vbar_seen = vbar_tokens(st, seqs[i], c->layer);
-			read0 += atomic_load(&seqs[i]->bytes_read);
+			mark[i] = atomic_load(&seqs[i]->bytes_read);
+			read0 += mark[i];
+			if (c->ahead && seqs[i]->attend_missed)
+				layer_ahead(st, seqs[i], c->layer);
 		}
 		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, attend_head_task, c);
-		for (uint32_t i = 0; i < n; i++)
-			read1 += atomic_load(&seqs[i]->bytes_read);
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t r = atomic_load(&seqs[i]->bytes_read);
+			int missed = r != mark[i];
+
+			/* a sequence that has just started missing reads the
+			 * next layer ahead now, while the caller computes */
+			if (c->ahead && missed && !seqs[i]->attend_missed)
+				layer_ahead(st, seqs[i], c->layer);
+			if (c->ahead)
+				seqs[i]->attend_missed = missed;
+			read1 += r;
+		}
 		atomic_fetch_add(&st->c.attend_calls, 1);
 		atomic_fetch_add(&st->c.attend_bytes_read, read1 - read0);
 		if (rc != KVF_OK)
@@ -247,6 +273,7 @@ static kvf_status run(struct attn_call *c, const char *call,
 out:
 	pthread_rwlock_unlock(&st->world);
 	kvf_free(seqs);
+	kvf_free(mark);
 	return rc;
 }
 
@@ -263,6 +290,7 @@ kvf_status kvf_attend(kvf_store *st, uint64_t seq, uint32_t layer,
 	if (out == NULL)
 		return kvf_fail(KVF_EINVAL, "kvf_attend: out is NULL");
 	c.lse = c.o ? c.o->lse : NULL;
+	c.ahead = 1;
 	return run(&c, "kvf_attend", &seq, 1);
 }
 
@@ -282,6 +310,7 @@ kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,
 	if (n_seqs == 0)
 		return KVF_OK;
 	c.lse = c.o ? c.o->lse : NULL;
+	c.ahead = 1;
 	return run(&c, "kvf_attend_batch", seqs, n_seqs);
 }
 

@@ -87,6 +87,9 @@ struct store_counters {
 	_Atomic uint64_t dram_only_bytes;    /* waiting pages freed unwritten */
 	_Atomic uint64_t attend_calls;       /* attention calls */
 	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
+	_Atomic uint64_t prefetch_pages;     /* pages prefetches cached */
+	_Atomic uint32_t prefetch_jobs;      /* prefetches queued or running
+					      * (not a count for kvf_stats) */
 };
 
 /*

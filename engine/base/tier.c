@@ -741,6 +741,71 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 	pthread_mutex_unlock(&t->lock);
 }
 
+uint64_t tier_drops(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+	uint64_t d;
+
+	if (t->n_slots == 0)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	d = t->drops;
+	pthread_mutex_unlock(&t->lock);
+	return d;
+}
+
+int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
+			const void *page, uint64_t drops)
+{
+	struct tier *t = &st->tier;
+	int put = 0;
+
+	if (t->n_slots == 0)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	if (t->drops == drops && find(t, addr) == TIER_NONE && slot_free(t) &&
+	    held(st) + st->hdr.page_size <= t->budget) {
+		insert(st, addr, check, page);
+		put = 1;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return put;
+}
+
+uint32_t tier_room_pages(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+	uint64_t h, room;
+
+	if (t->n_slots == 0)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	h = held(st);
+	room = h < t->budget ? (t->budget - h) / st->hdr.page_size : 0;
+	if (room > t->n_slots - t->used)
+		room = t->n_slots - t->used;
+	pthread_mutex_unlock(&t->lock);
+	return (uint32_t)room;
+}
+
+void tier_missing(kvf_store *st, const uint32_t *addr, const uint32_t *check,
+		  uint32_t n, uint8_t *miss)
+{
+	struct tier *t = &st->tier;
+
+	if (t->n_slots == 0) {
+		memset(miss, 1, n);
+		return;
+	}
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = find(t, addr[i]);
+
+		miss[i] = k == TIER_NONE || t->slot[k].check != check[i];
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
 /* put_written - a copy of a page just written (lock held) */
 static void put_written(kvf_store *st, uint32_t addr, uint32_t check,
 			const void *page)
@@ -940,6 +1005,7 @@ void tier_drop_segment(kvf_store *st, uint32_t segid)
 	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
+	t->drops++;
 	for (uint32_t p = 0; p < st->data_per_seg && t->used; p++) {
 		uint32_t i = find(t, addr_make(segid, p, st->page_bits));
 
@@ -956,6 +1022,7 @@ void tier_drop_all(kvf_store *st)
 	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
+	t->drops++;
 	for (int p = 0; p < TIER_POOLS; p++)
 		while (t->pool[p].head != TIER_NONE)
 			evict(t, t->pool[p].head);

@@ -10,6 +10,7 @@
 #include "api/alloc.h"
 #include "api/status.h"
 #include "engine/base/fatal.h"
+#include "engine/reads/prefetch.h"
 #include "engine/reads/readpath.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq.h"
@@ -140,6 +141,26 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 out_seq:
 	seq_unlock_put(st, seq);
 out:
+	pthread_rwlock_unlock(&st->world);
+	return rc;
+}
+
+kvf_status kvf_prefetch(kvf_store *st, uint64_t seq_id, uint32_t layer)
+{
+	const char *call = "kvf_prefetch";
+	struct seq *seq;
+	kvf_status rc;
+
+	if (st == NULL)
+		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
+	if ((rc = read_args_check(st, call, layer, NULL, 0, 0)) != KVF_OK)
+		return rc;
+	pthread_rwlock_rdlock(&st->world);
+	if ((rc = seq_get_locked(st, call, seq_id, &seq)) == KVF_OK) {
+		if ((rc = prefetch_locked(st, seq, layer)) != KVF_OK)
+			kvf_fail_wrap(rc, call);
+		seq_unlock_put(st, seq);
+	}
 	pthread_rwlock_unlock(&st->world);
 	return rc;
 }

@@ -79,6 +79,7 @@ kvf_status kvf_stats_get(kvf_store *st, kvf_stats *out)
 	s.dram_only_bytes = atomic_load(&st->c.dram_only_bytes);
 	s.attend_calls = atomic_load(&st->c.attend_calls);
 	s.attend_bytes_read = atomic_load(&st->c.attend_bytes_read);
+	s.prefetch_pages = atomic_load(&st->c.prefetch_pages);
 	s.prof_append_ns = atomic_load(&st->prof.ns[PROF_APPEND]);
 	s.prof_lock_ns = atomic_load(&st->prof.ns[PROF_LOCK]);
 	s.prof_copy_ns = atomic_load(&st->prof.ns[PROF_COPY]);

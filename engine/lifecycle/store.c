@@ -25,7 +25,7 @@
 #include "api/alloc.h"
 #include "api/options.h"
 #include "api/status.h"
-#include "engine/attention/attend_async.h"
+#include "engine/base/jobs.h"
 #include "engine/base/catalog.h"
 #include "engine/cleaning/cleaner.h"
 #include "engine/durability/durable.h"
@@ -563,7 +563,7 @@ kvf_status kvf_close(kvf_store *st)
 
 	if (st == NULL)
 		return KVF_OK;
-	attend_async_drain(st); /* background attention on st ends first */
+	jobs_drain(st); /* background jobs on st end first */
 	cleaner_stop(st);
 	/* a handle that went fatal may have lost its last writes: say so */
 	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only) {

@@ -1,14 +1,14 @@
 /*
  * kvpr.c - kvf_kvpr_start: KVPR's two ranges handed out at once.  X of
  * [0, l) is read on the caller's thread (the caller needs it first, to
- * recompute), then a background job (engine/attention/attend_async.h) reads K,V of
+ * recompute), then a background job (engine/base/jobs.h) reads K,V of
  * [l, s) head by head while the caller computes.
  */
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/attention/attend_async.h"
+#include "engine/base/jobs.h"
 #include "engine/base/fatal.h"
 #include "engine/base/store_state.h"
 

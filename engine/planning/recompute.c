@@ -21,7 +21,7 @@
 #include "api/status.h"
 #include "compute/kernels.h"
 #include "compute/proj.h"
-#include "engine/attention/attend_async.h"
+#include "engine/base/jobs.h"
 #include "engine/base/fatal.h"
 #include "engine/base/store_state.h"
 #include "engine/sequences/dropmark.h"

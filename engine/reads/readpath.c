@@ -18,6 +18,7 @@
 #include "engine/base/group.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/base/key.h"
+#include "engine/base/pool.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
@@ -450,11 +451,9 @@ static kvf_status emit(kvf_store *st, uint64_t g, const unsigned char *page,
 		  page + (size_t)(a - first) * st->row_bytes);
 }
 
-/* batch_read - read and verify the batch's pages (no hand-out), and offer
- * them to the memory tier */
-static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
+/* batch_media - read the batch's pages from media (no checks) */
+static kvf_status batch_media(kvf_store *st, struct seq *seq, struct batch *b)
 {
-	uint32_t ps = st->hdr.page_size;
 	kvf_status rc;
 
 	if (b->n == 0)
@@ -462,6 +461,15 @@ static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
 	if ((rc = kvf_media_read(st->media, b->io, b->n_io)) != KVF_OK)
 		return rc;
 	count_read(st, seq, b->n);
+	return KVF_OK;
+}
+
+/* batch_check - verify the pages batch_media read and offer them to the
+ * memory tier */
+static kvf_status batch_check(kvf_store *st, struct seq *seq, struct batch *b)
+{
+	uint32_t ps = st->hdr.page_size;
+
 	for (uint32_t i = 0; i < b->n; i++) {
 		const unsigned char *p = b->buf + (size_t)i * ps;
 		uint32_t got = page_check(p, ps);
@@ -473,6 +481,15 @@ static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
 			tier_put_read(st, b->ref[i].addr, got, p);
 	}
 	return KVF_OK;
+}
+
+/* batch_read - read and verify the batch's pages (no hand-out), and offer
+ * them to the memory tier */
+static kvf_status batch_read(kvf_store *st, struct seq *seq, struct batch *b)
+{
+	kvf_status rc = batch_media(st, seq, b);
+
+	return rc == KVF_OK ? batch_check(st, seq, b) : rc;
 }
 
 static kvf_status batch_run(kvf_store *st, struct seq *seq, struct batch *b,
@@ -817,6 +834,107 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 	return rc;
 }
 
+/*
+ * One step of pair_core: up to PAIR_GROUPS groups of both streams, their
+ * pages found in memory or queued on the step's batch.  Steps run as a
+ * pipeline of two: the media read of step i + 1 goes to the store's pool
+ * while the caller checks and hands out step i, so the device is not idle
+ * while pages are verified, cached and attended (a worker that is busy
+ * just leaves both to the caller, in order).
+ */
+struct pair_step {
+	struct batch *b;
+	uint32_t n;                        /* groups */
+	uint64_t g[PAIR_GROUPS];
+	const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
+	int sa[PAIR_GROUPS], sb[PAIR_GROUPS]; /* batch slots, or -1 */
+	struct page_ref ra[PAIR_GROUPS], rb[PAIR_GROUPS];
+	uint32_t pin[2 * PAIR_GROUPS];     /* tier pins of both streams */
+};
+
+/* What pair_core's steps share. */
+struct pair_run {
+	kvf_store *st;
+	struct seq *seq;
+	struct stream *a, *bs;
+	uint64_t tokens, t0, t1;
+	const uint64_t *list;
+	uint64_t first;
+	int coded;
+	unsigned char *dec;
+	pair_fn fn;
+	coded_fn cfn;
+	void *arg;
+	struct pair_step *now, *next; /* handed out / read ahead */
+};
+
+/* pair_prep - step s for groups i0.. (n of them): where each page is, the
+ * tier's pinned, the rest queued on s->b.  On failure some may be pinned:
+ * pair_unpin. */
+static kvf_status pair_prep(struct pair_run *r, struct pair_step *s,
+			    uint64_t i0, uint32_t n)
+{
+	kvf_store *st = r->st;
+	kvf_status rc = KVF_OK;
+
+	s->n = n;
+	s->b->n = s->b->n_io = 0;
+	for (uint32_t i = 0; i < 2 * n; i++)
+		s->pin[i] = TIER_NONE;
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
+		s->g[i] = r->list ? r->list[i0 + i] : r->first + i0 + i;
+		rc = pair_page(st, r->seq, r->a, r->tokens, s->g[i], &s->pa[i],
+			       &s->sa[i], &s->ra[i]);
+	}
+	for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
+		rc = pair_page(st, r->seq, r->bs, r->tokens, s->g[i], &s->pb[i],
+			       &s->sb[i], &s->rb[i]);
+	/* all of a's pages, then all of b's: consecutive pages of one
+	 * stream merge into one request (batch_add) */
+	if (rc == KVF_OK) {
+		pair_resolve(st, r->seq, s->b, s->g, n, s->pa, s->sa, s->ra,
+			     s->pin);
+		pair_resolve(st, r->seq, s->b, s->g, n, s->pb, s->sb, s->rb,
+			     s->pin + n);
+	}
+	return rc;
+}
+
+static void pair_unpin(struct pair_run *r, struct pair_step *s)
+{
+	tier_unpin_many(r->st, s->pin, 2 * s->n);
+	s->n = 0;
+}
+
+/* pair_hand - check step s's pages (read by batch_media) and hand its
+ * groups out in order */
+static kvf_status pair_hand(struct pair_run *r, struct pair_step *s)
+{
+	kvf_store *st = r->st;
+	uint32_t ps = st->hdr.page_size;
+	kvf_status rc = batch_check(st, r->seq, s->b);
+
+	for (uint32_t i = 0; i < s->n && rc == KVF_OK; i++) {
+		if (s->sa[i] >= 0)
+			s->pa[i] = s->b->buf + (size_t)s->sa[i] * ps;
+		if (s->sb[i] >= 0)
+			s->pb[i] = s->b->buf + (size_t)s->sb[i] * ps;
+		rc = hand_pair(st, r->tokens, s->g[i], r->t0, r->t1, s->pa[i],
+			       s->pb[i], r->coded, r->dec, r->fn, r->cfn, r->arg);
+	}
+	return rc;
+}
+
+/* pair_task - task 0 reads the next step's pages, task 1 hands out this
+ * step's */
+static kvf_status pair_task(void *arg, uint32_t i)
+{
+	struct pair_run *r = arg;
+
+	return i == 0 ? batch_media(r->st, r->seq, r->next->b)
+		      : pair_hand(r, r->now);
+}
+
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
  * of two streams, clipped to [t0, t1), to fn in order */
 static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
@@ -826,61 +944,63 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			    void *arg)
 {
 	uint32_t G = st->group_tokens, rb = st->row_bytes;
-	int coded = a->enc && bs->enc;
-	unsigned char *dec = NULL;
-	struct batch *b;
+	struct pair_run r = { .st = st, .seq = seq, .a = a, .bs = bs,
+			      .tokens = tokens, .t0 = t0, .t1 = t1,
+			      .list = list, .first = first,
+			      .coded = a->enc && bs->enc, .fn = fn, .cfn = cfn,
+			      .arg = arg };
+	struct pair_step *steps;
 	kvf_status rc = KVF_OK;
+	uint32_t step;
+	uint64_t i0;
 
 	/* groups of one page, plain or encoded, are used where they are */
 	if (group_sealed_pages(st, a) > 1 || group_sealed_pages(st, bs) > 1)
 		return pair_groups(st, seq, a, bs, tokens, t0, t1, list, first,
 				   n_groups, fn, cfn, arg);
-	if (coded && cfn == NULL &&
-	    (dec = kvf_malloc(2 * (size_t)G * rb)) == NULL)
+	if (n_groups == 0)
+		return KVF_OK;
+	steps = kvf_calloc(2, sizeof(*steps));
+	if (r.coded && cfn == NULL)
+		r.dec = kvf_malloc(2 * (size_t)G * rb);
+	if (steps == NULL || (r.coded && cfn == NULL && r.dec == NULL)) {
+		kvf_free(steps);
+		kvf_free(r.dec);
 		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
-	if ((b = read_batch_new(st)) == NULL) {
-		kvf_free(dec);
-		return KVF_ENOMEM;
 	}
-	for (uint64_t i0 = 0; i0 < n_groups && rc == KVF_OK; i0 += PAIR_GROUPS) {
-		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
-								    : PAIR_GROUPS);
-		const unsigned char *pa[PAIR_GROUPS], *pb[PAIR_GROUPS];
-		int sa[PAIR_GROUPS], sb[PAIR_GROUPS];
-		struct page_ref ra[PAIR_GROUPS], rb_[PAIR_GROUPS];
-		uint32_t pin[2 * PAIR_GROUPS];
-		uint64_t g[PAIR_GROUPS];
+	r.now = &steps[0];
+	r.next = &steps[1];
+	if ((r.now->b = read_batch_new(st)) == NULL ||
+	    (n_groups > PAIR_GROUPS && (r.next->b = read_batch_new(st)) == NULL)) {
+		rc = KVF_ENOMEM;
+		goto out;
+	}
+	step = n_groups < PAIR_GROUPS ? (uint32_t)n_groups : PAIR_GROUPS;
+	i0 = step;
+	if ((rc = pair_prep(&r, r.now, 0, step)) == KVF_OK)
+		rc = batch_media(st, seq, r.now->b);
+	while (rc == KVF_OK && r.now->n) {
+		uint32_t n = (uint32_t)(n_groups - i0 < step ? n_groups - i0 : step);
+		struct pair_step *done = r.now;
 
-		b->n = b->n_io = 0;
-		for (uint32_t i = 0; i < 2 * n; i++)
-			pin[i] = TIER_NONE;
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			g[i] = list ? list[i0 + i] : first + i0 + i;
-			rc = pair_page(st, seq, a, tokens, g[i], &pa[i], &sa[i],
-				       &ra[i]);
-		}
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++)
-			rc = pair_page(st, seq, bs, tokens, g[i], &pb[i], &sb[i],
-				       &rb_[i]);
-		/* all of a's pages, then all of b's: consecutive pages of one
-		 * stream merge into one request (batch_add) */
-		if (rc == KVF_OK) {
-			pair_resolve(st, seq, b, g, n, pa, sa, ra, pin);
-			pair_resolve(st, seq, b, g, n, pb, sb, rb_, pin + n);
-			rc = batch_read(st, seq, b);
-		}
-		for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-			if (sa[i] >= 0)
-				pa[i] = b->buf + (size_t)sa[i] * st->hdr.page_size;
-			if (sb[i] >= 0)
-				pb[i] = b->buf + (size_t)sb[i] * st->hdr.page_size;
-			rc = hand_pair(st, tokens, g[i], t0, t1, pa[i], pb[i], coded,
-				       dec, fn, cfn, arg);
-		}
-		tier_unpin_many(st, pin, 2 * n);
+		if (n && (rc = pair_prep(&r, r.next, i0, n)) != KVF_OK)
+			break;
+		i0 += n;
+		if (n && r.next->b->n)
+			rc = pool_run(st->pool, 2, pair_task, &r);
+		else
+			rc = pair_hand(&r, r.now);
+		pair_unpin(&r, done);
+		r.now = r.next;
+		r.next = done;
 	}
-	read_batch_free(st, b);
-	kvf_free(dec);
+out:
+	pair_unpin(&r, r.now);
+	pair_unpin(&r, r.next);
+	read_batch_free(st, steps[0].b);
+	read_batch_free(st, steps[1].b);
+	kvf_free(steps);
+	kvf_free(r.dec);
 	return rc;
 }
 

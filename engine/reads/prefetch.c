@@ -1,0 +1,209 @@
+/*
+ * prefetch.c - a layer's pages into the memory tier ahead of attention
+ * (prefetch.h says what may be read and cached, and why it is safe
+ * without the sequence's lock).
+ */
+#include "engine/reads/prefetch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/alloc.h"
+#include "api/status.h"
+#include "engine/base/jobs.h"
+#include "engine/base/group.h"
+#include "engine/base/key.h"
+#include "engine/base/store_state.h"
+#include "engine/base/tier.h"
+#include "engine/segments/openseg.h"
+#include "engine/segments/segtable.h"
+#include "engine/sequences/dropmark.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
+
+#define PREFETCH_BATCH 128u /* pages per media read (512 KiB of 4 KiB) */
+
+struct prefetch_job {
+	kvf_store *st;
+	uint64_t drops;         /* tier_drops when the addresses were taken */
+	uint32_t n;             /* pages */
+	struct page_ref *ref;   /* [n], in stream order */
+};
+
+/* media_kept - the media keeps pages in memory (nothing to prefetch) */
+static int media_kept(kvf_store *st, uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+
+	return kvf_media_map(st->media, seg_stripe(st, segid),
+			     seg_in_stripe(st, segid),
+			     addr_page(addr, st->page_bits)) != NULL;
+}
+
+/* take_stream - the media pages of the sealed groups of s (a K or V
+ * stream of lane, `tokens` long) into j->ref, up to cap; 0, or -1 when
+ * the media keeps pages in memory */
+static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
+		       struct stream *s, uint64_t tokens,
+		       struct prefetch_job *j, uint32_t cap)
+{
+	uint32_t P = group_sealed_pages(st, s), G = st->group_tokens;
+	int drops = dropmark_any(st, seq, lane);
+
+	for (uint64_t g = 0; g < tokens / G && j->n < cap; g++) {
+		uint64_t e0 = group_sealed_entry(st, s, g);
+
+		/* a dropped group's pages are given up: not worth reading */
+		if (drops && dropmark_first(st, seq, lane, g * G, (g + 1) * G) !=
+				     UINT64_MAX)
+			continue;
+		for (uint64_t e = e0; e < e0 + P && e < s->n_groups && j->n < cap;
+		     e++) {
+			struct page_ref r = stream_page(s, e);
+
+			if (r.addr == ADDR_NONE || stream_waiting(s, e) ||
+			    openseg_page(st, seq, r.addr))
+				continue;
+			if (media_kept(st, r.addr))
+				return -1;
+			j->ref[j->n++] = r;
+		}
+	}
+	return 0;
+}
+
+static kvf_status prefetch_run(void *arg);
+
+kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer)
+{
+	uint32_t room = tier_room_pages(st), cap = 0, H = st->hdr.n_kv_heads;
+	struct prefetch_job *j;
+	kvf_status rc;
+
+	if (room == 0 || seq->ns != SEQ_NS_USER)
+		return KVF_OK;
+	for (uint32_t h = 0; h < H; h++)
+		for (int kind = 0; kind < 2; kind++) {
+			uint64_t n = seq_kv_stream(st, seq, layer,
+						   (enum kv_kind)kind, h)->n_groups;
+
+			cap = n > UINT32_MAX - cap ? UINT32_MAX : cap + (uint32_t)n;
+		}
+	cap = cap < room ? cap : room;
+	if (cap == 0)
+		return KVF_OK;
+	if (atomic_fetch_add(&st->c.prefetch_jobs, 1) >= PREFETCH_JOBS_MAX) {
+		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
+		return KVF_OK;
+	}
+	j = kvf_calloc(1, sizeof(*j));
+	if (j == NULL || (j->ref = kvf_malloc(cap * sizeof(*j->ref))) == NULL) {
+		kvf_free(j);
+		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
+		return kvf_fail(KVF_ENOMEM, "prefetch: out of memory");
+	}
+	j->st = st;
+	j->drops = tier_drops(st);
+	for (uint32_t h = 0; h < H; h++)
+		for (int kind = 0; kind < 2; kind++)
+			if (take_stream(st, seq, dropmark_lane(st, layer, h),
+					seq_kv_stream(st, seq, layer,
+						      (enum kv_kind)kind, h),
+					seq->len[layer], j, cap) < 0) {
+				j->n = 0;
+				h = H;
+				break;
+			}
+	if (j->n == 0) {
+		prefetch_run(j); /* frees it */
+		return KVF_OK;
+	}
+	if ((rc = async_detach(st, "prefetch", prefetch_run, j)) != KVF_OK) {
+		kvf_free(j->ref);
+		kvf_free(j);
+		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
+	}
+	return rc;
+}
+
+/* read_batch - pages ref[0..n) (not cached when looked at) into buf,
+ * adjacent pages in one request; then each checked and offered to the
+ * tier */
+static void read_batch(struct prefetch_job *j, const struct page_ref *ref,
+		       uint32_t n, unsigned char *buf,
+		       struct kvf_media_io *io)
+{
+	kvf_store *st = j->st;
+	uint32_t ps = st->hdr.page_size, n_io = 0, put = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t segid = addr_seg(ref[i].addr, st->page_bits);
+		uint32_t page = addr_page(ref[i].addr, st->page_bits);
+		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+
+		if (last && last->stripe == seg_stripe(st, segid) &&
+		    last->seg == seg_in_stripe(st, segid) &&
+		    last->page + last->n_pages == page) {
+			last->n_pages++;
+			continue;
+		}
+		io[n_io++] = (struct kvf_media_io){
+			.stripe = seg_stripe(st, segid),
+			.seg = seg_in_stripe(st, segid), .page = page,
+			.n_pages = 1, .buf = buf + (size_t)i * ps };
+	}
+	/* a failed read is a hint not taken: the attention that needs the
+	 * pages reads them itself and reports what it finds */
+	if (kvf_media_read(st->media, io, n_io) != KVF_OK)
+		return;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)n * ps);
+	atomic_fetch_add(&st->c.pages_read, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const unsigned char *p = buf + (size_t)i * ps;
+
+		/* a page that does not match was moved since: skipped */
+		if (page_check(p, ps) == ref[i].check &&
+		    tier_put_prefetched(st, ref[i].addr, ref[i].check, p,
+					j->drops))
+			put++;
+	}
+	atomic_fetch_add(&st->c.prefetch_pages, put);
+}
+
+/* prefetch_run - the job: the pages not cached by now, in batches */
+static kvf_status prefetch_run(void *arg)
+{
+	struct prefetch_job *j = arg;
+	kvf_store *st = j->st;
+	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH];
+	struct page_ref want[PREFETCH_BATCH];
+	struct kvf_media_io io[PREFETCH_BATCH];
+	uint8_t miss[PREFETCH_BATCH];
+	unsigned char *buf = NULL;
+
+	if (j->n)
+		buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+					(size_t)PREFETCH_BATCH * st->hdr.page_size);
+	for (uint32_t i0 = 0; buf && i0 < j->n; i0 += PREFETCH_BATCH) {
+		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
+		uint32_t m = 0;
+
+		if (tier_room_pages(st) == 0)
+			break; /* filled by others meanwhile */
+		for (uint32_t i = 0; i < n; i++) {
+			addr[i] = j->ref[i0 + i].addr;
+			check[i] = j->ref[i0 + i].check;
+		}
+		tier_missing(st, addr, check, n, miss);
+		for (uint32_t i = 0; i < n; i++)
+			if (miss[i])
+				want[m++] = j->ref[i0 + i];
+		if (m)
+			read_batch(j, want, m, buf, io);
+	}
+	kvf_free(buf);
+	kvf_free(j->ref);
+	kvf_free(j);
+	atomic_fetch_sub(&st->c.prefetch_jobs, 1);
+	return KVF_OK;
+}

@@ -1,0 +1,254 @@
+/*
+ * test_prefetch.c - kvf_prefetch and the layer-ahead reads of kvf_attend
+ * (engine/reads/prefetch.h): a prefetched layer is attended with no read
+ * from media and the same bits as without a tier; an attention that
+ * misses reads the next layer ahead; a prefetch fills only free room and
+ * evicts nothing; bad arguments are refused with nothing queued; a store
+ * closes with prefetches queued.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store_fixture.h"
+#include "testutil.h"
+
+TestSuite(prefetch, .init = fx_setup_dir, .fini = fx_teardown, .timeout = 120);
+
+#define PF_GROUPS 80u           /* whole groups a layer holds */
+#define PF_LEN (PF_GROUPS * G)  /* no tail: every page is on media */
+#define PF_PAGES (PF_GROUPS * KVH * 2) /* K and V pages of one layer */
+
+static kvf_options pf_opts(uint64_t budget)
+{
+	kvf_options o = fx_options(64ull << 20, 2);
+
+	o.dram_budget = budget;
+	o.direct_io = 2; /* tmpfs may refuse O_DIRECT */
+	return o;
+}
+
+static kvf_stats stats_of(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s;
+}
+
+/* pf_store - a closed store at "s" holding sequence 1, PF_LEN tokens of
+ * every layer (random f16 in [1/8, 1) with random signs) */
+static void pf_store(void)
+{
+	kvf_options o = pf_opts(0);
+	uint64_t rng = rng_seed("prefetch");
+	size_t elts = (size_t)PF_LEN * KVH * DIM;
+	uint16_t *k = malloc(elts * 2), *v = malloc(elts * 2);
+	kvf_store *st;
+
+	cr_assert(k && v);
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		for (size_t i = 0; i < elts; i++) {
+			k[i] = (uint16_t)(0x3000 + rng_below(&rng, 0x0c00)) |
+			       (uint16_t)(rng_below(&rng, 2) << 15);
+			v[i] = (uint16_t)(0x3000 + rng_below(&rng, 0x0c00)) |
+			       (uint16_t)(rng_below(&rng, 2) << 15);
+		}
+		OK(kvf_append(st, 1, l, PF_LEN, k, v));
+	}
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	free(k);
+	free(v);
+}
+
+static kvf_store *pf_open(uint64_t budget)
+{
+	kvf_options o = pf_opts(budget);
+	kvf_store *st;
+
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	return st;
+}
+
+/* wait_prefetched - until prefetch_pages reaches want (10 s at most);
+ * returns what it reached */
+static uint64_t wait_prefetched(kvf_store *st, uint64_t want)
+{
+	struct timespec nap = { 0, 1000000 };
+	uint64_t got = 0;
+
+	for (int i = 0; i < 10000 && (got = stats_of(st).prefetch_pages) < want; i++)
+		nanosleep(&nap, NULL);
+	return got;
+}
+
+static void query(float *q, uint32_t seed)
+{
+	uint64_t rng = seed;
+
+	for (uint32_t i = 0; i < QH * DIM; i++)
+		q[i] = (float)rng_below(&rng, 2001) / 1000.0f - 1.0f;
+}
+
+/* reference - attention of layer over a store with no tier */
+static void reference(uint32_t layer, const float *q, float *out)
+{
+	kvf_store *st = pf_open(0);
+
+	OK(kvf_attend(st, 1, layer, q, out, NULL));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, a_prefetched_layer_is_attended_from_dram)
+{
+	float q[QH * DIM], want[QH * DIM], out[QH * DIM];
+	kvf_store *st;
+	kvf_stats s0, s1;
+
+	pf_store();
+	query(q, 7);
+	reference(1, q, want);
+	st = pf_open(64ull << 20);
+	OK(kvf_prefetch(st, 1, 1));
+	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES));
+	s0 = stats_of(st);
+	cr_assert(eq(u64, s0.bytes_read, (uint64_t)PF_PAGES * FX_PAGE),
+		  "the prefetch reads each page once");
+	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	s1 = stats_of(st);
+	cr_assert(eq(u64, s1.attend_bytes_read - s0.attend_bytes_read, 0),
+		  "attention after a prefetch reads nothing from media");
+	cr_assert(eq(int, memcmp(out, want, sizeof(out)), 0),
+		  "the same bits as attention with no tier");
+	/* a second prefetch finds every page cached: nothing read */
+	OK(kvf_prefetch(st, 1, 1));
+	OK(kvf_close(st)); /* waits for it */
+	st = NULL;
+}
+
+Test(prefetch, attention_that_misses_reads_the_next_layer_ahead)
+{
+	float q[QH * DIM], want[LAYERS][QH * DIM], out[QH * DIM];
+	kvf_store *st;
+	kvf_stats s0, s1;
+
+	cr_assert(LAYERS >= 2);
+	pf_store();
+	query(q, 11);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		reference(l, q, want[l]);
+	st = pf_open(64ull << 20);
+	OK(kvf_attend(st, 1, 0, q, out, NULL)); /* cold: misses */
+	cr_assert(eq(int, memcmp(out, want[0], sizeof(out)), 0));
+	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES),
+		  "layer 1 read ahead after layer 0 missed");
+	s0 = stats_of(st);
+	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	s1 = stats_of(st);
+	cr_assert(eq(u64, s1.attend_bytes_read - s0.attend_bytes_read, 0));
+	cr_assert(eq(int, memcmp(out, want[1], sizeof(out)), 0));
+	/* warm now: no attention misses, so nothing more is read ahead */
+	OK(kvf_attend(st, 1, 0, q, out, NULL));
+	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	cr_assert(eq(u64, stats_of(st).prefetch_pages, PF_PAGES));
+	cr_assert(eq(u64, stats_of(st).bytes_read, s1.bytes_read));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, kvf_attend_batch_reads_ahead_too)
+{
+	float q[QH * DIM], out[QH * DIM];
+	uint64_t ids[1] = { 1 };
+	kvf_store *st;
+
+	pf_store();
+	query(q, 5);
+	st = pf_open(64ull << 20);
+	OK(kvf_attend_batch(st, 1, ids, 0, q, out, NULL));
+	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, a_prefetch_fills_free_room_only)
+{
+	float q[QH * DIM], want[QH * DIM], out[QH * DIM];
+	kvf_store *st;
+	kvf_stats s0, s1;
+	uint64_t budget = 1ull << 20, room; /* the least a tier takes */
+
+	pf_store();
+	query(q, 3);
+	reference(1, q, want);
+	st = pf_open(budget);
+	s0 = stats_of(st);
+	room = (budget - s0.dram_bytes) / FX_PAGE;
+	cr_assert(gt(u64, room, 0));
+	cr_assert(lt(u64, room, PF_PAGES), "the layer must not fit");
+	OK(kvf_prefetch(st, 1, 1));
+	cr_assert(eq(u64, wait_prefetched(st, room), room),
+		  "the free room, filled");
+	OK(kvf_prefetch(st, 1, 1)); /* no room left: nothing to do */
+	s1 = stats_of(st);
+	cr_assert(eq(u64, s1.prefetch_pages, room));
+	cr_assert(eq(u64, s1.cache_evictions, s0.cache_evictions),
+		  "a prefetch evicts nothing");
+	cr_assert(le(u64, s1.dram_peak, budget));
+	/* the rest is read by the attention, with the same bits */
+	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	cr_assert(eq(int, memcmp(out, want, sizeof(out)), 0));
+	cr_assert(eq(u64, stats_of(st).attend_bytes_read,
+		     (uint64_t)(PF_PAGES - room) * FX_PAGE));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, refusals_change_nothing)
+{
+	kvf_store *st;
+
+	pf_store();
+	st = pf_open(64ull << 20);
+	cr_assert(eq(int, kvf_prefetch(NULL, 1, 0), KVF_EINVAL));
+	cr_assert(eq(int, kvf_prefetch(st, 1, LAYERS), KVF_ERANGE));
+	cr_assert(not(eq(ptr, strstr(kvf_last_error(), "layer"), NULL)),
+		  "%s", kvf_last_error());
+	cr_assert(eq(int, kvf_prefetch(st, 99, 0), KVF_ENOENT));
+	cr_assert(not(eq(ptr, strstr(kvf_last_error(), "99"), NULL)),
+		  "%s", kvf_last_error());
+	OK(kvf_close(st));
+	st = pf_open(64ull << 20);
+	cr_assert(eq(u64, stats_of(st).bytes_read, 0), "nothing was read");
+	OK(kvf_close(st));
+	/* no tier: nothing to do, nothing read */
+	st = pf_open(0);
+	OK(kvf_prefetch(st, 1, 0));
+	OK(kvf_close(st));
+	st = pf_open(0);
+	OK(kvf_prefetch(st, 1, 1));
+	cr_assert(eq(u64, stats_of(st).prefetch_pages, 0));
+	cr_assert(eq(u64, stats_of(st).bytes_read, 0));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, a_store_closes_with_prefetches_queued)
+{
+	kvf_store *st;
+
+	pf_store();
+	for (int i = 0; i < 4; i++) {
+		st = pf_open(64ull << 20);
+		for (uint32_t l = 0; l < LAYERS; l++)
+			OK(kvf_prefetch(st, 1, l));
+		OK(kvf_close(st));
+	}
+	/* and a sequence freed while its prefetch runs */
+	st = pf_open(64ull << 20);
+	OK(kvf_prefetch(st, 1, 0));
+	OK(kvf_seq_free(st, 1));
+	OK(kvf_close(st));
+}
