@@ -508,8 +508,9 @@ typedef struct {
 				      * cached prefixes held: hits the cache
 				      * made */
 	uint64_t prefetch_pages;     /* pages kvf_prefetch and the layer-
-				      * ahead reads of kvf_attend(_batch)
-				      * cached, since open */
+				      * ahead reads of kvf_attend_batch
+				      * cached, since open (their reads
+				      * count in bytes_read, pages_read) */
 } kvf_stats;
 
 /* ---- the store --------------------------------------------------------- */
@@ -919,9 +920,9 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  * finds them in DRAM.  Returns at once.  A prefetch fills only the tier's
  * free room (it never evicts a cached page), reads only what fits, and
  * skips pages that moved meanwhile; its reads count in bytes_read and the
- * pages it cached in prefetch_pages (kvf_stats).  kvf_attend and
- * kvf_attend_batch prefetch the next layer themselves for a sequence
- * whose attention read from media (a layer ahead of the caller's loop).
+ * pages it cached in prefetch_pages (kvf_stats).  kvf_attend_batch
+ * prefetches the next layer itself for a sequence whose attention read
+ * from media (a layer ahead of the caller's loop; kvf_attend does not).
  * Nothing to do (KVF_OK): no memory tier (dram_budget 0), memory media, a
  * tier with no free room, or PREFETCH's queue full (4 prefetches queued).
  * Return: KVF_OK (queued or nothing to do); KVF_EINVAL (st NULL);

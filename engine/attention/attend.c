@@ -290,7 +290,6 @@ kvf_status kvf_attend(kvf_store *st, uint64_t seq, uint32_t layer,
 	if (out == NULL)
 		return kvf_fail(KVF_EINVAL, "kvf_attend: out is NULL");
 	c.lse = c.o ? c.o->lse : NULL;
-	c.ahead = 1;
 	return run(&c, "kvf_attend", &seq, 1);
 }
 

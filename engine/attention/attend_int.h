@@ -35,7 +35,7 @@ struct attn_call {
 	uint64_t *top_tokens;  /* [n_kv_heads][topk] */
 	float *top_mass;       /* [n_kv_heads][topk] or NULL */
 	uint32_t *top_n;       /* tokens selected per head */
-	int ahead;             /* kvf_attend(_batch): read the next layer
+	int ahead;             /* kvf_attend_batch: read the next layer
 				* ahead for a sequence that misses */
 };
 

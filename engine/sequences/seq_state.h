@@ -225,7 +225,7 @@ struct seq {
 				* admit_tokens; engine/writes/writeback.h); 1 unless
 				* created by kvf_seq_create with admission on */
 	_Atomic uint64_t bytes_read; /* read from media for it since open */
-	int attend_missed;     /* its last kvf_attend(_batch) read from media:
+	int attend_missed;     /* its last kvf_attend_batch read from media:
 				* the next one reads the layer after ahead
 				* (engine/reads/prefetch.h) */
 	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */

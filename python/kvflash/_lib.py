@@ -109,7 +109,8 @@ STATS_FIELDS = [
     ("prof_writer_ns", c_u64), ("cache_segments", c_u64),
     ("cache_segments_skipped", c_u64), ("prefix_cached", c_u64),
     ("prefix_cached_bytes", c_u64), ("prefix_cache_kept", c_u64),
-    ("prefix_cache_dropped", c_u64), ("prefix_cache_hits", c_u64)]
+    ("prefix_cache_dropped", c_u64), ("prefix_cache_hits", c_u64),
+    ("prefetch_pages", c_u64)]
 
 
 class Stats(ctypes.Structure):
@@ -213,6 +214,7 @@ SIGNATURES = {
     "kvf_append_x_tensor": (S, [c_ptr, c_u64, c_u32, P(Tensor)]),
     "kvf_read": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_ptr, c_ptr]),
     "kvf_read_x": (S, [c_ptr, c_u64, c_u32, c_u64, c_u64, c_ptr]),
+    "kvf_prefetch": (S, [c_ptr, c_u64, c_u32]),
     "kvf_read_as": (S, [c_ptr, c_u64, c_u32, c_u32, c_u64, c_u64, c_i32,
                         c_ptr, c_ptr]),
     "kvf_read_x_as": (S, [c_ptr, c_u64, c_u32, c_u64, c_u64, c_i32, c_ptr]),

@@ -383,6 +383,13 @@ class Store(ReuseCalls):
                                 A.pointer(x)))
         return x
 
+    def prefetch(self, seq, layer):
+        """A hint: read one layer's K and V pages into the memory tier's
+        free room in the background (kvf_prefetch); returns at once."""
+        call = "prefetch"
+        check(lib.kvf_prefetch(self._h(call), _u64(seq, call, "seq"),
+                               _u32(layer, call, "layer")))
+
     # ---- attention ------------------------------------------------------
 
     def _attn_opts(self, call, lse_buf=None, sparse=0, scale=None, window=0,

@@ -1,6 +1,7 @@
 """Store lifecycle, sequences, options, stats and errors."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -168,3 +169,24 @@ def test_full_store_raises_nospace_and_frees(tmp_path):
         st.seq_create(2)
         st.append(2, 0, k, k)
         assert n > 0 and st.seq_len(2, 0) == 512
+
+
+def test_prefetch_reads_a_layer_into_the_tier(tmp_path):
+    path = os.path.join(tmp_path, "p")
+    k = torch.randn(512, 2, 64).half()
+    with kvflash.Store(path, n_layers=2, n_q_heads=8, n_kv_heads=2,
+                       head_dim=64, dtype=torch.float16) as st:
+        st.seq_create(1)
+        st.append(1, 1, k, k)
+    with kvflash.Store(path, dram_budget=64 << 20) as st:
+        st.prefetch(1, 1)
+        for _ in range(10000):
+            if st.stats()["prefetch_pages"] > 0:
+                break
+            time.sleep(0.001)
+        assert st.stats()["prefetch_pages"] > 0
+        with pytest.raises(kvflash.NotFound):
+            st.prefetch(9, 0)
+        with pytest.raises(kvflash.Error) as e:
+            st.prefetch(1, 2)
+        assert "layer" in e.value.message

@@ -1,8 +1,8 @@
 /*
  * test_prefetch.c - kvf_prefetch and the layer-ahead reads of kvf_attend
  * (engine/reads/prefetch.h): a prefetched layer is attended with no read
- * from media and the same bits as without a tier; an attention that
- * misses reads the next layer ahead; a prefetch fills only free room and
+ * from media and the same bits as without a tier; a kvf_attend_batch
+ * that misses reads the next layer ahead, kvf_attend does not; a prefetch fills only free room and
  * evicts nothing; bad arguments are refused with nothing queued; a store
  * closes with prefetches queued.
  */
@@ -132,9 +132,10 @@ Test(prefetch, a_prefetched_layer_is_attended_from_dram)
 	st = NULL;
 }
 
-Test(prefetch, attention_that_misses_reads_the_next_layer_ahead)
+Test(prefetch, a_batch_that_misses_reads_the_next_layer_ahead)
 {
 	float q[QH * DIM], want[LAYERS][QH * DIM], out[QH * DIM];
+	uint64_t ids[1] = { 1 };
 	kvf_store *st;
 	kvf_stats s0, s1;
 
@@ -144,34 +145,35 @@ Test(prefetch, attention_that_misses_reads_the_next_layer_ahead)
 	for (uint32_t l = 0; l < LAYERS; l++)
 		reference(l, q, want[l]);
 	st = pf_open(64ull << 20);
-	OK(kvf_attend(st, 1, 0, q, out, NULL)); /* cold: misses */
+	OK(kvf_attend_batch(st, 1, ids, 0, q, out, NULL)); /* cold: misses */
 	cr_assert(eq(int, memcmp(out, want[0], sizeof(out)), 0));
 	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES),
 		  "layer 1 read ahead after layer 0 missed");
 	s0 = stats_of(st);
-	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	OK(kvf_attend_batch(st, 1, ids, 1, q, out, NULL));
 	s1 = stats_of(st);
 	cr_assert(eq(u64, s1.attend_bytes_read - s0.attend_bytes_read, 0));
 	cr_assert(eq(int, memcmp(out, want[1], sizeof(out)), 0));
 	/* warm now: no attention misses, so nothing more is read ahead */
-	OK(kvf_attend(st, 1, 0, q, out, NULL));
-	OK(kvf_attend(st, 1, 1, q, out, NULL));
+	OK(kvf_attend_batch(st, 1, ids, 0, q, out, NULL));
+	OK(kvf_attend_batch(st, 1, ids, 1, q, out, NULL));
 	cr_assert(eq(u64, stats_of(st).prefetch_pages, PF_PAGES));
 	cr_assert(eq(u64, stats_of(st).bytes_read, s1.bytes_read));
 	OK(kvf_close(st));
 }
 
-Test(prefetch, kvf_attend_batch_reads_ahead_too)
+Test(prefetch, kvf_attend_reads_no_layer_ahead)
 {
 	float q[QH * DIM], out[QH * DIM];
-	uint64_t ids[1] = { 1 };
 	kvf_store *st;
 
 	pf_store();
 	query(q, 5);
 	st = pf_open(64ull << 20);
-	OK(kvf_attend_batch(st, 1, ids, 0, q, out, NULL));
-	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES));
+	OK(kvf_attend(st, 1, 0, q, out, NULL));
+	cr_assert(eq(u64, stats_of(st).prefetch_pages, 0));
+	cr_assert(eq(u64, stats_of(st).bytes_read,
+		     (uint64_t)PF_PAGES * FX_PAGE), "layer 0 only");
 	OK(kvf_close(st));
 }
 
