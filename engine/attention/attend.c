@@ -197,8 +197,11 @@ static uint64_t vbar_tokens(kvf_store *st, const struct seq *seq,
  * background (a hint: its failure fails nothing) */
 static void layer_ahead(kvf_store *st, struct seq *seq, uint32_t layer)
 {
-	if (layer + 1 < st->hdr.n_layers)
-		(void)prefetch_locked(st, seq, layer + 1);
+	int queued = 0;
+
+	if (layer + 1 < st->hdr.n_layers &&
+	    prefetch_locked(st, seq, layer + 1, &queued) == KVF_OK && queued)
+		seq->ahead = layer + 2;
 }
 
 static kvf_status run(struct attn_call *c, const char *call,
@@ -244,8 +247,14 @@ static kvf_status run(struct attn_call *c, const char *call,
 			seqs[i]->vbar_seen = vbar_tokens(st, seqs[i], c->layer);
 			mark[i] = atomic_load(&seqs[i]->bytes_read);
 			read0 += mark[i];
-			if (c->ahead && seqs[i]->attend_missed)
+			/* a sequence that missed last time, or whose layer
+			 * was read ahead, reads the next one ahead now */
+			if (c->ahead && (seqs[i]->attend_missed ||
+					 seqs[i]->ahead == c->layer + 1))
 				layer_ahead(st, seqs[i], c->layer);
+			/* a layer being read ahead: its pages, not a
+			 * second read of them beside it */
+			prefetch_wait(st, seqs[i]->id, c->layer);
 		}
 		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, attend_head_task, c);
 		for (uint32_t i = 0; i < n; i++) {
@@ -254,7 +263,8 @@ static kvf_status run(struct attn_call *c, const char *call,
 
 			/* a sequence that has just started missing reads the
 			 * next layer ahead now, while the caller computes */
-			if (c->ahead && missed && !seqs[i]->attend_missed)
+			if (c->ahead && missed && !seqs[i]->attend_missed &&
+			    seqs[i]->ahead != c->layer + 2)
 				layer_ahead(st, seqs[i], c->layer);
 			if (c->ahead)
 				seqs[i]->attend_missed = missed;

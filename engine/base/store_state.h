@@ -88,8 +88,6 @@ struct store_counters {
 	_Atomic uint64_t attend_calls;       /* attention calls */
 	_Atomic uint64_t attend_bytes_read;  /* bytes they read from media */
 	_Atomic uint64_t prefetch_pages;     /* pages prefetches cached */
-	_Atomic uint32_t prefetch_jobs;      /* prefetches queued or running
-					      * (not a count for kvf_stats) */
 };
 
 /*
@@ -144,6 +142,7 @@ struct kvf_store {
 	struct segbuf_pool bufs;      /* engine/segments/writer.h */
 	struct seg_pack pack;         /* engine/segments/openseg.h */
 	struct read_spares reads;     /* engine/reads/readpath.h */
+	struct prefetch_busy prefetch; /* engine/reads/prefetch.h */
 	struct durable dur;           /* engine/durability/durable.h */
 	struct cleaner cleaner;       /* engine/cleaning/cleaner.h */
 	struct optim_registry optims; /* engine/optim/optim_store.h */

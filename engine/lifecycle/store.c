@@ -26,6 +26,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "engine/base/jobs.h"
+#include "engine/reads/prefetch.h"
 #include "engine/base/catalog.h"
 #include "engine/cleaning/cleaner.h"
 #include "engine/durability/durable.h"
@@ -240,6 +241,7 @@ static void store_release(kvf_store *st, int created, int made_dir,
 	seg_table_end(st);
 	writer_free(st);
 	read_spares_free(st);
+	prefetch_free(st);
 	optim_registry_free(st);
 	recompute_free(st);
 	tier_free(st);
@@ -386,6 +388,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	writer_init(st);
 	openseg_pack_init(st);
 	read_spares_init(st);
+	prefetch_init(st);
 	optim_registry_init(st);
 	recompute_init(st);
 	tier_init(st);

@@ -5,6 +5,7 @@
  */
 #include "engine/reads/prefetch.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,10 +22,12 @@
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 
-#define PREFETCH_BATCH 128u /* pages per media read (512 KiB of 4 KiB) */
+#define PREFETCH_BATCH 512u /* pages per media read (2 MiB of 4 KiB) */
 
 struct prefetch_job {
 	kvf_store *st;
+	uint64_t seq_id;
+	uint32_t layer;
 	uint64_t drops;         /* tier_drops when the addresses were taken */
 	uint32_t n;             /* pages */
 	struct page_ref *ref;   /* [n], in stream order */
@@ -74,12 +77,138 @@ static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
 
 static kvf_status prefetch_run(void *arg);
 
-kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer)
+/* drop_cached - take the pages the tier holds now off j's list (a warm
+ * layer queues nothing) */
+static void drop_cached(kvf_store *st, struct prefetch_job *j)
+{
+	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH], m = 0;
+	uint8_t miss[PREFETCH_BATCH];
+
+	for (uint32_t i0 = 0; i0 < j->n; i0 += PREFETCH_BATCH) {
+		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
+
+		for (uint32_t i = 0; i < n; i++) {
+			addr[i] = j->ref[i0 + i].addr;
+			check[i] = j->ref[i0 + i].check;
+		}
+		tier_missing(st, addr, check, n, miss);
+		for (uint32_t i = 0; i < n; i++)
+			if (miss[i])
+				j->ref[m++] = j->ref[i0 + i];
+	}
+	j->n = m;
+}
+
+void prefetch_init(kvf_store *st)
+{
+	pthread_mutex_init(&st->prefetch.lock, NULL);
+	pthread_cond_init(&st->prefetch.done, NULL);
+	st->prefetch.n = 0;
+}
+
+void prefetch_free(kvf_store *st)
+{
+	pthread_cond_destroy(&st->prefetch.done);
+	pthread_mutex_destroy(&st->prefetch.lock);
+}
+
+/* busy_add - list j as queued; 0 when the list is full (the hint is
+ * dropped) */
+static int busy_add(kvf_store *st, const struct prefetch_job *j)
+{
+	struct prefetch_busy *b = &st->prefetch;
+	int ok;
+
+	pthread_mutex_lock(&b->lock);
+	ok = b->n < PREFETCH_JOBS_MAX;
+	if (ok) {
+		b->job[b->n] = j;
+		b->seq[b->n] = j->seq_id;
+		b->layer[b->n] = j->layer;
+		b->running[b->n++] = 0;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return ok;
+}
+
+/* busy_find - j's place in the list, or b->n (lock held) */
+static uint32_t busy_find(const struct prefetch_busy *b, const void *j)
+{
+	uint32_t i = 0;
+
+	while (i < b->n && b->job[i] != j)
+		i++;
+	return i;
+}
+
+/* busy_drop - take entry i off (lock held) */
+static void busy_drop(struct prefetch_busy *b, uint32_t i)
+{
+	b->n--;
+	b->job[i] = b->job[b->n];
+	b->seq[i] = b->seq[b->n];
+	b->layer[i] = b->layer[b->n];
+	b->running[i] = b->running[b->n];
+	pthread_cond_broadcast(&b->done);
+}
+
+/* busy_start - j is about to read: 0 if a waiter took it off meanwhile */
+static int busy_start(kvf_store *st, const struct prefetch_job *j)
+{
+	struct prefetch_busy *b = &st->prefetch;
+	uint32_t i;
+	int on;
+
+	pthread_mutex_lock(&b->lock);
+	i = busy_find(b, j);
+	on = i < b->n;
+	if (on)
+		b->running[i] = 1;
+	pthread_mutex_unlock(&b->lock);
+	return on;
+}
+
+static void busy_end(kvf_store *st, const struct prefetch_job *j)
+{
+	struct prefetch_busy *b = &st->prefetch;
+	uint32_t i;
+
+	pthread_mutex_lock(&b->lock);
+	if ((i = busy_find(b, j)) < b->n)
+		busy_drop(b, i);
+	pthread_mutex_unlock(&b->lock);
+}
+
+void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer)
+{
+	struct prefetch_busy *b = &st->prefetch;
+
+	pthread_mutex_lock(&b->lock);
+	for (;;) {
+		uint32_t i = 0;
+
+		while (i < b->n && !(b->seq[i] == seq_id && b->layer[i] == layer))
+			i++;
+		if (i == b->n)
+			break;
+		if (!b->running[i]) {
+			busy_drop(b, i); /* it will find itself off and stop */
+			continue;
+		}
+		pthread_cond_wait(&b->done, &b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+}
+
+kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
+			   int *queued)
 {
 	uint32_t room = tier_room_pages(st), cap = 0, H = st->hdr.n_kv_heads;
 	struct prefetch_job *j;
 	kvf_status rc;
 
+	if (queued)
+		*queued = 0;
 	if (room == 0 || seq->ns != SEQ_NS_USER)
 		return KVF_OK;
 	for (uint32_t h = 0; h < H; h++)
@@ -92,17 +221,14 @@ kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer)
 	cap = cap < room ? cap : room;
 	if (cap == 0)
 		return KVF_OK;
-	if (atomic_fetch_add(&st->c.prefetch_jobs, 1) >= PREFETCH_JOBS_MAX) {
-		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
-		return KVF_OK;
-	}
 	j = kvf_calloc(1, sizeof(*j));
 	if (j == NULL || (j->ref = kvf_malloc(cap * sizeof(*j->ref))) == NULL) {
 		kvf_free(j);
-		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
 		return kvf_fail(KVF_ENOMEM, "prefetch: out of memory");
 	}
 	j->st = st;
+	j->seq_id = seq->id;
+	j->layer = layer;
 	j->drops = tier_drops(st);
 	for (uint32_t h = 0; h < H; h++)
 		for (int kind = 0; kind < 2; kind++)
@@ -114,14 +240,18 @@ kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer)
 				h = H;
 				break;
 			}
-	if (j->n == 0) {
-		prefetch_run(j); /* frees it */
+	drop_cached(st, j);
+	if (j->n == 0 || !busy_add(st, j)) {
+		kvf_free(j->ref);
+		kvf_free(j);
 		return KVF_OK;
 	}
 	if ((rc = async_detach(st, "prefetch", prefetch_run, j)) != KVF_OK) {
+		busy_end(st, j);
 		kvf_free(j->ref);
 		kvf_free(j);
-		atomic_fetch_sub(&st->c.prefetch_jobs, 1);
+	} else if (queued) {
+		*queued = 1;
 	}
 	return rc;
 }
@@ -181,7 +311,7 @@ static kvf_status prefetch_run(void *arg)
 	uint8_t miss[PREFETCH_BATCH];
 	unsigned char *buf = NULL;
 
-	if (j->n)
+	if (busy_start(st, j))
 		buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
 					(size_t)PREFETCH_BATCH * st->hdr.page_size);
 	for (uint32_t i0 = 0; buf && i0 < j->n; i0 += PREFETCH_BATCH) {
@@ -201,9 +331,9 @@ static kvf_status prefetch_run(void *arg)
 		if (m)
 			read_batch(j, want, m, buf, io);
 	}
+	busy_end(st, j);
 	kvf_free(buf);
 	kvf_free(j->ref);
 	kvf_free(j);
-	atomic_fetch_sub(&st->c.prefetch_jobs, 1);
 	return KVF_OK;
 }

@@ -20,16 +20,24 @@
 
 struct seq;
 
-/* PREFETCH_JOBS_MAX - prefetches queued or running at once in a store;
- * past it a hint is dropped (the reads it asks for would come late) */
-#define PREFETCH_JOBS_MAX 4u
+/* prefetch_init / prefetch_free - the store's list of prefetches queued
+ * or running (readpath_state.h) */
+void prefetch_init(kvf_store *st);
+void prefetch_free(kvf_store *st);
+
+/* prefetch_wait - until no prefetch of seq's layer is queued or running
+ * (an attention of that layer then finds its pages cached, rather than
+ * read them beside it).  Any lock may be held: a prefetch takes none but
+ * the tier's. */
+void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer);
 
 /*
  * prefetch_locked - queue the read of layer's K and V pages of seq (the
  * caller holds seq->lock) that are on media and not cached, up to the
- * tier's free room.  Return: KVF_OK (queued, or nothing to do);
- * KVF_ENOMEM (nothing queued).
+ * tier's free room; *queued (may be NULL) says whether there were any.
+ * Return: KVF_OK (queued, or nothing to do); KVF_ENOMEM (nothing queued).
  */
-kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer);
+kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
+			   int *queued);
 
 #endif /* KVF_ENGINE_PREFETCH_H */

@@ -17,6 +17,22 @@ struct read_spares {
 	uint32_t n;
 };
 
+/* struct prefetch_busy - the prefetches queued or running (prefetch.c):
+ * an attention of a layer being read ahead waits for a running one rather
+ * than read the same pages beside it, and takes a queued one off (it
+ * would wait behind jobs that may wait for it); lock guards the lists,
+ * done wakes waiters */
+#define PREFETCH_JOBS_MAX 4u /* past it a hint is dropped */
+struct prefetch_busy {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	uint32_t n;
+	const void *job[PREFETCH_JOBS_MAX];
+	uint64_t seq[PREFETCH_JOBS_MAX];
+	uint32_t layer[PREFETCH_JOBS_MAX];
+	int running[PREFETCH_JOBS_MAX];
+};
+
 /*
  * span_fn - receives n_tokens rows (row_bytes each, contiguous) starting
  * at token first.  A non-OK return stops the iteration and is returned.

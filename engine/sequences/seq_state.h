@@ -228,6 +228,8 @@ struct seq {
 	int attend_missed;     /* its last kvf_attend_batch read from media:
 				* the next one reads the layer after ahead
 				* (engine/reads/prefetch.h) */
+	uint32_t ahead;        /* layer + 1 of its last read-ahead; 0: none
+				* (a layer read ahead keeps the chain going) */
 	uint32_t pins;         /* kvf_seq_pin count: never evicted while > 0 */
 	_Atomic uint64_t last_use; /* seqtab.use_clock at its last use */
 	_Atomic uint64_t uses;     /* public calls on it (seq_note_use), as
