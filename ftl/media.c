@@ -108,6 +108,33 @@ kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
 	return m->ops->read(m, io, n_io);
 }
 
+kvf_status kvf_media_read_start(struct kvf_media *m,
+				const struct kvf_media_io *io, uint32_t n_io,
+				struct kvf_media_read_op *op)
+{
+	kvf_status rc;
+
+	op->ring = -1;
+	if (n_io > KVF_MEDIA_ASYNC_IO)
+		return kvf_fail(KVF_EINVAL,
+				"kvf_media_read_start: %u requests, more than %u",
+				n_io, KVF_MEDIA_ASYNC_IO);
+	rc = kvf_media_check_io("kvf_media_read", m, io, n_io);
+	if (rc != KVF_OK || n_io == 0)
+		return rc;
+	if (m->ops->read_start == NULL)
+		return m->ops->read(m, io, n_io);
+	return m->ops->read_start(m, io, n_io, op);
+}
+
+kvf_status kvf_media_read_finish(struct kvf_media *m,
+				 struct kvf_media_read_op *op)
+{
+	if (op->ring < 0)
+		return KVF_OK;
+	return m->ops->read_finish(m, op);
+}
+
 /* segment_io - the request writing len bytes of buf from page 0 */
 static kvf_status segment_io(const char *call, struct kvf_media *m,
 			     uint32_t stripe, uint64_t seg, const void *buf,

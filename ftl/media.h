@@ -24,9 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ftl/uring.h"
 #include "kvflash.h"
 
-#define KVF_MEDIA_OPS_VERSION 4 /* bump when kvf_media_ops changes */
+#define KVF_MEDIA_OPS_VERSION 5 /* bump when kvf_media_ops changes */
 #define KVF_MEDIA_ALIGN 4096u   /* buffer alignment for every I/O (bytes) */
 #define KVF_MEDIA_MAX_STRIPES 64u
 #define KVF_MEDIA_DEFAULT_QD 32u
@@ -46,6 +47,18 @@ struct kvf_media_io {
 	uint32_t n_pages; /* >= 1; page + n_pages <= pages_per_segment */
 	void *buf;        /* n_pages * page_size bytes, KVF_MEDIA_ALIGN-aligned;
 			   * writes never modify it */
+};
+
+/*
+ * A read between kvf_media_read_start and kvf_media_read_finish: the
+ * caller's storage, owned by the backend in between.  ring < 0: nothing
+ * in flight (the backend read at start).
+ */
+#define KVF_MEDIA_ASYNC_IO 256u /* requests one started read may hold */
+struct kvf_media_read_op {
+	int ring;
+	struct kvf_ring_flight flight;
+	struct kvf_xfer x[KVF_MEDIA_ASYNC_IO];
 };
 
 /* Counters since open.  A backend fills what it has; the rest stay 0. */
@@ -82,6 +95,13 @@ struct kvf_media_ops {
 			    uint32_t n_io);
 	kvf_status (*read)(struct kvf_media *m, const struct kvf_media_io *io,
 			   uint32_t n_io);
+	/* optional (NULL: kvf_media_read_start reads at once): a read left
+	 * in flight until read_finish (kvf_media_read_start) */
+	kvf_status (*read_start)(struct kvf_media *m,
+				 const struct kvf_media_io *io, uint32_t n_io,
+				 struct kvf_media_read_op *op);
+	kvf_status (*read_finish)(struct kvf_media *m,
+				  struct kvf_media_read_op *op);
 	kvf_status (*trim_segment)(struct kvf_media *m, uint32_t stripe,
 				   uint64_t seg);
 	kvf_status (*sync)(struct kvf_media *m);
@@ -164,6 +184,22 @@ kvf_status kvf_media_write(struct kvf_media *m, const struct kvf_media_io *io,
  * queue_depth of them in flight. */
 kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
 			  uint32_t n_io);
+/*
+ * kvf_media_read_start / kvf_media_read_finish - kvf_media_read in two
+ * halves, so the caller computes while the requests are in flight: start
+ * checks and issues them (at most KVF_MEDIA_ASYNC_IO), finish waits for
+ * them.  io and the buffers must stay until finish.  A backend that
+ * cannot leave a read in flight now (no async path, or no ring to spare:
+ * started reads never take the last ring, so synchronous reads always
+ * find one) reads at start.  Return: start: KVF_OK (then call finish) or
+ * kvf_media_read's errors (nothing in flight, no finish); finish: KVF_OK
+ * or KVF_EIO.
+ */
+kvf_status kvf_media_read_start(struct kvf_media *m,
+				const struct kvf_media_io *io, uint32_t n_io,
+				struct kvf_media_read_op *op);
+kvf_status kvf_media_read_finish(struct kvf_media *m,
+				 struct kvf_media_read_op *op);
 /* kvf_media_write_segment - write len bytes (whole pages) from page 0. */
 kvf_status kvf_media_write_segment(struct kvf_media *m, uint32_t stripe,
 				   uint64_t seg, const void *buf, size_t len);

@@ -70,6 +70,7 @@ struct media_file {
 	unsigned n_rings;         /* rings created; guarded by pool_lock */
 	unsigned max_rings;       /* limit of n_rings */
 	uint32_t free_mask;       /* bit i: rings[i] idle; pool_lock */
+	unsigned n_started;       /* rings held by started reads; pool_lock */
 	_Atomic uint64_t bytes_written; /* payload bytes written */
 	_Atomic uint64_t bytes_read;    /* payload bytes read */
 	_Atomic uint64_t write_ios;     /* write requests */
@@ -117,6 +118,39 @@ static void ring_put(struct media_file *mf, int idx)
 	pthread_mutex_unlock(&mf->pool_lock);
 }
 
+/* ring_try_start - an idle ring for a started read, or -1: never the
+ * last ring (a caller holding a started read may make a synchronous one,
+ * which must find a ring) and never a wait */
+static int ring_try_start(struct media_file *mf)
+{
+	int idx = -1;
+
+	pthread_mutex_lock(&mf->pool_lock);
+	if (mf->n_started + 1 < mf->max_rings) {
+		if (mf->free_mask) {
+			idx = __builtin_ctz(mf->free_mask);
+			mf->free_mask &= ~(1u << idx);
+		} else if (mf->n_rings < mf->max_rings &&
+			   kvf_ring_create(mf->queue_depth,
+					   &mf->rings[mf->n_rings]) == KVF_OK) {
+			idx = (int)mf->n_rings++;
+		}
+		if (idx >= 0)
+			mf->n_started++;
+	}
+	pthread_mutex_unlock(&mf->pool_lock);
+	return idx;
+}
+
+static void ring_end_start(struct media_file *mf, int idx)
+{
+	pthread_mutex_lock(&mf->pool_lock);
+	mf->n_started--;
+	mf->free_mask |= 1u << idx;
+	pthread_cond_signal(&mf->pool_cond);
+	pthread_mutex_unlock(&mf->pool_lock);
+}
+
 /* run - move a batch of transfers on a ring, or synchronously */
 static kvf_status run(struct media_file *mf, struct kvf_xfer *x, size_t n,
 		      const char *call)
@@ -134,39 +168,33 @@ static kvf_status run(struct media_file *mf, struct kvf_xfer *x, size_t n,
 	return rc;
 }
 
-/* transfer - the shared body of read and write: build transfers in
- * batches and run them */
-static kvf_status transfer(struct media_file *mf, enum kvf_sysio_op op,
-			   const struct kvf_media_io *io, uint32_t n_io,
-			   const char *call)
+/* build - the transfers of io[0..n) */
+static uint64_t build(struct media_file *mf, enum kvf_sysio_op op,
+		      const struct kvf_media_io *io, uint32_t n,
+		      struct kvf_xfer *x)
 {
 	const struct kvf_media_geometry *g = &mf->base.geo;
-	uint64_t seg_bytes = kvf_media_segment_bytes(g);
-	struct kvf_xfer x[XFER_BATCH];
-	uint64_t bytes = 0;
+	uint64_t seg_bytes = kvf_media_segment_bytes(g), bytes = 0;
 
-	for (uint32_t done = 0; done < n_io;) {
-		uint32_t n = n_io - done < XFER_BATCH ? n_io - done : XFER_BATCH;
-		kvf_status rc;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kvf_media_io *r = &io[i];
+		const struct file_stripe *s = &mf->stripes[r->stripe];
 
-		for (uint32_t i = 0; i < n; i++) {
-			const struct kvf_media_io *r = &io[done + i];
-			const struct file_stripe *s = &mf->stripes[r->stripe];
-
-			x[i].op = op;
-			x[i].fd = s->fd;
-			x[i].buf = r->buf;
-			x[i].len = (size_t)r->n_pages * g->page_size;
-			x[i].off = (off_t)(r->seg * seg_bytes +
-					   (uint64_t)r->page * g->page_size);
-			x[i].path = s->path;
-			bytes += x[i].len;
-		}
-		rc = run(mf, x, n, call);
-		if (rc != KVF_OK)
-			return rc;
-		done += n;
+		x[i].op = op;
+		x[i].fd = s->fd;
+		x[i].buf = r->buf;
+		x[i].len = (size_t)r->n_pages * g->page_size;
+		x[i].off = (off_t)(r->seg * seg_bytes +
+				   (uint64_t)r->page * g->page_size);
+		x[i].path = s->path;
+		bytes += x[i].len;
 	}
+	return bytes;
+}
+
+static void count(struct media_file *mf, enum kvf_sysio_op op, uint64_t bytes,
+		  uint32_t n_io)
+{
 	if (op == KVF_SYSIO_READ) {
 		atomic_fetch_add(&mf->bytes_read, bytes);
 		atomic_fetch_add(&mf->read_ios, n_io);
@@ -174,6 +202,28 @@ static kvf_status transfer(struct media_file *mf, enum kvf_sysio_op op,
 		atomic_fetch_add(&mf->bytes_written, bytes);
 		atomic_fetch_add(&mf->write_ios, n_io);
 	}
+}
+
+/* transfer - the shared body of read and write: build transfers in
+ * batches and run them */
+static kvf_status transfer(struct media_file *mf, enum kvf_sysio_op op,
+			   const struct kvf_media_io *io, uint32_t n_io,
+			   const char *call)
+{
+	struct kvf_xfer x[XFER_BATCH];
+	uint64_t bytes = 0;
+
+	for (uint32_t done = 0; done < n_io;) {
+		uint32_t n = n_io - done < XFER_BATCH ? n_io - done : XFER_BATCH;
+		kvf_status rc;
+
+		bytes += build(mf, op, io + done, n, x);
+		rc = run(mf, x, n, call);
+		if (rc != KVF_OK)
+			return rc;
+		done += n;
+	}
+	count(mf, op, bytes, n_io);
 	return KVF_OK;
 }
 
@@ -189,6 +239,40 @@ static kvf_status file_read(struct kvf_media *m, const struct kvf_media_io *io,
 {
 	return transfer(to_file(m), KVF_SYSIO_READ, io, n_io,
 			"kvf_media_read");
+}
+
+static kvf_status file_read_start(struct kvf_media *m,
+				  const struct kvf_media_io *io, uint32_t n_io,
+				  struct kvf_media_read_op *op)
+{
+	struct media_file *mf = to_file(m);
+	int idx = mf->use_uring ? ring_try_start(mf) : -1;
+	kvf_status rc;
+
+	op->ring = -1;
+	if (idx < 0)
+		return transfer(mf, KVF_SYSIO_READ, io, n_io, "kvf_media_read");
+	count(mf, KVF_SYSIO_READ, build(mf, KVF_SYSIO_READ, io, n_io, op->x),
+	      n_io);
+	rc = kvf_ring_start(mf->rings[idx], op->x, n_io, "kvf_media_read",
+			    &op->flight);
+	if (rc != KVF_OK) {
+		ring_end_start(mf, idx);
+		return rc;
+	}
+	op->ring = idx;
+	return KVF_OK;
+}
+
+static kvf_status file_read_finish(struct kvf_media *m,
+				   struct kvf_media_read_op *op)
+{
+	struct media_file *mf = to_file(m);
+	kvf_status rc = kvf_ring_finish(mf->rings[op->ring], &op->flight);
+
+	ring_end_start(mf, op->ring);
+	op->ring = -1;
+	return rc;
 }
 
 static kvf_status file_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
@@ -380,6 +464,8 @@ static const struct kvf_media_ops file_ops = {
 	.name = "file",
 	.write = file_write,
 	.read = file_read,
+	.read_start = file_read_start,
+	.read_finish = file_read_finish,
 	.trim_segment = file_trim,
 	.sync = file_sync,
 	.stats = file_stats,

@@ -106,34 +106,59 @@ static int queue_one(struct kvf_ring *r, struct kvf_xfer *x, size_t idx,
 	return 1;
 }
 
-kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
-			const char *call)
+kvf_status kvf_ring_start(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
+			  const char *call, struct kvf_ring_flight *f)
 {
-	size_t next = 0, in_flight = 0;
-	kvf_status rc = KVF_OK;
-
+	*f = (struct kvf_ring_flight){ .x = x, .n = n, .call = call };
 	for (size_t i = 0; i < n; i++)
 		if (x[i].len > (1u << 30))
-			return kvf_fail(KVF_EINVAL,
+			return f->rc = kvf_fail(KVF_EINVAL,
 					"%s: transfer of %zu bytes exceeds 1 GiB",
 					call, x[i].len);
-	while (next < n || in_flight > 0) {
+	while (f->next < n && f->in_flight < r->entries) {
+		int err;
+
+		if (x[f->next].len == 0) {
+			f->next++;
+			continue;
+		}
+		if (!queue_one(r, &x[f->next], f->next, &err)) {
+			f->rc = xfer_error(call, &x[f->next], err);
+			break;
+		}
+		f->next++;
+		f->in_flight++;
+	}
+	/* a failed submission is retried, and reported, by kvf_ring_finish */
+	if (f->in_flight)
+		(void)io_uring_submit(&r->ring);
+	return KVF_OK;
+}
+
+kvf_status kvf_ring_finish(struct kvf_ring *r, struct kvf_ring_flight *f)
+{
+	struct kvf_xfer *x = f->x;
+	size_t n = f->n;
+	const char *call = f->call;
+	kvf_status rc = f->rc;
+
+	while (f->next < n || f->in_flight > 0) {
 		struct io_uring_cqe *cqe;
 		int ret, err;
 
-		while (rc == KVF_OK && next < n && in_flight < r->entries) {
-			if (x[next].len == 0) {
-				next++;
+		while (rc == KVF_OK && f->next < n && f->in_flight < r->entries) {
+			if (x[f->next].len == 0) {
+				f->next++;
 				continue;
 			}
-			if (!queue_one(r, &x[next], next, &err)) {
-				rc = xfer_error(call, &x[next], err);
+			if (!queue_one(r, &x[f->next], f->next, &err)) {
+				rc = xfer_error(call, &x[f->next], err);
 				break;
 			}
-			next++;
-			in_flight++;
+			f->next++;
+			f->in_flight++;
 		}
-		if (in_flight == 0)
+		if (f->in_flight == 0)
 			break;
 		ret = io_uring_submit_and_wait(&r->ring, 1);
 		if (ret < 0 && ret != -EINTR) {
@@ -148,7 +173,7 @@ kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
 			int res = cqe->res;
 
 			io_uring_cqe_seen(&r->ring, cqe);
-			in_flight--;
+			f->in_flight--;
 			if (res == -EINTR || res == -EAGAIN)
 				res = 0, err = -1; /* resubmit as is */
 			else
@@ -166,15 +191,25 @@ kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
 				rc = xfer_error(call, &x[idx], err);
 				continue;
 			}
-			in_flight++;
+			f->in_flight++;
 		}
-		if (ret < 0 && ret != -EINTR && in_flight > 0) {
+		if (ret < 0 && ret != -EINTR && f->in_flight > 0) {
 			/* submission failed: wait out what the kernel has */
 			if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
 				break;
 		}
 	}
+	f->rc = rc;
 	return rc;
+}
+
+kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
+			const char *call)
+{
+	struct kvf_ring_flight f;
+	kvf_status rc = kvf_ring_start(r, x, n, call, &f);
+
+	return rc == KVF_OK ? kvf_ring_finish(r, &f) : rc;
 }
 
 kvf_status kvf_xfer_run_sync(struct kvf_xfer *x, size_t n, const char *call)

@@ -46,6 +46,24 @@ kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
 			const char *call);
 
 /*
+ * kvf_ring_start / kvf_ring_finish - kvf_ring_run in two halves, so the
+ * caller works while the transfers move: start validates, queues up to
+ * `entries` and submits without waiting; finish runs the rest and waits
+ * for every transfer, with kvf_ring_run's return.  Between the two, x and
+ * f must stay, and the ring is the caller's alone.  A start that fails
+ * validation has queued nothing (finish then just returns its status).
+ */
+struct kvf_ring_flight {
+	struct kvf_xfer *x;
+	size_t n, next, in_flight;
+	kvf_status rc;
+	const char *call;
+};
+kvf_status kvf_ring_start(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
+			  const char *call, struct kvf_ring_flight *f);
+kvf_status kvf_ring_finish(struct kvf_ring *r, struct kvf_ring_flight *f);
+
+/*
  * kvf_xfer_run_sync - the same contract with pread/pwrite, one transfer at
  * a time.  Concurrency: any number of threads.
  */

@@ -22,7 +22,8 @@
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 
-#define PREFETCH_BATCH 512u /* pages per media read (2 MiB of 4 KiB) */
+#define PREFETCH_BATCH 256u /* pages per media read (1 MiB of 4 KiB): at
+			     * most KVF_MEDIA_ASYNC_IO requests */
 
 struct prefetch_job {
 	kvf_store *st;
@@ -256,83 +257,142 @@ kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
 	return rc;
 }
 
-/* read_batch - pages ref[0..n) (not cached when looked at) into buf,
- * adjacent pages in one request; then each checked and offered to the
- * tier */
-static void read_batch(struct prefetch_job *j, const struct page_ref *ref,
-		       uint32_t n, unsigned char *buf,
-		       struct kvf_media_io *io)
-{
-	kvf_store *st = j->st;
-	uint32_t ps = st->hdr.page_size, n_io = 0, put = 0;
+/* One batch of a prefetch: pages not cached when looked at, their
+ * requests (adjacent pages merged) and the read in flight. */
+struct pf_batch {
+	unsigned char *buf;                   /* PREFETCH_BATCH pages */
+	struct page_ref want[PREFETCH_BATCH];
+	uint32_t m;                           /* pages */
+	struct kvf_media_io io[PREFETCH_BATCH];
+	uint32_t n_io;
+	struct kvf_media_read_op op;
+	int started;                          /* op holds a started read */
+};
 
+/* pf_fill - the pages of ref[0..n) the tier has not got now into b */
+static void pf_fill(kvf_store *st, struct pf_batch *b,
+		    const struct page_ref *ref, uint32_t n)
+{
+	uint32_t addr[PREFETCH_BATCH] = { 0 }, check[PREFETCH_BATCH] = { 0 };
+	uint32_t ps = st->hdr.page_size;
+	uint8_t miss[PREFETCH_BATCH];
+
+	for (uint32_t i = 0; i < n; i++) {
+		addr[i] = ref[i].addr;
+		check[i] = ref[i].check;
+	}
+	tier_missing(st, addr, check, n, miss);
+	b->m = b->n_io = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t segid = addr_seg(ref[i].addr, st->page_bits);
 		uint32_t page = addr_page(ref[i].addr, st->page_bits);
-		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
+		struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
 
+		if (!miss[i])
+			continue;
 		if (last && last->stripe == seg_stripe(st, segid) &&
 		    last->seg == seg_in_stripe(st, segid) &&
 		    last->page + last->n_pages == page) {
 			last->n_pages++;
-			continue;
+		} else {
+			b->io[b->n_io++] = (struct kvf_media_io){
+				.stripe = seg_stripe(st, segid),
+				.seg = seg_in_stripe(st, segid), .page = page,
+				.n_pages = 1, .buf = b->buf + (size_t)b->m * ps };
 		}
-		io[n_io++] = (struct kvf_media_io){
-			.stripe = seg_stripe(st, segid),
-			.seg = seg_in_stripe(st, segid), .page = page,
-			.n_pages = 1, .buf = buf + (size_t)i * ps };
+		b->want[b->m++] = ref[i];
 	}
-	/* a failed read is a hint not taken: the attention that needs the
-	 * pages reads them itself and reports what it finds */
-	if (kvf_media_read(st->media, io, n_io) != KVF_OK)
+}
+
+/* pf_start - b's read in flight (a failed one leaves b empty: a hint not
+ * taken; the attention that needs the pages reads them itself and
+ * reports what it finds) */
+static void pf_start(kvf_store *st, struct pf_batch *b)
+{
+	b->started = 0;
+	if (b->m == 0)
 		return;
-	atomic_fetch_add(&st->c.bytes_read, (uint64_t)n * ps);
-	atomic_fetch_add(&st->c.pages_read, n);
-	for (uint32_t i = 0; i < n; i++) {
-		const unsigned char *p = buf + (size_t)i * ps;
+	if (kvf_media_read_start(st->media, b->io, b->n_io, &b->op) != KVF_OK) {
+		b->m = 0;
+		return;
+	}
+	b->started = 1;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->m * st->hdr.page_size);
+	atomic_fetch_add(&st->c.pages_read, b->m);
+}
+
+/* pf_finish - wait for b's read; 0 if it failed */
+static int pf_finish(kvf_store *st, struct pf_batch *b)
+{
+	if (!b->started)
+		return 0;
+	b->started = 0;
+	return kvf_media_read_finish(st->media, &b->op) == KVF_OK;
+}
+
+/* pf_put - b's pages checked and offered to the tier */
+static void pf_put(struct prefetch_job *j, struct pf_batch *b)
+{
+	kvf_store *st = j->st;
+	uint32_t ps = st->hdr.page_size, put = 0;
+
+	for (uint32_t i = 0; i < b->m; i++) {
+		const unsigned char *p = b->buf + (size_t)i * ps;
 
 		/* a page that does not match was moved since: skipped */
-		if (page_check(p, ps) == ref[i].check &&
-		    tier_put_prefetched(st, ref[i].addr, ref[i].check, p,
-					j->drops))
+		if (page_check(p, ps) == b->want[i].check &&
+		    tier_put_prefetched(st, b->want[i].addr, b->want[i].check,
+					p, j->drops))
 			put++;
 	}
 	atomic_fetch_add(&st->c.prefetch_pages, put);
 }
 
-/* prefetch_run - the job: the pages not cached by now, in batches */
+/* prefetch_run - the job: the pages not cached by now, in batches, the
+ * next batch's read in flight while this one is checked and cached */
 static kvf_status prefetch_run(void *arg)
 {
 	struct prefetch_job *j = arg;
 	kvf_store *st = j->st;
-	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH];
-	struct page_ref want[PREFETCH_BATCH];
-	struct kvf_media_io io[PREFETCH_BATCH];
-	uint8_t miss[PREFETCH_BATCH];
-	unsigned char *buf = NULL;
+	struct pf_batch *b = NULL;
+	uint32_t i0 = 0, room;
+	int cur = 0;
 
-	if (busy_start(st, j))
-		buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
-					(size_t)PREFETCH_BATCH * st->hdr.page_size);
-	for (uint32_t i0 = 0; buf && i0 < j->n; i0 += PREFETCH_BATCH) {
-		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
-		uint32_t m = 0;
+	if (busy_start(st, j) && (b = kvf_calloc(2, sizeof(*b))) != NULL &&
+	    ((b[0].buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
+			(size_t)2 * PREFETCH_BATCH * st->hdr.page_size)) != NULL)) {
+		b[1].buf = b[0].buf + (size_t)PREFETCH_BATCH * st->hdr.page_size;
+		/* b[cur] holds the read in flight, if any */
+		for (;;) {
+			struct pf_batch *now = &b[cur], *next = &b[!cur];
 
-		if (tier_room_pages(st) == 0)
-			break; /* filled by others meanwhile */
-		for (uint32_t i = 0; i < n; i++) {
-			addr[i] = j->ref[i0 + i].addr;
-			check[i] = j->ref[i0 + i].check;
+			/* the next batch with a page to read (the tier may
+			 * have got them all meanwhile) */
+			next->m = 0;
+			while (next->m == 0 && i0 < j->n &&
+			       (room = tier_room_pages(st)) > now->m) {
+				uint32_t n = j->n - i0 < PREFETCH_BATCH
+						     ? j->n - i0 : PREFETCH_BATCH;
+
+				/* no more than the room left once the
+				 * batch in flight is in */
+				n = n < room - now->m ? n : room - now->m;
+				pf_fill(st, next, j->ref + i0, n);
+				i0 += n;
+			}
+			if (pf_finish(st, now))
+				pf_put(j, now);
+			if (next->m == 0)
+				break;
+			pf_start(st, next);
+			cur = !cur;
 		}
-		tier_missing(st, addr, check, n, miss);
-		for (uint32_t i = 0; i < n; i++)
-			if (miss[i])
-				want[m++] = j->ref[i0 + i];
-		if (m)
-			read_batch(j, want, m, buf, io);
+	}
+	if (b) {
+		kvf_free(b[0].buf);
+		kvf_free(b);
 	}
 	busy_end(st, j);
-	kvf_free(buf);
 	kvf_free(j->ref);
 	kvf_free(j);
 	return KVF_OK;

@@ -18,7 +18,6 @@
 #include "engine/base/group.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/base/key.h"
-#include "engine/base/pool.h"
 #include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/seq.h"
@@ -347,6 +346,8 @@ struct batch {
 	struct page_ref ref[READ_BATCH]; /* what the index says */
 	uint32_t n;                    /* pages */
 	struct batch *next;            /* store's spares; reads.lock */
+	struct kvf_media_read_op op;   /* a read left in flight (pair_core) */
+	int in_flight;                 /* op holds a started read */
 };
 
 #define READ_BATCHES_KEPT 8u /* read batches the store keeps for reuse */
@@ -462,6 +463,29 @@ static kvf_status batch_media(kvf_store *st, struct seq *seq, struct batch *b)
 		return rc;
 	count_read(st, seq, b->n);
 	return KVF_OK;
+}
+
+/* batch_start / batch_finish - batch_media with the caller working in
+ * between (kvf_media_read_start) */
+static kvf_status batch_start(kvf_store *st, struct seq *seq, struct batch *b)
+{
+	kvf_status rc;
+
+	if (b->n == 0)
+		return KVF_OK;
+	if ((rc = kvf_media_read_start(st->media, b->io, b->n_io, &b->op)) != KVF_OK)
+		return rc;
+	b->in_flight = 1;
+	count_read(st, seq, b->n);
+	return KVF_OK;
+}
+
+static kvf_status batch_finish(kvf_store *st, struct batch *b)
+{
+	if (b == NULL || !b->in_flight)
+		return KVF_OK;
+	b->in_flight = 0;
+	return kvf_media_read_finish(st->media, &b->op);
 }
 
 /* batch_check - verify the pages batch_media read and offer them to the
@@ -837,10 +861,9 @@ static kvf_status pair_groups(kvf_store *st, struct seq *seq, struct stream *a,
 /*
  * One step of pair_core: up to PAIR_GROUPS groups of both streams, their
  * pages found in memory or queued on the step's batch.  Steps run as a
- * pipeline of two: the media read of step i + 1 goes to the store's pool
- * while the caller checks and hands out step i, so the device is not idle
- * while pages are verified, cached and attended (a worker that is busy
- * just leaves both to the caller, in order).
+ * pipeline of two: the media read of step i + 1 is in flight
+ * (kvf_media_read_start) while the caller checks and hands out step i, so
+ * the device is not idle while pages are verified, cached and attended.
  */
 struct pair_step {
 	struct batch *b;
@@ -865,7 +888,6 @@ struct pair_run {
 	pair_fn fn;
 	coded_fn cfn;
 	void *arg;
-	struct pair_step *now, *next; /* handed out / read ahead */
 };
 
 /* pair_prep - step s for groups i0.. (n of them): where each page is, the
@@ -906,8 +928,8 @@ static void pair_unpin(struct pair_run *r, struct pair_step *s)
 	s->n = 0;
 }
 
-/* pair_hand - check step s's pages (read by batch_media) and hand its
- * groups out in order */
+/* pair_hand - check step s's pages (read already) and hand its groups
+ * out in order */
 static kvf_status pair_hand(struct pair_run *r, struct pair_step *s)
 {
 	kvf_store *st = r->st;
@@ -925,16 +947,6 @@ static kvf_status pair_hand(struct pair_run *r, struct pair_step *s)
 	return rc;
 }
 
-/* pair_task - task 0 reads the next step's pages, task 1 hands out this
- * step's */
-static kvf_status pair_task(void *arg, uint32_t i)
-{
-	struct pair_run *r = arg;
-
-	return i == 0 ? batch_media(r->st, r->seq, r->next->b)
-		      : pair_hand(r, r->now);
-}
-
 /* pair_core - the groups list[0..n) (or, with list NULL, first..first+n)
  * of two streams, clipped to [t0, t1), to fn in order */
 static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
@@ -949,9 +961,8 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 			      .list = list, .first = first,
 			      .coded = a->enc && bs->enc, .fn = fn, .cfn = cfn,
 			      .arg = arg };
-	struct pair_step *steps;
-	kvf_status rc = KVF_OK;
-	uint32_t step;
+	struct pair_step *steps, *now, *next;
+	kvf_status rc = KVF_OK, rc2;
 	uint64_t i0;
 
 	/* groups of one page, plain or encoded, are used where they are */
@@ -968,35 +979,43 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 		kvf_free(r.dec);
 		return kvf_fail(KVF_ENOMEM, "out of memory for token groups");
 	}
-	r.now = &steps[0];
-	r.next = &steps[1];
-	if ((r.now->b = read_batch_new(st)) == NULL ||
-	    (n_groups > PAIR_GROUPS && (r.next->b = read_batch_new(st)) == NULL)) {
+	now = &steps[0];
+	next = &steps[1];
+	if ((now->b = read_batch_new(st)) == NULL ||
+	    (n_groups > PAIR_GROUPS && (next->b = read_batch_new(st)) == NULL)) {
 		rc = KVF_ENOMEM;
 		goto out;
 	}
-	step = n_groups < PAIR_GROUPS ? (uint32_t)n_groups : PAIR_GROUPS;
-	i0 = step;
-	if ((rc = pair_prep(&r, r.now, 0, step)) == KVF_OK)
-		rc = batch_media(st, seq, r.now->b);
-	while (rc == KVF_OK && r.now->n) {
-		uint32_t n = (uint32_t)(n_groups - i0 < step ? n_groups - i0 : step);
-		struct pair_step *done = r.now;
+	i0 = n_groups < PAIR_GROUPS ? n_groups : PAIR_GROUPS;
+	if ((rc = pair_prep(&r, now, 0, (uint32_t)i0)) == KVF_OK)
+		rc = batch_start(st, seq, now->b);
+	while (rc == KVF_OK && now->n) {
+		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
+								    : PAIR_GROUPS);
+		struct pair_step *done = now;
 
-		if (n && (rc = pair_prep(&r, r.next, i0, n)) != KVF_OK)
+		/* the next step is found while this one's read is in
+		 * flight, and read while this one is handed out */
+		if (n && (rc = pair_prep(&r, next, i0, n)) != KVF_OK)
 			break;
 		i0 += n;
-		if (n && r.next->b->n)
-			rc = pool_run(st->pool, 2, pair_task, &r);
-		else
-			rc = pair_hand(&r, r.now);
+		if ((rc = batch_finish(st, now->b)) != KVF_OK)
+			break;
+		if (n && (rc = batch_start(st, seq, next->b)) != KVF_OK)
+			break;
+		rc = pair_hand(&r, now);
 		pair_unpin(&r, done);
-		r.now = r.next;
-		r.next = done;
+		now = next;
+		next = done;
 	}
 out:
-	pair_unpin(&r, r.now);
-	pair_unpin(&r, r.next);
+	/* a read still in flight lands before its buffer goes */
+	if ((rc2 = batch_finish(st, steps[0].b)) != KVF_OK && rc == KVF_OK)
+		rc = rc2;
+	if ((rc2 = batch_finish(st, steps[1].b)) != KVF_OK && rc == KVF_OK)
+		rc = rc2;
+	pair_unpin(&r, &steps[0]);
+	pair_unpin(&r, &steps[1]);
 	read_batch_free(st, steps[0].b);
 	read_batch_free(st, steps[1].b);
 	kvf_free(steps);

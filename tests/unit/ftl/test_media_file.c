@@ -583,3 +583,82 @@ Test(media_file_only, read_only_opens)
 	kvf_free(a);
 	kvf_free(b);
 }
+
+/* Started reads (kvf_media_read_start / _finish): the same bytes as
+ * kvf_media_read, deeper than the queue and with the caller writing
+ * elsewhere in between; they never take the last ring, so a synchronous
+ * read made while every spare ring holds one still runs; too many
+ * requests refused; an injected EIO reported by finish, the media fine
+ * afterwards; the pread path reads at start. */
+static void started_reads(enum kvf_media_switch uring)
+{
+	struct kvf_media_config cfg = config(2, uring);
+	struct kvf_media *m = NULL;
+	enum { N = 2 * SEGS * PPS };
+	struct kvf_media_io *io = calloc(N, sizeof(*io));
+	unsigned char *a = filled(N, 0), *b = filled(N, 0), *c = filled(PPS, 0);
+	struct kvf_media_read_op *op = calloc(3, sizeof(*op));
+	uint64_t rng = 11;
+	uint32_t per = N / 3;
+
+	cr_assert(io && op);
+	cfg.queue_depth = 4;
+	cfg.max_rings = 3; /* two for started reads, one kept back */
+	cr_assert(eq(int, kvf_media_open(&cfg, &m), KVF_OK), "%s", kvf_last_error());
+	rng_fill(&rng, a, (size_t)N * PAGE);
+	for (uint32_t i = 0; i < N; i++)
+		io[i] = (struct kvf_media_io){ .stripe = i % 2,
+					       .seg = (i / 2) / PPS,
+					       .page = (i / 2) % PPS,
+					       .n_pages = 1,
+					       .buf = a + (size_t)i * PAGE };
+	cr_assert(eq(int, kvf_media_write(m, io, N), KVF_OK), "%s", kvf_last_error());
+	for (uint32_t i = 0; i < N; i++)
+		io[i].buf = b + (size_t)i * PAGE;
+	/* three started at once: the third reads at start */
+	for (uint32_t k = 0; k < 3; k++)
+		cr_assert(eq(int, kvf_media_read_start(m, io + k * per, per, &op[k]),
+			     KVF_OK), "%s", kvf_last_error());
+	if (uring != KVF_MEDIA_OFF) {
+		cr_assert(ge(int, op[0].ring, 0));
+		cr_assert(ge(int, op[1].ring, 0));
+	}
+	cr_assert(lt(int, op[2].ring, 0), "the last ring is kept back");
+	/* a synchronous read while both spare rings are held */
+	cr_assert(eq(int, kvf_media_read_pages(m, 1, 0, 0, PPS, c), KVF_OK),
+		  "%s", kvf_last_error());
+	for (uint32_t k = 0; k < 3; k++)
+		cr_assert(eq(int, kvf_media_read_finish(m, &op[k]), KVF_OK),
+			  "%s", kvf_last_error());
+	cr_assert(eq(int, memcmp(a, b, (size_t)3 * per * PAGE), 0));
+	EXPECT(kvf_media_read_start(m, io, KVF_MEDIA_ASYNC_IO + 1, &op[0]),
+	       KVF_EINVAL, "more than");
+	/* an error of a started read comes from finish (or start) */
+	install_hooks();
+	fail_op = KVF_SYSIO_READ;
+	fail_errno = EIO;
+	fail_after = 2;
+	{
+		kvf_status rc = kvf_media_read_start(m, io, per, &op[0]);
+
+		if (rc == KVF_OK)
+			rc = kvf_media_read_finish(m, &op[0]);
+		cr_assert(eq(int, rc, KVF_EIO));
+		cr_assert(ne(ptr, strstr(kvf_last_error(), "errno 5"), NULL),
+			  "%s", kvf_last_error());
+	}
+	fail_op = -1;
+	memset(b, 0, (size_t)N * PAGE);
+	cr_assert(eq(int, kvf_media_read_start(m, io, per, &op[0]), KVF_OK));
+	cr_assert(eq(int, kvf_media_read_finish(m, &op[0]), KVF_OK));
+	cr_assert(eq(int, memcmp(a, b, (size_t)per * PAGE), 0));
+	kvf_media_free(m);
+	free(io);
+	free(op);
+	kvf_free(a);
+	kvf_free(b);
+	kvf_free(c);
+}
+
+Test(media_file_only, started_reads_uring) { started_reads(KVF_MEDIA_ON); }
+Test(media_file_only, started_reads_pread) { started_reads(KVF_MEDIA_OFF); }
