@@ -126,6 +126,7 @@ static int busy_add(kvf_store *st, const struct prefetch_job *j)
 		b->job[b->n] = j;
 		b->seq[b->n] = j->seq_id;
 		b->layer[b->n] = j->layer;
+		b->stop[b->n] = 0;
 		b->running[b->n++] = 0;
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -150,6 +151,7 @@ static void busy_drop(struct prefetch_busy *b, uint32_t i)
 	b->seq[i] = b->seq[b->n];
 	b->layer[i] = b->layer[b->n];
 	b->running[i] = b->running[b->n];
+	b->stop[i] = b->stop[b->n];
 	pthread_cond_broadcast(&b->done);
 }
 
@@ -167,6 +169,20 @@ static int busy_start(kvf_store *st, const struct prefetch_job *j)
 		b->running[i] = 1;
 	pthread_mutex_unlock(&b->lock);
 	return on;
+}
+
+/* busy_stopped - a waiter asked j to read no further batch */
+static int busy_stopped(kvf_store *st, const struct prefetch_job *j)
+{
+	struct prefetch_busy *b = &st->prefetch;
+	uint32_t i;
+	int stop;
+
+	pthread_mutex_lock(&b->lock);
+	i = busy_find(b, j);
+	stop = i >= b->n || b->stop[i];
+	pthread_mutex_unlock(&b->lock);
+	return stop;
 }
 
 static void busy_end(kvf_store *st, const struct prefetch_job *j)
@@ -196,6 +212,9 @@ void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer)
 			busy_drop(b, i); /* it will find itself off and stop */
 			continue;
 		}
+		/* the caller reads the rest faster itself than it waits for
+		 * the prefetch to: it ends with the batch in flight */
+		b->stop[i] = 1;
 		pthread_cond_wait(&b->done, &b->lock);
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -369,7 +388,7 @@ static kvf_status prefetch_run(void *arg)
 			/* the next batch with a page to read (the tier may
 			 * have got them all meanwhile) */
 			next->m = 0;
-			while (next->m == 0 && i0 < j->n &&
+			while (next->m == 0 && i0 < j->n && !busy_stopped(st, j) &&
 			       (room = tier_room_pages(st)) > now->m) {
 				uint32_t n = j->n - i0 < PREFETCH_BATCH
 						     ? j->n - i0 : PREFETCH_BATCH;

@@ -18,10 +18,10 @@ struct read_spares {
 };
 
 /* struct prefetch_busy - the prefetches queued or running (prefetch.c):
- * an attention of a layer being read ahead waits for a running one rather
- * than read the same pages beside it, and takes a queued one off (it
- * would wait behind jobs that may wait for it); lock guards the lists,
- * done wakes waiters */
+ * an attention of a layer being read ahead stops a running one after the
+ * batch it has in flight and waits for that (rather than read the same
+ * pages beside it), and takes a queued one off (it would wait behind jobs
+ * that may wait for it); lock guards the lists, done wakes waiters */
 #define PREFETCH_JOBS_MAX 4u /* past it a hint is dropped */
 struct prefetch_busy {
 	pthread_mutex_t lock;
@@ -31,6 +31,7 @@ struct prefetch_busy {
 	uint64_t seq[PREFETCH_JOBS_MAX];
 	uint32_t layer[PREFETCH_JOBS_MAX];
 	int running[PREFETCH_JOBS_MAX];
+	int stop[PREFETCH_JOBS_MAX]; /* running: read no further batch */
 };
 
 /*
