@@ -1,0 +1,255 @@
+/*
+ * stress_prefetch.c - reads ahead (kvf_prefetch and kvf_attend_batch's
+ * layer-ahead reads) under concurrency, for ThreadSanitizer (a plain C
+ * program: Criterion does not run under TSan).
+ *
+ * Worker threads each grow sequences of their own in a small store, with
+ * a memory tier far smaller than the data: append a few groups to every layer, attend every layer
+ * with kvf_attend_batch (a miss reads the next layer ahead), hint a
+ * layer with kvf_prefetch, read every head of a layer back and check each
+ * token (a page cached from a reused segment would show here), now and
+ * then cut a sequence back or free it and start another (its segments go
+ * back and are taken again while prefetches may be reading them).  Beside
+ * them a thread syncs, reads kvf_stats and verifies the store.  Prints
+ * what it did; exit 1 on any failure, or when nothing was read ahead.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvflash.h"
+#include "testutil.h"
+
+#define LAYERS 4
+#define QH 4
+#define KVH 2
+#define DIM 32 /* f16: 64 bytes a token of a head; G = 64 */
+#define G 64
+#define WORKERS 3
+#define ROUNDS 40
+#define STEP (3 * G) /* tokens appended a round */
+
+static kvf_store *st;
+static _Atomic int failed, done;
+static _Atomic uint64_t hints, frees, cuts, syncs, checked;
+
+static void fail(const char *what, kvf_status rc)
+{
+	fprintf(stderr, "stress_prefetch: %s: %s (%s)\n", what, kvf_strerror(rc),
+		kvf_last_error());
+	atomic_store(&failed, 1);
+}
+
+/* the f16 bits of element i of head h of token t of layer l of seq */
+static uint16_t val(uint64_t seq, uint64_t t, uint32_t l, uint32_t h,
+		    uint32_t i)
+{
+	uint64_t x = seq * 0x9e3779b97f4a7c15ull ^ (t << 20) ^
+		     ((uint64_t)l << 12) ^ (h << 8) ^ i;
+
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	return (uint16_t)((x >> 40) & 0x3bff);
+}
+
+static kvf_status append(uint64_t seq, uint64_t t0, uint64_t n)
+{
+	uint16_t *k = malloc(n * KVH * DIM * 2);
+	kvf_status rc = KVF_OK;
+
+	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
+		for (uint64_t j = 0; j < n; j++)
+			for (uint32_t h = 0; h < KVH; h++)
+				for (uint32_t i = 0; i < DIM; i++)
+					k[(j * KVH + h) * DIM + i] =
+						val(seq, t0 + j, l, h, i);
+		rc = kvf_append(st, seq, l, (uint32_t)n, k, k);
+	}
+	free(k);
+	return rc;
+}
+
+/* attend - every layer of seq in order, as a decode step does */
+static int attend(uint64_t seq)
+{
+	float q[QH * DIM], out[QH * DIM];
+
+	for (uint32_t i = 0; i < QH * DIM; i++)
+		q[i] = (float)((seq + i) % 7) / 7.0f;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		kvf_status rc = kvf_attend_batch(st, 1, &seq, l, q, out, NULL);
+
+		if (rc != KVF_OK) {
+			fail("kvf_attend_batch", rc);
+			return 0;
+		}
+		for (uint32_t i = 0; i < QH * DIM; i++)
+			if (!isfinite(out[i])) {
+				fail("kvf_attend_batch: an output is not finite",
+				     KVF_OK);
+				return 0;
+			}
+	}
+	return 1;
+}
+
+/* layer_ok - every token of every head of layer l reads back exactly */
+static int layer_ok(uint64_t seq, uint32_t l, uint64_t n)
+{
+	uint16_t *k = malloc(n * DIM * 2), *v = malloc(n * DIM * 2);
+	int ok = 1;
+
+	for (uint32_t h = 0; h < KVH && ok; h++) {
+		kvf_status rc = kvf_read(st, seq, l, h, 0, n, k, v);
+
+		if (rc != KVF_OK) {
+			fail("kvf_read", rc);
+			ok = 0;
+			break;
+		}
+		for (uint64_t t = 0; t < n && ok; t++)
+			for (uint32_t i = 0; i < DIM; i++)
+				if (k[t * DIM + i] != val(seq, t, l, h, i) ||
+				    v[t * DIM + i] != val(seq, t, l, h, i)) {
+					fprintf(stderr,
+						"stress_prefetch: sequence %llu layer %u head %u token %llu reads back wrong\n",
+						(unsigned long long)seq, l, h,
+						(unsigned long long)t);
+					atomic_store(&failed, 1);
+					ok = 0;
+					break;
+				}
+	}
+	atomic_fetch_add(&checked, n * KVH);
+	free(k);
+	free(v);
+	return ok;
+}
+
+static void *worker(void *arg)
+{
+	uint64_t w = (uint64_t)(uintptr_t)arg, seq = (w + 1) << 32, n = 0;
+	kvf_status rc;
+
+	if ((rc = kvf_seq_create(st, seq)) != KVF_OK) {
+		fail("kvf_seq_create", rc);
+		return NULL;
+	}
+	for (uint32_t r = 0; r < ROUNDS && !atomic_load(&failed); r++) {
+		uint32_t l = (uint32_t)((r + w) % LAYERS);
+
+		if ((rc = append(seq, n, STEP)) != KVF_OK) {
+			fail("append", rc);
+			break;
+		}
+		n += STEP;
+		if (!attend(seq))
+			break;
+		if ((rc = kvf_prefetch(st, seq, l)) != KVF_OK) {
+			fail("kvf_prefetch", rc);
+			break;
+		}
+		atomic_fetch_add(&hints, 1);
+		if (!layer_ok(seq, (l + 1) % LAYERS, n) || !attend(seq) ||
+		    !layer_ok(seq, l, n))
+			break;
+		if (r % 6 == 5) { /* back to a group and a half */
+			if ((rc = kvf_seq_truncate(st, seq, G + G / 2)) != KVF_OK) {
+				fail("kvf_seq_truncate", rc);
+				break;
+			}
+			n = G + G / 2;
+			atomic_fetch_add(&cuts, 1);
+		}
+		if (r % 8 == 7) { /* a new sequence: the old one's room goes */
+			if ((rc = kvf_seq_free(st, seq)) != KVF_OK ||
+			    (rc = kvf_seq_create(st, ++seq)) != KVF_OK) {
+				fail("free and create", rc);
+				break;
+			}
+			n = 0;
+			atomic_fetch_add(&frees, 1);
+		}
+	}
+	return NULL;
+}
+
+/* beside - syncs, stats and verify while the workers run */
+static void *beside(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&done) && !atomic_load(&failed)) {
+		kvf_stats s = { .struct_size = sizeof(s) };
+		kvf_verify_report vr = { .struct_size = sizeof(vr) };
+		kvf_status rc;
+
+		if ((rc = kvf_sync(st)) != KVF_OK) {
+			fail("kvf_sync", rc);
+			break;
+		}
+		atomic_fetch_add(&syncs, 1);
+		if ((rc = kvf_stats_get(st, &s)) != KVF_OK) {
+			fail("kvf_stats_get", rc);
+			break;
+		}
+		if ((rc = kvf_verify(st, NULL, NULL, &vr)) != KVF_OK) {
+			fail("kvf_verify", rc);
+			break;
+		}
+		if (vr.bad_pages + vr.bad_segments != 0) {
+			fprintf(stderr, "stress_prefetch: kvf_verify: %llu bad pages, %u bad segments\n",
+				(unsigned long long)vr.bad_pages, vr.bad_segments);
+			atomic_store(&failed, 1);
+			break;
+		}
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	char *dir = tmpdir_make("stress_prefetch");
+	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
+	pthread_t th[WORKERS], bs;
+	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_options o;
+	kvf_status rc;
+
+	kvf_options_init(&o, &m);
+	o.capacity_bytes = 8u << 20; /* small: segments are taken again */
+	o.segment_size = 64 * 1024;
+	o.n_threads = 2;
+	o.dram_budget = 2u << 20; /* far below the data: pages go cold */
+	if ((rc = kvf_open(dir, &o, &st)) != KVF_OK) {
+		fail("kvf_open", rc);
+		return 1;
+	}
+	pthread_create(&bs, NULL, beside, NULL);
+	for (uintptr_t w = 0; w < WORKERS; w++)
+		pthread_create(&th[w], NULL, worker, (void *)w);
+	for (int w = 0; w < WORKERS; w++)
+		pthread_join(th[w], NULL);
+	atomic_store(&done, 1);
+	pthread_join(bs, NULL);
+	if (kvf_stats_get(st, &s) == KVF_OK) {
+		printf("stress_prefetch: %llu hints, %llu pages read ahead, %llu tokens checked, %llu cuts, %llu frees, %llu syncs beside; %llu segments reclaimed\n",
+		       (unsigned long long)atomic_load(&hints),
+		       (unsigned long long)s.prefetch_pages,
+		       (unsigned long long)atomic_load(&checked),
+		       (unsigned long long)atomic_load(&cuts),
+		       (unsigned long long)atomic_load(&frees),
+		       (unsigned long long)atomic_load(&syncs),
+		       (unsigned long long)s.segments_reclaimed);
+		if (s.prefetch_pages == 0) {
+			fprintf(stderr, "stress_prefetch: nothing was read ahead\n");
+			atomic_store(&failed, 1);
+		}
+	}
+	if ((rc = kvf_close(st)) != KVF_OK)
+		fail("kvf_close", rc);
+	tmpdir_remove(dir);
+	return atomic_load(&failed) ? 1 : 0;
+}
