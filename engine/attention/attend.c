@@ -199,9 +199,10 @@ static void layer_ahead(kvf_store *st, struct seq *seq, uint32_t layer)
 {
 	int queued = 0;
 
-	if (layer + 1 < st->hdr.n_layers &&
-	    prefetch_locked(st, seq, layer + 1, &queued) == KVF_OK && queued)
-		seq->ahead = layer + 2;
+	if (layer + 1 < st->hdr.n_layers)
+		(void)prefetch_locked(st, seq, layer + 1, &queued);
+	/* a layer with nothing left to read ends the chain */
+	seq->ahead = queued ? layer + 2 : 0;
 }
 
 static kvf_status run(struct attn_call *c, const char *call,
