@@ -109,7 +109,7 @@ int end_trace_check(const struct end_trace *t);
  * its dirty pages unwritten.  Metadata (inodes, journal) is not modeled.
  */
 struct fsm_file {
-	char name[48];       /* for the directory poll; "" if none */
+	char name[256];      /* for the directory poll (a d_name); "" if none */
 	uint64_t size;       /* bytes */
 	uint64_t *lpn;       /* per file page: device page or UINT64_MAX */
 	uint64_t n_pages, cap_pages;

@@ -74,6 +74,7 @@ static kvf_status view_check(const char *call, const char *what,
 	uint64_t row, extent, ts, hs;
 	kvf_status rc;
 
+	memset(v, 0, sizeof(*v)); /* set on every path (for -O3's warnings) */
 	if ((rc = kvf_struct_check(call, what, t, sizeof(*t))) != KVF_OK)
 		return rc;
 	if (t->struct_size < offsetof(kvf_tensor, data_bytes))
@@ -183,6 +184,7 @@ static kvf_status model_of(kvf_store *st, const char *call, kvf_model *m)
 	kvf_store_info info;
 	kvf_status rc;
 
+	memset(m, 0, sizeof(*m)); /* set on every path (for -O3's warnings) */
 	if (st == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: store is NULL", call);
 	memset(&info, 0, sizeof(info));
