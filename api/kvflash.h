@@ -920,16 +920,19 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  * finds them in DRAM.  Returns at once.  A prefetch fills only the tier's
  * free room (it never evicts a cached page), reads only what fits, and
  * skips pages that moved meanwhile; its reads count in bytes_read and the
- * pages it cached in prefetch_pages (kvf_stats).  kvf_attend_batch
- * prefetches the next layer itself for a sequence whose attention read
- * from media (a layer ahead of the caller's loop; kvf_attend does not).
+ * pages it cached in prefetch_pages (kvf_stats).  An attention of the
+ * layer that comes while it reads stops it after the batch in flight
+ * (and waits for that batch), then reads the rest itself.
  * Nothing to do (KVF_OK): no memory tier (dram_budget 0), memory media, a
- * tier with no free room, or PREFETCH's queue full (4 prefetches queued).
+ * tier with no free room, every page cached, the same layer already being
+ * read ahead, or 4 prefetches of the store queued or running.
  * Return: KVF_OK (queued or nothing to do); KVF_EINVAL (st NULL);
  * KVF_ERANGE (layer); KVF_ENOENT (seq); KVF_ECLOSED, KVF_EFATAL as every
  * call; KVF_ENOMEM.  A read that fails in the background is not reported:
  * the attention that needs the page reads it and reports what it finds.
- * Concurrency: any thread; kvf_close waits for queued prefetches.
+ * Concurrency: any thread; prefetches run on a thread of their own, never
+ * ahead of kvf_attend_start's jobs; kvf_close stops them (after the batch
+ * in flight) and waits.
  */
 KVF_API kvf_status kvf_prefetch(kvf_store *st, uint64_t seq, uint32_t layer);
 
@@ -986,6 +989,11 @@ KVF_API kvf_status kvf_attend(kvf_store *st, uint64_t seq, uint32_t layer,
  * @opts: as kvf_attend; lse, when given, is [n_seqs][n_q_heads]; a mask
  *        applies to every sequence (mask_len covers the longest).
  * Return: as kvf_attend; KVF_EINVAL also for an id given twice.
+ * Reading ahead: for a sequence whose dense attention (opts NULL or
+ * sparse 0) read from media, the call queues a kvf_prefetch of the next
+ * layer, of the tokens the same call would attend there (from the
+ * window's start with a window), so the caller's work between layers
+ * overlaps its reads; a warm sequence queues nothing.
  * Concurrency: as kvf_attend; sequences are locked in id order.
  */
 KVF_API kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,

@@ -57,6 +57,8 @@ struct kvf_media_io {
 #define KVF_MEDIA_ASYNC_IO 256u /* requests one started read may hold */
 struct kvf_media_read_op {
 	int ring;
+	uint32_t n_io;   /* requests, and their bytes: counted at finish */
+	uint64_t bytes;
 	struct kvf_ring_flight flight;
 	struct kvf_xfer x[KVF_MEDIA_ASYNC_IO];
 };
@@ -152,7 +154,7 @@ struct kvf_media_config {
 	uint32_t queue_depth;     /* file: ring entries; 0 = default (32) */
 	enum kvf_media_switch direct_io; /* file: O_DIRECT */
 	enum kvf_media_switch uring;     /* file: io_uring */
-	uint32_t max_rings;       /* file: rings for concurrent callers; 0 = 4 */
+	uint32_t max_rings;       /* file: rings for concurrent callers; 0 = 8 */
 	uint32_t read_only;       /* 1: open existing stripes for reading
 				   * only (shared lock); writes and trims
 				   * answer KVF_ENOTSUP */
@@ -190,8 +192,9 @@ kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
  * checks and issues them (at most KVF_MEDIA_ASYNC_IO), finish waits for
  * them.  io and the buffers must stay until finish.  A backend that
  * cannot leave a read in flight now (no async path, or no ring to spare:
- * started reads never take the last ring, so synchronous reads always
- * find one) reads at start.  Return: start: KVF_OK (then call finish) or
+ * started reads take at most half the file backend's rings, so
+ * synchronous reads and writes always find one) reads at start.  The
+ * media's read counters count a started read at finish, if it succeeded.  Return: start: KVF_OK (then call finish) or
  * kvf_media_read's errors (nothing in flight, no finish); finish: KVF_OK
  * or KVF_EIO.
  */

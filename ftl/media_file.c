@@ -118,15 +118,16 @@ static void ring_put(struct media_file *mf, int idx)
 	pthread_mutex_unlock(&mf->pool_lock);
 }
 
-/* ring_try_start - an idle ring for a started read, or -1: never the
- * last ring (a caller holding a started read may make a synchronous one,
- * which must find a ring) and never a wait */
+/* ring_try_start - an idle ring for a started read, or -1: at most half
+ * the rings (a caller holding a started read may make a synchronous one,
+ * which must find a ring, and writes must not wait behind reads held
+ * open while their pages are used) and never a wait */
 static int ring_try_start(struct media_file *mf)
 {
 	int idx = -1;
 
 	pthread_mutex_lock(&mf->pool_lock);
-	if (mf->n_started + 1 < mf->max_rings) {
+	if (mf->n_started < mf->max_rings / 2) {
 		if (mf->free_mask) {
 			idx = __builtin_ctz(mf->free_mask);
 			mf->free_mask &= ~(1u << idx);
@@ -252,8 +253,8 @@ static kvf_status file_read_start(struct kvf_media *m,
 	op->ring = -1;
 	if (idx < 0)
 		return transfer(mf, KVF_SYSIO_READ, io, n_io, "kvf_media_read");
-	count(mf, KVF_SYSIO_READ, build(mf, KVF_SYSIO_READ, io, n_io, op->x),
-	      n_io);
+	op->bytes = build(mf, KVF_SYSIO_READ, io, n_io, op->x);
+	op->n_io = n_io;
 	rc = kvf_ring_start(mf->rings[idx], op->x, n_io, "kvf_media_read",
 			    &op->flight);
 	if (rc != KVF_OK) {
@@ -272,6 +273,8 @@ static kvf_status file_read_finish(struct kvf_media *m,
 
 	ring_end_start(mf, op->ring);
 	op->ring = -1;
+	if (rc == KVF_OK) /* counted as transfer() counts: what was read */
+		count(mf, KVF_SYSIO_READ, op->bytes, op->n_io);
 	return rc;
 }
 
@@ -627,7 +630,7 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 	mf->base.geo = *g;
 	mf->queue_depth = cfg->queue_depth ? cfg->queue_depth
 					   : KVF_MEDIA_DEFAULT_QD;
-	mf->max_rings = cfg->max_rings ? cfg->max_rings : 4;
+	mf->max_rings = cfg->max_rings ? cfg->max_rings : 8;
 	for (i = 0; i < KVF_MEDIA_MAX_STRIPES; i++) {
 		mf->stripes[i].fd = -1;
 		mf->stripes[i].lock_fd = -1;

@@ -51,7 +51,7 @@ kvf_status kvf_ring_run(struct kvf_ring *r, struct kvf_xfer *x, size_t n,
  * `entries` and submits without waiting; finish runs the rest and waits
  * for every transfer, with kvf_ring_run's return.  Between the two, x and
  * f must stay, and the ring is the caller's alone.  A start that fails
- * validation has queued nothing (finish then just returns its status).
+ * validation returns its error and has queued nothing: no finish then.
  */
 struct kvf_ring_flight {
 	struct kvf_xfer *x;

@@ -17,6 +17,7 @@
  * group buffer loaded from media, the head's H2O scores).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,16 +194,26 @@ static uint64_t vbar_tokens(kvf_store *st, const struct seq *seq,
 	return sum;
 }
 
-/* layer_ahead - the layer after `layer` of seq into the tier in the
- * background (a hint: its failure fails nothing) */
-static void layer_ahead(kvf_store *st, struct seq *seq, uint32_t layer)
+/* layer_ahead - the layer after c's of seq into the tier in the
+ * background, the tokens a call like c's would attend there (a hint: its
+ * failure fails nothing, and leaves no message) */
+static void layer_ahead(struct attn_call *c, struct seq *seq)
 {
+	kvf_store *st = c->st;
+	uint32_t next = c->layer + 1;
 	int queued = 0;
 
-	if (layer + 1 < st->hdr.n_layers)
-		(void)prefetch_locked(st, seq, layer + 1, &queued);
+	if (next < st->hdr.n_layers) {
+		char keep[KVF_ERRMSG_CAP];
+
+		snprintf(keep, sizeof(keep), "%s", kvf_last_error());
+		if (prefetch_locked(st, seq, next,
+				    attend_from(c->o, seq->len[next]),
+				    &queued) != KVF_OK)
+			kvf_fail(KVF_OK, "%s", keep);
+	}
 	/* a layer with nothing left to read ends the chain */
-	seq->ahead = queued ? layer + 2 : 0;
+	seq->ahead = queued ? c->layer + 2 : 0;
 }
 
 static kvf_status run(struct attn_call *c, const char *call,
@@ -248,14 +259,14 @@ static kvf_status run(struct attn_call *c, const char *call,
 			seqs[i]->vbar_seen = vbar_tokens(st, seqs[i], c->layer);
 			mark[i] = atomic_load(&seqs[i]->bytes_read);
 			read0 += mark[i];
+			/* a layer being read ahead: its pages, not a
+			 * second read of them beside it */
+			prefetch_wait(st, seqs[i]->id, c->layer);
 			/* a sequence that missed last time, or whose layer
 			 * was read ahead, reads the next one ahead now */
 			if (c->ahead && (seqs[i]->attend_missed ||
 					 seqs[i]->ahead == c->layer + 1))
-				layer_ahead(st, seqs[i], c->layer);
-			/* a layer being read ahead: its pages, not a
-			 * second read of them beside it */
-			prefetch_wait(st, seqs[i]->id, c->layer);
+				layer_ahead(c, seqs[i]);
 		}
 		rc = pool_run(st->pool, n * st->hdr.n_kv_heads, attend_head_task, c);
 		for (uint32_t i = 0; i < n; i++) {
@@ -264,9 +275,10 @@ static kvf_status run(struct attn_call *c, const char *call,
 
 			/* a sequence that has just started missing reads the
 			 * next layer ahead now, while the caller computes */
-			if (c->ahead && missed && !seqs[i]->attend_missed &&
+			if (c->ahead && rc == KVF_OK && missed &&
+			    !seqs[i]->attend_missed &&
 			    seqs[i]->ahead != c->layer + 2)
-				layer_ahead(st, seqs[i], c->layer);
+				layer_ahead(c, seqs[i]);
 			if (c->ahead)
 				seqs[i]->attend_missed = missed;
 			read1 += r;
@@ -320,7 +332,9 @@ kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,
 	if (n_seqs == 0)
 		return KVF_OK;
 	c.lse = c.o ? c.o->lse : NULL;
-	c.ahead = 1;
+	/* dense attention reads every page from attend_from on: that is
+	 * what is read ahead; SparF picks its pages as it goes */
+	c.ahead = c.o == NULL || c.o->sparse == 0;
 	return run(&c, "kvf_attend_batch", seqs, n_seqs);
 }
 

@@ -8,7 +8,9 @@
  * (which spreads the work over the store's pool as any caller does),
  * keeps the status and the thread's message, and is marked done;
  * kvf_job_wait takes the result over on the caller's thread.  A detached
- * job (async_detach) is freed by its thread instead.
+ * job (async_detach: a hint, such as a prefetch) is freed by its thread
+ * instead, and goes to a queue of its own served by one more thread, so a
+ * hint never holds up a job someone waits for.
  *
  * States of a job: QUEUED -> RUNNING -> DONE -> (freed by kvf_job_wait).
  * Every job not yet DONE is on the `live` list, so kvf_close can wait for
@@ -20,13 +22,17 @@
 #include "engine/base/jobs.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/alloc.h"
 #include "api/status.h"
 
-#define ASYNC_THREADS 2 /* jobs running at once (two micro-batches) */
+#define ASYNC_THREADS 2 /* waited jobs running at once (two micro-batches) */
+#define HINT_THREADS 1  /* detached jobs running at once */
+
+enum job_queue { Q_WAITED, Q_HINT, N_QUEUES };
 
 enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
@@ -45,26 +51,29 @@ struct kvf_job {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t work[N_QUEUES] = { PTHREAD_COND_INITIALIZER,
+					 PTHREAD_COND_INITIALIZER };
 static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
-static struct kvf_job *queue_head, *queue_tail; /* guarded by lock */
-static struct kvf_job *live;                    /* guarded by lock */
-static int started;                             /* threads running */
+/* guarded by lock: each queue's jobs, every job not done, threads running */
+static struct kvf_job *queue_head[N_QUEUES], *queue_tail[N_QUEUES];
+static struct kvf_job *live;
+static int started[N_QUEUES];
 
 static void *async_thread(void *arg)
 {
-	(void)arg;
+	int q = (int)(intptr_t)arg;
+
 	pthread_mutex_lock(&lock);
 	for (;;) {
 		struct kvf_job *j;
 		kvf_status rc;
 
-		while (queue_head == NULL)
-			pthread_cond_wait(&work, &lock);
-		j = queue_head;
-		queue_head = j->next_queued;
-		if (queue_head == NULL)
-			queue_tail = NULL;
+		while (queue_head[q] == NULL)
+			pthread_cond_wait(&work[q], &lock);
+		j = queue_head[q];
+		queue_head[q] = j->next_queued;
+		if (queue_head[q] == NULL)
+			queue_tail[q] = NULL;
 		j->state = JOB_RUNNING;
 		pthread_mutex_unlock(&lock);
 
@@ -88,25 +97,26 @@ static void *async_thread(void *arg)
 	return NULL;
 }
 
-/* start_threads - the threads, once; caller holds lock */
-static kvf_status start_threads(void)
+/* start_threads - queue q's threads, once; caller holds lock */
+static kvf_status start_threads(int q)
 {
+	int want = q == Q_HINT ? HINT_THREADS : ASYNC_THREADS;
 	pthread_attr_t attr;
 
-	if (started == ASYNC_THREADS)
+	if (started[q] == want)
 		return KVF_OK;
 	if (pthread_attr_init(&attr) != 0)
 		return kvf_fail(KVF_ENOMEM, "cannot start a background job thread");
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	while (started < ASYNC_THREADS) {
+	while (started[q] < want) {
 		pthread_t t;
 
-		if (pthread_create(&t, &attr, async_thread, NULL) != 0)
+		if (pthread_create(&t, &attr, async_thread, (void *)(intptr_t)q) != 0)
 			break;
-		started++;
+		started[q]++;
 	}
 	pthread_attr_destroy(&attr);
-	if (started == 0)
+	if (started[q] == 0)
 		return kvf_fail(KVF_ENOMEM, "cannot start a background job thread");
 	return KVF_OK;
 }
@@ -115,24 +125,25 @@ static kvf_status start_threads(void)
  * thread can start (j is then not queued) */
 static kvf_status enqueue(struct kvf_job *j)
 {
+	int q = j->detached ? Q_HINT : Q_WAITED;
 	kvf_status rc;
 
 	pthread_mutex_lock(&lock);
-	if ((rc = start_threads()) != KVF_OK) {
+	if ((rc = start_threads(q)) != KVF_OK) {
 		pthread_mutex_unlock(&lock);
 		return rc;
 	}
 	j->state = JOB_QUEUED;
-	if (queue_tail)
-		queue_tail->next_queued = j;
+	if (queue_tail[q])
+		queue_tail[q]->next_queued = j;
 	else
-		queue_head = j;
-	queue_tail = j;
+		queue_head[q] = j;
+	queue_tail[q] = j;
 	j->next_live = live;
 	if (live)
 		live->prev_live = j;
 	live = j;
-	pthread_cond_signal(&work);
+	pthread_cond_signal(&work[q]);
 	pthread_mutex_unlock(&lock);
 	return KVF_OK;
 }

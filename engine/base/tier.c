@@ -393,7 +393,8 @@ kvf_status tier_start(kvf_store *st)
 	}
 	t->slot = kvf_calloc(n, sizeof(*t->slot));
 	t->bucket = kvf_malloc((size_t)t->n_buckets * sizeof(*t->bucket));
-	if (t->slot == NULL || t->bucket == NULL)
+	t->seg_drops = kvf_calloc(st->n_segments, sizeof(*t->seg_drops));
+	if (t->slot == NULL || t->bucket == NULL || t->seg_drops == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory for the page cache of a %llu-byte dram_budget",
 				(unsigned long long)t->budget);
 	memset(t->bucket, 0xff, (size_t)t->n_buckets * sizeof(*t->bucket));
@@ -401,7 +402,8 @@ kvf_status tier_start(kvf_store *st)
 	t->fresh = 0; /* slots from fresh on are free, and untouched */
 	t->recent_cap = t->n_slots / RECENT_SHARE ? t->n_slots / RECENT_SHARE : 1;
 	t->page_size = st->hdr.page_size;
-	tables = n * sizeof(*t->slot) + (uint64_t)t->n_buckets * sizeof(*t->bucket);
+	tables = n * sizeof(*t->slot) + (uint64_t)t->n_buckets * sizeof(*t->bucket) +
+		 (uint64_t)st->n_segments * sizeof(*t->seg_drops);
 	if (t->budget / st->hdr.segment_size >= TIER_MIN_CHUNKS) {
 		uint64_t nc = t->budget / st->hdr.segment_size + 1;
 
@@ -560,6 +562,8 @@ void tier_free(kvf_store *st)
 	kvf_free(t->stock);
 	kvf_free(t->slot);
 	kvf_free(t->bucket);
+	kvf_free(t->seg_drops);
+	t->seg_drops = NULL;
 	t->chunk = NULL;
 	t->stock = NULL;
 	t->slot = NULL;
@@ -741,21 +745,16 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 	pthread_mutex_unlock(&t->lock);
 }
 
-uint64_t tier_drops(kvf_store *st)
+/* seg_gen - the drop count of segment segid (lock held) */
+static uint64_t seg_gen(const kvf_store *st, uint32_t segid)
 {
-	struct tier *t = &st->tier;
-	uint64_t d;
+	const struct tier *t = &st->tier;
 
-	if (t->n_slots == 0)
-		return 0;
-	pthread_mutex_lock(&t->lock);
-	d = t->drops;
-	pthread_mutex_unlock(&t->lock);
-	return d;
+	return (uint64_t)t->drops_all << 32 | t->seg_drops[segid];
 }
 
 int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
-			const void *page, uint64_t drops)
+			const void *page, uint64_t gen)
 {
 	struct tier *t = &st->tier;
 	int put = 0;
@@ -763,10 +762,13 @@ int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
 	if (t->n_slots == 0)
 		return 0;
 	pthread_mutex_lock(&t->lock);
-	if (t->drops == drops && find(t, addr) == TIER_NONE && slot_free(t) &&
+	if (seg_gen(st, addr_seg(addr, st->page_bits)) == gen &&
+	    find(t, addr) == TIER_NONE && slot_free(t) &&
 	    held(st) + st->hdr.page_size <= t->budget) {
+		uint32_t used = t->used;
+
 		insert(st, addr, check, page);
-		put = 1;
+		put = t->used != used; /* insert gives up without memory */
 	}
 	pthread_mutex_unlock(&t->lock);
 	return put;
@@ -789,12 +791,14 @@ uint32_t tier_room_pages(kvf_store *st)
 }
 
 void tier_missing(kvf_store *st, const uint32_t *addr, const uint32_t *check,
-		  uint32_t n, uint8_t *miss)
+		  uint32_t n, uint8_t *miss, uint64_t *gen)
 {
 	struct tier *t = &st->tier;
 
 	if (t->n_slots == 0) {
 		memset(miss, 1, n);
+		if (gen)
+			memset(gen, 0, (size_t)n * sizeof(*gen));
 		return;
 	}
 	pthread_mutex_lock(&t->lock);
@@ -802,6 +806,8 @@ void tier_missing(kvf_store *st, const uint32_t *addr, const uint32_t *check,
 		uint32_t k = find(t, addr[i]);
 
 		miss[i] = k == TIER_NONE || t->slot[k].check != check[i];
+		if (gen)
+			gen[i] = seg_gen(st, addr_seg(addr[i], st->page_bits));
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -1005,7 +1011,7 @@ void tier_drop_segment(kvf_store *st, uint32_t segid)
 	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->drops++;
+	t->seg_drops[segid]++;
 	for (uint32_t p = 0; p < st->data_per_seg && t->used; p++) {
 		uint32_t i = find(t, addr_make(segid, p, st->page_bits));
 
@@ -1022,7 +1028,7 @@ void tier_drop_all(kvf_store *st)
 	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->drops++;
+	t->drops_all++;
 	for (int p = 0; p < TIER_POOLS; p++)
 		while (t->pool[p].head != TIER_NONE)
 			evict(t, t->pool[p].head);

@@ -74,20 +74,19 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 /*
  * The prefetch (engine/reads/prefetch.c) reads pages without the sequence
  * lock, so a page's segment may be freed and reused between the index
- * lookup and the read.  tier_drops is taken with the lookups (under the
- * sequence's lock); tier_put_prefetched caches a page (with the check it
- * was verified against) only if no segment was dropped since, and only
- * into free room: a hint never evicts.  Return 1 if cached.
- * tier_room_pages - pages the free room holds now (0 without a tier);
- * tier_missing - of n pages, mark in miss[i] those not cached (no hit or
- * miss counted).
+ * lookup and the read.  tier_missing, called with the lookups (under the
+ * sequence's lock), marks in miss[i] the pages not cached (no hit or miss
+ * counted) and gives in gen[i] (NULL: not wanted) the drop count of each
+ * page's segment; tier_put_prefetched caches a page (with the check it
+ * was verified against) only if its segment was not dropped since, and
+ * only into free room: a hint never evicts.  Return 1 if cached.
+ * tier_room_pages - pages the free room holds now (0 without a tier).
  */
-uint64_t tier_drops(kvf_store *st);
-int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
-			const void *page, uint64_t drops);
-uint32_t tier_room_pages(kvf_store *st);
 void tier_missing(kvf_store *st, const uint32_t *addr, const uint32_t *check,
-		  uint32_t n, uint8_t *miss);
+		  uint32_t n, uint8_t *miss, uint64_t *gen);
+int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
+			const void *page, uint64_t gen);
+uint32_t tier_room_pages(kvf_store *st);
 /*
  * tier_put_segment - the n data pages of segment segid, just written from
  * *buf for a sequence (e[i].hash the hash of page i): into the recent

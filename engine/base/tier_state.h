@@ -66,9 +66,12 @@ struct tier {
 	uint32_t recent_cap;         /* slots the recent pool may hold */
 	uint32_t miss_tick;          /* read misses since the hand moved */
 	uint64_t hits, misses, evictions;
-	uint64_t drops;              /* segments dropped (tier_drop_segment,
-				      * tier_drop_all): a prefetch's pages
-				      * read before a drop may be stale */
+	uint32_t *seg_drops;         /* [n_segments] times each segment's
+				      * pages were dropped (tier_drop_segment),
+				      * and drops_all of tier_drop_all: a
+				      * prefetch's page read before a drop of
+				      * its segment may be stale */
+	uint32_t drops_all;
 	uint64_t bytes;              /* cache memory (see above) */
 	uint32_t page_size;
 	/* written segments cached in place (tier.h) */

@@ -157,7 +157,7 @@ kvf_status kvf_prefetch(kvf_store *st, uint64_t seq_id, uint32_t layer)
 		return rc;
 	pthread_rwlock_rdlock(&st->world);
 	if ((rc = seq_get_locked(st, call, seq_id, &seq)) == KVF_OK) {
-		if ((rc = prefetch_locked(st, seq, layer, NULL)) != KVF_OK)
+		if ((rc = prefetch_locked(st, seq, layer, 0, NULL)) != KVF_OK)
 			kvf_fail_wrap(rc, call);
 		seq_unlock_put(st, seq);
 	}

@@ -566,7 +566,8 @@ kvf_status kvf_close(kvf_store *st)
 
 	if (st == NULL)
 		return KVF_OK;
-	jobs_drain(st); /* background jobs on st end first */
+	prefetch_close(st); /* its reads would go into a tier about to go */
+	jobs_drain(st);     /* background jobs on st end first */
 	cleaner_stop(st);
 	/* a handle that went fatal may have lost its last writes: say so */
 	if ((rc = store_check(st, "kvf_close")) == KVF_OK && !st->read_only) {

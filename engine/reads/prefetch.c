@@ -11,8 +11,8 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
-#include "engine/base/jobs.h"
 #include "engine/base/group.h"
+#include "engine/base/jobs.h"
 #include "engine/base/key.h"
 #include "engine/base/store_state.h"
 #include "engine/base/tier.h"
@@ -25,86 +25,26 @@
 #define PREFETCH_BATCH 256u /* pages per media read (1 MiB of 4 KiB): at
 			     * most KVF_MEDIA_ASYNC_IO requests */
 
+void (*prefetch_test_hook)(kvf_store *st, int done);
+
 struct prefetch_job {
 	kvf_store *st;
 	uint64_t seq_id;
 	uint32_t layer;
-	uint64_t drops;         /* tier_drops when the addresses were taken */
 	uint32_t n;             /* pages */
 	struct page_ref *ref;   /* [n], in stream order */
+	uint64_t *gen;          /* [n]: the drop count of each page's
+				 * segment when its address was taken */
 };
 
-/* media_kept - the media keeps pages in memory (nothing to prefetch) */
-static int media_kept(kvf_store *st, uint32_t addr)
-{
-	uint32_t segid = addr_seg(addr, st->page_bits);
-
-	return kvf_media_map(st->media, seg_stripe(st, segid),
-			     seg_in_stripe(st, segid),
-			     addr_page(addr, st->page_bits)) != NULL;
-}
-
-/* take_stream - the media pages of the sealed groups of s (a K or V
- * stream of lane, `tokens` long) into j->ref, up to cap; 0, or -1 when
- * the media keeps pages in memory */
-static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
-		       struct stream *s, uint64_t tokens,
-		       struct prefetch_job *j, uint32_t cap)
-{
-	uint32_t P = group_sealed_pages(st, s), G = st->group_tokens;
-	int drops = dropmark_any(st, seq, lane);
-
-	for (uint64_t g = 0; g < tokens / G && j->n < cap; g++) {
-		uint64_t e0 = group_sealed_entry(st, s, g);
-
-		/* a dropped group's pages are given up: not worth reading */
-		if (drops && dropmark_first(st, seq, lane, g * G, (g + 1) * G) !=
-				     UINT64_MAX)
-			continue;
-		for (uint64_t e = e0; e < e0 + P && e < s->n_groups && j->n < cap;
-		     e++) {
-			struct page_ref r = stream_page(s, e);
-
-			if (r.addr == ADDR_NONE || stream_waiting(s, e) ||
-			    openseg_page(st, seq, r.addr))
-				continue;
-			if (media_kept(st, r.addr))
-				return -1;
-			j->ref[j->n++] = r;
-		}
-	}
-	return 0;
-}
-
-static kvf_status prefetch_run(void *arg);
-
-/* drop_cached - take the pages the tier holds now off j's list (a warm
- * layer queues nothing) */
-static void drop_cached(kvf_store *st, struct prefetch_job *j)
-{
-	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH], m = 0;
-	uint8_t miss[PREFETCH_BATCH];
-
-	for (uint32_t i0 = 0; i0 < j->n; i0 += PREFETCH_BATCH) {
-		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
-
-		for (uint32_t i = 0; i < n; i++) {
-			addr[i] = j->ref[i0 + i].addr;
-			check[i] = j->ref[i0 + i].check;
-		}
-		tier_missing(st, addr, check, n, miss);
-		for (uint32_t i = 0; i < n; i++)
-			if (miss[i])
-				j->ref[m++] = j->ref[i0 + i];
-	}
-	j->n = m;
-}
+/* ---- the store's list of prefetches ------------------------------------ */
 
 void prefetch_init(kvf_store *st)
 {
 	pthread_mutex_init(&st->prefetch.lock, NULL);
 	pthread_cond_init(&st->prefetch.done, NULL);
 	st->prefetch.n = 0;
+	st->prefetch.closing = 0;
 }
 
 void prefetch_free(kvf_store *st)
@@ -113,15 +53,17 @@ void prefetch_free(kvf_store *st)
 	pthread_mutex_destroy(&st->prefetch.lock);
 }
 
-/* busy_add - list j as queued; 0 when the list is full (the hint is
- * dropped) */
+/* busy_add - list j as queued; 0 when the list is full, the store closes
+ * or the same layer is listed already (the hint is dropped) */
 static int busy_add(kvf_store *st, const struct prefetch_job *j)
 {
 	struct prefetch_busy *b = &st->prefetch;
 	int ok;
 
 	pthread_mutex_lock(&b->lock);
-	ok = b->n < PREFETCH_JOBS_MAX;
+	ok = b->n < PREFETCH_JOBS_MAX && !b->closing;
+	for (uint32_t i = 0; ok && i < b->n; i++)
+		ok = !(b->seq[i] == j->seq_id && b->layer[i] == j->layer);
 	if (ok) {
 		b->job[b->n] = j;
 		b->seq[b->n] = j->seq_id;
@@ -155,7 +97,8 @@ static void busy_drop(struct prefetch_busy *b, uint32_t i)
 	pthread_cond_broadcast(&b->done);
 }
 
-/* busy_start - j is about to read: 0 if a waiter took it off meanwhile */
+/* busy_start - j is about to read: 0 if a waiter took it off meanwhile
+ * or the store closes */
 static int busy_start(kvf_store *st, const struct prefetch_job *j)
 {
 	struct prefetch_busy *b = &st->prefetch;
@@ -164,14 +107,15 @@ static int busy_start(kvf_store *st, const struct prefetch_job *j)
 
 	pthread_mutex_lock(&b->lock);
 	i = busy_find(b, j);
-	on = i < b->n;
+	on = i < b->n && !b->closing;
 	if (on)
 		b->running[i] = 1;
 	pthread_mutex_unlock(&b->lock);
 	return on;
 }
 
-/* busy_stopped - a waiter asked j to read no further batch */
+/* busy_stopped - j is to read no further batch (a waiter or the close
+ * asked) */
 static int busy_stopped(kvf_store *st, const struct prefetch_job *j)
 {
 	struct prefetch_busy *b = &st->prefetch;
@@ -180,7 +124,7 @@ static int busy_stopped(kvf_store *st, const struct prefetch_job *j)
 
 	pthread_mutex_lock(&b->lock);
 	i = busy_find(b, j);
-	stop = i >= b->n || b->stop[i];
+	stop = i >= b->n || b->stop[i] || b->closing;
 	pthread_mutex_unlock(&b->lock);
 	return stop;
 }
@@ -220,10 +164,98 @@ void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer)
 	pthread_mutex_unlock(&b->lock);
 }
 
-kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
-			   int *queued)
+void prefetch_close(kvf_store *st)
 {
-	uint32_t room = tier_room_pages(st), cap = 0, H = st->hdr.n_kv_heads;
+	pthread_mutex_lock(&st->prefetch.lock);
+	st->prefetch.closing = 1;
+	pthread_mutex_unlock(&st->prefetch.lock);
+}
+
+/* ---- taking a layer's addresses (under the sequence's lock) ------------ */
+
+/* media_kept - the media keeps pages in memory (nothing to prefetch) */
+static int media_kept(kvf_store *st, uint32_t addr)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+
+	return kvf_media_map(st->media, seg_stripe(st, segid),
+			     seg_in_stripe(st, segid),
+			     addr_page(addr, st->page_bits)) != NULL;
+}
+
+/* take_stream - the media pages of the sealed groups of s (a K or V
+ * stream of lane, `tokens` long) from the one holding token `first` on,
+ * appended to j->ref; 0, or -1 when the media keeps pages in memory */
+static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
+		       struct stream *s, uint64_t tokens, uint64_t first,
+		       struct prefetch_job *j)
+{
+	uint32_t P = group_sealed_pages(st, s), G = st->group_tokens;
+	int drops = dropmark_any(st, seq, lane);
+
+	for (uint64_t g = first / G; g < tokens / G; g++) {
+		uint64_t e0 = group_sealed_entry(st, s, g);
+
+		/* a dropped group's pages are given up: not worth reading */
+		if (drops && dropmark_first(st, seq, lane, g * G, (g + 1) * G) !=
+				     UINT64_MAX)
+			continue;
+		for (uint64_t e = e0; e < e0 + P && e < s->n_groups; e++) {
+			struct page_ref r = stream_page(s, e);
+
+			if (r.addr == ADDR_NONE || stream_waiting(s, e) ||
+			    openseg_page(st, seq, r.addr))
+				continue;
+			if (media_kept(st, r.addr))
+				return -1;
+			j->ref[j->n++] = r;
+		}
+	}
+	return 0;
+}
+
+/* keep_missing - of j's pages, those the tier has not got now, at most
+ * cap, each with its segment's drop count (taken now: under the
+ * sequence's lock, with the addresses) */
+static void keep_missing(kvf_store *st, struct prefetch_job *j, uint32_t cap)
+{
+	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH], m = 0;
+	uint64_t gen[PREFETCH_BATCH];
+	uint8_t miss[PREFETCH_BATCH];
+
+	for (uint32_t i0 = 0; i0 < j->n && m < cap; i0 += PREFETCH_BATCH) {
+		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
+
+		for (uint32_t i = 0; i < n; i++) {
+			addr[i] = j->ref[i0 + i].addr;
+			check[i] = j->ref[i0 + i].check;
+		}
+		tier_missing(st, addr, check, n, miss, gen);
+		for (uint32_t i = 0; i < n && m < cap; i++)
+			if (miss[i]) {
+				j->gen[m] = gen[i];
+				j->ref[m++] = j->ref[i0 + i];
+			}
+	}
+	j->n = m;
+}
+
+static kvf_status prefetch_run(void *arg);
+
+static void job_free(struct prefetch_job *j)
+{
+	if (j) {
+		kvf_free(j->ref);
+		kvf_free(j->gen);
+	}
+	kvf_free(j);
+}
+
+kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
+			   uint64_t first, int *queued)
+{
+	uint32_t room = tier_room_pages(st), H = st->hdr.n_kv_heads;
+	uint64_t all = 0;
 	struct prefetch_job *j;
 	kvf_status rc;
 
@@ -232,55 +264,55 @@ kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
 	if (room == 0 || seq->ns != SEQ_NS_USER)
 		return KVF_OK;
 	for (uint32_t h = 0; h < H; h++)
-		for (int kind = 0; kind < 2; kind++) {
-			uint64_t n = seq_kv_stream(st, seq, layer,
-						   (enum kv_kind)kind, h)->n_groups;
-
-			cap = n > UINT32_MAX - cap ? UINT32_MAX : cap + (uint32_t)n;
-		}
-	cap = cap < room ? cap : room;
-	if (cap == 0)
+		for (int kind = 0; kind < 2; kind++)
+			all += seq_kv_stream(st, seq, layer, (enum kv_kind)kind,
+					     h)->n_groups;
+	if (all == 0)
 		return KVF_OK;
+	if (all > UINT32_MAX)
+		return kvf_fail(KVF_ENOMEM, "prefetch: %llu pages in a layer",
+				(unsigned long long)all);
 	j = kvf_calloc(1, sizeof(*j));
-	if (j == NULL || (j->ref = kvf_malloc(cap * sizeof(*j->ref))) == NULL) {
-		kvf_free(j);
+	if (j == NULL || (j->ref = kvf_malloc(all * sizeof(*j->ref))) == NULL ||
+	    (j->gen = kvf_malloc(all * sizeof(*j->gen))) == NULL) {
+		job_free(j);
 		return kvf_fail(KVF_ENOMEM, "prefetch: out of memory");
 	}
 	j->st = st;
 	j->seq_id = seq->id;
 	j->layer = layer;
-	j->drops = tier_drops(st);
 	for (uint32_t h = 0; h < H; h++)
 		for (int kind = 0; kind < 2; kind++)
 			if (take_stream(st, seq, dropmark_lane(st, layer, h),
 					seq_kv_stream(st, seq, layer,
 						      (enum kv_kind)kind, h),
-					seq->len[layer], j, cap) < 0) {
+					seq->len[layer], first, j) < 0) {
 				j->n = 0;
 				h = H;
 				break;
 			}
-	drop_cached(st, j);
+	keep_missing(st, j, room);
 	if (j->n == 0 || !busy_add(st, j)) {
-		kvf_free(j->ref);
-		kvf_free(j);
+		job_free(j);
 		return KVF_OK;
 	}
 	if ((rc = async_detach(st, "prefetch", prefetch_run, j)) != KVF_OK) {
 		busy_end(st, j);
-		kvf_free(j->ref);
-		kvf_free(j);
+		job_free(j);
 	} else if (queued) {
 		*queued = 1;
 	}
 	return rc;
 }
 
+/* ---- the job: reading, checking, caching ------------------------------- */
+
 /* One batch of a prefetch: pages not cached when looked at, their
  * requests (adjacent pages merged) and the read in flight. */
 struct pf_batch {
 	unsigned char *buf;                   /* PREFETCH_BATCH pages */
 	struct page_ref want[PREFETCH_BATCH];
+	uint64_t gen[PREFETCH_BATCH];
 	uint32_t m;                           /* pages */
 	struct kvf_media_io io[PREFETCH_BATCH];
 	uint32_t n_io;
@@ -288,23 +320,23 @@ struct pf_batch {
 	int started;                          /* op holds a started read */
 };
 
-/* pf_fill - the pages of ref[0..n) the tier has not got now into b */
+/* pf_fill - the pages of j's [i0, i0 + n) the tier has not got now */
 static void pf_fill(kvf_store *st, struct pf_batch *b,
-		    const struct page_ref *ref, uint32_t n)
+		    const struct prefetch_job *j, uint32_t i0, uint32_t n)
 {
 	uint32_t addr[PREFETCH_BATCH] = { 0 }, check[PREFETCH_BATCH] = { 0 };
 	uint32_t ps = st->hdr.page_size;
 	uint8_t miss[PREFETCH_BATCH];
 
 	for (uint32_t i = 0; i < n; i++) {
-		addr[i] = ref[i].addr;
-		check[i] = ref[i].check;
+		addr[i] = j->ref[i0 + i].addr;
+		check[i] = j->ref[i0 + i].check;
 	}
-	tier_missing(st, addr, check, n, miss);
+	tier_missing(st, addr, check, n, miss, NULL);
 	b->m = b->n_io = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t segid = addr_seg(ref[i].addr, st->page_bits);
-		uint32_t page = addr_page(ref[i].addr, st->page_bits);
+		uint32_t segid = addr_seg(addr[i], st->page_bits);
+		uint32_t page = addr_page(addr[i], st->page_bits);
 		struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
 
 		if (!miss[i])
@@ -319,7 +351,8 @@ static void pf_fill(kvf_store *st, struct pf_batch *b,
 				.seg = seg_in_stripe(st, segid), .page = page,
 				.n_pages = 1, .buf = b->buf + (size_t)b->m * ps };
 		}
-		b->want[b->m++] = ref[i];
+		b->gen[b->m] = j->gen[i0 + i];
+		b->want[b->m++] = j->ref[i0 + i];
 	}
 }
 
@@ -336,23 +369,24 @@ static void pf_start(kvf_store *st, struct pf_batch *b)
 		return;
 	}
 	b->started = 1;
-	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->m * st->hdr.page_size);
-	atomic_fetch_add(&st->c.pages_read, b->m);
 }
 
-/* pf_finish - wait for b's read; 0 if it failed */
+/* pf_finish - wait for b's read; 0 if it failed (counted if not) */
 static int pf_finish(kvf_store *st, struct pf_batch *b)
 {
 	if (!b->started)
 		return 0;
 	b->started = 0;
-	return kvf_media_read_finish(st->media, &b->op) == KVF_OK;
+	if (kvf_media_read_finish(st->media, &b->op) != KVF_OK)
+		return 0;
+	atomic_fetch_add(&st->c.bytes_read, (uint64_t)b->m * st->hdr.page_size);
+	atomic_fetch_add(&st->c.pages_read, b->m);
+	return 1;
 }
 
 /* pf_put - b's pages checked and offered to the tier */
-static void pf_put(struct prefetch_job *j, struct pf_batch *b)
+static void pf_put(kvf_store *st, struct pf_batch *b)
 {
-	kvf_store *st = j->st;
 	uint32_t ps = st->hdr.page_size, put = 0;
 
 	for (uint32_t i = 0; i < b->m; i++) {
@@ -361,14 +395,15 @@ static void pf_put(struct prefetch_job *j, struct pf_batch *b)
 		/* a page that does not match was moved since: skipped */
 		if (page_check(p, ps) == b->want[i].check &&
 		    tier_put_prefetched(st, b->want[i].addr, b->want[i].check,
-					p, j->drops))
+					p, b->gen[i]))
 			put++;
 	}
 	atomic_fetch_add(&st->c.prefetch_pages, put);
 }
 
 /* prefetch_run - the job: the pages not cached by now, in batches, the
- * next batch's read in flight while this one is checked and cached */
+ * next batch's read in flight while this one is checked and cached; no
+ * more than the tier's room, and none once stopped */
 static kvf_status prefetch_run(void *arg)
 {
 	struct prefetch_job *j = arg;
@@ -377,6 +412,8 @@ static kvf_status prefetch_run(void *arg)
 	uint32_t i0 = 0, room;
 	int cur = 0;
 
+	if (prefetch_test_hook)
+		prefetch_test_hook(st, 0);
 	if (busy_start(st, j) && (b = kvf_calloc(2, sizeof(*b))) != NULL &&
 	    ((b[0].buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
 			(size_t)2 * PREFETCH_BATCH * st->hdr.page_size)) != NULL)) {
@@ -396,12 +433,13 @@ static kvf_status prefetch_run(void *arg)
 				/* no more than the room left once the
 				 * batch in flight is in */
 				n = n < room - now->m ? n : room - now->m;
-				pf_fill(st, next, j->ref + i0, n);
+				pf_fill(st, next, j, i0, n);
 				i0 += n;
 			}
 			if (pf_finish(st, now))
-				pf_put(j, now);
-			if (next->m == 0)
+				pf_put(st, now);
+			/* a stop that came meanwhile: nothing more read */
+			if (next->m == 0 || busy_stopped(st, j))
 				break;
 			pf_start(st, next);
 			cur = !cur;
@@ -411,8 +449,9 @@ static kvf_status prefetch_run(void *arg)
 		kvf_free(b[0].buf);
 		kvf_free(b);
 	}
+	if (prefetch_test_hook)
+		prefetch_test_hook(st, 1);
 	busy_end(st, j);
-	kvf_free(j->ref);
-	kvf_free(j);
+	job_free(j);
 	return KVF_OK;
 }

@@ -21,23 +21,35 @@
 struct seq;
 
 /* prefetch_init / prefetch_free - the store's list of prefetches queued
- * or running (readpath_state.h) */
+ * or running (readpath_state.h); prefetch_close - kvf_close, before it
+ * waits for the store's jobs: queued prefetches read nothing, running
+ * ones stop after the batch in flight, no new one is queued */
 void prefetch_init(kvf_store *st);
 void prefetch_free(kvf_store *st);
+void prefetch_close(kvf_store *st);
 
-/* prefetch_wait - until no prefetch of seq's layer is queued or running
- * (an attention of that layer then finds its pages cached, rather than
- * read them beside it).  Any lock may be held: a prefetch takes none but
- * the tier's. */
+/*
+ * prefetch_wait - until no prefetch of seq's layer is queued or running:
+ * a queued one is taken off, a running one stops after its batch in
+ * flight (an attention of that layer then reads the rest itself rather
+ * than the same pages beside it).  Any lock may be held: a prefetch takes
+ * none of the engine's but the tier's, the media's and this list's.
+ */
 void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer);
 
 /*
  * prefetch_locked - queue the read of layer's K and V pages of seq (the
- * caller holds seq->lock) that are on media and not cached, up to the
- * tier's free room; *queued (may be NULL) says whether there were any.
- * Return: KVF_OK (queued, or nothing to do); KVF_ENOMEM (nothing queued).
+ * caller holds seq->lock) from the group holding token `first` on, that
+ * are on media and not cached, up to the tier's free room; *queued (may
+ * be NULL) says whether there were any.  Return: KVF_OK (queued, or
+ * nothing to do); KVF_ENOMEM (nothing queued).
  */
 kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
-			   int *queued);
+			   uint64_t first, int *queued);
+
+/* prefetch_test_hook - tests only: called by a prefetch on its thread
+ * between taking its addresses and reading them (done 0) and when it has
+ * read and cached all it will (done 1); NULL: none */
+extern void (*prefetch_test_hook)(kvf_store *st, int done);
 
 #endif /* KVF_ENGINE_PREFETCH_H */

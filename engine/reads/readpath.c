@@ -467,7 +467,7 @@ static kvf_status batch_media(kvf_store *st, struct seq *seq, struct batch *b)
 
 /* batch_start / batch_finish - batch_media with the caller working in
  * between (kvf_media_read_start) */
-static kvf_status batch_start(kvf_store *st, struct seq *seq, struct batch *b)
+static kvf_status batch_start(kvf_store *st, struct batch *b)
 {
 	kvf_status rc;
 
@@ -476,16 +476,20 @@ static kvf_status batch_start(kvf_store *st, struct seq *seq, struct batch *b)
 	if ((rc = kvf_media_read_start(st->media, b->io, b->n_io, &b->op)) != KVF_OK)
 		return rc;
 	b->in_flight = 1;
-	count_read(st, seq, b->n);
 	return KVF_OK;
 }
 
-static kvf_status batch_finish(kvf_store *st, struct batch *b)
+/* batch_finish - the read landed (counted if it succeeded) */
+static kvf_status batch_finish(kvf_store *st, struct seq *seq, struct batch *b)
 {
+	kvf_status rc;
+
 	if (b == NULL || !b->in_flight)
 		return KVF_OK;
 	b->in_flight = 0;
-	return kvf_media_read_finish(st->media, &b->op);
+	if ((rc = kvf_media_read_finish(st->media, &b->op)) == KVF_OK)
+		count_read(st, seq, b->n);
+	return rc;
 }
 
 /* batch_check - verify the pages batch_media read and offer them to the
@@ -988,7 +992,7 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 	}
 	i0 = n_groups < PAIR_GROUPS ? n_groups : PAIR_GROUPS;
 	if ((rc = pair_prep(&r, now, 0, (uint32_t)i0)) == KVF_OK)
-		rc = batch_start(st, seq, now->b);
+		rc = batch_start(st, now->b);
 	while (rc == KVF_OK && now->n) {
 		uint32_t n = (uint32_t)(n_groups - i0 < PAIR_GROUPS ? n_groups - i0
 								    : PAIR_GROUPS);
@@ -999,9 +1003,9 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 		if (n && (rc = pair_prep(&r, next, i0, n)) != KVF_OK)
 			break;
 		i0 += n;
-		if ((rc = batch_finish(st, now->b)) != KVF_OK)
+		if ((rc = batch_finish(st, seq, now->b)) != KVF_OK)
 			break;
-		if (n && (rc = batch_start(st, seq, next->b)) != KVF_OK)
+		if (n && (rc = batch_start(st, next->b)) != KVF_OK)
 			break;
 		rc = pair_hand(&r, now);
 		pair_unpin(&r, done);
@@ -1010,9 +1014,9 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 	}
 out:
 	/* a read still in flight lands before its buffer goes */
-	if ((rc2 = batch_finish(st, steps[0].b)) != KVF_OK && rc == KVF_OK)
+	if ((rc2 = batch_finish(st, seq, steps[0].b)) != KVF_OK && rc == KVF_OK)
 		rc = rc2;
-	if ((rc2 = batch_finish(st, steps[1].b)) != KVF_OK && rc == KVF_OK)
+	if ((rc2 = batch_finish(st, seq, steps[1].b)) != KVF_OK && rc == KVF_OK)
 		rc = rc2;
 	pair_unpin(&r, &steps[0]);
 	pair_unpin(&r, &steps[1]);

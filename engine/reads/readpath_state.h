@@ -32,6 +32,7 @@ struct prefetch_busy {
 	uint32_t layer[PREFETCH_JOBS_MAX];
 	int running[PREFETCH_JOBS_MAX];
 	int stop[PREFETCH_JOBS_MAX]; /* running: read no further batch */
+	int closing;                 /* kvf_close: no more, and stop all */
 };
 
 /*

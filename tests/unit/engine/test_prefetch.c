@@ -3,8 +3,10 @@
  * (engine/reads/prefetch.h): a prefetched layer is attended with no read
  * from media and the same bits as without a tier; a kvf_attend_batch
  * that misses reads the next layer ahead, kvf_attend does not; a prefetch fills only free room and
- * evicts nothing; bad arguments are refused with nothing queued; a store
- * closes with prefetches queued.
+ * evicts nothing; reads ahead only the tokens a windowed call attends; a
+ * page whose segment was given back while it was read is not cached; bad
+ * arguments are refused with nothing queued; a store closes with
+ * prefetches queued.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/reads/prefetch.h"
 #include "store_fixture.h"
 #include "testutil.h"
 
@@ -28,6 +31,7 @@ static kvf_options pf_opts(uint64_t budget)
 
 	o.dram_budget = budget;
 	o.direct_io = 2; /* tmpfs may refuse O_DIRECT */
+	o.trim = 2;      /* a freed segment keeps its bytes (see below) */
 	return o;
 }
 
@@ -252,5 +256,74 @@ Test(prefetch, a_store_closes_with_prefetches_queued)
 	st = pf_open(64ull << 20);
 	OK(kvf_prefetch(st, 1, 0));
 	OK(kvf_seq_free(st, 1));
+	OK(kvf_close(st));
+}
+
+Test(prefetch, read_ahead_takes_the_window_a_call_attends)
+{
+	float q[QH * DIM], out[QH * DIM];
+	uint64_t ids[1] = { 1 };
+	kvf_attn_opts o;
+	kvf_store *st;
+
+	pf_store();
+	query(q, 13);
+	kvf_attn_opts_init(&o);
+	o.window = 10 * G;
+	st = pf_open(64ull << 20);
+	OK(kvf_attend_batch(st, 1, ids, 0, q, out, &o)); /* cold: misses */
+	cr_assert(eq(u64, wait_prefetched(st, 10 * KVH * 2), 10 * KVH * 2));
+	OK(kvf_close(st)); /* and no more came */
+	st = pf_open(64ull << 20);
+	OK(kvf_attend_batch(st, 1, ids, 0, q, out, &o));
+	cr_assert(eq(u64, stats_of(st).bytes_read,
+		     (uint64_t)10 * KVH * 2 * FX_PAGE),
+		  "layer 0's window only");
+	OK(kvf_close(st));
+}
+
+/* The hook frees sequence 1 (and syncs, so its segments are given back)
+ * after the prefetch took its addresses; the pages keep their bytes
+ * (trim = 2), so each still matches its check: only the segments' drop
+ * counts keep them out of the tier. */
+static _Atomic int hook_done;
+static _Atomic uint64_t hook_read, hook_cached, hook_reclaimed;
+
+static void free_under_prefetch(kvf_store *st, int done)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	if (!done) {
+		cr_assert(eq(int, kvf_seq_free(st, 1), KVF_OK), "%s",
+			  kvf_last_error());
+		cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
+		cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
+		hook_reclaimed = s.segments_reclaimed;
+		return;
+	}
+	cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
+	hook_read = s.pages_read;
+	hook_cached = s.prefetch_pages;
+	hook_done = 1;
+}
+
+Test(prefetch, a_page_of_a_segment_given_back_meanwhile_is_not_cached)
+{
+	struct timespec nap = { 0, 1000000 };
+	kvf_store *st;
+
+	pf_store();
+	st = pf_open(64ull << 20);
+	hook_done = 0;
+	prefetch_test_hook = free_under_prefetch;
+	OK(kvf_prefetch(st, 1, 1));
+	for (int i = 0; i < 10000 && !hook_done; i++)
+		nanosleep(&nap, NULL);
+	prefetch_test_hook = NULL;
+	cr_assert(eq(int, hook_done, 1));
+	cr_assert(gt(u64, hook_reclaimed, 0), "the segments were given back");
+	cr_assert(eq(u64, hook_read, PF_PAGES), "the pages were read");
+	cr_assert(eq(u64, hook_cached, 0), "and none was cached");
+	cr_assert(eq(u64, stats_of(st).cache_bytes, 0));
 	OK(kvf_close(st));
 }
