@@ -20,6 +20,7 @@
 #include "engine/segments/segtable.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/sequences/seq_state.h"
+#include "engine/reads/readpath.h"
 #include "engine/sequences/seq_stream.h"
 
 #define PREFETCH_BATCH 256u /* pages per media read (1 MiB of 4 KiB): at
@@ -335,22 +336,10 @@ static void pf_fill(kvf_store *st, struct pf_batch *b,
 	tier_missing(st, addr, check, n, miss, NULL);
 	b->m = b->n_io = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t segid = addr_seg(addr[i], st->page_bits);
-		uint32_t page = addr_page(addr[i], st->page_bits);
-		struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
-
 		if (!miss[i])
 			continue;
-		if (last && last->stripe == seg_stripe(st, segid) &&
-		    last->seg == seg_in_stripe(st, segid) &&
-		    last->page + last->n_pages == page) {
-			last->n_pages++;
-		} else {
-			b->io[b->n_io++] = (struct kvf_media_io){
-				.stripe = seg_stripe(st, segid),
-				.seg = seg_in_stripe(st, segid), .page = page,
-				.n_pages = 1, .buf = b->buf + (size_t)b->m * ps };
-		}
+		read_io_add(st, b->io, &b->n_io, addr[i],
+			    b->buf + (size_t)b->m * ps);
 		b->gen[b->m] = j->gen[i0 + i];
 		b->want[b->m++] = j->ref[i0 + i];
 	}

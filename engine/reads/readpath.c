@@ -51,6 +51,26 @@ static void count_read(kvf_store *st, struct seq *seq, uint32_t n)
 		atomic_fetch_add(&seq->bytes_read, bytes);
 }
 
+void read_io_add(kvf_store *st, struct kvf_media_io *io, uint32_t *n_io,
+		 uint32_t addr, void *dst)
+{
+	uint32_t segid = addr_seg(addr, st->page_bits);
+	uint32_t page = addr_page(addr, st->page_bits);
+	struct kvf_media_io *last = *n_io ? &io[*n_io - 1] : NULL;
+
+	if (last && last->stripe == seg_stripe(st, segid) &&
+	    last->seg == seg_in_stripe(st, segid) &&
+	    last->page + last->n_pages == page &&
+	    (unsigned char *)last->buf + (size_t)last->n_pages * st->hdr.page_size ==
+		    (unsigned char *)dst) {
+		last->n_pages++;
+		return;
+	}
+	io[(*n_io)++] = (struct kvf_media_io){
+		.stripe = seg_stripe(st, segid), .seg = seg_in_stripe(st, segid),
+		.page = page, .n_pages = 1, .buf = dst };
+}
+
 /* cached - the bytes of ref from the memory tier, pinned (*slot), for a
  * caller's sequence (optimizer state is not cached); NULL on a miss */
 static const unsigned char *cached(kvf_store *st, struct seq *seq,
@@ -203,9 +223,8 @@ static kvf_status gather_group(kvf_store *st, struct seq *seq, struct stream *s,
 	for (uint32_t p = 0; p < P; p++) {
 		uint64_t e = e0 + p;
 		unsigned char *d = dst + (size_t)p * ps;
-		struct kvf_media_io *last = ga->n_io ? &ga->io[ga->n_io - 1] : NULL;
 		const unsigned char *q;
-		uint32_t slot = TIER_NONE, segid, page;
+		uint32_t slot = TIER_NONE;
 		struct page_ref r;
 
 		if ((q = stream_waiting(s, e)) != NULL) {
@@ -225,19 +244,7 @@ static kvf_status gather_group(kvf_store *st, struct seq *seq, struct stream *s,
 				tier_unpin(st, slot);
 			continue;
 		}
-		segid = addr_seg(r.addr, st->page_bits);
-		page = addr_page(r.addr, st->page_bits);
-		if (last && last->stripe == seg_stripe(st, segid) &&
-		    last->seg == seg_in_stripe(st, segid) &&
-		    last->page + last->n_pages == page &&
-		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == d) {
-			last->n_pages++;
-		} else {
-			ga->io[ga->n_io++] = (struct kvf_media_io){
-				.stripe = seg_stripe(st, segid),
-				.seg = seg_in_stripe(st, segid), .page = page,
-				.n_pages = 1, .buf = d };
-		}
+		read_io_add(st, ga->io, &ga->n_io, r.addr, d);
 		ga->ref[ga->n_read] = r;
 		ga->dst[ga->n_read++] = d;
 	}
@@ -420,21 +427,8 @@ void read_spares_free(kvf_store *st)
 static void batch_add(kvf_store *st, struct batch *b, uint64_t g,
 		      const struct page_ref *ref)
 {
-	uint32_t segid = addr_seg(ref->addr, st->page_bits);
-	uint32_t page = addr_page(ref->addr, st->page_bits);
-	struct kvf_media_io *last = b->n_io ? &b->io[b->n_io - 1] : NULL;
-
-	if (last && last->stripe == seg_stripe(st, segid) &&
-	    last->seg == seg_in_stripe(st, segid) &&
-	    last->page + last->n_pages == page) {
-		last->n_pages++;
-	} else {
-		b->io[b->n_io++] = (struct kvf_media_io){
-			.stripe = seg_stripe(st, segid),
-			.seg = seg_in_stripe(st, segid), .page = page,
-			.n_pages = 1,
-			.buf = b->buf + (size_t)b->n * st->hdr.page_size };
-	}
+	read_io_add(st, b->io, &b->n_io, ref->addr,
+		    b->buf + (size_t)b->n * st->hdr.page_size);
 	b->group[b->n] = g;
 	b->ref[b->n] = *ref;
 	b->n++;
@@ -1170,10 +1164,8 @@ kvf_status stream_read_into(kvf_store *st, struct seq *seq,
 
 	for (uint32_t i = 0; i < n; i++) {
 		const struct page_read *w = &want[i];
-		struct kvf_media_io *last = n_io ? &io[n_io - 1] : NULL;
 		const unsigned char *p;
 		struct page_ref r;
-		uint32_t segid, page;
 
 		if (w->idx >= w->s->n_groups ||
 		    (r = stream_page(w->s, w->idx)).addr == ADDR_NONE)
@@ -1184,19 +1176,7 @@ kvf_status stream_read_into(kvf_store *st, struct seq *seq,
 		}
 		if (rc != KVF_OK)
 			return rc;
-		segid = addr_seg(r.addr, st->page_bits);
-		page = addr_page(r.addr, st->page_bits);
-		if (last && last->stripe == seg_stripe(st, segid) &&
-		    last->seg == seg_in_stripe(st, segid) &&
-		    last->page + last->n_pages == page &&
-		    (unsigned char *)last->buf + (size_t)last->n_pages * ps == w->dst) {
-			last->n_pages++;
-		} else {
-			io[n_io++] = (struct kvf_media_io){
-				.stripe = seg_stripe(st, segid),
-				.seg = seg_in_stripe(st, segid), .page = page,
-				.n_pages = 1, .buf = w->dst };
-		}
+		read_io_add(st, io, &n_io, r.addr, w->dst);
 		n_read++;
 	}
 	if (n_io == 0)

@@ -25,6 +25,11 @@ struct stream;
 struct page_ref;
 struct kvf_media_io;
 
+/* read_io_add - a request reading the page at addr into dst, merged into
+ * the last of io[0..*n_io) when it continues it on media and in memory */
+void read_io_add(kvf_store *st, struct kvf_media_io *io, uint32_t *n_io,
+		 uint32_t addr, void *dst);
+
 typedef kvf_status (*span_fn)(void *arg, uint64_t first, uint32_t n_tokens,
 			      const unsigned char *rows);
 
