@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kvflash.h"
+#include "stress_beside.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -34,7 +35,7 @@
 
 static kvf_store *st;
 static _Atomic int failed, done;
-static _Atomic uint64_t hints, frees, cuts, syncs, checked;
+static _Atomic uint64_t hints, frees, cuts, checked;
 
 static void fail(const char *what, kvf_status rc)
 {
@@ -177,44 +178,14 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* beside - syncs, stats and verify while the workers run */
-static void *beside(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&done) && !atomic_load(&failed)) {
-		kvf_stats s = { .struct_size = sizeof(s) };
-		kvf_verify_report vr = { .struct_size = sizeof(vr) };
-		kvf_status rc;
-
-		if ((rc = kvf_sync(st)) != KVF_OK) {
-			fail("kvf_sync", rc);
-			break;
-		}
-		atomic_fetch_add(&syncs, 1);
-		if ((rc = kvf_stats_get(st, &s)) != KVF_OK) {
-			fail("kvf_stats_get", rc);
-			break;
-		}
-		if ((rc = kvf_verify(st, NULL, NULL, &vr)) != KVF_OK) {
-			fail("kvf_verify", rc);
-			break;
-		}
-		if (vr.bad_pages + vr.bad_segments != 0) {
-			fprintf(stderr, "stress_prefetch: kvf_verify: %llu bad pages, %u bad segments\n",
-				(unsigned long long)vr.bad_pages, vr.bad_segments);
-			atomic_store(&failed, 1);
-			break;
-		}
-	}
-	return NULL;
-}
-
 int main(void)
 {
 	char *dir = tmpdir_make("stress_prefetch");
 	kvf_model m = { LAYERS, QH, KVH, DIM, KVF_DTYPE_F16 };
 	pthread_t th[WORKERS], bs;
 	kvf_stats s = { .struct_size = sizeof(s) };
+	struct stress_beside beside = { .name = "stress_prefetch", .done = &done,
+					.failed = &failed };
 	kvf_options o;
 	kvf_status rc;
 
@@ -227,7 +198,8 @@ int main(void)
 		fail("kvf_open", rc);
 		return 1;
 	}
-	pthread_create(&bs, NULL, beside, NULL);
+	beside.st = st;
+	pthread_create(&bs, NULL, stress_beside, &beside);
 	for (uintptr_t w = 0; w < WORKERS; w++)
 		pthread_create(&th[w], NULL, worker, (void *)w);
 	for (int w = 0; w < WORKERS; w++)
@@ -241,7 +213,7 @@ int main(void)
 		       (unsigned long long)atomic_load(&checked),
 		       (unsigned long long)atomic_load(&cuts),
 		       (unsigned long long)atomic_load(&frees),
-		       (unsigned long long)atomic_load(&syncs),
+		       (unsigned long long)atomic_load(&beside.syncs),
 		       (unsigned long long)s.segments_reclaimed);
 		if (s.prefetch_pages == 0) {
 			fprintf(stderr, "stress_prefetch: nothing was read ahead\n");
