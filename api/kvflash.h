@@ -921,8 +921,9 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  * free room (it never evicts a cached page), reads only what fits, and
  * skips pages that moved meanwhile; its reads count in bytes_read and the
  * pages it cached in prefetch_pages (kvf_stats).  An attention of the
- * layer that comes while it reads stops it after the batch in flight
- * (and waits for that batch), then reads the rest itself.
+ * layer (kvf_attend, kvf_attend_batch, kvf_scores, kvf_topk) that comes
+ * while it is queued takes it off, and while it reads stops it after the
+ * batch in flight (and waits for that batch), then reads the rest itself.
  * Nothing to do (KVF_OK): no memory tier (dram_budget 0), memory media, a
  * tier with no free room, every page cached, the same layer already being
  * read ahead, or 4 prefetches of the store queued or running.
@@ -930,9 +931,10 @@ KVF_API kvf_status kvf_read_x(kvf_store *st, uint64_t seq, uint32_t layer,
  * KVF_ERANGE (layer); KVF_ENOENT (seq); KVF_ECLOSED, KVF_EFATAL as every
  * call; KVF_ENOMEM.  A read that fails in the background is not reported:
  * the attention that needs the page reads it and reports what it finds.
- * Concurrency: any thread; prefetches run on a thread of their own, never
- * ahead of kvf_attend_start's jobs; kvf_close stops them (after the batch
- * in flight) and waits.
+ * Concurrency: any thread; prefetches run on one background thread the
+ * process's stores share, never ahead of kvf_attend_start's jobs;
+ * kvf_close takes the store's queued ones off, stops a running one after
+ * the batch in flight, and waits for it.
  */
 KVF_API kvf_status kvf_prefetch(kvf_store *st, uint64_t seq, uint32_t layer);
 

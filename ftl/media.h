@@ -194,7 +194,8 @@ kvf_status kvf_media_read(struct kvf_media *m, const struct kvf_media_io *io,
  * cannot leave a read in flight now (no async path, or no ring to spare:
  * started reads take at most half the file backend's rings, so
  * synchronous reads and writes always find one) reads at start.  The
- * media's read counters count a started read at finish, if it succeeded.  Return: start: KVF_OK (then call finish) or
+ * media's read counters count a started read at finish, if it
+ * succeeded.  Return: start: KVF_OK (then call finish) or
  * kvf_media_read's errors (nothing in flight, no finish); finish: KVF_OK
  * or KVF_EIO.
  */

@@ -2,22 +2,24 @@
  * jobs.c - the background jobs of a store (kvf_attend_start,
  * kvf_attend_x_start, kvf_kvpr_start, prefetches) and kvf_job_wait.
  *
- * Jobs go to a queue served by ASYNC_THREADS threads of the process,
- * started on the first job and kept for its life (they sleep on a
- * condition variable when idle).  A job runs its function on its thread
- * (which spreads the work over the store's pool as any caller does),
- * keeps the status and the thread's message, and is marked done;
+ * Jobs someone waits for go to a queue served by ASYNC_THREADS threads of
+ * the process, started on the first job and kept for its life (they sleep
+ * on a condition variable when idle).  A job runs its function on its
+ * thread (which spreads the work over the store's pool as any caller
+ * does), keeps the status and the thread's message, and is marked done;
  * kvf_job_wait takes the result over on the caller's thread.  A detached
- * job (async_detach: a hint, such as a prefetch) is freed by its thread
- * instead, and goes to a queue of its own served by one more thread, so a
- * hint never holds up a job someone waits for.
+ * job (async_detach: a hint, such as a prefetch) goes to a queue of its
+ * own served by HINT_THREADS more, so a hint never holds up a job someone
+ * waits for; its thread frees it, and while it is queued it can be taken
+ * off (async_cancel, and jobs_drain for a closing store's).
  *
  * States of a job: QUEUED -> RUNNING -> DONE -> (freed by kvf_job_wait).
  * Every job not yet DONE is on the `live` list, so kvf_close can wait for
  * its store's jobs (jobs_drain) before the store goes away.
  *
- * Locking: `lock` guards the queue, the live list, every job's state and
- * result, and `started`; `work` wakes the threads, `done` the waiters.
+ * Locking: `lock` guards the queues, the live list, every job's state and
+ * result, `started` and `next_id`; `work[q]` wakes queue q's threads,
+ * `done` the waiters.  It is a leaf: no other lock is taken under it.
  */
 #include "engine/base/jobs.h"
 
@@ -43,6 +45,8 @@ struct kvf_job {
 	void (*release)(void *arg);
 	void *arg;
 	int detached;              /* async_detach: freed when done, no wait */
+	uint64_t id;               /* detached: for async_cancel */
+	void (*drop)(void *arg);   /* detached: frees arg when taken off */
 	enum job_state state;      /* guarded by lock */
 	kvf_status rc;             /* when DONE */
 	char msg[KVF_ERRMSG_CAP];  /* kvf_last_error of the run, when DONE */
@@ -58,6 +62,7 @@ static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
 static struct kvf_job *queue_head[N_QUEUES], *queue_tail[N_QUEUES];
 static struct kvf_job *live;
 static int started[N_QUEUES];
+static uint64_t next_id;
 
 static void *async_thread(void *arg)
 {
@@ -171,8 +176,19 @@ kvf_status async_submit(kvf_store *st, const char *call,
 	return KVF_OK;
 }
 
+uint64_t async_id(void)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&lock);
+	id = ++next_id;
+	pthread_mutex_unlock(&lock);
+	return id;
+}
+
 kvf_status async_detach(kvf_store *st, const char *call,
-			kvf_status (*run)(void *arg), void *arg)
+			kvf_status (*run)(void *arg), void (*drop)(void *arg),
+			void *arg, uint64_t id)
 {
 	struct kvf_job *j = kvf_calloc(1, sizeof(*j));
 	kvf_status rc;
@@ -181,11 +197,49 @@ kvf_status async_detach(kvf_store *st, const char *call,
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory", call);
 	j->st = st;
 	j->run = run;
+	j->drop = drop;
 	j->arg = arg;
 	j->detached = 1;
+	j->id = id;
 	if ((rc = enqueue(j)) != KVF_OK)
 		kvf_free(j);
 	return rc;
+}
+
+/* unlink_queued - take queued hint j off its queue and the live list
+ * (lock held; prev: the job before it in the queue, or NULL) */
+static void unlink_queued(struct kvf_job *prev, struct kvf_job *j)
+{
+	if (prev)
+		prev->next_queued = j->next_queued;
+	else
+		queue_head[Q_HINT] = j->next_queued;
+	if (queue_tail[Q_HINT] == j)
+		queue_tail[Q_HINT] = prev;
+	if (j->prev_live)
+		j->prev_live->next_live = j->next_live;
+	else
+		live = j->next_live;
+	if (j->next_live)
+		j->next_live->prev_live = j->prev_live;
+	pthread_cond_broadcast(&done);
+}
+
+int async_cancel(uint64_t id)
+{
+	struct kvf_job *prev = NULL, *j;
+
+	pthread_mutex_lock(&lock);
+	for (j = queue_head[Q_HINT]; j && j->id != id; j = j->next_queued)
+		prev = j;
+	if (j)
+		unlink_queued(prev, j);
+	pthread_mutex_unlock(&lock);
+	if (j == NULL)
+		return 0; /* running, done, or never queued */
+	j->drop(j->arg);
+	kvf_free(j);
+	return 1;
 }
 
 kvf_status kvf_job_wait(kvf_job *j)
@@ -209,12 +263,31 @@ kvf_status kvf_job_wait(kvf_job *j)
 
 void jobs_drain(kvf_store *st)
 {
+	struct kvf_job *gone = NULL, *prev = NULL, *j, *next;
+
+	/* st's queued hints are taken off, not waited for behind the hints
+	 * of other stores */
+	pthread_mutex_lock(&lock);
+	for (j = queue_head[Q_HINT]; j; j = next) {
+		next = j->next_queued;
+		if (j->st != st) {
+			prev = j;
+			continue;
+		}
+		unlink_queued(prev, j);
+		j->next_queued = gone;
+		gone = j;
+	}
+	pthread_mutex_unlock(&lock);
+	for (; gone; gone = next) {
+		next = gone->next_queued;
+		gone->drop(gone->arg);
+		kvf_free(gone);
+	}
 	pthread_mutex_lock(&lock);
 	for (;;) {
-		struct kvf_job *j = live;
-
-		while (j != NULL && j->st != st)
-			j = j->next_live;
+		for (j = live; j != NULL && j->st != st; j = j->next_live)
+			;
 		if (j == NULL)
 			break;
 		pthread_cond_wait(&done, &lock);

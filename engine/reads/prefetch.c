@@ -26,7 +26,7 @@
 #define PREFETCH_BATCH 256u /* pages per media read (1 MiB of 4 KiB): at
 			     * most KVF_MEDIA_ASYNC_IO requests */
 
-void (*prefetch_test_hook)(kvf_store *st, int done);
+void (*_Atomic prefetch_test_hook)(kvf_store *st, int done);
 
 struct prefetch_job {
 	kvf_store *st;
@@ -54,26 +54,29 @@ void prefetch_free(kvf_store *st)
 	pthread_mutex_destroy(&st->prefetch.lock);
 }
 
-/* busy_add - list j as queued; 0 when the list is full, the store closes
- * or the same layer is listed already (the hint is dropped) */
-static int busy_add(kvf_store *st, const struct prefetch_job *j)
+/* busy_add - list j (to be queued as job id): 1; 2 when the same layer
+ * is listed already (it is being read); 0 when the list is full or the
+ * store closes (the hint is dropped) */
+static int busy_add(kvf_store *st, const struct prefetch_job *j, uint64_t id)
 {
 	struct prefetch_busy *b = &st->prefetch;
-	int ok;
+	int got;
 
 	pthread_mutex_lock(&b->lock);
-	ok = b->n < PREFETCH_JOBS_MAX && !b->closing;
-	for (uint32_t i = 0; ok && i < b->n; i++)
-		ok = !(b->seq[i] == j->seq_id && b->layer[i] == j->layer);
-	if (ok) {
+	got = b->n < PREFETCH_JOBS_MAX && !b->closing;
+	for (uint32_t i = 0; i < b->n; i++)
+		if (b->seq[i] == j->seq_id && b->layer[i] == j->layer)
+			got = 2;
+	if (got == 1) {
 		b->job[b->n] = j;
+		b->jid[b->n] = id;
 		b->seq[b->n] = j->seq_id;
 		b->layer[b->n] = j->layer;
 		b->stop[b->n] = 0;
 		b->running[b->n++] = 0;
 	}
 	pthread_mutex_unlock(&b->lock);
-	return ok;
+	return got;
 }
 
 /* busy_find - j's place in the list, or b->n (lock held) */
@@ -91,6 +94,7 @@ static void busy_drop(struct prefetch_busy *b, uint32_t i)
 {
 	b->n--;
 	b->job[i] = b->job[b->n];
+	b->jid[i] = b->jid[b->n];
 	b->seq[i] = b->seq[b->n];
 	b->layer[i] = b->layer[b->n];
 	b->running[i] = b->running[b->n];
@@ -154,7 +158,15 @@ void prefetch_wait(kvf_store *st, uint64_t seq_id, uint32_t layer)
 		if (i == b->n)
 			break;
 		if (!b->running[i]) {
-			busy_drop(b, i); /* it will find itself off and stop */
+			uint64_t id = b->jid[i];
+
+			/* off the list (should it start now, it finds itself
+			 * off and stops), then off its queue: its drop frees
+			 * it, taking this lock */
+			busy_drop(b, i);
+			pthread_mutex_unlock(&b->lock);
+			(void)async_cancel(id);
+			pthread_mutex_lock(&b->lock);
 			continue;
 		}
 		/* the caller reads the rest faster itself than it waits for
@@ -184,17 +196,45 @@ static int media_kept(kvf_store *st, uint32_t addr)
 			     addr_page(addr, st->page_bits)) != NULL;
 }
 
+/* The pages a prefetch takes, found in stream order and kept when the
+ * tier has not got them, up to cap. */
+struct take {
+	struct prefetch_job *j;
+	uint32_t cap;
+	uint32_t n;                        /* staged */
+	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH];
+};
+
+/* take_flush - of the staged pages, those the tier has not got now into
+ * the job, each with its segment's drop count (taken now: under the
+ * sequence's lock, with the addresses) */
+static void take_flush(kvf_store *st, struct take *t)
+{
+	struct prefetch_job *j = t->j;
+	uint64_t gen[PREFETCH_BATCH];
+	uint8_t miss[PREFETCH_BATCH];
+
+	tier_missing(st, t->addr, t->check, t->n, miss, gen);
+	for (uint32_t i = 0; i < t->n && j->n < t->cap; i++)
+		if (miss[i]) {
+			j->ref[j->n] = (struct page_ref){ .addr = t->addr[i],
+							  .check = t->check[i] };
+			j->gen[j->n++] = gen[i];
+		}
+	t->n = 0;
+}
+
 /* take_stream - the media pages of the sealed groups of s (a K or V
- * stream of lane, `tokens` long) from the one holding token `first` on,
- * appended to j->ref; 0, or -1 when the media keeps pages in memory */
+ * stream of lane, `tokens` long) from the one holding token `first` on;
+ * 0, or -1 when the media keeps pages in memory */
 static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
 		       struct stream *s, uint64_t tokens, uint64_t first,
-		       struct prefetch_job *j)
+		       struct take *t)
 {
 	uint32_t P = group_sealed_pages(st, s), G = st->group_tokens;
 	int drops = dropmark_any(st, seq, lane);
 
-	for (uint64_t g = first / G; g < tokens / G; g++) {
+	for (uint64_t g = first / G; g < tokens / G && t->j->n < t->cap; g++) {
 		uint64_t e0 = group_sealed_entry(st, s, g);
 
 		/* a dropped group's pages are given up: not worth reading */
@@ -209,36 +249,13 @@ static int take_stream(kvf_store *st, struct seq *seq, uint32_t lane,
 				continue;
 			if (media_kept(st, r.addr))
 				return -1;
-			j->ref[j->n++] = r;
+			t->addr[t->n] = r.addr;
+			t->check[t->n++] = r.check;
+			if (t->n == PREFETCH_BATCH)
+				take_flush(st, t);
 		}
 	}
 	return 0;
-}
-
-/* keep_missing - of j's pages, those the tier has not got now, at most
- * cap, each with its segment's drop count (taken now: under the
- * sequence's lock, with the addresses) */
-static void keep_missing(kvf_store *st, struct prefetch_job *j, uint32_t cap)
-{
-	uint32_t addr[PREFETCH_BATCH], check[PREFETCH_BATCH], m = 0;
-	uint64_t gen[PREFETCH_BATCH];
-	uint8_t miss[PREFETCH_BATCH];
-
-	for (uint32_t i0 = 0; i0 < j->n && m < cap; i0 += PREFETCH_BATCH) {
-		uint32_t n = j->n - i0 < PREFETCH_BATCH ? j->n - i0 : PREFETCH_BATCH;
-
-		for (uint32_t i = 0; i < n; i++) {
-			addr[i] = j->ref[i0 + i].addr;
-			check[i] = j->ref[i0 + i].check;
-		}
-		tier_missing(st, addr, check, n, miss, gen);
-		for (uint32_t i = 0; i < n && m < cap; i++)
-			if (miss[i]) {
-				j->gen[m] = gen[i];
-				j->ref[m++] = j->ref[i0 + i];
-			}
-	}
-	j->n = m;
 }
 
 static kvf_status prefetch_run(void *arg);
@@ -252,58 +269,79 @@ static void job_free(struct prefetch_job *j)
 	kvf_free(j);
 }
 
+/* prefetch_drop - a queued job taken off (async_cancel, jobs_drain) */
+static void prefetch_drop(void *arg)
+{
+	struct prefetch_job *j = arg;
+
+	busy_end(j->st, j);
+	job_free(j);
+}
+
 kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
 			   uint64_t first, int *queued)
 {
 	uint32_t room = tier_room_pages(st), H = st->hdr.n_kv_heads;
 	uint64_t all = 0;
 	struct prefetch_job *j;
+	struct take *t;
+	uint64_t id;
 	kvf_status rc;
+	int got;
 
 	if (queued)
 		*queued = 0;
 	if (room == 0 || seq->ns != SEQ_NS_USER)
 		return KVF_OK;
-	for (uint32_t h = 0; h < H; h++)
+	for (uint32_t h = 0; h < H && all < room; h++)
 		for (int kind = 0; kind < 2; kind++)
 			all += seq_kv_stream(st, seq, layer, (enum kv_kind)kind,
 					     h)->n_groups;
 	if (all == 0)
 		return KVF_OK;
-	if (all > UINT32_MAX)
-		return kvf_fail(KVF_ENOMEM, "prefetch: %llu pages in a layer",
-				(unsigned long long)all);
+	room = all < room ? (uint32_t)all : room; /* the most it keeps */
 	j = kvf_calloc(1, sizeof(*j));
-	if (j == NULL || (j->ref = kvf_malloc(all * sizeof(*j->ref))) == NULL ||
-	    (j->gen = kvf_malloc(all * sizeof(*j->gen))) == NULL) {
+	t = kvf_malloc(sizeof(*t));
+	if (j == NULL || t == NULL ||
+	    (j->ref = kvf_malloc((size_t)room * sizeof(*j->ref))) == NULL ||
+	    (j->gen = kvf_malloc((size_t)room * sizeof(*j->gen))) == NULL) {
+		kvf_free(t);
 		job_free(j);
 		return kvf_fail(KVF_ENOMEM, "prefetch: out of memory");
 	}
 	j->st = st;
 	j->seq_id = seq->id;
 	j->layer = layer;
+	*t = (struct take){ .j = j, .cap = room };
 	for (uint32_t h = 0; h < H; h++)
 		for (int kind = 0; kind < 2; kind++)
 			if (take_stream(st, seq, dropmark_lane(st, layer, h),
 					seq_kv_stream(st, seq, layer,
 						      (enum kv_kind)kind, h),
-					seq->len[layer], first, j) < 0) {
-				j->n = 0;
+					seq->len[layer], first, t) < 0) {
+				t->n = j->n = 0;
 				h = H;
 				break;
 			}
-	keep_missing(st, j, room);
-	if (j->n == 0 || !busy_add(st, j)) {
+	take_flush(st, t);
+	kvf_free(t);
+	id = async_id();
+	got = j->n ? busy_add(st, j, id) : 0;
+	if (got != 1) {
 		job_free(j);
+		if (queued)
+			*queued = got == 2; /* read by the one listed */
 		return KVF_OK;
 	}
-	if ((rc = async_detach(st, "prefetch", prefetch_run, j)) != KVF_OK) {
+	if ((rc = async_detach(st, "prefetch", prefetch_run, prefetch_drop, j,
+			       id)) != KVF_OK) {
 		busy_end(st, j);
 		job_free(j);
-	} else if (queued) {
-		*queued = 1;
+		return rc;
 	}
-	return rc;
+	if (queued)
+		*queued = 1;
+	return KVF_OK;
 }
 
 /* ---- the job: reading, checking, caching ------------------------------- */
@@ -397,12 +435,13 @@ static kvf_status prefetch_run(void *arg)
 {
 	struct prefetch_job *j = arg;
 	kvf_store *st = j->st;
+	void (*hook)(kvf_store *, int) = prefetch_test_hook;
 	struct pf_batch *b = NULL;
 	uint32_t i0 = 0, room;
 	int cur = 0;
 
-	if (prefetch_test_hook)
-		prefetch_test_hook(st, 0);
+	if (hook)
+		hook(st, 0);
 	if (busy_start(st, j) && (b = kvf_calloc(2, sizeof(*b))) != NULL &&
 	    ((b[0].buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN,
 			(size_t)2 * PREFETCH_BATCH * st->hdr.page_size)) != NULL)) {
@@ -438,8 +477,8 @@ static kvf_status prefetch_run(void *arg)
 		kvf_free(b[0].buf);
 		kvf_free(b);
 	}
-	if (prefetch_test_hook)
-		prefetch_test_hook(st, 1);
+	if (hook)
+		hook(st, 1);
 	busy_end(st, j);
 	job_free(j);
 	return KVF_OK;

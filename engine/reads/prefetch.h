@@ -1,14 +1,14 @@
 /*
  * prefetch.h - reading a layer's pages into the memory tier ahead of its
- * attention (kvf_prefetch, and kvf_attend / kvf_attend_batch for the
- * next layer).
+ * attention (kvf_prefetch, and kvf_attend_batch for the next layer).
  *
- * The page addresses are taken under the sequence's lock; the reads run
- * in the background without it (async_detach), each page checked against
- * the index's check and cached only if no segment was dropped since the
- * addresses were taken (tier_put_prefetched), and only into the tier's
- * free room: a prefetch never evicts.  A store without a tier, or whose
- * media keeps pages in memory, has nothing to prefetch.
+ * The page addresses are taken under the sequence's lock, each with its
+ * segment's drop count; the reads run in the background without the lock
+ * (async_detach), each page checked against the index's check and cached
+ * only if its segment was not dropped since (tier_put_prefetched), and
+ * only into the tier's free room: a prefetch never evicts.  A store
+ * without a tier, or whose media keeps pages in memory, has nothing to
+ * prefetch.
  */
 #ifndef KVF_ENGINE_PREFETCH_H
 #define KVF_ENGINE_PREFETCH_H
@@ -50,6 +50,6 @@ kvf_status prefetch_locked(kvf_store *st, struct seq *seq, uint32_t layer,
 /* prefetch_test_hook - tests only: called by a prefetch on its thread
  * between taking its addresses and reading them (done 0) and when it has
  * read and cached all it will (done 1); NULL: none */
-extern void (*prefetch_test_hook)(kvf_store *st, int done);
+extern void (*_Atomic prefetch_test_hook)(kvf_store *st, int done);
 
 #endif /* KVF_ENGINE_PREFETCH_H */

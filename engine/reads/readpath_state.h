@@ -18,16 +18,17 @@ struct read_spares {
 };
 
 /* struct prefetch_busy - the prefetches queued or running (prefetch.c):
- * an attention of a layer being read ahead stops a running one after the
- * batch it has in flight and waits for that (rather than read the same
- * pages beside it), and takes a queued one off (it would wait behind jobs
- * that may wait for it); lock guards the lists, done wakes waiters */
+ * an attention of a layer being read ahead takes a queued one off its
+ * queue (async_cancel), and stops a running one after the batch it has
+ * in flight and waits for that, rather than read the same pages beside
+ * it; lock guards the lists, done wakes waiters */
 #define PREFETCH_JOBS_MAX 4u /* past it a hint is dropped */
 struct prefetch_busy {
 	pthread_mutex_t lock;
 	pthread_cond_t done;
 	uint32_t n;
 	const void *job[PREFETCH_JOBS_MAX];
+	uint64_t jid[PREFETCH_JOBS_MAX]; /* its id in the job queue */
 	uint64_t seq[PREFETCH_JOBS_MAX];
 	uint32_t layer[PREFETCH_JOBS_MAX];
 	int running[PREFETCH_JOBS_MAX];

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,13 +273,13 @@ Test(prefetch, read_ahead_takes_the_window_a_call_attends)
 	o.window = 10 * G;
 	st = pf_open(64ull << 20);
 	OK(kvf_attend_batch(st, 1, ids, 0, q, out, &o)); /* cold: misses */
-	cr_assert(eq(u64, wait_prefetched(st, 10 * KVH * 2), 10 * KVH * 2));
-	OK(kvf_close(st)); /* and no more came */
-	st = pf_open(64ull << 20);
-	OK(kvf_attend_batch(st, 1, ids, 0, q, out, &o));
-	cr_assert(eq(u64, stats_of(st).bytes_read,
+	cr_assert(eq(u64, stats_of(st).attend_bytes_read,
 		     (uint64_t)10 * KVH * 2 * FX_PAGE),
 		  "layer 0's window only");
+	cr_assert(eq(u64, wait_prefetched(st, 10 * KVH * 2), 10 * KVH * 2));
+	/* what the layer-ahead read: layer 1's window, and no more */
+	cr_assert(eq(u64, stats_of(st).bytes_read,
+		     (uint64_t)2 * 10 * KVH * 2 * FX_PAGE));
 	OK(kvf_close(st));
 }
 
@@ -286,22 +287,24 @@ Test(prefetch, read_ahead_takes_the_window_a_call_attends)
  * after the prefetch took its addresses; the pages keep their bytes
  * (trim = 2), so each still matches its check: only the segments' drop
  * counts keep them out of the tier. */
-static _Atomic int hook_done;
+static _Atomic int hook_done, hook_rc; /* asserted on the test's thread */
 static _Atomic uint64_t hook_read, hook_cached, hook_reclaimed;
 
 static void free_under_prefetch(kvf_store *st, int done)
 {
 	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_status rc;
 
 	if (!done) {
-		cr_assert(eq(int, kvf_seq_free(st, 1), KVF_OK), "%s",
-			  kvf_last_error());
-		cr_assert(eq(int, kvf_sync(st), KVF_OK), "%s", kvf_last_error());
-		cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
-		hook_reclaimed = s.segments_reclaimed;
+		if ((rc = kvf_seq_free(st, 1)) == KVF_OK &&
+		    (rc = kvf_sync(st)) == KVF_OK &&
+		    (rc = kvf_stats_get(st, &s)) == KVF_OK)
+			hook_reclaimed = s.segments_reclaimed;
+		hook_rc = rc;
 		return;
 	}
-	cr_assert(eq(int, kvf_stats_get(st, &s), KVF_OK));
+	if ((rc = kvf_stats_get(st, &s)) != KVF_OK)
+		hook_rc = rc;
 	hook_read = s.pages_read;
 	hook_cached = s.prefetch_pages;
 	hook_done = 1;
@@ -315,15 +318,64 @@ Test(prefetch, a_page_of_a_segment_given_back_meanwhile_is_not_cached)
 	pf_store();
 	st = pf_open(64ull << 20);
 	hook_done = 0;
+	hook_rc = KVF_OK;
 	prefetch_test_hook = free_under_prefetch;
 	OK(kvf_prefetch(st, 1, 1));
 	for (int i = 0; i < 10000 && !hook_done; i++)
 		nanosleep(&nap, NULL);
 	prefetch_test_hook = NULL;
 	cr_assert(eq(int, hook_done, 1));
+	cr_assert(eq(int, hook_rc, KVF_OK), "free, sync or stats in the hook");
 	cr_assert(gt(u64, hook_reclaimed, 0), "the segments were given back");
 	cr_assert(eq(u64, hook_read, PF_PAGES), "the pages were read");
 	cr_assert(eq(u64, hook_cached, 0), "and none was cached");
 	cr_assert(eq(u64, stats_of(st).cache_bytes, 0));
 	OK(kvf_close(st));
+}
+
+/* The hook holds the hint thread in the first prefetch (layer 0) until
+ * released, so a second one (layer 1) stays queued: an attention of
+ * layer 1 takes it off its queue and reads the layer itself. */
+static _Atomic int hold, held_calls;
+
+static void hold_first(kvf_store *st, int done)
+{
+	struct timespec nap = { 0, 1000000 };
+
+	(void)st;
+	if (done || atomic_fetch_add(&held_calls, 1) != 0)
+		return;
+	for (int i = 0; i < 10000 && hold; i++)
+		nanosleep(&nap, NULL);
+}
+
+Test(prefetch, an_attention_takes_a_queued_prefetch_of_its_layer_off)
+{
+	float q[QH * DIM], want[QH * DIM], out[QH * DIM];
+	struct timespec nap = { 0, 1000000 };
+	uint64_t ids[1] = { 1 };
+	kvf_store *st;
+
+	pf_store();
+	query(q, 17);
+	reference(1, q, want);
+	st = pf_open(64ull << 20);
+	hold = 1;
+	held_calls = 0;
+	prefetch_test_hook = hold_first;
+	OK(kvf_prefetch(st, 1, 0));
+	for (int i = 0; i < 10000 && held_calls == 0; i++)
+		nanosleep(&nap, NULL);
+	cr_assert(eq(int, held_calls, 1), "the first prefetch runs");
+	OK(kvf_prefetch(st, 1, 1)); /* queued behind it */
+	OK(kvf_attend_batch(st, 1, ids, 1, q, out, NULL));
+	cr_assert(eq(int, memcmp(out, want, sizeof(out)), 0));
+	cr_assert(eq(u64, stats_of(st).attend_bytes_read,
+		     (uint64_t)PF_PAGES * FX_PAGE), "layer 1 read by the attention");
+	hold = 0;
+	cr_assert(eq(u64, wait_prefetched(st, PF_PAGES), PF_PAGES));
+	OK(kvf_close(st));
+	prefetch_test_hook = NULL;
+	cr_assert(eq(int, held_calls, 1),
+		  "the prefetch of layer 1 never ran: it was taken off");
 }
