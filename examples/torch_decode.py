@@ -474,6 +474,17 @@ def bench(args):
 CODECS = ("fp8", "int8", "int4")
 
 
+def unknown_dtype(flag, names):
+    """True (and a message naming flag and the name) when a name is no
+    K/V dtype."""
+    for name in names:
+        if name not in DTYPES:
+            print("torch_decode.py: %s: %r is not one of %s" % (
+                flag, name, ", ".join(DTYPES)), file=sys.stderr)
+            return True
+    return False
+
+
 def compare_codecs(model, prompts, steps, codecs, kv_dtype, tmp, **opts):
     """Greedy decoding with the KV in an uncompressed store and, in
     lockstep, in one store per codec, teacher-forced: every store is fed
@@ -573,9 +584,7 @@ def compare(args):
             print("torch_decode.py: --codecs: %r is not one of none, %s" % (
                 c, ", ".join(CODECS)), file=sys.stderr)
             return 2
-    if args.dtype not in DTYPES:
-        print("torch_decode.py: --dtype: %r is not one of %s" % (
-            args.dtype, ", ".join(DTYPES)), file=sys.stderr)
+    if unknown_dtype("--dtype", [args.dtype]):
         return 2
     steps = 512 if args.steps is None else args.steps
     if steps < 1:
@@ -640,6 +649,9 @@ def main():
     ap.add_argument("--dir", default=None,
                     help="bench, compare: where stores go (default: $TMPDIR)")
     args = ap.parse_args()
+    if (unknown_dtype("--dtype", [args.dtype]) or
+            unknown_dtype("--dtypes", args.dtypes.split(","))):
+        return 2
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.compare:
         return compare(args)

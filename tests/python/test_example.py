@@ -51,3 +51,15 @@ def test_bench_decode_matches(tmp_path, overlapped):
     _, got = td.timed_decode(model, kc, 4, 64, 4, overlapped=overlapped)
     kc.close()
     assert got == want
+
+
+@pytest.mark.parametrize("argv, flag, bad", [
+    (["--bench", "--dtype", "f8"], "--dtype", "f8"),
+    (["--dtypes", "f16,x"], "--dtypes", "x"),
+    (["--compare", "--dtype", "half"], "--dtype", "half")])
+def test_an_unknown_dtype_is_refused_by_name(monkeypatch, capsys, argv, flag,
+                                             bad):
+    monkeypatch.setattr(sys, "argv", ["torch_decode.py"] + argv)
+    assert td.main() == 2
+    err = capsys.readouterr().err
+    assert "%s: %r is not one of f16, bf16, f32" % (flag, bad) in err
