@@ -342,6 +342,40 @@ static void slot_add(kvf_store *st, uint32_t i, uint32_t addr, uint32_t check,
 
 /* insert - a copy of addr's page into a free slot, at the head of the
  * recent pool */
+/* spare_pages - pages of cache memory made and holding no page (loose
+ * pages, stock): a page put there takes no more of the budget (lock
+ * held) */
+static uint64_t spare_pages(const struct tier *t)
+{
+	return t->n_loose + (uint64_t)t->n_stock * (t->page_size
+		? t->chunk_bytes / t->page_size : 0);
+}
+
+/* room_for_page - a page read from media can be cached without passing
+ * the budget (lock held) */
+static int room_for_page(kvf_store *st)
+{
+	return spare_pages(&st->tier) > 0 ||
+	       held(st) + st->hdr.page_size <= st->tier.budget;
+}
+
+/* carve_stock - a stock buffer (faulted in by the grower) cut into loose
+ * pages, if there is one; nothing is evicted or made (lock held) */
+static void carve_stock(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+	uint32_t per;
+	unsigned char *b;
+
+	if (t->n_stock == 0 || t->n_carved >= t->n_chunks - 1)
+		return;
+	b = t->stock[--t->n_stock];
+	per = (uint32_t)(t->chunk_bytes / t->page_size);
+	t->carved[t->n_carved++] = b;
+	for (uint32_t i = per; i-- > 0;)
+		t->loose[t->n_loose++] = b + (size_t)i * t->page_size;
+}
+
 static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page)
 {
@@ -349,6 +383,8 @@ static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 	uint32_t i = slot_next(t), kind = TIER_NONE;
 	struct tier_slot *s = &t->slot[i];
 
+	if (t->n_loose == 0)
+		carve_stock(st);
 	if (t->n_loose > 0) { /* warm memory first */
 		s->data = t->loose[--t->n_loose];
 		kind = TIER_LOOSE;
@@ -457,7 +493,9 @@ static int grow_room(kvf_store *st)
 	uint64_t stock = (uint64_t)(t->n_stock + t->growing) * t->chunk_bytes;
 	uint64_t cached = (uint64_t)t->used * t->page_size;
 
-	return t->hits != t->hits_grown &&
+	/* grown while the cache is used: hit, or filled by reads (whose
+	 * pages then take stock the grower faulted in, not fresh memory) */
+	return t->hits + t->read_puts != t->hits_grown &&
 	       t->n_stock + t->growing < t->stock_cap &&
 	       (stock == 0 || stock + t->chunk_bytes <= cached / 4) &&
 	       held(st) + t->chunk_bytes <= grow_ceiling(t);
@@ -500,7 +538,7 @@ static void *grower_main(void *arg)
 			continue;
 		}
 		t->growing++;
-		t->hits_grown = t->hits;
+		t->hits_grown = t->hits + t->read_puts;
 		t->bytes += t->chunk_bytes;
 		pthread_mutex_unlock(&t->lock);
 		p = buffer_new(t->chunk_bytes);
@@ -726,21 +764,23 @@ void tier_put_read(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page)
 {
 	struct tier *t = &st->tier;
-	uint32_t ps = st->hdr.page_size;
 
 	if (t->n_slots == 0)
 		return;
 	pthread_mutex_lock(&t->lock);
 	if (find(t, addr) == TIER_NONE) {
 		int room = slot_free(t) &&
-			   held(st) + ps <= t->budget;
+			   room_for_page(st);
 
 		if (!room && ++t->miss_tick >= MISSES_PER_HAND_STEP) {
 			t->miss_tick = 0;
-			room = hand_step(t) && held(st) + ps <= t->budget;
+			room = hand_step(t) && room_for_page(st);
 		}
-		if (room)
+		if (room) {
 			insert(st, addr, check, page);
+			t->read_puts++;
+			read_grows(st);
+		}
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -764,11 +804,14 @@ int tier_put_prefetched(kvf_store *st, uint32_t addr, uint32_t check,
 	pthread_mutex_lock(&t->lock);
 	if (seg_gen(st, addr_seg(addr, st->page_bits)) == gen &&
 	    find(t, addr) == TIER_NONE && slot_free(t) &&
-	    held(st) + st->hdr.page_size <= t->budget) {
+	    room_for_page(st)) {
 		uint32_t used = t->used;
 
 		insert(st, addr, check, page);
 		put = t->used != used; /* insert gives up without memory */
+		/* counted for the grower, but not rung: a hint fills the
+		 * room there is, with the stock there is */
+		t->read_puts += (uint64_t)put;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return put;
@@ -783,7 +826,8 @@ uint32_t tier_room_pages(kvf_store *st)
 		return 0;
 	pthread_mutex_lock(&t->lock);
 	h = held(st);
-	room = h < t->budget ? (t->budget - h) / st->hdr.page_size : 0;
+	room = (h < t->budget ? (t->budget - h) / st->hdr.page_size : 0) +
+	       spare_pages(t);
 	if (room > t->n_slots - t->used)
 		room = t->n_slots - t->used;
 	pthread_mutex_unlock(&t->lock);

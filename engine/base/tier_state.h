@@ -82,7 +82,9 @@ struct tier {
 	unsigned char **stock;       /* [stock_cap] buffers ready to swap */
 	uint32_t n_stock, stock_cap;
 	uint32_t growing;            /* buffers the grower is making */
-	uint64_t hits_grown;         /* hits when the grower last made one */
+	uint64_t read_puts;          /* pages read from media and cached */
+	uint64_t hits_grown;         /* hits + read_puts when the grower
+				      * last made one */
 	pthread_t grower;            /* makes stock in the background */
 	int grower_on, grower_stop;
 	pthread_cond_t grow;         /* the grower's doorbell */
