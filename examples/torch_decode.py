@@ -313,12 +313,19 @@ def generate(model, cache, prompts, n_new, chunk, reopen_at=None):
     return out
 
 
-def check(args):
+def model_and_prompts(seed):
+    """The check's and the comparison's model and its four prompts (5 to
+    129 tokens), both from seed."""
     cfg = Config()
-    model = Model(cfg, seed=args.seed)
-    g = torch.Generator().manual_seed(args.seed + 1)
+    model = Model(cfg, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
     prompts = [torch.randint(cfg.vocab, (n,), generator=g).tolist()
                for n in (5, 70, 33, 129)]
+    return cfg, model, prompts
+
+
+def check(args):
+    cfg, model, prompts = model_and_prompts(args.seed)
     ok = True
     for name in args.dtypes.split(","):
         kv = DTYPES[name]
@@ -573,11 +580,7 @@ def compare_codecs(model, prompts, steps, codecs, kv_dtype, tmp, **opts):
 
 
 def compare(args):
-    cfg = Config()
-    model = Model(cfg, seed=args.seed)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    prompts = [torch.randint(cfg.vocab, (n,), generator=g).tolist()
-               for n in (5, 70, 33, 129)]
+    _, model, prompts = model_and_prompts(args.seed)
     codecs = args.codecs.split(",")
     for c in codecs:
         if c not in ("none",) + CODECS:

@@ -64,6 +64,19 @@ static struct kvf_job *live;
 static int started[N_QUEUES];
 static uint64_t next_id;
 
+/* live_unlink - j is no longer queued or running: off the live list, and
+ * its waiters (kvf_job_wait, jobs_drain) woken (lock held) */
+static void live_unlink(struct kvf_job *j)
+{
+	if (j->prev_live)
+		j->prev_live->next_live = j->next_live;
+	else
+		live = j->next_live;
+	if (j->next_live)
+		j->next_live->prev_live = j->prev_live;
+	pthread_cond_broadcast(&done);
+}
+
 static void *async_thread(void *arg)
 {
 	int q = (int)(intptr_t)arg;
@@ -89,13 +102,7 @@ static void *async_thread(void *arg)
 		if (rc != KVF_OK)
 			snprintf(j->msg, sizeof(j->msg), "%s", kvf_last_error());
 		j->state = JOB_DONE;
-		if (j->prev_live)
-			j->prev_live->next_live = j->next_live;
-		else
-			live = j->next_live;
-		if (j->next_live)
-			j->next_live->prev_live = j->prev_live;
-		pthread_cond_broadcast(&done);
+		live_unlink(j);
 		if (j->detached)
 			kvf_free(j); /* its run released arg */
 	}
@@ -216,13 +223,7 @@ static void unlink_queued(struct kvf_job *prev, struct kvf_job *j)
 		queue_head[Q_HINT] = j->next_queued;
 	if (queue_tail[Q_HINT] == j)
 		queue_tail[Q_HINT] = prev;
-	if (j->prev_live)
-		j->prev_live->next_live = j->next_live;
-	else
-		live = j->next_live;
-	if (j->next_live)
-		j->next_live->prev_live = j->prev_live;
-	pthread_cond_broadcast(&done);
+	live_unlink(j);
 }
 
 int async_cancel(uint64_t id)

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kvflash.h"
-#include "stress_beside.h"
+#include "stress_common.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -42,35 +42,6 @@ static void fail(const char *what, kvf_status rc)
 	fprintf(stderr, "stress_prefetch: %s: %s (%s)\n", what, kvf_strerror(rc),
 		kvf_last_error());
 	atomic_store(&failed, 1);
-}
-
-/* the f16 bits of element i of head h of token t of layer l of seq */
-static uint16_t val(uint64_t seq, uint64_t t, uint32_t l, uint32_t h,
-		    uint32_t i)
-{
-	uint64_t x = seq * 0x9e3779b97f4a7c15ull ^ (t << 20) ^
-		     ((uint64_t)l << 12) ^ (h << 8) ^ i;
-
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	return (uint16_t)((x >> 40) & 0x3bff);
-}
-
-static kvf_status append(uint64_t seq, uint64_t t0, uint64_t n)
-{
-	uint16_t *k = malloc(n * KVH * DIM * 2);
-	kvf_status rc = KVF_OK;
-
-	for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++) {
-		for (uint64_t j = 0; j < n; j++)
-			for (uint32_t h = 0; h < KVH; h++)
-				for (uint32_t i = 0; i < DIM; i++)
-					k[(j * KVH + h) * DIM + i] =
-						val(seq, t0 + j, l, h, i);
-		rc = kvf_append(st, seq, l, (uint32_t)n, k, k);
-	}
-	free(k);
-	return rc;
 }
 
 /* attend - every layer of seq in order, as a decode step does */
@@ -113,8 +84,8 @@ static int layer_ok(uint64_t seq, uint32_t l, uint64_t n)
 		}
 		for (uint64_t t = 0; t < n && ok; t++)
 			for (uint32_t i = 0; i < DIM; i++)
-				if (k[t * DIM + i] != val(seq, t, l, h, i) ||
-				    v[t * DIM + i] != val(seq, t, l, h, i)) {
+				if (k[t * DIM + i] != stress_val(seq, t, l, h, i) ||
+				    v[t * DIM + i] != stress_val(seq, t, l, h, i)) {
 					fprintf(stderr,
 						"stress_prefetch: sequence %llu layer %u head %u token %llu reads back wrong\n",
 						(unsigned long long)seq, l, h,
@@ -142,7 +113,7 @@ static void *worker(void *arg)
 	for (uint32_t r = 0; r < ROUNDS && !atomic_load(&failed); r++) {
 		uint32_t l = (uint32_t)((r + w) % LAYERS);
 
-		if ((rc = append(seq, n, STEP)) != KVF_OK) {
+		if ((rc = stress_append(st, seq, n, STEP, LAYERS, KVH, DIM)) != KVF_OK) {
 			fail("append", rc);
 			break;
 		}
