@@ -97,6 +97,19 @@ struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 	return seq->optim ? &seq->optim[i] : NULL;
 }
 
+struct stream *seq_stream_placed(kvf_store *st, struct seq *seq, uint32_t i,
+				 uint32_t *sid)
+{
+	uint32_t h = st->hdr.n_kv_heads;
+
+	if (i < seq_n_kv_streams(st)) { /* seq_stream_at: a layer's K, then V */
+		uint32_t r = i % (2 * h);
+
+		i += (r % 2) * h + r / 2 - r;
+	}
+	return seq_stream_at(st, seq, i, sid);
+}
+
 struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid)
 {
 	uint32_t layer = stream_layer(sid), head = stream_head(sid);

@@ -47,6 +47,11 @@ uint32_t seq_n_streams(kvf_store *st);
  * K^T streams not allocated) and its stream id */
 struct stream *seq_stream_at(kvf_store *st, struct seq *seq, uint32_t i,
 			     uint32_t *sid);
+/* seq_stream_placed - the same streams in the order an append places a
+ * layer's pages: head by head, K then V, so that what a sync writes of a
+ * head lies side by side too and reads back in one request */
+struct stream *seq_stream_placed(kvf_store *st, struct seq *seq, uint32_t i,
+				 uint32_t *sid);
 /* seq_stream_of - the stream with id sid; NULL if out of range or not
  * allocated */
 struct stream *seq_stream_of(kvf_store *st, struct seq *seq, uint32_t sid);

@@ -622,10 +622,35 @@ static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
 	return s != NULL && tail != 0 && s->gbuf != NULL && s->tail_written < tail;
 }
 
+/* seal_tail - write stream s's part-filled tail group, if it has tokens
+ * not on media yet, as the pages they reach (room reserved) */
+static kvf_status seal_tail(kvf_store *st, struct seq *seq, struct stream *s,
+			    uint32_t sid)
+{
+	uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+	kvf_status rc;
+
+	if (!tail_pending(st, s, tokens))
+		return KVF_OK;
+	/* zero the rest of the group: only whole pages go out */
+	memset(s->gbuf + (size_t)tail * st->row_bytes, 0,
+	       group_buf_bytes(st) - (size_t)tail * st->row_bytes);
+	rc = seal(st, seq, s, sid, group_plain_entry(st, tokens / st->group_tokens),
+		  s->gbuf, group_fill_pages(st, tail));
+	if (rc == KVF_OK) {
+		s->tail_written = tail;
+		atomic_fetch_add(&st->c.padding_bytes,
+				 (uint64_t)group_fill_pages(st, tail) *
+					 st->hdr.page_size);
+	}
+	return rc;
+}
+
 kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 {
 	/* K/V and X streams; a K^T block is never written partial */
-	uint32_t n = seq_n_kv_streams(st) + seq_n_x_streams(st);
+	uint32_t nkv = seq_n_kv_streams(st), n = nkv + seq_n_x_streams(st);
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	kvf_status rc;
@@ -647,28 +672,22 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 	rc = openseg_reserve(st, seq, pages, own, "partial groups");
 	if (rc != KVF_OK)
 		return rc;
-	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
-		uint32_t sid;
-		struct stream *s = seq_stream_at(st, seq, i, &sid);
-		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
-		uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+	/* what waits for write-back goes first (a sync makes it all
+	 * durable), a layer's runs before its tails, so that a head's K and
+	 * V runs lie side by side and read back in one request */
+	for (uint32_t b = 0, blk; b < n && rc == KVF_OK; b += blk) {
+		blk = b < nkv ? 2 * st->hdr.n_kv_heads : n - b;
+		for (uint32_t i = b; i < b + blk && rc == KVF_OK; i++) {
+			uint32_t sid;
+			struct stream *s = seq_stream_placed(st, seq, i, &sid);
 
-		/* what waits for write-back goes first: a sync makes it all
-		 * durable */
-		if ((rc = wb_flush(st, seq, s, sid)) != KVF_OK ||
-		    !tail_pending(st, s, tokens))
-			continue;
-		/* zero the rest of the group: only whole pages go out */
-		memset(s->gbuf + (size_t)tail * st->row_bytes, 0,
-		       group_buf_bytes(st) - (size_t)tail * st->row_bytes);
-		rc = seal(st, seq, s, sid,
-			  group_plain_entry(st, tokens / st->group_tokens),
-			  s->gbuf, group_fill_pages(st, tail));
-		if (rc == KVF_OK) {
-			s->tail_written = tail;
-			atomic_fetch_add(&st->c.padding_bytes,
-					 (uint64_t)group_fill_pages(st, tail) *
-						 st->hdr.page_size);
+			rc = wb_flush(st, seq, s, sid);
+		}
+		for (uint32_t i = b; i < b + blk && rc == KVF_OK; i++) {
+			uint32_t sid;
+			struct stream *s = seq_stream_placed(st, seq, i, &sid);
+
+			rc = seal_tail(st, seq, s, sid);
 		}
 	}
 	seg_unreserve(st, seq);

@@ -251,7 +251,7 @@ kvf_status wb_flush_seq(kvf_store *st, struct seq *seq, const char *call)
 		return rc;
 	for (uint32_t i = 0; i < n && rc == KVF_OK; i++) {
 		uint32_t sid;
-		struct stream *s = seq_stream_at(st, seq, i, &sid);
+		struct stream *s = seq_stream_placed(st, seq, i, &sid);
 
 		rc = wb_flush(st, seq, s, sid);
 	}

@@ -6,7 +6,8 @@
  * with nothing changed; the budget never exceeded while threads append
  * and attend at once; pages of reused segments never served; written
  * segments cached in place, a full cache recycling its memory, the
- * stage profile.
+ * stage profile; a sync lays a layer's waiting runs head by head, K and
+ * V side by side, before its tails.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -16,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/key.h"
+#include "engine/base/store_state.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
 #include "store_fixture.h"
 #include "testutil.h"
 
@@ -617,5 +623,58 @@ Test(tier, written_back_memory_returns)
 	cr_assert(ge(u32, n, 48), "only %u sequences' group buffers fit", n);
 	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
 	check_known(st, 1, 31 * G);
+	OK(kvf_close(st));
+}
+
+/* page_at - where entry e of stream (layer, kind, head) of seq 1 is, as
+ * page number counted over the store (segment, then page) */
+static uint64_t page_at(kvf_store *st, uint32_t layer, int kind, uint32_t h,
+			uint64_t e)
+{
+	struct seq *seq = NULL;
+	struct page_ref r;
+
+	OK(seq_get_locked(st, "test", 1, &seq));
+	r = stream_page(seq_kv_stream(st, seq, layer, (enum kv_kind)kind, h), e);
+	seq_unlock_put(st, seq);
+	cr_assert(ne(u32, r.addr, ADDR_NONE));
+	return (uint64_t)addr_seg(r.addr, st->page_bits) * st->data_per_seg +
+	       addr_page(r.addr, st->page_bits);
+}
+
+Test(tier, sync_lays_heads_side_by_side)
+{
+	/* one stripe of 1 MiB segments: everything below fits one */
+	kvf_options o = fx_options_for(NULL, 1u << 20, 64ull << 20, 1);
+	uint64_t want = 0;
+	kvf_store *st;
+
+	o.dram_budget = 16ull << 20;
+	o.direct_io = 2;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	/* a decode loop: three whole groups and a tail, all waiting */
+	for (uint32_t t = 0; t < 3 * G + 5; t++)
+		OK(put_known(st, 1, t, 1));
+	cr_assert(eq(u64, stats_of(st).writeback_runs, 0));
+	OK(kvf_sync(st));
+	/* layer by layer: each head's K run then its V run, then the
+	 * layer's tails in the same order, one page after another */
+	want = page_at(st, 0, 0, 0, 0);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		for (uint32_t h = 0; h < KVH; h++)
+			for (int kind = 0; kind < 2; kind++)
+				for (uint64_t g = 0; g < 3; g++, want++)
+					cr_assert(eq(u64, page_at(st, l, kind, h, g), want),
+						  "layer %u head %u %s group %llu",
+						  l, h, kind ? "V" : "K",
+						  (unsigned long long)g);
+		for (uint32_t h = 0; h < KVH; h++)
+			for (int kind = 0; kind < 2; kind++, want++)
+				cr_assert(eq(u64, page_at(st, l, kind, h, 3), want),
+					  "layer %u head %u %s tail", l, h,
+					  kind ? "V" : "K");
+	}
+	check_known(st, 1, 3 * G + 5);
 	OK(kvf_close(st));
 }
