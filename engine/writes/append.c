@@ -179,8 +179,9 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 /*
  * append_streams - append n tokens to each of the n_src streams, which
  * hold `tokens` tokens each now.  For a K/V append kt_layer is the layer
- * (src[0..n_kv_heads) are the K heads) and K^T pages follow the K tokens;
- * otherwise it is UINT32_MAX.
+ * (src[2h] and src[2h + 1] are head h's K and V; src[0], K head 0, starts
+ * the caller's K rows) and K^T pages follow the K tokens; otherwise it is
+ * UINT32_MAX.
  */
 static kvf_status append_streams(kvf_store *st, struct seq *seq,
 				 struct src_stream *src, uint32_t n_src,
