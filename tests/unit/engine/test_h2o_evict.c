@@ -359,7 +359,7 @@ Test(h2o_evict, drop_then_attend_is_masked_attention)
 	o.keep = 0.5;
 	o.window = 2 * G;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	kept = masks_of(&f, 1, 0, mask);
 	cr_assert(eq(u64, kept, KVHE * LEN - dropped));
 	for (uint32_t h = 0; h < KVHE; h++) {
@@ -370,7 +370,8 @@ Test(h2o_evict, drop_then_attend_is_masked_attention)
 		/* whole groups, down to the budget and no further */
 		cr_assert(le(u64, k, budget), "head %u kept %llu", h,
 			  (unsigned long long)k);
-		cr_assert(gt(u64, k + G, budget));
+		cr_assert(k + G > budget, "head %u kept %llu of %llu", h,
+			  (unsigned long long)k, (unsigned long long)budget);
 		/* the sinks' group, the window and the tail stay */
 		for (uint64_t t = 0; t < G; t++)
 			cr_assert(mask[h][t]);
@@ -421,7 +422,6 @@ Test(h2o_evict, drops_the_least_valued_groups_of_each_head)
 	float sc[KVHE][LEN], gs[KVHE][LEN / G + 1];
 	uint8_t mask[KVHE][LEN];
 	uint64_t dropped;
-	int differ = 0;
 
 	for (uint32_t h = 0; h < KVHE; h++) {
 		OK(kvf_h2o_read(f.st, 1, 1, h, 0, LEN, sc[h]));
@@ -453,9 +453,11 @@ Test(h2o_evict, drops_the_least_valued_groups_of_each_head)
 		for (uint64_t t = 0; t < LEN; t++)
 			k += mask[h][t];
 		cr_assert(le(u64, k, (LEN + 3) / 4));
-		differ |= memcmp(mask[h], mask[0], LEN) != 0;
 	}
-	cr_assert(differ, "random heads chose the same groups");
+	/* each head's order is checked against its own scores above: one
+	 * choice shared by the heads fails it wherever their scores call
+	 * for different groups (asserting that random heads differ failed
+	 * one run in about 40, when their scores chose the same groups) */
 	same_as_masked(&f, 1, 1, mask);
 	kvf_close(f.st);
 	f.st = NULL;
@@ -471,7 +473,7 @@ Test(h2o_evict, survives_reopen_and_verify_is_clean)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.25;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	for (uint32_t l = 0; l < LAYERS; l++)
 		masks_of(&f, 1, l, mask[l]);
 	verify_clean(f.st);
@@ -519,7 +521,7 @@ Test(h2o_evict, room_is_given_back)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	/* one K and one V page a (group, head): G tokens of DIM f16 a page */
 	cr_assert(eq(u64, before - live_pages(f.st), dropped / G * 2));
 	/* after the durable point the emptied segments are reused */
@@ -758,7 +760,7 @@ Test(h2o_evict, codec_store)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, KVF_LAYER_ALL, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	masks_of(&f, 1, 0, mask);
 	same_as_masked(&f, 1, 0, mask);
 	verify_clean(f.st);
@@ -822,7 +824,7 @@ Test(h2o_evict, sparf_after_a_drop_and_an_append)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	kvf_attn_opts_init(&so);
 	so.sparse = 1;
 	for (uint32_t j = 0; j < QHE * DIM; j++)
@@ -857,7 +859,7 @@ Test(h2o_evict, a_cut_clears_the_marks_of_every_lane)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, 1, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	cr_assert(eq(u64, masks_of(&f, 1, 0, mask), KVHE * LEN));
 	masks_of(&f, 1, 1, mask);
 	for (uint32_t h = 0; h < KVHE; h++) {
@@ -1084,11 +1086,11 @@ Test(h2o_evict, a_drop_keeps_the_other_lanes_means)
 	kvf_h2o_evict_opts_init(&o);
 	o.keep = 0.5;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	OK(kvf_sync(f.st));
 	o.keep = 0.25;
 	OK(kvf_h2o_evict(f.st, 1, 0, &o, &dropped));
-	cr_assert(gt(u64, dropped, 0));
+	cr_assert(dropped > 0, "nothing dropped");
 	OK(seq_get_locked(f.st, "test", 1, &s));
 	memcpy(n, s->vbar_n, sizeof(n));
 	seq_unlock_put(f.st, s);

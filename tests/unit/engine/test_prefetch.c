@@ -197,7 +197,7 @@ Test(prefetch, a_prefetch_fills_free_room_only)
 	st = pf_open(budget);
 	s0 = stats_of(st);
 	room = (budget - s0.dram_bytes) / FX_PAGE;
-	cr_assert(gt(u64, room, 0));
+	cr_assert(room > 0, "no free room");
 	cr_assert(lt(u64, room, PF_PAGES), "the layer must not fit");
 	OK(kvf_prefetch(st, 1, 1));
 	cr_assert(eq(u64, wait_prefetched(st, room), room),
@@ -338,7 +338,7 @@ Test(prefetch, a_page_of_a_segment_given_back_meanwhile_is_not_cached)
 	prefetch_test_hook = NULL;
 	cr_assert(eq(int, hook_done, 1));
 	cr_assert(eq(int, hook_rc, KVF_OK), "free, sync or stats in the hook");
-	cr_assert(gt(u64, hook_reclaimed, 0), "the segments were given back");
+	cr_assert(hook_reclaimed > 0, "the segments were given back");
 	cr_assert(eq(u64, hook_read, PF_PAGES), "the pages were read");
 	cr_assert(eq(u64, hook_cached, 0), "and none was cached");
 	cr_assert(eq(u64, stats_of(st).cache_bytes, 0));
