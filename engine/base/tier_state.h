@@ -85,6 +85,10 @@ struct tier {
 	uint64_t read_puts;          /* pages read from media and cached */
 	uint64_t hits_grown;         /* hits + read_puts when the grower
 				      * last made one */
+	uint64_t wb_carves;          /* buffers carved for pages waiting
+				      * for write-back */
+	uint64_t wb_seen;            /* wb_carves when the grower last
+				      * went idle */
 	pthread_t grower;            /* makes stock in the background */
 	int grower_on, grower_stop;
 	pthread_cond_t grow;         /* the grower's doorbell */
