@@ -485,8 +485,8 @@ static uint64_t grow_ceiling(const struct tier *t)
  * a store only written keeps a small cache that rotates, as a store with
  * no tier keeps no more) and the stock stays within a quarter of what
  * the cache holds (one buffer at least: reading a 4.5 MiB store back made
- * up to 16 MiB of stock, by the grower's timing), or pages waiting for
- * write-back were carved since the grower was last idle (they would
+ * up to 16 MiB of stock, by the grower's timing), or a buffer was carved
+ * for pages waiting for write-back and none made for it yet (they would
  * fault fresh memory on the appender's path: 36 % of a decode loop's
  * time); the stock is short, and the cache has room */
 static int grow_room(kvf_store *st)
@@ -499,9 +499,9 @@ static int grow_room(kvf_store *st)
 	 * pages then take stock the grower faulted in, not fresh memory) */
 	int reads = t->hits + t->read_puts != t->hits_grown &&
 		    (stock == 0 || stock + t->chunk_bytes <= cached / 4);
-	/* pages waiting for write-back carved since the grower was last
-	 * idle: stock ahead of them, so that the appender does not fault */
-	int writes = t->wb_carves != t->wb_seen;
+	/* a buffer carved for pages waiting for write-back: one made
+	 * ahead for the next, so that the appender does not fault it */
+	int writes = t->wb_grown < t->wb_carves;
 
 	return (reads || writes) && t->n_stock + t->growing < t->stock_cap &&
 	       held(st) + t->chunk_bytes <= grow_ceiling(t);
@@ -540,10 +540,11 @@ static void *grower_main(void *arg)
 		unsigned char *p;
 
 		if (!grow_room(st)) {
-			t->wb_seen = t->wb_carves;
 			pthread_cond_wait(&t->grow, &t->lock);
 			continue;
 		}
+		if (t->wb_grown < t->wb_carves)
+			t->wb_grown++;
 		t->growing++;
 		t->hits_grown = t->hits + t->read_puts;
 		t->bytes += t->chunk_bytes;

@@ -87,8 +87,9 @@ struct tier {
 				      * last made one */
 	uint64_t wb_carves;          /* buffers carved for pages waiting
 				      * for write-back */
-	uint64_t wb_seen;            /* wb_carves when the grower last
-				      * went idle */
+	uint64_t wb_grown;           /* buffers the grower made for them:
+				      * one for each carve, ahead of the
+				      * next */
 	pthread_t grower;            /* makes stock in the background */
 	int grower_on, grower_stop;
 	pthread_cond_t grow;         /* the grower's doorbell */

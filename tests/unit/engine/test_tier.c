@@ -218,7 +218,7 @@ Test(tier, larger_than_budget)
 	uint64_t rng = rng_seed("tier larger");
 	kvf_options o = tier_opts(2ull << 20); /* 512 pages, less its tables */
 	const char *p = strdup(tmp_path(fx.dir, "s"));
-	uint64_t pages = 2ull * KVH * 512, step[4];
+	uint64_t pages = 2ull * KVH * 512, step[4], cached[4];
 	float q[QH * DIM], ref[QH * DIM], out[QH * DIM];
 	kvf_stats a, b;
 	kvf_store *st;
@@ -237,6 +237,7 @@ Test(tier, larger_than_budget)
 		attend(st, 1, 0, q, out, 0);
 		b = stats_of(st);
 		step[s] = b.attend_bytes_read - a.attend_bytes_read;
+		cached[s] = b.cache_bytes;
 		cr_assert(eq(int, memcmp(ref, out, sizeof(ref)), 0), "step %d", s);
 		cr_assert(le(u64, b.dram_peak, o.dram_budget));
 		cr_assert(le(u64, step[s], pages * 4096), "step %d read %" PRIu64,
@@ -245,9 +246,10 @@ Test(tier, larger_than_budget)
 	/* what is cached after the first step is not read again */
 	cr_assert(eq(u64, step[0], pages * 4096));
 	cr_assert(lt(u64, step[1], pages * 4096));
-	cr_assert(le(u64, step[1] + b.cache_bytes, pages * 4096 + 4096 * 4),
+	/* the cache after the same step: the grower may grow it later */
+	cr_assert(le(u64, step[1] + cached[1], pages * 4096 + 4096 * 4),
 		  "step 2 read %" PRIu64 " with %" PRIu64 " cached", step[1],
-		  b.cache_bytes);
+		  cached[1]);
 	cr_assert(b.cache_bytes > ((1ull << 20)),
 		  "only %" PRIu64 " bytes cached", b.cache_bytes);
 	for (int s = 2; s < 4; s++)
