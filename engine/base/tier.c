@@ -26,6 +26,8 @@
 				    * fresh memory (0.4-1.4 s a GiB on a
 				    * VM) is left to the grower */
 #define STOCK_MAX 32u            /* buffers the grower keeps ready */
+#define WB_AHEAD 16u             /* buffers it may owe the write-back's
+				  * carving (carve) */
 
 /* hash_of - Fibonacci hashing: the product's high bits mix every bit of
  * the address (segment and page alike) */
@@ -485,10 +487,10 @@ static uint64_t grow_ceiling(const struct tier *t)
  * a store only written keeps a small cache that rotates, as a store with
  * no tier keeps no more) and the stock stays within a quarter of what
  * the cache holds (one buffer at least: reading a 4.5 MiB store back made
- * up to 16 MiB of stock, by the grower's timing), or a buffer was carved
- * for pages waiting for write-back and none made for it yet (they would
- * fault fresh memory on the appender's path: 36 % of a decode loop's
- * time); the stock is short, and the cache has room */
+ * up to 16 MiB of stock, by the grower's timing), or buffers were
+ * carved for pages waiting for write-back that none was made for yet
+ * (carve; they would fault fresh memory on the appender's path: 36 % of
+ * a decode loop's time); the stock is short, and the cache has room */
 static int grow_room(kvf_store *st)
 {
 	struct tier *t = &st->tier;
@@ -897,19 +899,6 @@ static unsigned char *swap_buffer(kvf_store *st, int fresh)
 		grower_ring(st); /* a large budget: the grower takes over */
 		goto make;
 	}
-	/* a cache never read rotates once it holds TIER_SYNC_GROW: a
-	 * written segment takes the buffer of its oldest chunk, not the
-	 * stock (made ahead of pages waiting for write-back), so that a
-	 * store only written keeps a small cache */
-	if (!fresh && t->n_stock > 0 && t->chunks_live > 0 &&
-	    t->hits + t->read_puts == 0 &&
-	    (uint64_t)t->used * t->page_size >= TIER_SYNC_GROW) {
-		uint32_t live = t->chunks_live;
-
-		while (t->chunks_live == live)
-			if (!evict_one(t))
-				return NULL;
-	}
 	while (t->n_stock == 0 && (full || t->chunks_live > 0)) {
 		if (!evict_one(t))
 			return NULL;
@@ -1017,6 +1006,13 @@ static int carve(kvf_store *st)
 	t->carved[t->n_carved++] = b;
 	for (uint32_t i = per; i-- > 0;)
 		t->loose[t->n_loose++] = b + (size_t)i * t->page_size;
+	/* the grower makes one for the next carve, owing at most WB_AHEAD:
+	 * what it could not make while busy is not made after the carving */
+	t->wb_carves++;
+	if (t->wb_carves - t->wb_grown > WB_AHEAD)
+		t->wb_grown = t->wb_carves - WB_AHEAD;
+	if (grow_room(st))
+		grower_ring(st);
 	return 1;
 }
 
@@ -1036,7 +1032,6 @@ kvf_status tier_page_take(kvf_store *st, unsigned char **page)
 		return KVF_OK;
 	}
 	pthread_mutex_lock(&t->lock);
-	t->wb_carves += t->n_loose == 0;
 	ok = atomic_load(&t->fixed) + ps <= t->budget &&
 	     (t->n_loose > 0 || carve(st));
 	if (ok) {

@@ -47,8 +47,8 @@ struct tier_list {
  * bytes = pages of their own * page_size + (chunks holding a buffer
  * + stock + growing + carved) * chunk_bytes - loose pages taken *
  * page_size (tier_page_take counts them in fixed); fixed + bytes <=
- * budget when budget != 0.  The grower thread touches only stock, bytes and growing, under
- * lock.
+ * budget when budget != 0.  The grower thread touches only stock, bytes,
+ * growing, hits_grown and wb_grown, under lock.
  */
 struct tier {
 	uint64_t budget;             /* bytes; 0 = no tier */
@@ -87,9 +87,9 @@ struct tier {
 				      * last made one */
 	uint64_t wb_carves;          /* buffers carved for pages waiting
 				      * for write-back */
-	uint64_t wb_grown;           /* buffers the grower made for them:
-				      * one for each carve, ahead of the
-				      * next */
+	uint64_t wb_grown;           /* of them, those the grower made (or
+				      * began) one for; it owes at most
+				      * WB_AHEAD (carve) */
 	pthread_t grower;            /* makes stock in the background */
 	int grower_on, grower_stop;
 	pthread_cond_t grow;         /* the grower's doorbell */

@@ -677,7 +677,7 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 	 * durable), a layer's runs before its tails, so that a head's K and
 	 * V runs lie side by side and read back in one request */
 	for (uint32_t b = 0, blk; b < n && rc == KVF_OK; b += blk) {
-		blk = b < nkv ? 2 * st->hdr.n_kv_heads : n - b;
+		blk = b < nkv ? 2 * st->hdr.n_kv_heads : st->hdr.n_q_heads;
 		for (uint32_t i = b; i < b + blk && rc == KVF_OK; i++) {
 			uint32_t sid;
 			struct stream *s = seq_stream_placed(st, seq, i, &sid);

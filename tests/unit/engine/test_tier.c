@@ -7,18 +7,15 @@
  * and attend at once; pages of reused segments never served; written
  * segments cached in place, a full cache recycling its memory, the
  * stage profile; a sync lays a layer's waiting runs head by head, K and
- * V side by side, before its tails; pages waiting for write-back take
- * memory made ahead, and a cache only written still rotates.
+ * V side by side, before its tails.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/base/key.h"
 #include "engine/base/store_state.h"
@@ -246,10 +243,11 @@ Test(tier, larger_than_budget)
 	/* what is cached after the first step is not read again */
 	cr_assert(eq(u64, step[0], pages * 4096));
 	cr_assert(lt(u64, step[1], pages * 4096));
-	/* the cache after the same step: the grower may grow it later */
-	cr_assert(le(u64, step[1] + cached[1], pages * 4096 + 4096 * 4),
+	/* against the cache the step found: the grower may grow it while
+	 * the step reads, and after */
+	cr_assert(le(u64, step[1] + cached[0], pages * 4096 + 4096 * 4),
 		  "step 2 read %" PRIu64 " with %" PRIu64 " cached", step[1],
-		  cached[1]);
+		  cached[0]);
 	cr_assert(b.cache_bytes > ((1ull << 20)),
 		  "only %" PRIu64 " bytes cached", b.cache_bytes);
 	for (int s = 2; s < 4; s++)
@@ -681,50 +679,5 @@ Test(tier, sync_lays_heads_side_by_side)
 					  kind ? "V" : "K");
 	}
 	check_known(st, 1, 3 * G + 5);
-	OK(kvf_close(st));
-}
-
-static uint32_t stock_of(kvf_store *st)
-{
-	uint32_t n;
-
-	pthread_mutex_lock(&st->tier.lock);
-	n = st->tier.n_stock;
-	pthread_mutex_unlock(&st->tier.lock);
-	return n;
-}
-
-/* a decode loop carving pages for write-back has the grower fault in
- * stock ahead of it; a cache never read does not grow with that stock:
- * written segments still take the buffers of its oldest chunks, so it
- * stays near the 16 MiB a store only written keeps (tier.c,
- * TIER_SYNC_GROW).  The grower runs at idle priority: each batch waits a
- * little for its stock, so that the segments written next find some (on
- * a machine too busy to run it there is no stock, and nothing to test) */
-Test(tier, write_back_memory_made_ahead)
-{
-	kvf_options o = tier_opts(256ull << 20);
-	struct timespec nap = { 0, 1000 * 1000 };
-	kvf_store *st;
-	kvf_stats s;
-
-	o.capacity_bytes = 192ull << 20;
-	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
-	OK(kvf_seq_create(st, 1));
-	/* 96 MiB through a 256 MiB budget, a token a call, runs filling */
-	for (uint32_t b = 0; b < 96; b++) {
-		for (uint32_t t = b * WB_RUN * G; t < (b + 1) * WB_RUN * G; t++)
-			OK(put_known(st, 1, t, 1));
-		for (uint32_t w = 0; w < 20 && stock_of(st) == 0; w++)
-			nanosleep(&nap, NULL);
-	}
-	s = stats_of(st);
-	cr_assert(s.cache_segments > (0));
-	cr_assert(eq(u64, s.cache_hits, 0));
-	cr_assert(le(u64, s.cache_bytes, (16ull << 20) + 2 * 64 * 1024),
-		  "a cache only written grew to %" PRIu64 " bytes", s.cache_bytes);
-	cr_assert(le(u64, s.dram_peak, o.dram_budget));
-	OK(kvf_sync(st));
-	check_known(st, 1, 96 * WB_RUN * G);
 	OK(kvf_close(st));
 }
