@@ -215,9 +215,12 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 					&src[i].waits);
 			prof_end(&st->prof, PROF_TIER, m);
 		}
-		wb_plan(st, src[i].s, src[i].sid, g0, k, src[i].waits, pages,
-			own);
 	}
+	/* after every wb_prepare: one may have admitted seq, which decides
+	 * whether a full run goes out (wb_plan as wb_seal will) */
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++)
+		wb_plan(st, seq, src[i].s, src[i].sid, g0, k, src[i].waits,
+			pages, own);
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
 	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {

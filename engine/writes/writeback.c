@@ -49,8 +49,9 @@ void wb_flush_plan(const struct stream *s, uint32_t *pages, uint32_t *own)
 	}
 }
 
-void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
-	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own)
+void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
+	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
+	     uint32_t *own)
 {
 	const struct wb_run *w = s->wb;
 	uint32_t waiting = w ? w->n : 0, n = waiting;
@@ -83,7 +84,7 @@ void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
 			stripe = run_stripe(st, sid,
 					    group_sealed_entry(st, s, g0 + j / per) +
 						    j % per);
-		if (++n == WB_RUN) {
+		if (++n == WB_RUN && seq->admitted) { /* wb_seal */
 			pages[stripe] += WB_RUN;
 			own[stripe] += waiting;
 			waiting = 0;

@@ -42,15 +42,17 @@ kvf_status wb_prepare(kvf_store *st, struct seq *seq, struct stream *s,
 void wb_unprepare(kvf_store *st, struct stream *s);
 
 /*
- * wb_plan - count on pages[stripe] what sealing groups [g0, g0 + k) of s
- * needs of the media: with waits, the runs that fill and the new pages
- * that go on waiting (so that an append is refused KVF_ENOSPC as it
+ * wb_plan - count on pages[stripe] what sealing groups [g0, g0 + k) of
+ * seq's stream s needs of the media: with waits, the runs that fill (an
+ * admitted sequence's: one not admitted keeps them waiting) and the new
+ * pages that go on waiting (so that an append is refused KVF_ENOSPC as it
  * would be without the tier); else the waiting run and every group.  On
  * own[stripe], the pages among them that waited before, whose room is
  * promised (openseg_reserve).  Changes nothing.
  */
-void wb_plan(kvf_store *st, const struct stream *s, uint32_t sid,
-	     uint64_t g0, uint64_t k, int waits, uint32_t *pages, uint32_t *own);
+void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
+	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
+	     uint32_t *own);
 
 /*
  * wb_seal - s's index entry g, the page at src (a sealed page of a full

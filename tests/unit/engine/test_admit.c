@@ -4,13 +4,18 @@
  * reaches the threshold never costs a media write, and reads back exactly
  * while it waits; one that reaches it is written and survives a reopen; a
  * sync leaves a sequence not admitted off the media, and kvf_close admits
- * it; a fork admits the parent; a tier with no room admits.
+ * it; a fork admits the parent; a tier with no room admits; the room
+ * of pages that wait past a run's length stays promised, page for page.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/base/store_state.h"
+#include "engine/sequences/seq.h"
+#include "engine/sequences/seq_state.h"
+#include "engine/sequences/seq_stream.h"
 #include "store_fixture.h"
 #include "testutil.h"
 
@@ -193,5 +198,56 @@ Test(admit, prefix_sequence_admitted)
 	before = stats_of(st).host_bytes_written;
 	OK(kvf_sync(st));
 	cr_assert(stats_of(st).host_bytes_written > before);
+	OK(kvf_close(st));
+}
+
+/* waiting_pages - pages of seq waiting for write-back, over its K/V
+ * streams; promised_pages - the room the segment table holds for pages
+ * waiting, over the stripes */
+static uint64_t waiting_pages(kvf_store *st, uint64_t id)
+{
+	struct seq *seq = NULL;
+	uint64_t n = 0;
+
+	OK(seq_get_locked(st, "test", id, &seq));
+	for (uint32_t i = 0; i < seq_n_kv_streams(st); i++) {
+		uint32_t sid;
+		struct stream *s = seq_stream_at(st, seq, i, &sid);
+
+		n += s && s->wb ? s->wb->n : 0;
+	}
+	seq_unlock_put(st, seq);
+	return n;
+}
+
+static uint64_t promised_pages(kvf_store *st)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		n += st->segtab.promised[s];
+	pthread_mutex_unlock(&st->segtab.lock);
+	return n;
+}
+
+/* a sequence not admitted keeps its pages waiting past a run's length,
+ * and the room they will take stays promised, page for page, until they
+ * go out */
+Test(admit, waiting_room_stays_promised)
+{
+	kvf_options o = admit_opts(100 * G);
+	kvf_store *st;
+
+	OK(kvf_open(fx.path, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint64_t t = 0; t < 40 * G; t++) /* 40 pages a stream wait */
+		put(st, 1, t, 1);
+	cr_assert(eq(u64, stats_of(st).writeback_runs, 0));
+	cr_assert(eq(u64, waiting_pages(st, 1), 40ull * LAYERS * 2 * KVH));
+	cr_assert(eq(u64, promised_pages(st), waiting_pages(st, 1)));
+	put(st, 1, 40 * G, 60 * G); /* reaches admit_tokens: all go out */
+	cr_assert(eq(u64, waiting_pages(st, 1), 0));
+	cr_assert(eq(u64, promised_pages(st), 0));
 	OK(kvf_close(st));
 }
