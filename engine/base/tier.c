@@ -342,8 +342,6 @@ static void slot_add(kvf_store *st, uint32_t i, uint32_t addr, uint32_t check,
 	note_peak(st);
 }
 
-/* insert - a copy of addr's page into a free slot, at the head of the
- * recent pool */
 /* spare_pages - pages of cache memory made and holding no page (loose
  * pages, stock): a page put there takes no more of the budget (lock
  * held) */
@@ -361,23 +359,30 @@ static int room_for_page(kvf_store *st)
 	       held(st) + st->hdr.page_size <= st->tier.budget;
 }
 
-/* carve_stock - a stock buffer (faulted in by the grower) cut into loose
- * pages, if there is one; nothing is evicted or made (lock held) */
-static void carve_stock(kvf_store *st)
+/* cut - buffer b (chunk_bytes) carved into loose pages, freed at close
+ * (lock held) */
+static void cut(struct tier *t, unsigned char *b)
 {
-	struct tier *t = &st->tier;
-	uint32_t per;
-	unsigned char *b;
+	uint32_t per = (uint32_t)(t->chunk_bytes / t->page_size);
 
-	if (t->n_stock == 0 || t->n_carved >= t->n_chunks - 1)
-		return;
-	b = t->stock[--t->n_stock];
-	per = (uint32_t)(t->chunk_bytes / t->page_size);
 	t->carved[t->n_carved++] = b;
 	for (uint32_t i = per; i-- > 0;)
 		t->loose[t->n_loose++] = b + (size_t)i * t->page_size;
 }
 
+/* carve_stock - a stock buffer (faulted in by the grower) cut into loose
+ * pages, if there is one; nothing is evicted or made (lock held) */
+static void carve_stock(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+
+	if (t->n_stock == 0 || t->n_carved >= t->n_chunks - 1)
+		return;
+	cut(t, t->stock[--t->n_stock]);
+}
+
+/* insert - a copy of addr's page into a free slot, at the head of the
+ * recent pool */
 static void insert(kvf_store *st, uint32_t addr, uint32_t check,
 		   const void *page)
 {
@@ -995,17 +1000,13 @@ static int carve(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 	unsigned char *b;
-	uint32_t per;
 
 	if (t->n_carved >= t->n_chunks - 1)
 		return 0; /* (never: carved memory stays within the budget) */
 	b = swap_buffer(st, 1);
 	if (b == NULL)
 		return t->n_loose > 0;
-	per = (uint32_t)(t->chunk_bytes / t->page_size);
-	t->carved[t->n_carved++] = b;
-	for (uint32_t i = per; i-- > 0;)
-		t->loose[t->n_loose++] = b + (size_t)i * t->page_size;
+	cut(t, b);
 	/* the grower makes one for the next carve, owing at most WB_AHEAD:
 	 * what it could not make while busy is not made after the carving */
 	t->wb_carves++;
