@@ -626,27 +626,39 @@ static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
 	return s != NULL && tail != 0 && s->gbuf != NULL && s->tail_written < tail;
 }
 
+/* tail_first_page - the first page of stream s's tail group a sync writes:
+ * the pages before it hold only tokens an earlier sync put on media, which
+ * have not changed since (a truncation lowers tail_written), so they stay
+ * where they are and only what moved is written again */
+static uint32_t tail_first_page(const kvf_store *st, const struct stream *s)
+{
+	return (uint32_t)((uint64_t)s->tail_written * st->row_bytes /
+			  st->hdr.page_size);
+}
+
 /* seal_tail - write stream s's part-filled tail group, if it has tokens
  * not on media yet, as the pages they reach (room reserved) */
 static kvf_status seal_tail(kvf_store *st, struct seq *seq, struct stream *s,
 			    uint32_t sid)
 {
 	uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
-	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
+	uint32_t tail = (uint32_t)(tokens % st->group_tokens), p0, n;
 	kvf_status rc;
 
 	if (!tail_pending(st, s, tokens))
 		return KVF_OK;
+	p0 = tail_first_page(st, s);
+	n = group_fill_pages(st, tail) - p0;
 	/* zero the rest of the group: only whole pages go out */
 	memset(s->gbuf + (size_t)tail * st->row_bytes, 0,
 	       group_buf_bytes(st) - (size_t)tail * st->row_bytes);
-	rc = seal(st, seq, s, sid, group_plain_entry(st, tokens / st->group_tokens),
-		  s->gbuf, group_fill_pages(st, tail));
+	rc = seal(st, seq, s, sid,
+		  group_plain_entry(st, tokens / st->group_tokens) + p0,
+		  s->gbuf + (size_t)p0 * st->hdr.page_size, n);
 	if (rc == KVF_OK) {
 		s->tail_written = tail;
 		atomic_fetch_add(&st->c.padding_bytes,
-				 (uint64_t)group_fill_pages(st, tail) *
-					 st->hdr.page_size);
+				 (uint64_t)n * st->hdr.page_size);
 	}
 	return rc;
 }
@@ -669,7 +681,7 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 			uint64_t e = group_plain_entry(st, tokens / st->group_tokens);
 			uint32_t np = group_fill_pages(st, tokens % st->group_tokens);
 
-			for (uint32_t p = 0; p < np; p++)
+			for (uint32_t p = tail_first_page(st, s); p < np; p++)
 				pages[stream_stripe(st, sid, e + p)]++;
 		}
 	}

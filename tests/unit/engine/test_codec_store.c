@@ -908,6 +908,114 @@ Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 	}
 }
 
+/* padding_pages - tail pages the syncs of st wrote so far */
+static uint64_t padding_pages(kvf_store *st)
+{
+	kvf_stats s = { .struct_size = sizeof(s) };
+
+	OK(kvf_stats_get(st, &s));
+	return s.padding_bytes / 4096;
+}
+
+/*
+ * tail_ops - syncs of an INT4 group's exact tail (G 113 at DIM 64: 128-byte
+ * rows, 32 a page, so a tail spans up to 4 pages), each of which writes only
+ * the tail's pages that changed since the sync before: want[i] pages a
+ * stream for sync i (NULL: not checked, as in a child)
+ */
+#define TAIL_SYNCS 6
+static void tail_ops(struct cmodel *m, kvf_store *st, uint32_t G_,
+		     const uint32_t *want)
+{
+	/* tokens each layer reaches before sync i (a truncation first at 3) */
+	const uint64_t reach[TAIL_SYNCS] = { 70, 71, 101, 40, 50, G_ + 5 };
+	const uint32_t streams = LAYERS * 2 * KVH;
+
+	cr_assert(G_ > 101 && m->dim == 64);
+	m->rng = 77; /* a child's and its parent's values alike */
+	OK(kvf_seq_create(st, 1));
+	for (int i = 0; i < TAIL_SYNCS; i++) {
+		uint64_t before = padding_pages(st);
+
+		if (reach[i] < m->len[0]) {
+			OK(kvf_seq_truncate(st, 1, reach[i]));
+			model_truncate(m, reach[i]);
+		}
+		for (uint32_t l = 0; l < LAYERS && reach[i] > m->len[l]; l++)
+			model_append(m, st, 1, l, (uint32_t)(reach[i] - m->len[l]));
+		OK(kvf_sync(st));
+		if (want)
+			cr_assert(eq(u64, padding_pages(st) - before,
+				     (uint64_t)want[i] * streams),
+				  "sync %d at %llu tokens", i,
+				  (unsigned long long)reach[i]);
+	}
+}
+
+Test(codec_store, a_sync_writes_only_the_tail_pages_that_changed)
+{
+	/* pages of the tail a stream's sync i writes: 0-2 of 70 tokens;
+	 * 2 (71); 2-3 (101); none after a truncation to 40 (its tokens are
+	 * on media); 1 (40-49 over a page that held 40-63); the new
+	 * group's page 0 after the old one sealed */
+	static const uint32_t want[TAIL_SYNCS] = { 3, 1, 2, 0, 1, 1 };
+	kvf_options o = codec_opts(KVF_CODEC_INT4, KVF_DTYPE_F16, DIM);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	char *p = strdup(tmp_path(fx.dir, "tails")), *pk;
+	struct cmodel m;
+	kvf_store *st;
+	uint32_t G_;
+	pid_t pid;
+	int fd, status;
+
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	G_ = si.group_tokens;
+	model_init(&m, KVF_CODEC_INT4, KVF_DTYPE_F16, DIM, G_);
+	tail_ops(&m, st, G_, want);
+	model_reads(&m, st, 1, "after the syncs");
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	model_reads(&m, st, 1, "reopened");
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	OK(kvf_close(st));
+	model_free(&m);
+
+	/* killed after the last sync: the tail's pages of several syncs
+	 * make it up */
+	pk = strdup(tmp_path(fx.dir, "tails_kill"));
+	pid = fx_spawn(&fd);
+	if (pid == 0) {
+		model_init(&m, KVF_CODEC_INT4, KVF_DTYPE_F16, DIM, G_);
+		CHILD_MUST(kvf_open(pk, &o, &st));
+		tail_ops(&m, st, G_, NULL);
+		_exit(0); /* no close */
+	}
+	free(fx_collect(fd));
+	cr_assert(eq(int, waitpid(pid, &status, 0), pid));
+	status = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	cr_assert(status, "the writer failed");
+	model_init(&m, KVF_CODEC_INT4, KVF_DTYPE_F16, DIM, G_);
+	{
+		/* the same values (same seed) through a memory store */
+		kvf_options o2 = o;
+		kvf_store *scratch;
+
+		o2.media = KVF_MEDIA_MEMORY;
+		OK(kvf_open(tmp_path(fx.dir, "tails_scratch"), &o2, &scratch));
+		tail_ops(&m, scratch, G_, NULL);
+		OK(kvf_close(scratch));
+	}
+	OK(kvf_open(pk, &o, &st));
+	model_reads(&m, st, 1, "after the kill");
+	OK(kvf_close(st));
+	model_free(&m);
+	free(pk);
+	free(p);
+}
+
 Test(codec_store, prefix_reuse_shares_encoded_groups)
 {
 	kvf_options o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_BF16, DIM);
