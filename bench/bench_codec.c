@@ -144,8 +144,10 @@ static int speed_alloc(const struct codec_args *a, struct speed_data *d)
 		d->q[i] = (float)((double)(i % 17) / 17.0 - 0.5) / 11.3f;
 	for (int c = 1; c < N_CODECS; c++) {
 		if (kvc_codec_layout((kvf_codec)c, KVF_KIND_K, G, D,
+				     KVC_LAYOUT_KBYTE,
 				     &d->kl[c]) != KVF_OK ||
 		    kvc_codec_layout((kvf_codec)c, KVF_KIND_V, G, D,
+				     KVC_LAYOUT_KBYTE,
 				     &d->vl[c]) != KVF_OK) {
 			fprintf(stderr, "kvbench codec: %s\n", kvf_last_error());
 			return -1;

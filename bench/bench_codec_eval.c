@@ -189,8 +189,10 @@ static kvf_status compute(const struct codec_eval_cfg *c, kvf_codec codec,
 		kvc_attn_finish(&st, out, NULL);
 		return KVF_OK;
 	}
-	if ((rc = kvc_codec_layout(codec, KVF_KIND_K, G, D, &kl)) != KVF_OK ||
-	    (rc = kvc_codec_layout(codec, KVF_KIND_V, G, D, &vl)) != KVF_OK)
+	if ((rc = kvc_codec_layout(codec, KVF_KIND_K, G, D, KVC_LAYOUT_KBYTE,
+				   &kl)) != KVF_OK ||
+	    (rc = kvc_codec_layout(codec, KVF_KIND_V, G, D, KVC_LAYOUT_KBYTE,
+				   &vl)) != KVF_OK)
 		return rc;
 	for (uint32_t t = 0; t < c->n_tokens; t += G) {
 		size_t off = (size_t)t * D;
@@ -243,10 +245,13 @@ kvf_status codec_eval(const struct codec_eval_cfg *c, kvf_codec codec,
 	uint8_t *kg = NULL, *vg = NULL;
 
 	if (codec != KVF_CODEC_NONE) {
-		kb = kvc_codec_group_bytes(codec, KVF_KIND_K, G, D);
-		vb = kvc_codec_group_bytes(codec, KVF_KIND_V, G, D);
+		kb = kvc_codec_group_bytes(codec, KVF_KIND_K, G, D,
+					   KVC_LAYOUT_KBYTE);
+		vb = kvc_codec_group_bytes(codec, KVF_KIND_V, G, D,
+					   KVC_LAYOUT_KBYTE);
 		if (!kb || !vb)
 			return kvc_codec_layout(codec, KVF_KIND_K, G, D,
+						KVC_LAYOUT_KBYTE,
 						&(struct kvc_codec_layout){ 0 });
 	}
 	if (G == 0 || n == 0 || n % G || D == 0 || D > KVC_CODEC_MAX_DIM ||

@@ -23,7 +23,8 @@ static uint32_t align_up(uint32_t n)
 
 /* make_layout - the layout of arguments already checked. */
 static void make_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
-			uint32_t d, struct kvc_codec_layout *l)
+			uint32_t d, uint32_t version,
+			struct kvc_codec_layout *l)
 {
 	uint32_t end;
 
@@ -32,17 +33,24 @@ static void make_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
 	l->kind = kind;
 	l->group_tokens = g;
 	l->head_dim = d;
+	l->version = version;
 	l->row_bytes = codec == KVF_CODEC_INT4 ? (d + 1) / 2 : d;
 	l->scales_off = align_up(g * l->row_bytes);
 	if (codec == KVF_CODEC_FP8) {
 		l->n_scales = 1;
-		end = l->scales_off + (uint32_t)sizeof(float);
+		l->scale_bytes = (uint32_t)sizeof(float);
+		end = l->scales_off + l->scale_bytes;
 	} else {
 		l->n_scales = kind == KVF_KIND_K ? d : g;
-		end = l->scales_off + 2 * l->n_scales;
+		l->scale_bytes = version == KVC_LAYOUT_KBYTE &&
+						 kind == KVF_KIND_K
+					 ? 1
+					 : 2;
+		end = l->scales_off + l->scale_bytes * l->n_scales;
 		if (codec == KVF_CODEC_INT4) {
-			l->mins_off = end;
-			end += 2 * l->n_scales;
+			/* f16 zero points on an even byte */
+			l->mins_off = (end + 1) & ~1u;
+			end = l->mins_off + 2 * l->n_scales;
 		}
 	}
 	l->group_bytes = align_up(end);
@@ -50,16 +58,19 @@ static void make_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
 
 /* layout_valid - arguments kvc_codec_layout takes (no message). */
 static int layout_valid(kvf_codec codec, kvf_kind kind, uint32_t g,
-			uint32_t d)
+			uint32_t d, uint32_t version)
 {
 	return (codec == KVF_CODEC_FP8 || codec == KVF_CODEC_INT8 ||
 		codec == KVF_CODEC_INT4) &&
 	       (kind == KVF_KIND_K || kind == KVF_KIND_V) && g >= 1 &&
-	       g <= KVC_CODEC_MAX_TOKENS && d >= 1 && d <= KVC_CODEC_MAX_DIM;
+	       g <= KVC_CODEC_MAX_TOKENS && d >= 1 &&
+	       d <= KVC_CODEC_MAX_DIM &&
+	       (version == KVC_LAYOUT_F16 || version == KVC_LAYOUT_KBYTE);
 }
 
 kvf_status kvc_codec_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
-			    uint32_t head_dim, struct kvc_codec_layout *out)
+			    uint32_t head_dim, uint32_t version,
+			    struct kvc_codec_layout *out)
 {
 	if (codec != KVF_CODEC_FP8 && codec != KVF_CODEC_INT8 &&
 	    codec != KVF_CODEC_INT4)
@@ -79,34 +90,39 @@ kvf_status kvc_codec_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
 		return kvf_fail(KVF_EINVAL,
 				"kvc_codec_layout: head_dim %u (1..%u)",
 				head_dim, KVC_CODEC_MAX_DIM);
-	make_layout(codec, kind, g, head_dim, out);
+	if (version != KVC_LAYOUT_F16 && version != KVC_LAYOUT_KBYTE)
+		return kvf_fail(KVF_EINVAL,
+				"kvc_codec_layout: layout version %u (%u or %u)",
+				version, KVC_LAYOUT_F16, KVC_LAYOUT_KBYTE);
+	make_layout(codec, kind, g, head_dim, version, out);
 	return KVF_OK;
 }
 
 size_t kvc_codec_group_bytes(kvf_codec codec, kvf_kind kind, uint32_t g,
-			     uint32_t head_dim)
+			     uint32_t head_dim, uint32_t version)
 {
 	struct kvc_codec_layout l;
 
-	if (!layout_valid(codec, kind, g, head_dim))
+	if (!layout_valid(codec, kind, g, head_dim, version))
 		return 0;
-	make_layout(codec, kind, g, head_dim, &l);
+	make_layout(codec, kind, g, head_dim, version, &l);
 	return l.group_bytes;
 }
 
 uint32_t kvc_codec_group_tokens(kvf_codec codec, kvf_kind kind,
-				uint32_t head_dim, size_t page_bytes)
+				uint32_t head_dim, uint32_t version,
+				size_t page_bytes)
 {
 	uint32_t lo = 0, hi = KVC_CODEC_MAX_TOKENS;
 
-	if (!layout_valid(codec, kind, 1, head_dim))
+	if (!layout_valid(codec, kind, 1, head_dim, version))
 		return 0;
 	/* group_bytes grows with g: the last g that fits, by bisection */
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo + 1) / 2;
 
-		if (kvc_codec_group_bytes(codec, kind, mid, head_dim) <=
-		    page_bytes)
+		if (kvc_codec_group_bytes(codec, kind, mid, head_dim,
+					  version) <= page_bytes)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -195,8 +211,8 @@ static void encode_int8(const struct kvc_codec_layout *l, const void *src,
 			a = fabsf(x_at(src, dt, D, t, d));
 			amax = a > amax ? a : amax;
 		}
-		h = kvc_int8_scale(amax);
-		put_f16(dst, l->scales_off, i, h);
+		h = kvc_scale_grid(l, kvc_int8_scale(amax));
+		kvc_put_scale(l, dst, i, h);
 		s = kvf_f16_to_f32(h);
 		for (uint32_t j = 0; j < n; j++) {
 			int8_t c;
@@ -225,8 +241,8 @@ static void encode_int4(const struct kvc_codec_layout *l, const void *src,
 			mn = x < mn ? x : mn;
 			mx = x > mx ? x : mx;
 		}
-		kvc_int4_meta(mn, mx, &hs, &hz);
-		put_f16(dst, l->scales_off, i, hs);
+		kvc_int4_meta(l, mn, mx, &hs, &hz);
+		kvc_put_scale(l, dst, i, hs);
 		put_f16(dst, l->mins_off, i, hz);
 		s = kvf_f16_to_f32(hs);
 		z = kvf_f16_to_f32(hz);
@@ -289,12 +305,11 @@ static float value_at(const struct kvc_codec_layout *l, const void *grp,
 		return kvf_f16_to_f32(kvc_e4m3_f16(row[d])) *
 		       kvc_fp8_group_mul(grp, l);
 	case KVF_CODEC_INT8:
-		return (float)(int8_t)row[d] *
-		       kvc_f16_at(grp, l->scales_off, i);
+		return (float)(int8_t)row[d] * kvc_scale_at(l, grp, i);
 	default:
 		return kvc_f16_at(grp, l->mins_off, i) +
 		       (float)kvc_int4_nibble(row, d, l->head_dim) *
-			       kvc_f16_at(grp, l->scales_off, i);
+			       kvc_scale_at(l, grp, i);
 	}
 }
 

@@ -12,7 +12,14 @@
  *	codec  codes (G rows of)         scales                 zero points
  *	FP8    D bytes, E4M3             1 f32 (the group's)    -
  *	INT8   D bytes, int8             K: D f16, V: G f16     -
- *	INT4   ceil(D/2) bytes, 2/byte   K: D f16, V: G f16     as the scales
+ *	INT4   ceil(D/2) bytes, 2/byte   K: D f16, V: G f16     K: D f16, V: G f16
+ *
+ * in layout version 1 (KVC_LAYOUT_F16).  Version 2 (KVC_LAYOUT_KBYTE)
+ * keeps K's per-channel scales of INT8 and INT4 in one byte each: an f16's
+ * exponent and top 3 mantissa bits (the f16 is the byte shifted left by
+ * 7), rounded up once more; everything else is as in version 1.  At
+ * head_dim 128 that is what lets a 4 KiB page hold 31 INT8 tokens (30)
+ * or 58 INT4 ones (56).
  *
  * (D = head_dim; an INT4 row is chunks of 16 dims in 8 bytes, byte i
  * holding dim i in its low nibble and dim i + 8 in its high one; a last
@@ -59,14 +66,21 @@ static inline float kvc_clamp(float x)
 #define KVC_CODEC_MAX_DIM 1024u     /* head_dim limit (kvf_model's) */
 #define KVC_CODEC_MAX_TOKENS 65536u /* tokens per group limit */
 
-/* The encoded layout of one group: fixed per (codec, kind, G, head_dim). */
+/* Layout versions (a store records its own: engine/base/segfmt.h). */
+#define KVC_LAYOUT_F16 1u   /* every scale and zero point an f16 */
+#define KVC_LAYOUT_KBYTE 2u /* K's INT8 and INT4 scales one byte each */
+
+/* The encoded layout of one group: fixed per (codec, kind, G, head_dim,
+ * version). */
 struct kvc_codec_layout {
 	kvf_codec codec;       /* FP8, INT8 or INT4 (never NONE) */
 	kvf_kind kind;         /* KVF_KIND_K or KVF_KIND_V */
 	uint32_t group_tokens; /* G: tokens of the group */
 	uint32_t head_dim;     /* D: elements per token */
+	uint32_t version;      /* KVC_LAYOUT_F16 or KVC_LAYOUT_KBYTE */
 	uint32_t row_bytes;    /* bytes of codes per token */
 	uint32_t scales_off;   /* byte offset of the scales */
+	uint32_t scale_bytes;  /* bytes a scale takes: 4 (FP8), 2 or 1 */
 	uint32_t n_scales;     /* scales (and zero points): 1, D or G */
 	uint32_t mins_off;     /* INT4: byte offset of the zero points; 0 */
 	uint32_t group_bytes;  /* bytes of the whole group, aligned */
@@ -74,15 +88,17 @@ struct kvc_codec_layout {
 
 /*
  * kvc_codec_layout - the layout of a group of g tokens of head_dim
- * elements of kind for codec.
+ * elements of kind for codec, in layout version `version`.
  * Return: KVF_OK with *out filled; KVF_EINVAL (message naming the value)
  * for a codec other than FP8, INT8, INT4 (KVF_CODEC_NONE has no encoded
  * form: groups stay in the store dtype), a kind other than K or V, g not
- * in 1..KVC_CODEC_MAX_TOKENS or head_dim not in 1..KVC_CODEC_MAX_DIM;
- * *out is then unchanged.
+ * in 1..KVC_CODEC_MAX_TOKENS, head_dim not in 1..KVC_CODEC_MAX_DIM or a
+ * version that is neither KVC_LAYOUT_F16 nor KVC_LAYOUT_KBYTE; *out is
+ * then unchanged.
  */
 kvf_status kvc_codec_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
-			    uint32_t head_dim, struct kvc_codec_layout *out);
+			    uint32_t head_dim, uint32_t version,
+			    struct kvc_codec_layout *out);
 
 /*
  * kvc_codec_group_bytes - the bytes of an encoded group (codes, scales,
@@ -90,7 +106,7 @@ kvf_status kvc_codec_layout(kvf_codec codec, kvf_kind kind, uint32_t g,
  * (no message is set).  For sizing pages.
  */
 size_t kvc_codec_group_bytes(kvf_codec codec, kvf_kind kind, uint32_t g,
-			     uint32_t head_dim);
+			     uint32_t head_dim, uint32_t version);
 
 /*
  * kvc_codec_group_tokens - the largest G (<= KVC_CODEC_MAX_TOKENS) whose
@@ -98,7 +114,8 @@ size_t kvc_codec_group_bytes(kvf_codec codec, kvf_kind kind, uint32_t g,
  * (or the arguments are refused).
  */
 uint32_t kvc_codec_group_tokens(kvf_codec codec, kvf_kind kind,
-				uint32_t head_dim, size_t page_bytes);
+				uint32_t head_dim, uint32_t version,
+				size_t page_bytes);
 
 /*
  * encode - encode one whole group.

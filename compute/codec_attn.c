@@ -51,7 +51,7 @@ static void kq_make(struct kq *kq, const struct kvc_codec_layout *kl,
 				o[d] = qh[d];
 				continue;
 			}
-			o[d] = qh[d] * kvc_f16_at(kg, kl->scales_off, d);
+			o[d] = qh[d] * kvc_scale_at(kl, kg, d);
 			if (kl->codec == KVF_CODEC_INT4)
 				c0 += qh[d] * kvc_f16_at(kg, kl->mins_off, d);
 		}
@@ -108,7 +108,7 @@ static float v_scale(const struct kvc_codec_layout *vl, const void *vg,
 {
 	if (vl->codec == KVF_CODEC_FP8)
 		return kvc_fp8_group_mul(vg, vl);
-	return kvc_f16_at(vg, vl->scales_off, t);
+	return kvc_scale_at(vl, vg, t);
 }
 
 /* accumulate_v - acc[h] += sum_j p[h][j] * v_{tb + tl[j]} for g heads

@@ -54,8 +54,7 @@ KVC_INLINE void kq_make(struct kq *kq, const struct kvc_codec_layout *kl,
 			__m256 x = _mm256_loadu_ps(q + h * D + d);
 
 			if (c != KVF_CODEC_FP8)
-				x = _mm256_mul_ps(x,
-						  meta8(kg, kl->scales_off, d));
+				x = _mm256_mul_ps(x, kvc_scales8(kl, kg, d));
 			if (c == KVF_CODEC_INT4)
 				c0 = _mm256_fmadd_ps(
 					_mm256_loadu_ps(q + h * D + d),
@@ -212,13 +211,13 @@ KVC_INLINE void block_meta(const struct kvc_codec_layout *vl,
 		return;
 	}
 	if (nb == 8) {
-		_mm256_storeu_ps(vs, meta8(vg, vl->scales_off, tb));
+		_mm256_storeu_ps(vs, kvc_scales8(vl, vg, tb));
 		if (c == KVF_CODEC_INT4)
 			_mm256_storeu_ps(vz, meta8(vg, vl->mins_off, tb));
 		return;
 	}
 	for (uint32_t j = 0; j < nb; j++) {
-		vs[j] = kvc_f16_at(vg, vl->scales_off, tb + j);
+		vs[j] = kvc_scale_at(vl, vg, tb + j);
 		if (c == KVF_CODEC_INT4)
 			vz[j] = kvc_f16_at(vg, vl->mins_off, tb + j);
 	}

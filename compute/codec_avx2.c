@@ -174,16 +174,16 @@ KVC_INLINE void encode_fp8(const struct kvc_codec_layout *l, const void *src,
 
 /* scales8 - the INT8 scales of 8 channels from their max |x|: stored at
  * scales[d0..d0+8), returned as f32. */
-static __m256 int8_scales8(uint8_t *dst, uint32_t off, uint32_t d0,
-			   __m256 amax)
+static __m256 int8_scales8(const struct kvc_codec_layout *l, uint8_t *dst,
+			   uint32_t d0, __m256 amax)
 {
 	float a[8], s[8];
 
 	_mm256_storeu_ps(a, amax);
 	for (int i = 0; i < 8; i++) {
-		uint16_t h = kvc_int8_scale(a[i]);
+		uint16_t h = kvc_scale_grid(l, kvc_int8_scale(a[i]));
 
-		put_f16(dst, off, d0 + i, h);
+		kvc_put_scale(l, dst, d0 + i, h);
 		s[i] = kvf_f16_to_f32(h);
 	}
 	return _mm256_loadu_ps(s);
@@ -201,7 +201,7 @@ KVC_INLINE void encode_int8(const struct kvc_codec_layout *l, const void *src,
 			for (size_t t = 0; t < G; t++)
 				mx = _mm256_max_ps(mx,
 						   abs8(load8(src, t * D + d, dt)));
-			sv = int8_scales8(dst, l->scales_off, (uint32_t)d, mx);
+			sv = int8_scales8(l, dst, (uint32_t)d, mx);
 			for (size_t t = 0; t < G; t++)
 				store8_i8(dst + t * rb + d,
 					  int8_8(load8(src, t * D + d, dt), sv));
@@ -214,8 +214,8 @@ KVC_INLINE void encode_int8(const struct kvc_codec_layout *l, const void *src,
 
 		for (size_t d = 0; d < D; d += 8)
 			mx = _mm256_max_ps(mx, abs8(load8(src, t * D + d, dt)));
-		h = kvc_int8_scale(hmax8(mx));
-		put_f16(dst, l->scales_off, (uint32_t)t, h);
+		h = kvc_scale_grid(l, kvc_int8_scale(hmax8(mx)));
+		kvc_put_scale(l, dst, (uint32_t)t, h);
 		sv = _mm256_set1_ps(kvf_f16_to_f32(h));
 		for (size_t d = 0; d < D; d += 8)
 			store8_i8(dst + t * rb + d,
@@ -236,8 +236,8 @@ static void int4_meta8(const struct kvc_codec_layout *l, uint8_t *dst,
 	for (int i = 0; i < 8; i++) {
 		uint16_t hs, hz;
 
-		kvc_int4_meta(a[i], b[i], &hs, &hz);
-		put_f16(dst, l->scales_off, i0 + i, hs);
+		kvc_int4_meta(l, a[i], b[i], &hs, &hz);
+		kvc_put_scale(l, dst, i0 + i, hs);
 		put_f16(dst, l->mins_off, i0 + i, hz);
 		s[i] = kvf_f16_to_f32(hs);
 		z[i] = kvf_f16_to_f32(hz);
@@ -281,8 +281,8 @@ KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
 			mn = _mm256_min_ps(mn, x);
 			mx = _mm256_max_ps(mx, x);
 		}
-		kvc_int4_meta(hmin8(mn), hmax8(mx), &hs, &hz);
-		put_f16(dst, l->scales_off, (uint32_t)t, hs);
+		kvc_int4_meta(l, hmin8(mn), hmax8(mx), &hs, &hz);
+		kvc_put_scale(l, dst, (uint32_t)t, hs);
 		put_f16(dst, l->mins_off, (uint32_t)t, hz);
 		sv = _mm256_set1_ps(kvf_f16_to_f32(hs));
 		zv = _mm256_set1_ps(kvf_f16_to_f32(hz));
@@ -388,7 +388,7 @@ KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 			__m256 v;
 
 			if (k && c != KVF_CODEC_FP8)
-				s = meta8(g, l->scales_off, d);
+				s = kvc_scales8(l, g, d);
 			if (k && c == KVF_CODEC_INT4)
 				z = meta8(g, l->mins_off, d);
 			v = _mm256_mul_ps(dec8(row, d, c), s);

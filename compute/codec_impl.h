@@ -68,14 +68,28 @@ static inline uint16_t kvc_int8_scale(float amax)
 	return kvc_f16_up(amax / 127.0f);
 }
 
+/* scale_grid - the f16 scale h (>= 0, rounded up) as layout l stores it:
+ * a one-byte scale keeps the f16's exponent and top 3 mantissa bits, so
+ * h rounds up once more (no code passes its range either way).  The
+ * largest scale a codec makes (INT4's 131008 / 15) stays far from f16's
+ * infinity. */
+static inline uint16_t kvc_scale_grid(const struct kvc_codec_layout *l,
+				      uint16_t h)
+{
+	if (l->scale_bytes == 1 && (h & 0x7fu))
+		h = (uint16_t)((h | 0x7fu) + 1u);
+	return h;
+}
+
 /* int4_meta - the f16 zero point (min rounded down, so every x - zero >=
- * 0) and scale ((max - zero) / 15 rounded up) of an INT4 channel or
- * token with values in [mn, mx]. */
-static inline void kvc_int4_meta(float mn, float mx, uint16_t *scale,
-				 uint16_t *zero)
+ * 0) and scale ((max - zero) / 15 rounded up, on l's grid) of an INT4
+ * channel or token with values in [mn, mx]. */
+static inline void kvc_int4_meta(const struct kvc_codec_layout *l, float mn,
+				 float mx, uint16_t *scale, uint16_t *zero)
 {
 	*zero = kvc_f16_down(mn);
-	*scale = kvc_f16_up((mx - kvf_f16_to_f32(*zero)) / 15.0f);
+	*scale = kvc_scale_grid(
+		l, kvc_f16_up((mx - kvf_f16_to_f32(*zero)) / 15.0f));
 }
 
 /* ---- per element -------------------------------------------------------- */
@@ -149,6 +163,28 @@ static inline float kvc_f16_at(const void *grp, uint32_t off, uint32_t i)
 
 	memcpy(&h, (const uint8_t *)grp + off + 2 * (size_t)i, 2);
 	return kvf_f16_to_f32(h);
+}
+
+/* put_scale - store scale i (f16 bits on l's grid, kvc_scale_grid) of an
+ * INT8 or INT4 group. */
+static inline void kvc_put_scale(const struct kvc_codec_layout *l,
+				 uint8_t *grp, uint32_t i, uint16_t h)
+{
+	if (l->scale_bytes == 1)
+		grp[l->scales_off + i] = (uint8_t)(h >> 7);
+	else
+		memcpy(grp + l->scales_off + 2 * (size_t)i, &h, 2);
+}
+
+/* scale_at - scale i of an INT8 or INT4 group, as f32. */
+static inline float kvc_scale_at(const struct kvc_codec_layout *l,
+				 const void *grp, uint32_t i)
+{
+	if (l->scale_bytes == 1)
+		return kvf_f16_to_f32(
+			(uint16_t)(((const uint8_t *)grp)[l->scales_off + i]
+				   << 7));
+	return kvc_f16_at(grp, l->scales_off, i);
 }
 
 /* fp8_group_scale - an FP8 group's scale times 256 (e4m3_f16's factor). */

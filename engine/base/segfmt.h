@@ -41,10 +41,14 @@
  *   88      4   group_pages: P, pages one token group takes             (4)
  *   92      4   group_bytes: bytes of a group's P pages that hold data  (4)
  *   96      4   codec: how a group is encoded, 0 = plain rows       (4, 5)
- *  100     20   reserved, 0
+ *  100      4   codec_layout: the encoded group's layout version       (6)
+ *  104     16   reserved, 0
  *  120      8   checksum: XXH3-64 of bytes 0..119
  *
- * (4): format 4, whose codec is 0; (5): format 5, a codec store's.  A
+ * (4): format 4, whose codec is 0; (5): format 5, a codec store's, whose
+ * groups are in layout version 1 (compute/codec.h; codec_layout 0);
+ * (6): format 6, a codec store's whose groups are in the version its
+ * codec_layout states (2: K's scales of a byte).  A
  * format-3 header has zeros there, and its geometry is
  * the one format 3 allowed: G = page_size / row, P = 1, no padding
  * (store_group_of).  Format 4 states it, so a group need not divide the
@@ -65,8 +69,11 @@
  * 5: the groups are encoded (the header's codec is not 0).  A store
  *    without a codec is still made as format 4, which libraries of format
  *    4 open; they refuse a codec store with KVF_EVERSION instead of
- *    reading its encoded pages as rows */
-#define STORE_FORMAT_VERSION 5u
+ *    reading its encoded pages as rows;
+ * 6: the header states the encoded groups' layout version.  A codec
+ *    store whose groups keep version 1 is still made as format 5 */
+#define STORE_FORMAT_VERSION 6u
+#define STORE_FORMAT_CODEC 5u  /* a codec store in layout version 1 */
 #define STORE_FORMAT_PLAIN 4u  /* what a store without a codec is made as */
 #define STORE_FORMAT_OLDEST 3u /* the oldest format this library opens */
 #define STORE_HEADER_FILE "KVFLASH"
@@ -114,7 +121,8 @@ struct store_header {
 	uint32_t group_pages;
 	uint32_t group_bytes;
 	uint32_t codec;
-	unsigned char reserved[20];
+	uint32_t codec_layout;
+	unsigned char reserved[16];
 	uint64_t checksum;
 };
 
@@ -123,6 +131,7 @@ static_assert(offsetof(struct store_header, page_size) == 44, "page_size");
 static_assert(offsetof(struct store_header, segment_size) == 48, "seg size");
 static_assert(offsetof(struct store_header, group_tokens) == 84, "group");
 static_assert(offsetof(struct store_header, codec) == 96, "codec");
+static_assert(offsetof(struct store_header, codec_layout) == 100, "layout");
 static_assert(offsetof(struct store_header, checksum) == 120, "checksum");
 
 /*

@@ -69,9 +69,10 @@ static kvf_status check_model(const kvf_options *o)
 				m->head_dim);
 	if (o->codec != KVF_CODEC_NONE) {
 		uint32_t row = m->head_dim * store_dtype_bytes(m->dtype);
-		struct group_geom g = store_codec_group(o->page_size,
-							(kvf_codec)o->codec,
-							m->head_dim);
+		struct group_geom g = store_codec_group(
+			o->page_size, (kvf_codec)o->codec, m->head_dim,
+			store_codec_layout_for(o->page_size, (kvf_codec)o->codec,
+					       m->head_dim));
 
 		/* encoded pages must hold fewer bytes than the rows they
 		 * replace, or the codec only loses precision */
@@ -88,26 +89,48 @@ static kvf_status check_model(const kvf_options *o)
 }
 
 struct group_geom store_codec_group(uint32_t page_size, kvf_codec codec,
-				    uint32_t head_dim)
+				    uint32_t head_dim, uint32_t version)
 {
 	struct group_geom g = { 0, 0, 0 };
 
 	for (uint32_t p = 1; p <= GROUP_MAX_PAGES; p++) {
 		uint64_t room = (uint64_t)p * page_size;
-		uint32_t nk = kvc_codec_group_tokens(codec, KVF_KIND_K, head_dim, room);
-		uint32_t nv = kvc_codec_group_tokens(codec, KVF_KIND_V, head_dim, room);
+		uint32_t nk = kvc_codec_group_tokens(codec, KVF_KIND_K, head_dim,
+						     version, room);
+		uint32_t nv = kvc_codec_group_tokens(codec, KVF_KIND_V, head_dim,
+						     version, room);
 		uint32_t n = nk < nv ? nk : nv;
 		size_t bk, bv;
 
 		if (n == 0)
 			continue;
-		bk = kvc_codec_group_bytes(codec, KVF_KIND_K, n, head_dim);
-		bv = kvc_codec_group_bytes(codec, KVF_KIND_V, n, head_dim);
+		bk = kvc_codec_group_bytes(codec, KVF_KIND_K, n, head_dim, version);
+		bv = kvc_codec_group_bytes(codec, KVF_KIND_V, n, head_dim, version);
 		g = (struct group_geom){ n, p, (uint32_t)(bk > bv ? bk : bv) };
 		if ((room - g.bytes) * 100 <= room * GROUP_WASTE_PCT)
 			break;
 	}
 	return g;
+}
+
+uint32_t store_codec_layout_for(uint32_t page_size, kvf_codec codec,
+				uint32_t head_dim)
+{
+	struct group_geom a = store_codec_group(page_size, codec, head_dim,
+						KVC_LAYOUT_F16);
+	struct group_geom b = store_codec_group(page_size, codec, head_dim,
+						KVC_LAYOUT_KBYTE);
+
+	/* b's pages a token, b.pages / b.tokens, below a's */
+	if (b.tokens && (a.tokens == 0 || (uint64_t)b.pages * a.tokens <
+						  (uint64_t)a.pages * b.tokens))
+		return KVC_LAYOUT_KBYTE;
+	return KVC_LAYOUT_F16;
+}
+
+uint32_t store_codec_layout_of(const struct store_header *h)
+{
+	return h->format_version >= 6 ? h->codec_layout : KVC_LAYOUT_F16;
 }
 
 /* physical_memory - bytes of RAM (a budget past it is a mistake) */
@@ -278,8 +301,7 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	per_stripe = o->capacity_bytes / n_stripes / seg;
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, STORE_MAGIC, 8);
-	h->format_version = o->codec == KVF_CODEC_NONE ? STORE_FORMAT_PLAIN
-						       : STORE_FORMAT_VERSION;
+	h->format_version = STORE_FORMAT_PLAIN;
 	h->header_size = sizeof(*h);
 	h->n_layers = m->n_layers;
 	h->n_q_heads = m->n_q_heads;
@@ -297,9 +319,18 @@ kvf_status store_build_header(const kvf_options *o, struct store_header *h)
 	if (o->codec == KVF_CODEC_NONE)
 		g = group_layout(o->page_size,
 				 m->head_dim * store_dtype_bytes(m->dtype));
-	else
+	else {
+		uint32_t v = store_codec_layout_for(o->page_size,
+						    (kvf_codec)o->codec,
+						    m->head_dim);
+
+		/* version 1 stays format 5, which older libraries open */
+		h->format_version = v == KVC_LAYOUT_F16 ? STORE_FORMAT_CODEC
+							: STORE_FORMAT_VERSION;
+		h->codec_layout = v == KVC_LAYOUT_F16 ? 0 : v;
 		g = store_codec_group(o->page_size, (kvf_codec)o->codec,
-				      m->head_dim);
+				      m->head_dim, v);
+	}
 	h->group_tokens = g.tokens;
 	h->group_pages = g.pages;
 	h->group_bytes = g.bytes;
@@ -409,15 +440,23 @@ static kvf_status check_group(const struct store_header *h, char *why,
 		return KVF_ECORRUPT;
 	}
 	if (h->codec > KVF_CODEC_INT4 ||
-	    (h->codec != CODEC_NONE && h->format_version < 5)) {
+	    (h->codec != CODEC_NONE && h->format_version < 5) ||
+	    (h->codec == CODEC_NONE && h->format_version >= 6)) {
 		snprintf(why, why_cap, "codec %u in format %u", h->codec,
 			 h->format_version);
+		return KVF_ECORRUPT;
+	}
+	/* format 6 states the layout version that made it format 6 */
+	if (h->format_version >= 6 ? h->codec_layout != KVC_LAYOUT_KBYTE
+				   : h->format_version == 5 && h->codec_layout) {
+		snprintf(why, why_cap, "codec layout %u in format %u",
+			 h->codec_layout, h->format_version);
 		return KVF_ECORRUPT;
 	}
 	want = h->codec == CODEC_NONE
 		       ? group_layout(h->page_size, row)
 		       : store_codec_group(h->page_size, (kvf_codec)h->codec,
-					   h->head_dim);
+					   h->head_dim, store_codec_layout_of(h));
 	if (h->group_tokens == want.tokens && h->group_pages == want.pages &&
 	    h->group_bytes == want.bytes)
 		return KVF_OK;

@@ -23,11 +23,23 @@ kvf_status store_read_header(const char *path, struct store_header *h);
  * store_header_decode): stated by format 4, implied by format 3 */
 struct group_geom store_group_of(const struct store_header *h);
 
-/* store_codec_group - the token group a store of codec (not NONE) gets:
- * group_layout's rule (segfmt.h) over the encoded bytes of G tokens, the
- * larger of K's and V's; tokens 0 when none fits */
+/* store_codec_group - the token group a store of codec (not NONE) gets in
+ * layout version `version` (compute/codec.h): group_layout's rule
+ * (segfmt.h) over the encoded bytes of G tokens, the larger of K's and
+ * V's; tokens 0 when none fits */
 struct group_geom store_codec_group(uint32_t page_size, kvf_codec codec,
-				    uint32_t head_dim);
+				    uint32_t head_dim, uint32_t version);
+
+/* store_codec_layout_for - the layout version a new store of codec gets:
+ * version 2 (K's scales of a byte) where its group takes fewer page bytes
+ * a token than version 1's, else version 1, whose f16 scales are
+ * exact to more bits */
+uint32_t store_codec_layout_for(uint32_t page_size, kvf_codec codec,
+				uint32_t head_dim);
+
+/* store_codec_layout_of - the layout version of a codec store's groups
+ * (header h checked): stated by format 6, 1 before */
+uint32_t store_codec_layout_of(const struct store_header *h);
 
 kvf_status store_header_decode(const void *buf, size_t n, const char *path,
 			       struct store_header *h);

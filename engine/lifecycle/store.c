@@ -71,9 +71,9 @@ static void derive(kvf_store *st)
 		st->plain_off = g.pages;
 		st->group_stride = g.pages + group_fill_pages(st, g.tokens);
 		kvc_codec_layout(st->codec, KVF_KIND_K, g.tokens, h->head_dim,
-				 &st->codec_lay[0]);
+				 store_codec_layout_of(h), &st->codec_lay[0]);
 		kvc_codec_layout(st->codec, KVF_KIND_V, g.tokens, h->head_dim,
-				 &st->codec_lay[1]);
+				 store_codec_layout_of(h), &st->codec_lay[1]);
 		st->ck = kvc_codec_kernels();
 	}
 	st->pages_per_seg = (uint32_t)(h->segment_size / h->page_size);

@@ -186,7 +186,11 @@ void crash_codec_set(kvf_codec c)
 		if (strcmp(env, names[i]) == 0)
 			c = (kvf_codec)(KVF_CODEC_FP8 + i);
 	crash_codec = c;
-	crash_g = c == KVF_CODEC_NONE ? G : store_codec_group(4096, c, DIM).tokens;
+	crash_g = c == KVF_CODEC_NONE
+			  ? G
+			  : store_codec_group(4096, c, DIM,
+					      store_codec_layout_for(4096, c, DIM))
+				    .tokens;
 	if (crash_g == 0)
 		fail("no token group for codec %s", kvf_codec_name(c));
 }

@@ -26,7 +26,10 @@
 #include <xxhash.h>
 
 #include "compute/codec.h"
+#include "engine/base/catalog.h"
+#include "engine/base/meta.h"
 #include "engine/base/segfmt.h"
+#include "engine/base/store_header.h"
 #include "engine/portable/seqfile.h"
 #include "kvflash.h"
 #include "store_fixture.h"
@@ -43,6 +46,7 @@ struct cmodel {
 	kvf_codec codec;
 	kvf_dtype dt;
 	uint32_t dim, gt;
+	uint32_t ver;                       /* the groups' layout version */
 	uint64_t cap;                       /* tokens it holds per layer */
 	size_t eb;                          /* element bytes */
 	uint64_t len[LAYERS];
@@ -66,6 +70,8 @@ static void model_init(struct cmodel *m, kvf_codec codec, kvf_dtype dt,
 	m->dt = dt;
 	m->dim = dim;
 	m->gt = G_;
+	/* what a new store of 4 KiB pages takes (codec_opts) */
+	m->ver = store_codec_layout_for(4096, codec, dim);
 	m->cap = 20 * (uint64_t)G_ + 64;
 	m->eb = fx_elt_size(dt);
 	m->rng = rng_seed("codec_store");
@@ -130,7 +136,7 @@ static void seal(struct cmodel *m, int l, int k, int h, uint64_t g)
 	unsigned char *grp, *rows = m->cur[l][k][h] + g * m->gt * row_of(m);
 
 	OK(kvc_codec_layout(m->codec, k ? KVF_KIND_V : KVF_KIND_K, m->gt, m->dim,
-			    &lay));
+			    m->ver, &lay));
 	grp = calloc(1, lay.group_bytes);
 	cr_assert(grp != NULL);
 	OK(ck->encode(&lay, rows, m->dt, grp));
@@ -361,6 +367,8 @@ static void life(kvf_codec c, kvf_dtype dt, uint32_t dim)
 	G_ = si.group_tokens;
 	cr_assert(G_ > 1);
 	model_init(&m, c, dt, dim, G_);
+	/* groups in layout version 2 make a store of format 6 */
+	cr_assert(eq(u32, si.format_version, m.ver == KVC_LAYOUT_KBYTE ? 6 : 5));
 	OK(kvf_seq_create(st, 1));
 	/* one token at a time into the first group, then runs that cross
 	 * group boundaries, a partial tail left */
@@ -442,6 +450,24 @@ Test(codec_store, every_codec_and_dtype_against_the_model)
 			life(codecs[c], dts[d], DIM);
 }
 
+/* head_dim 128: K's INT8 and INT4 scales of a byte (layout version 2)
+ * let a page hold 31 and 58 tokens (30 and 56 with f16 scales) */
+Test(codec_store, layout_2_against_the_model)
+{
+	cr_assert(eq(u32, store_codec_layout_for(4096, KVF_CODEC_INT8, 128),
+		     KVC_LAYOUT_KBYTE));
+	cr_assert(eq(u32, store_codec_layout_for(4096, KVF_CODEC_INT4, 128),
+		     KVC_LAYOUT_KBYTE));
+	/* where a byte scale buys no token (V fills the page first), the
+	 * f16 scales stay */
+	cr_assert(eq(u32, store_codec_layout_for(4096, KVF_CODEC_INT8, 64),
+		     KVC_LAYOUT_F16));
+	cr_assert(eq(u32, store_codec_layout_for(4096, KVF_CODEC_FP8, 128),
+		     KVC_LAYOUT_F16));
+	life(KVF_CODEC_INT8, KVF_DTYPE_F16, 128);
+	life(KVF_CODEC_INT4, KVF_DTYPE_BF16, 128);
+}
+
 Test(codec_store, head_sizes_the_avx2_kernels_do_not_take)
 {
 	/* 40: a multiple of 8, not of 16 (INT4 runs scalar); 13: neither */
@@ -482,10 +508,11 @@ Test(codec_store, header_records_the_codec)
 	OK(kvf_open(p, &o, &st));
 	OK(kvf_store_info_get(st, &si));
 	cr_assert(eq(u32, si.codec, KVF_CODEC_INT4));
-	cr_assert(eq(u32, si.format_version, 5));
-	/* KIVI's layout at head_dim 128 on 4 KiB pages: K's 128 scales and
-	 * zero points and 56 tokens of 64 bytes fill one page exactly */
-	cr_assert(eq(u32, si.group_tokens, 56));
+	cr_assert(eq(u32, si.format_version, 6));
+	/* KIVI's layout at head_dim 128 on 4 KiB pages, K's scales of a
+	 * byte: K's 128 scales, 128 f16 zero points and 58 tokens of 64
+	 * bytes fill one page exactly */
+	cr_assert(eq(u32, si.group_tokens, 58));
 	cr_assert(eq(u32, si.group_pages, 1));
 	cr_assert(eq(u32, si.group_bytes, 4096));
 	OK(kvf_close(st));
@@ -906,6 +933,108 @@ Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 		model_free(&m);
 		free(p);
 	}
+}
+
+/* set_header - rewrite the header of the (closed) store at p with f
+ * applied, and the catalog's copy of it */
+static void set_header(const char *p, void (*f)(struct store_header *))
+{
+	char *hp = strdup(tmp_path(p, STORE_HEADER_FILE));
+	struct store_header h;
+	struct catalog *c = NULL;
+	struct catalog_batch *b = catalog_batch_new();
+	unsigned char tag = META_TAG_CONFIG;
+	int fd = open(hp, O_RDWR);
+
+	cr_assert(fd >= 0 && b != NULL);
+	cr_assert(eq(int, (int)pread(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	f(&h);
+	h.checksum = XXH3_64bits(&h, offsetof(struct store_header, checksum));
+	cr_assert(eq(int, (int)pwrite(fd, &h, sizeof(h), 0), (int)sizeof(h)));
+	close(fd);
+	OK(catalog_open(tmp_path(p, "meta"), 0, 0, CATALOG_FSYNC, &c));
+	catalog_batch_put(b, &tag, 1, &h, sizeof(h));
+	OK(catalog_commit(c, b, 1));
+	catalog_batch_free(b);
+	catalog_close(c);
+	free(hp);
+}
+
+/* as a library of format 5 made an INT8 store of head_dim 128: layout
+ * version 1, 30 tokens a group */
+static void made_as_format_5(struct store_header *h)
+{
+	cr_assert(eq(u32, h->format_version, 6));
+	cr_assert(eq(u32, h->codec_layout, KVC_LAYOUT_KBYTE));
+	cr_assert(eq(u32, h->group_tokens, 31));
+	h->format_version = 5;
+	h->codec_layout = 0;
+	h->group_tokens = 30;
+	h->group_pages = 1;
+	h->group_bytes = 4096;
+}
+
+static void layout_3(struct store_header *h) { h->codec_layout = 3; }
+static void layout_1(struct store_header *h) { h->codec_layout = 1; }
+static void format_5_layout_2(struct store_header *h)
+{
+	h->format_version = 5;
+	h->codec_layout = 2;
+}
+
+/*
+ * A store in layout version 2 is format 6, which a library of format 5
+ * refuses with KVF_EVERSION; a store that library made (format 5, version
+ * 1, at a head size where this library makes version 2) opens and lives
+ * on in its own layout; a header whose layout and format disagree is
+ * damage.
+ */
+Test(codec_store, format_6_states_the_layout)
+{
+	kvf_options o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, 128);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	kvf_verify_report vr = { .struct_size = sizeof(vr) };
+	char *p = strdup(tmp_path(fx.dir, "f5_at_128"));
+	char *q = strdup(tmp_path(fx.dir, "f6_bad"));
+	struct cmodel m;
+	kvf_store *st;
+
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_close(st));
+	set_header(p, made_as_format_5);
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	cr_assert(eq(u32, si.format_version, 5));
+	cr_assert(eq(u32, si.group_tokens, 30));
+	model_init(&m, KVF_CODEC_INT8, KVF_DTYPE_F16, 128, 30);
+	m.ver = KVC_LAYOUT_F16;
+	OK(kvf_seq_create(st, 1));
+	model_append(&m, st, 1, 0, 3 * 30 + 7);
+	model_append(&m, st, 1, 1, 2 * 30 + 1);
+	model_reads(&m, st, 1, "format 5 at head_dim 128");
+	model_attends(&m, st, 1, "format 5 at head_dim 128");
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	model_append(&m, st, 1, 0, 30);
+	model_reads(&m, st, 1, "format 5 reopened");
+	OK(kvf_verify(st, NULL, NULL, &vr));
+	cr_assert(eq(u64, vr.bad_pages, 0));
+	OK(kvf_close(st));
+	model_free(&m);
+
+	OK(kvf_open(q, &o, &st));
+	OK(kvf_close(st));
+	set_header(q, layout_3);
+	fx_refused(q, &o, KVF_ECORRUPT, "codec layout 3 in format 6",
+		   "is damaged", "an unknown layout version");
+	set_header(q, layout_1);
+	fx_refused(q, &o, KVF_ECORRUPT, "codec layout 1 in format 6",
+		   "is damaged", "format 6 in layout version 1");
+	set_header(q, format_5_layout_2);
+	fx_refused(q, &o, KVF_ECORRUPT, "codec layout 2 in format 5",
+		   "is damaged", "a format-5 header stating a layout");
+	free(q);
+	free(p);
 }
 
 /* padding_pages - tail pages the syncs of st wrote so far */
