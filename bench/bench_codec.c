@@ -54,7 +54,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kvbench codec [--head-dim N] [--group N] [--tokens N]\n"
 		"                     [--heads N] [--q-heads N] [--seed N]\n"
-		"                     [--speed-tokens N] [--repeat N] [--no-speed] [--json]\n"
+		"                     [--speed-tokens N] [--repeat N] [--layout N]\n"
+		"                     [--no-speed] [--json]\n"
 		"  --head-dim N      elements per head vector (default 128)\n"
 		"  --group N         tokens per encoded group (default 64)\n"
 		"  --tokens N        context per KV head, accuracy (default 4096)\n"
@@ -63,6 +64,8 @@ static void usage(FILE *f)
 		"  --seed N          of the synthetic data (default 1)\n"
 		"  --speed-tokens N  context per KV head, speed (default 16K)\n"
 		"  --repeat N        speed passes; medians (default 5)\n"
+		"  --layout N        encoded layout version: 1 f16 scales, 2 K's\n"
+		"                    INT8/INT4 scales of a byte (default 2)\n"
 		"  --no-speed        accuracy only\n"
 		"  --json            JSON instead of a table\n");
 }
@@ -78,6 +81,8 @@ static int parse_args(int argc, char **argv, struct codec_args *a)
 		BENCH_U64("--seed", a->cfg.seed, 0, UINT64_MAX),
 		BENCH_U32("--speed-tokens", a->speed_tokens, 1, 1u << 22),
 		BENCH_U32("--repeat", a->repeat, 1, 100),
+		BENCH_U32("--layout", a->cfg.layout, KVC_LAYOUT_F16,
+			  KVC_LAYOUT_KBYTE),
 		BENCH_BOOL("--no-speed", a->no_speed),
 		BENCH_BOOL("--json", a->json),
 		{ 0 }
@@ -86,7 +91,8 @@ static int parse_args(int argc, char **argv, struct codec_args *a)
 
 	*a = (struct codec_args){
 		.cfg = { .head_dim = 128, .group_tokens = 64, .n_tokens = 4096,
-			 .n_kv_heads = 8, .n_q = 4, .seed = 1 },
+			 .n_kv_heads = 8, .n_q = 4, .seed = 1,
+			 .layout = KVC_LAYOUT_KBYTE },
 		.speed_tokens = 16384,
 		.repeat = 5,
 	};
@@ -144,10 +150,10 @@ static int speed_alloc(const struct codec_args *a, struct speed_data *d)
 		d->q[i] = (float)((double)(i % 17) / 17.0 - 0.5) / 11.3f;
 	for (int c = 1; c < N_CODECS; c++) {
 		if (kvc_codec_layout((kvf_codec)c, KVF_KIND_K, G, D,
-				     KVC_LAYOUT_KBYTE,
+				     a->cfg.layout,
 				     &d->kl[c]) != KVF_OK ||
 		    kvc_codec_layout((kvf_codec)c, KVF_KIND_V, G, D,
-				     KVC_LAYOUT_KBYTE,
+				     a->cfg.layout,
 				     &d->vl[c]) != KVF_OK) {
 			fprintf(stderr, "kvbench codec: %s\n", kvf_last_error());
 			return -1;
@@ -280,10 +286,11 @@ static void print_table(const struct codec_args *a,
 	const struct codec_eval_cfg *c = &a->cfg;
 
 	printf("kvbench codec: attention over encoded KV groups vs the uncompressed (f16) computation\n");
-	printf("  head_dim %u, groups of %u tokens; accuracy: %u KV heads x %u tokens, %u query heads each, seed %llu;\n"
+	printf("  head_dim %u, groups of %u tokens, layout version %u; accuracy: %u KV heads x %u tokens, %u query heads each, seed %llu;\n"
 	       "  kernels %s; reference: attention in double over the f16 values\n\n",
-	       c->head_dim, c->group_tokens, c->n_kv_heads, c->n_tokens, c->n_q,
-	       (unsigned long long)c->seed, kvc_codec_kernels()->name);
+	       c->head_dim, c->group_tokens, c->layout, c->n_kv_heads,
+	       c->n_tokens, c->n_q, (unsigned long long)c->seed,
+	       kvc_codec_kernels()->name);
 	printf("  %-6s %8s %7s  %-11s %10s %10s %12s %12s\n", "codec",
 	       "B/token", "x f16", "workload", "cos mean", "cos min",
 	       "rel err mean", "rel err max");
@@ -326,6 +333,7 @@ static void print_json(const struct codec_args *a,
 	bench_json_str(&j, "bench", "codec");
 	bench_json_u64(&j, "head_dim", c->head_dim);
 	bench_json_u64(&j, "group_tokens", c->group_tokens);
+	bench_json_u64(&j, "layout", c->layout);
 	bench_json_u64(&j, "tokens", c->n_tokens);
 	bench_json_u64(&j, "kv_heads", c->n_kv_heads);
 	bench_json_u64(&j, "q_heads_per_kv", c->n_q);

@@ -189,9 +189,9 @@ static kvf_status compute(const struct codec_eval_cfg *c, kvf_codec codec,
 		kvc_attn_finish(&st, out, NULL);
 		return KVF_OK;
 	}
-	if ((rc = kvc_codec_layout(codec, KVF_KIND_K, G, D, KVC_LAYOUT_KBYTE,
+	if ((rc = kvc_codec_layout(codec, KVF_KIND_K, G, D, c->layout,
 				   &kl)) != KVF_OK ||
-	    (rc = kvc_codec_layout(codec, KVF_KIND_V, G, D, KVC_LAYOUT_KBYTE,
+	    (rc = kvc_codec_layout(codec, KVF_KIND_V, G, D, c->layout,
 				   &vl)) != KVF_OK)
 		return rc;
 	for (uint32_t t = 0; t < c->n_tokens; t += G) {
@@ -246,12 +246,12 @@ kvf_status codec_eval(const struct codec_eval_cfg *c, kvf_codec codec,
 
 	if (codec != KVF_CODEC_NONE) {
 		kb = kvc_codec_group_bytes(codec, KVF_KIND_K, G, D,
-					   KVC_LAYOUT_KBYTE);
+					   c->layout);
 		vb = kvc_codec_group_bytes(codec, KVF_KIND_V, G, D,
-					   KVC_LAYOUT_KBYTE);
+					   c->layout);
 		if (!kb || !vb)
 			return kvc_codec_layout(codec, KVF_KIND_K, G, D,
-						KVC_LAYOUT_KBYTE,
+						c->layout,
 						&(struct kvc_codec_layout){ 0 });
 	}
 	if (G == 0 || n == 0 || n % G || D == 0 || D > KVC_CODEC_MAX_DIM ||

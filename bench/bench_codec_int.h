@@ -54,6 +54,7 @@ struct codec_eval_cfg {
 	uint32_t n_kv_heads;   /* independent heads (trials) */
 	uint32_t n_q;          /* query heads per KV head (1..64) */
 	uint64_t seed;         /* of the synthetic data */
+	uint32_t layout;       /* KVC_LAYOUT_F16 or KVC_LAYOUT_KBYTE */
 };
 
 struct codec_eval_result {

@@ -381,7 +381,7 @@ KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 		if (c == KVF_CODEC_FP8)
 			s = _mm256_set1_ps(kvc_fp8_group_mul(g, l));
 		else if (!k)
-			s = _mm256_set1_ps(kvc_f16_at(g, l->scales_off, t));
+			s = _mm256_set1_ps(kvc_scale_at(l, g, t));
 		if (c == KVF_CODEC_INT4 && !k)
 			z = _mm256_set1_ps(kvc_f16_at(g, l->mins_off, t));
 		for (size_t d = 0; d < D; d += 8) {

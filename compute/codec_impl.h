@@ -187,7 +187,7 @@ static inline float kvc_scale_at(const struct kvc_codec_layout *l,
 	return kvc_f16_at(grp, l->scales_off, i);
 }
 
-/* fp8_group_scale - an FP8 group's scale times 256 (e4m3_f16's factor). */
+/* fp8_group_mul - an FP8 group's scale times 256 (e4m3_f16's factor). */
 static inline float kvc_fp8_group_mul(const void *grp,
 				      const struct kvc_codec_layout *l)
 {

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "codec_ref.h"
-#include "compute/half.h"
 
 int cr_codec_variants(const struct kvc_codec_kernels *v[2])
 {
@@ -30,12 +29,34 @@ double cr_e4m3(uint8_t c)
 	return (c & 0x80) ? -v : v;
 }
 
+/* sign, 5 exponent bits of bias 15, 10 mantissa bits; exponent 0 is
+ * subnormal (m * 2^-24) */
+double cr_f16(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	double v;
+
+	if (e == 31)
+		v = m ? NAN : INFINITY;
+	else if (e)
+		v = ldexp(1024 + m, e - 25);
+	else
+		v = ldexp(m, -24);
+	return (h & 0x8000) ? -v : v;
+}
+
 static double f16_at(const void *grp, uint32_t off, uint32_t i)
 {
 	uint16_t h;
 
 	memcpy(&h, (const uint8_t *)grp + off + 2 * (size_t)i, 2);
-	return kvf_f16_to_f32(h);
+	return cr_f16(h);
+}
+
+int cr_byte_scales(const struct kvc_codec_layout *l)
+{
+	return l->version == KVC_LAYOUT_KBYTE && l->kind == KVF_KIND_K &&
+	       (l->codec == KVF_CODEC_INT8 || l->codec == KVF_CODEC_INT4);
 }
 
 double cr_scale_of(const struct kvc_codec_layout *l, const void *grp,
@@ -46,6 +67,12 @@ double cr_scale_of(const struct kvc_codec_layout *l, const void *grp,
 	if (l->codec == KVF_CODEC_FP8) {
 		memcpy(&s, (const uint8_t *)grp + l->scales_off, 4);
 		return s;
+	}
+	if (cr_byte_scales(l)) {
+		/* one byte: bits 14..7 of an f16, the rest 0 */
+		uint8_t b = ((const uint8_t *)grp)[l->scales_off + i];
+
+		return cr_f16((uint16_t)(b << 7));
 	}
 	return f16_at(grp, l->scales_off, i);
 }

@@ -29,7 +29,16 @@ double cr_e4m3(uint8_t c);
 double cr_decode(const struct kvc_codec_layout *l, const void *grp,
 		 uint32_t t, uint32_t d, double *mag);
 
-/* cr_scale_of - the scale (FP8: the group's; else entry i) as double. */
+/* cr_f16 - the value of f16 bits h, from the format (not half.h). */
+double cr_f16(uint16_t h);
+
+/* cr_byte_scales - 1 when l's scales are one byte each by the format's
+ * definition (layout version 2, K, INT8 or INT4; codec.h), else 0.  Read
+ * from the version, not from l->scale_bytes. */
+int cr_byte_scales(const struct kvc_codec_layout *l);
+
+/* cr_scale_of - the scale (FP8: the group's; else entry i) as double: an
+ * f16, or in version 2 a K scale's byte b as the f16 of bits b << 7. */
 double cr_scale_of(const struct kvc_codec_layout *l, const void *grp,
 		   uint32_t i);
 /* cr_zero_of - INT4 zero point i as double (0 for other codecs). */

@@ -12,6 +12,9 @@
  * token mask; token sub-ranges of a group; encoded and dense groups
  * folded into one state.  K has per-channel offsets and a few channels 20
  * times larger, so INT4's zero points and per-channel scales matter.
+ * Every case runs in both layout versions (KVC_LAYOUT_KBYTE: K's INT8 and
+ * INT4 scales one byte each), the reference reading the scales from the
+ * format's definition (codec_ref.c).
  *
  * Tolerances are kernel_ref.h's kr_attn_tol, with the score magnitude
  * and max |v| taken over |zero| + |code * scale| per element (the kernels
@@ -35,6 +38,7 @@
 
 static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
 				    KVF_CODEC_INT4 };
+static const uint32_t versions[] = { KVC_LAYOUT_F16, KVC_LAYOUT_KBYTE };
 
 /* One problem: n_groups encoded K and V groups and their exact values. */
 struct cprob {
@@ -50,7 +54,8 @@ struct cprob {
 };
 
 static void cprob_make(struct cprob *p, uint64_t *rng, kvf_codec codec,
-		       uint32_t n_q, uint32_t hd, uint32_t g, int masked)
+		       uint32_t n_q, uint32_t hd, uint32_t g, uint32_t ver,
+		       int masked)
 {
 	const struct kvc_codec_kernels *sc = kvc_codec_kernels_scalar();
 
@@ -61,9 +66,11 @@ static void cprob_make(struct cprob *p, uint64_t *rng, kvf_codec codec,
 	p->g = g;
 	p->n_groups = 3;
 	p->n = g * p->n_groups;
-	cr_assert(eq(int, kvc_codec_layout(codec, KVF_KIND_K, g, hd, &p->kl),
+	cr_assert(eq(int,
+		     kvc_codec_layout(codec, KVF_KIND_K, g, hd, ver, &p->kl),
 		     KVF_OK));
-	cr_assert(eq(int, kvc_codec_layout(codec, KVF_KIND_V, g, hd, &p->vl),
+	cr_assert(eq(int,
+		     kvc_codec_layout(codec, KVF_KIND_V, g, hd, ver, &p->vl),
 		     KVF_OK));
 	p->q = kr_xmalloc((size_t)n_q * hd * sizeof(float));
 	p->kg = kr_xmalloc((size_t)p->n_groups * p->kl.group_bytes);
@@ -238,39 +245,48 @@ static void fold_groups(const struct kvc_codec_kernels *kk,
 	free(buf);
 }
 
+/* fold_case - one shape in both layout versions, every variant: the fold
+ * and the scores against the reference. */
 static void fold_case(uint64_t *rng, kvf_codec c, uint32_t n_q, uint32_t hd,
 		      uint32_t g, int masked)
 {
 	const struct kvc_codec_kernels *v[2];
 	int nv = cr_codec_variants(v);
-	struct cprob p;
-	float *out, *lse, *sc, *sc2;
 	char what[128];
 
-	cprob_make(&p, rng, c, n_q, hd, g, masked);
-	out = kr_xmalloc((size_t)n_q * hd * sizeof(float));
-	lse = kr_xmalloc(n_q * sizeof(float));
-	sc = kr_xmalloc((size_t)n_q * p.n * sizeof(float));
-	sc2 = kr_xmalloc((size_t)n_q * p.n * sizeof(float));
-	for (int vi = 0; vi < nv; vi++) {
-		snprintf(what, sizeof(what), "%s %s n_q %u hd %u g %u%s",
-			 v[vi]->name, kvf_codec_name(c), n_q, hd, g,
-			 masked ? " masked" : "");
-		fold_groups(v[vi], &p, out, lse, sc);
-		check_out(&p, 0, p.n, out, lse, what);
-		check_scores(&p, 0, p.n, sc, p.n, what);
-		for (uint32_t gi = 0; gi < p.n_groups; gi++)
-			v[vi]->scores(&p.kl, p.q, n_q,
-				      p.kg + (size_t)gi * p.kl.group_bytes, 0, g,
-				      p.mask ? p.mask + gi * g : NULL,
-				      sc2 + gi * g, p.n);
-		check_scores(&p, 0, p.n, sc2, p.n, what);
+	for (size_t vv = 0; vv < NELEM(versions); vv++) {
+		uint32_t ver = versions[vv];
+		struct cprob p;
+		float *out, *lse, *sc, *sc2;
+
+		cprob_make(&p, rng, c, n_q, hd, g, ver, masked);
+		out = kr_xmalloc((size_t)n_q * hd * sizeof(float));
+		lse = kr_xmalloc(n_q * sizeof(float));
+		sc = kr_xmalloc((size_t)n_q * p.n * sizeof(float));
+		sc2 = kr_xmalloc((size_t)n_q * p.n * sizeof(float));
+		for (int vi = 0; vi < nv; vi++) {
+			snprintf(what, sizeof(what),
+				 "%s v%u %s n_q %u hd %u g %u%s", v[vi]->name,
+				 ver, kvf_codec_name(c), n_q, hd, g,
+				 masked ? " masked" : "");
+			fold_groups(v[vi], &p, out, lse, sc);
+			check_out(&p, 0, p.n, out, lse, what);
+			check_scores(&p, 0, p.n, sc, p.n, what);
+			for (uint32_t gi = 0; gi < p.n_groups; gi++)
+				v[vi]->scores(&p.kl, p.q, n_q,
+					      p.kg + (size_t)gi *
+							      p.kl.group_bytes,
+					      0, g,
+					      p.mask ? p.mask + gi * g : NULL,
+					      sc2 + gi * g, p.n);
+			check_scores(&p, 0, p.n, sc2, p.n, what);
+		}
+		free(out);
+		free(lse);
+		free(sc);
+		free(sc2);
+		cprob_free(&p);
 	}
-	free(out);
-	free(lse);
-	free(sc);
-	free(sc2);
-	cprob_free(&p);
 }
 
 Test(codec_attn, fold_and_scores_every_shape)
@@ -289,6 +305,43 @@ Test(codec_attn, fold_and_scores_every_shape)
 							  hds[b], gs[gi], m);
 }
 
+/* sub_range_case - tokens [t0, t0 + n) of an encoded group (kk, c, layout
+ * version ver), then the next group's 16 tokens as dense f16 rows, into
+ * one state, against the reference over exactly those tokens. */
+static void sub_range_case(uint64_t *rng, const struct kvc_codec_kernels *kk,
+			   kvf_codec c, uint32_t ver, uint32_t t0, uint32_t n)
+{
+	struct cprob p;
+	struct kvc_attn_state st;
+	float out[4 * 64], lse[4];
+	float *buf = kr_xmalloc(KVC_ATTN_STATE_FLOATS(4, 64) * sizeof(float));
+	double *kd, *vd;
+	char what[96];
+
+	cprob_make(&p, rng, c, 4, 64, 16, ver, 0);
+	kvc_attn_state_init(&st, 4, 64, buf);
+	kk->fold(&st, p.q, &p.kl, p.kg, &p.vl, p.vg, t0, n, NULL, NULL, 0);
+	/* group 1 as dense f16 rows (its source) */
+	kvc_kernels()->attn_fold(&st, p.q, p.kf + 16 * 64, p.vf + 16 * 64, 16,
+				 KVF_DTYPE_F16, NULL, NULL, 0);
+	kvc_attn_finish(&st, out, lse);
+	/* the reference's rows: [t0, t0 + n) decoded, then group 1's source
+	 * values */
+	kd = p.kd;
+	vd = p.vd;
+	for (uint32_t i = 0; i < 16 * 64; i++) {
+		kd[(t0 + n) * 64 + i] = kvf_f16_to_f32(p.kf[16 * 64 + i]);
+		vd[(t0 + n) * 64 + i] = kvf_f16_to_f32(p.vf[16 * 64 + i]);
+		p.kmag[(t0 + n) * 64 + i] = fabs(kd[(t0 + n) * 64 + i]);
+		p.vmag[(t0 + n) * 64 + i] = fabs(vd[(t0 + n) * 64 + i]);
+	}
+	snprintf(what, sizeof(what), "%s v%u %s tokens [%u, %u) + 16 dense",
+		 kk->name, ver, kvf_codec_name(c), t0, t0 + n);
+	check_out(&p, t0, t0 + n + 16, out, lse, what);
+	free(buf);
+	cprob_free(&p);
+}
+
 /*
  * A token sub-range of one group (t0 > 0, a short n, a block tail), then
  * the next group's tokens as dense f16 rows, folded into one state: the
@@ -305,49 +358,13 @@ Test(codec_attn, sub_ranges_and_dense_mix)
 
 	for (size_t c = 0; c < NELEM(codecs); c++)
 		for (size_t r = 0; r < NELEM(ranges); r++)
-			for (int vi = 0; vi < nv; vi++) {
-				uint32_t t0 = ranges[r][0], n = ranges[r][1];
-				struct cprob p;
-				struct kvc_attn_state st;
-				float out[4 * 64], lse[4];
-				float *buf = kr_xmalloc(
-					KVC_ATTN_STATE_FLOATS(4, 64) *
-					sizeof(float));
-				double *kd, *vd;
-				char what[96];
-
-				cprob_make(&p, &rng, codecs[c], 4, 64, 16, 0);
-				kvc_attn_state_init(&st, 4, 64, buf);
-				v[vi]->fold(&st, p.q, &p.kl, p.kg, &p.vl, p.vg, t0,
-					    n, NULL, NULL, 0);
-				/* group 1 as dense f16 rows (its source) */
-				kvc_kernels()->attn_fold(&st, p.q, p.kf + 16 * 64,
-							 p.vf + 16 * 64, 16,
-							 KVF_DTYPE_F16, NULL,
-							 NULL, 0);
-				kvc_attn_finish(&st, out, lse);
-				/* the reference's rows: [t0, t0 + n) decoded,
-				 * then group 1's source values */
-				kd = p.kd;
-				vd = p.vd;
-				for (uint32_t i = 0; i < 16 * 64; i++) {
-					kd[(t0 + n) * 64 + i] =
-						kvf_f16_to_f32(p.kf[16 * 64 + i]);
-					vd[(t0 + n) * 64 + i] =
-						kvf_f16_to_f32(p.vf[16 * 64 + i]);
-					p.kmag[(t0 + n) * 64 + i] =
-						fabs(kd[(t0 + n) * 64 + i]);
-					p.vmag[(t0 + n) * 64 + i] =
-						fabs(vd[(t0 + n) * 64 + i]);
-				}
-				snprintf(what, sizeof(what),
-					 "%s %s tokens [%u, %u) + 16 dense",
-					 v[vi]->name, kvf_codec_name(codecs[c]),
-					 t0, t0 + n);
-				check_out(&p, t0, t0 + n + 16, out, lse, what);
-				free(buf);
-				cprob_free(&p);
-			}
+			for (int vi = 0; vi < nv; vi++)
+				for (size_t ver = 0; ver < NELEM(versions);
+				     ver++)
+					sub_range_case(&rng, v[vi], codecs[c],
+						       versions[ver],
+						       ranges[r][0],
+						       ranges[r][1]);
 }
 
 /* Everything masked: the state stays empty (lse -inf, out 0), and the
@@ -360,23 +377,25 @@ Test(codec_attn, all_masked)
 	uint8_t mask[16] = { 0 };
 
 	for (size_t c = 0; c < NELEM(codecs); c++)
-		for (int vi = 0; vi < nv; vi++) {
-			struct cprob p;
-			struct kvc_attn_state st;
-			float buf[KVC_ATTN_STATE_FLOATS(2, 64)], out[2 * 64],
-				lse[2], sc[2 * 16];
+		for (int vi = 0; vi < nv; vi++)
+			for (size_t ver = 0; ver < NELEM(versions); ver++) {
+				struct cprob p;
+				struct kvc_attn_state st;
+				float buf[KVC_ATTN_STATE_FLOATS(2, 64)],
+					out[2 * 64], lse[2], sc[2 * 16];
 
-			cprob_make(&p, &rng, codecs[c], 2, 64, 16, 0);
-			kvc_attn_state_init(&st, 2, 64, buf);
-			v[vi]->fold(&st, p.q, &p.kl, p.kg, &p.vl, p.vg, 0, 16,
-				    mask, sc, 16);
-			kvc_attn_finish(&st, out, lse);
-			for (int h = 0; h < 2; h++)
-				cr_assert(lse[h] == -INFINITY);
-			for (int i = 0; i < 2 * 64; i++)
-				cr_assert(out[i] == 0.0f);
-			for (int i = 0; i < 2 * 16; i++)
-				cr_assert(sc[i] == -INFINITY);
-			cprob_free(&p);
-		}
+				cprob_make(&p, &rng, codecs[c], 2, 64, 16,
+					   versions[ver], 0);
+				kvc_attn_state_init(&st, 2, 64, buf);
+				v[vi]->fold(&st, p.q, &p.kl, p.kg, &p.vl, p.vg,
+					    0, 16, mask, sc, 16);
+				kvc_attn_finish(&st, out, lse);
+				for (int h = 0; h < 2; h++)
+					cr_assert(lse[h] == -INFINITY);
+				for (int i = 0; i < 2 * 64; i++)
+					cr_assert(out[i] == 0.0f);
+				for (int i = 0; i < 2 * 16; i++)
+					cr_assert(sc[i] == -INFINITY);
+				cprob_free(&p);
+			}
 }

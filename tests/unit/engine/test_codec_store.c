@@ -880,11 +880,14 @@ static void crash_ops(struct cmodel *m, kvf_store *st, uint32_t G_)
 
 Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 {
+	/* head_dim 128: INT8 and INT4 in layout version 2 */
 	static const kvf_codec codecs[] = { KVF_CODEC_FP8, KVF_CODEC_INT8,
+					    KVF_CODEC_INT4, KVF_CODEC_INT8,
 					    KVF_CODEC_INT4 };
+	static const uint32_t dims[] = { DIM, DIM, DIM, 128, 128 };
 
-	for (size_t c = 0; c < 3; c++) {
-		kvf_options o = codec_opts(codecs[c], KVF_DTYPE_F16, DIM);
+	for (size_t c = 0; c < 5; c++) {
+		kvf_options o = codec_opts(codecs[c], KVF_DTYPE_F16, dims[c]);
 		kvf_store_info si = { .struct_size = sizeof(si) };
 		char *p;
 		struct cmodel m;
@@ -902,7 +905,7 @@ Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 		G_ = si.group_tokens;
 		pid = fx_spawn(&fd);
 		if (pid == 0) {
-			model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+			model_init(&m, codecs[c], KVF_DTYPE_F16, dims[c], G_);
 			m.rng = 77;
 			CHILD_MUST(kvf_open(p, &o, &st));
 			crash_ops(&m, st, G_);
@@ -913,7 +916,7 @@ Test(codec_store, truncations_into_encoded_groups_survive_a_kill)
 		status = WIFEXITED(status) && WEXITSTATUS(status) == 0;
 		cr_assert(status, "the writer failed");
 		/* the parent's model: the same values (same seed) */
-		model_init(&m, codecs[c], KVF_DTYPE_F16, DIM, G_);
+		model_init(&m, codecs[c], KVF_DTYPE_F16, dims[c], G_);
 		m.rng = 77;
 		OK(kvf_open(p, &o, &st));
 		{
