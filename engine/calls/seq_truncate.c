@@ -128,6 +128,23 @@ static void take_fresh(kvf_store *st, struct stream *s, struct cut *c)
 	c->fresh.gbuf_bytes = 0;
 }
 
+/* placed_tokens - of the first `tail` tokens of the whole plain group at
+ * entries e.., those whose rows lie in pages placed on media: a run of
+ * write-back can end inside a group of several pages, leaving its later
+ * pages waiting (and the cut drops what waits) */
+static uint32_t placed_tokens(kvf_store *st, const struct stream *s,
+			      uint64_t e, uint64_t tail)
+{
+	uint32_t np = group_fill_pages(st, tail), p = 0;
+	uint64_t n;
+
+	while (p < np && e + p < s->n_groups && stream_waiting(s, e + p) == NULL &&
+	       stream_page(s, e + p).addr != ADDR_NONE)
+		p++;
+	n = (uint64_t)p * st->hdr.page_size / st->row_bytes;
+	return (uint32_t)(n < tail ? n : tail);
+}
+
 /* apply_group - the second pass on a K/V/X stream */
 static void apply_group(kvf_store *st, struct cut *c)
 {
@@ -138,17 +155,17 @@ static void apply_group(kvf_store *st, struct cut *c)
 
 	/* how many kept tokens the pages the index has for group g hold: a
 	 * group waiting for write-back has its older pages there (the
-	 * partial pages of a sync, or none); a placed whole group all of
-	 * them */
+	 * partial pages of a sync, or none); a whole group those of its
+	 * pages placed on media.  A sync writes the tail from the first
+	 * page past them (append.c, seal_tail) */
 	if (tail == 0)
 		written = 0;
 	else if (g == c->tokens / G && c->tokens % G)
 		written = s->tail_written < tail ? s->tail_written : (uint32_t)tail;
-	else if (!s->enc && stream_waiting(s, e) == NULL && e < s->n_groups &&
-		 stream_page(s, e).addr != ADDR_NONE)
-		written = (uint32_t)tail;
+	else if (!s->enc)
+		written = placed_tokens(st, s, e, tail);
 	else
-		written = 0; /* or encoded: its kept tokens are plain again */
+		written = 0; /* encoded: its kept tokens are plain again */
 	stream_wb_cut(st, s, group_entry(st, g)); /* e, or g's encoded pages */
 	/* the kept tail's pages stay (they hold its first `written` tokens);
 	 * a group of several pages drops those past them, a codec store's

@@ -1050,23 +1050,26 @@ static uint64_t padding_pages(kvf_store *st)
 }
 
 /*
- * tail_ops - syncs of an INT4 group's exact tail (G 113 at DIM 64: 128-byte
- * rows, 32 a page, so a tail spans up to 4 pages), each of which writes only
- * the tail's pages that changed since the sync before: want[i] pages a
- * stream for sync i (NULL: not checked, as in a child)
+ * tail_ops - syncs i0 .. i1 - 1 of an INT4 group's exact tail (G 113 at DIM
+ * 64: 128-byte rows, 32 a page, so a tail spans up to 4 pages), each of
+ * which writes only the tail's pages that changed since the sync before:
+ * want[i] pages a stream for sync i (NULL: not checked, as in a child).
+ * After sync 4 the tail's first page is sync 0's and its second sync 4's.
  */
 #define TAIL_SYNCS 6
 static void tail_ops(struct cmodel *m, kvf_store *st, uint32_t G_,
-		     const uint32_t *want)
+		     const uint32_t *want, int i0, int i1)
 {
 	/* tokens each layer reaches before sync i (a truncation first at 3) */
 	const uint64_t reach[TAIL_SYNCS] = { 70, 71, 101, 40, 50, G_ + 5 };
 	const uint32_t streams = LAYERS * 2 * KVH;
 
 	cr_assert(G_ > 101 && m->dim == 64);
-	m->rng = 77; /* a child's and its parent's values alike */
-	OK(kvf_seq_create(st, 1));
-	for (int i = 0; i < TAIL_SYNCS; i++) {
+	if (i0 == 0) {
+		m->rng = 77; /* a child's and its parent's values alike */
+		OK(kvf_seq_create(st, 1));
+	}
+	for (int i = i0; i < i1; i++) {
 		uint64_t before = padding_pages(st);
 
 		if (reach[i] < m->len[0]) {
@@ -1105,24 +1108,26 @@ Test(codec_store, a_sync_writes_only_the_tail_pages_that_changed)
 	OK(kvf_store_info_get(st, &si));
 	G_ = si.group_tokens;
 	model_init(&m, KVF_CODEC_INT4, KVF_DTYPE_F16, DIM, G_);
-	tail_ops(&m, st, G_, want);
+	tail_ops(&m, st, G_, want, 0, TAIL_SYNCS - 1);
 	model_reads(&m, st, 1, "after the syncs");
+	/* the tail's pages of two syncs read back, then grow */
 	OK(kvf_close(st));
 	OK(kvf_open(p, &o, &st));
 	model_reads(&m, st, 1, "reopened");
 	OK(kvf_verify(st, NULL, NULL, &vr));
 	cr_assert(eq(u64, vr.bad_pages, 0));
+	tail_ops(&m, st, G_, want, TAIL_SYNCS - 1, TAIL_SYNCS);
+	model_reads(&m, st, 1, "sealed after the reopen");
 	OK(kvf_close(st));
 	model_free(&m);
 
-	/* killed after the last sync: the tail's pages of several syncs
-	 * make it up */
+	/* killed after sync 4: the tail's pages of two syncs make it up */
 	pk = strdup(tmp_path(fx.dir, "tails_kill"));
 	pid = fx_spawn(&fd);
 	if (pid == 0) {
 		model_init(&m, KVF_CODEC_INT4, KVF_DTYPE_F16, DIM, G_);
 		CHILD_MUST(kvf_open(pk, &o, &st));
-		tail_ops(&m, st, G_, NULL);
+		tail_ops(&m, st, G_, NULL, 0, TAIL_SYNCS - 1);
 		_exit(0); /* no close */
 	}
 	free(fx_collect(fd));
@@ -1137,7 +1142,7 @@ Test(codec_store, a_sync_writes_only_the_tail_pages_that_changed)
 
 		o2.media = KVF_MEDIA_MEMORY;
 		OK(kvf_open(tmp_path(fx.dir, "tails_scratch"), &o2, &scratch));
-		tail_ops(&m, scratch, G_, NULL);
+		tail_ops(&m, scratch, G_, NULL, 0, TAIL_SYNCS - 1);
 		OK(kvf_close(scratch));
 	}
 	OK(kvf_open(pk, &o, &st));

@@ -681,3 +681,62 @@ Test(tier, sync_lays_heads_side_by_side)
 	check_known(st, 1, 3 * G + 5);
 	OK(kvf_close(st));
 }
+
+/*
+ * A truncation into a whole group of several pages that a write-back run
+ * ended inside: head_dim 768 (rows of 1536 bytes, groups of 8 tokens in 3
+ * pages), runs of 32 pages, so the second run of a stream ends after the
+ * first page of its group 21 and the rest of that group waits.  The cut
+ * drops what waits, so the kept tail's tokens in those pages are not on
+ * media: the next sync must write them, and they must read back after a
+ * reopen.
+ */
+Test(tier, truncation_into_a_group_a_run_split)
+{
+	kvf_model m = { 1, 1, 1, 768, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m, 1u << 20, 64ull << 20, 1);
+	kvf_store_info si = { .struct_size = sizeof(si) };
+	const size_t row = 768 * 2;
+	uint64_t rng = rng_seed("tier_run_split");
+	uint16_t *k = malloc(180 * row), *v = malloc(180 * row);
+	unsigned char *rk = malloc(180 * row), *rv = malloc(180 * row);
+	const char *p = tmp_path(fx.dir, "split");
+	kvf_store *st;
+
+	cr_assert(k && v && rk && rv);
+	o.dram_budget = 16ull << 20;
+	o.direct_io = 2;
+	fill_f16(&rng, k, 180 * 768);
+	fill_f16(&rng, v, 180 * 768);
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_store_info_get(st, &si));
+	cr_assert(eq(u32, si.group_tokens, 8));
+	cr_assert(eq(u32, si.group_pages, 3));
+	OK(kvf_seq_create(st, 1));
+	/* 22 whole groups, a token at a time: runs of 32 pages go out at
+	 * 32 and 64 pages, the second ending after group 21's first page */
+	for (uint32_t t = 0; t < 22 * 8; t++)
+		OK(kvf_append(st, 1, 0, 1, (const char *)k + t * row,
+			      (const char *)v + t * row));
+	cr_assert(eq(u64, stats_of(st).writeback_runs, 4), "two runs of K, two of V");
+	/* keep 21 * 8 + 6 tokens, the sixth in the group's third page,
+	 * then one new token */
+	OK(kvf_seq_truncate(st, 1, 21 * 8 + 6));
+	OK(kvf_append(st, 1, 0, 1, (const char *)k + 179 * row,
+		      (const char *)v + 179 * row));
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_read(st, 1, 0, 0, 0, 21 * 8 + 7, rk, rv));
+	cr_assert(memcmp(rk, k, (21 * 8 + 6) * row) == 0, "K kept");
+	cr_assert(memcmp(rv, v, (21 * 8 + 6) * row) == 0, "V kept");
+	cr_assert(memcmp(rk + (21 * 8 + 6) * row, (const char *)k + 179 * row,
+			 row) == 0, "K appended after the cut");
+	cr_assert(memcmp(rv + (21 * 8 + 6) * row, (const char *)v + 179 * row,
+			 row) == 0, "V appended after the cut");
+	OK(kvf_close(st));
+	free(k);
+	free(v);
+	free(rk);
+	free(rv);
+}
