@@ -77,9 +77,19 @@ static void header_seeds(const char *dir)
 	memcpy(x, h, sizeof(x));
 	x[68] = 1; /* media: memory */
 	put("store_header", "media-memory-config", &f, 1, x, sizeof(x));
+	/* codec headers (format 5, and 6 with its layout version): the
+	 * template's group is a plain one, so these reach check_group */
+	f = 0x0b;
+	memcpy(x, h, sizeof(x));
+	x[8] = 5;
+	x[96] = 2; /* codec int8 */
+	put("store_header", "codec-format5", &f, 1, x, sizeof(x));
+	x[8] = 6;
+	x[100] = 2; /* codec_layout: K's scales of a byte */
+	put("store_header", "codec-format6-layout2", &f, 1, x, sizeof(x));
 	f = 0x00;
 	memcpy(x, h, sizeof(x));
-	x[100] ^= 1; /* reserved byte, checksum left stale */
+	x[104] ^= 1; /* reserved byte, checksum left stale */
 	put("store_header", "stale-checksum", &f, 1, x, sizeof(x));
 }
 
