@@ -1215,6 +1215,10 @@ typedef struct {
 				    * a codec: an encoded group's, K's or
 				    * V's, the larger) */
 	uint32_t codec;            /* kvf_codec of sealed K/V groups */
+	uint32_t codec_layout;     /* their encoded layout's version: 1 every
+				    * scale an f16, 2 K's INT8/INT4 scales a
+				    * byte each (docs/compression.md); 0
+				    * without a codec */
 } kvf_store_info;
 
 /*

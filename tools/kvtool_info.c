@@ -146,10 +146,11 @@ static void print_text(const struct info *in)
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
 	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
 	if (si->codec != KVF_CODEC_NONE)
-		printf("codec        %s: %u tokens of one head per K/V group, encoded in %u page%s of %u bytes (%u bytes used), the part-filled last group plain\n",
+		printf("codec        %s: %u tokens of one head per K/V group, encoded in %u page%s of %u bytes (%u bytes used, layout version %u%s), the part-filled last group plain\n",
 		       kvf_codec_name((kvf_codec)si->codec), si->group_tokens,
 		       si->group_pages, si->group_pages > 1 ? "s" : "",
-		       si->page_size, si->group_bytes);
+		       si->page_size, si->group_bytes, si->codec_layout,
+		       si->codec_layout == 2 ? ": K's scales a byte" : "");
 	else if (si->group_pages > 1)
 		printf("pages        %u bytes, %u tokens of one head per K/V group of %u pages (%.1f %% unused)\n",
 		       si->page_size, si->group_tokens, si->group_pages,
@@ -219,9 +220,9 @@ static void print_json(const struct info *in)
 	printf(", \"model\": {\"n_layers\": %u, \"n_q_heads\": %u, \"n_kv_heads\": %u, \"head_dim\": %u, \"dtype\": \"%s\"}",
 	       si->model.n_layers, si->model.n_q_heads, si->model.n_kv_heads,
 	       si->model.head_dim, kvf_dtype_name(si->model.dtype));
-	printf(", \"page_size\": %u, \"group_tokens\": %u, \"group_pages\": %u, \"codec\": \"%s\", \"segment_size\": %llu",
+	printf(", \"page_size\": %u, \"group_tokens\": %u, \"group_pages\": %u, \"codec\": \"%s\", \"codec_layout\": %u, \"segment_size\": %llu",
 	       si->page_size, si->group_tokens, si->group_pages,
-	       kvf_codec_name((kvf_codec)si->codec),
+	       kvf_codec_name((kvf_codec)si->codec), si->codec_layout,
 	       (unsigned long long)si->segment_size);
 	printf(", \"data_pages_per_segment\": %u, \"n_stripes\": %u, \"segs_per_stripe\": %llu",
 	       si->data_pages_per_segment, si->n_stripes,

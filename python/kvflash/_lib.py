@@ -126,7 +126,8 @@ class StoreInfo(ctypes.Structure):
                 ("capacity_bytes", c_u64), ("media", c_i32),
                 ("kt_pages", c_u32), ("store_id", c_u64),
                 ("read_only", c_u32), ("group_pages", c_u32),
-                ("group_bytes", c_u32), ("codec", c_u32)]
+                ("group_bytes", c_u32), ("codec", c_u32),
+                ("codec_layout", c_u32)]
 
 
 class SeqInfo(ctypes.Structure):

@@ -433,12 +433,12 @@ if ! "$MAKE_STORE" "$tmp/int8" f16 int8 >"$tmp/make.log" 2>&1; then
 fi
 run info "$tmp/int8"
 expect_rc 0
-expect_stdout_has '^codec +int8: 62 tokens of one head per K/V group, encoded in 1 page of 4096 bytes \(4096 bytes used\), the part-filled last group plain$'
+expect_stdout_has '^codec +int8: 62 tokens of one head per K/V group, encoded in 1 page of 4096 bytes \(4096 bytes used, layout version 1\), the part-filled last group plain$'
 run info --json "$tmp/int8"
 expect_rc 0
-expect_json 'd["codec"] == "int8" and d["group_tokens"] == 62'
+expect_json 'd["codec"] == "int8" and d["group_tokens"] == 62 and d["codec_layout"] == 1'
 run info --json "$S"
-expect_json 'd["codec"] == "none"'
+expect_json 'd["codec"] == "none" and d["codec_layout"] == 0'
 run verify "$tmp/int8"
 expect_rc 0
 expect_stdout_has ': 0 damaged pages, 0 damaged summaries$'

@@ -23,6 +23,8 @@ def test_codec_reads_and_attends(make_store, codec):
     st = make_store(dtype=torch.float16, name=codec, codec=codec)
     assert st.codec == codec and st.info()["codec"] == \
         kvflash._lib.CODECS[codec]
+    # head_dim 64: V fills a page first, K's scales stay f16 (version 1)
+    assert st.info()["codec_layout"] == 1
     G = st.group_tokens
     n = 3 * G + 5
     g = torch.Generator().manual_seed(3)

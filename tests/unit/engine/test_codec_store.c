@@ -509,6 +509,7 @@ Test(codec_store, header_records_the_codec)
 	OK(kvf_store_info_get(st, &si));
 	cr_assert(eq(u32, si.codec, KVF_CODEC_INT4));
 	cr_assert(eq(u32, si.format_version, 6));
+	cr_assert(eq(u32, si.codec_layout, KVC_LAYOUT_KBYTE));
 	/* KIVI's layout at head_dim 128 on 4 KiB pages, K's scales of a
 	 * byte: K's 128 scales, 128 f16 zero points and 58 tokens of 64
 	 * bytes fill one page exactly */
@@ -1008,6 +1009,7 @@ Test(codec_store, format_6_states_the_layout)
 	OK(kvf_open(p, &o, &st));
 	OK(kvf_store_info_get(st, &si));
 	cr_assert(eq(u32, si.format_version, 5));
+	cr_assert(eq(u32, si.codec_layout, KVC_LAYOUT_F16));
 	cr_assert(eq(u32, si.group_tokens, 30));
 	model_init(&m, KVF_CODEC_INT8, KVF_DTYPE_F16, 128, 30);
 	m.ver = KVC_LAYOUT_F16;
