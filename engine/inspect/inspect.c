@@ -120,7 +120,8 @@ kvf_status kvf_store_info_get(kvf_store *st, kvf_store_info *out)
 	in.group_pages = st->group_pages;
 	in.group_bytes = st->group_bytes;
 	in.codec = (uint32_t)st->codec;
-	in.codec_layout = st->codec == KVF_CODEC_NONE ? 0 : st->codec_lay[0].version;
+	in.codec_layout =
+		st->codec == KVF_CODEC_NONE ? 0 : st->codec_lay[0].version;
 	inspect_publish(out, &in, sizeof(in));
 	return KVF_OK;
 }
