@@ -320,6 +320,9 @@ static void *forker(void *arg)
 	return NULL;
 }
 
+/* the fewest free segments the syncer saw: the run's margin */
+static _Atomic uint32_t least_free = UINT32_MAX;
+
 static void *syncer(void *arg)
 {
 	struct thread *t = arg;
@@ -335,6 +338,11 @@ static void *syncer(void *arg)
 			stress_fail("stats: %s", kvf_last_error());
 		else
 			atomic_fetch_add(&stress_passed, 1);
+		for (uint32_t m = atomic_load(&least_free);
+		     s.segments_free < m &&
+		     !atomic_compare_exchange_weak(&least_free, &m,
+						   s.segments_free);)
+			;
 		nanosleep(&ts, NULL);
 	}
 	return NULL;
@@ -418,12 +426,14 @@ static int run(kvf_media_kind media, const char *dir, uint64_t seed)
 		stress_fail("stats: %s", kvf_last_error());
 	printf("stress_store %s: %" PRIu64 " segments written, %" PRIu64
 	       " cleaned, %" PRIu64 " reclaimed, %" PRIu64
-	       " bytes copied by the cleaner, %u of %u segments free at the end; %u attends, %u attend batches checked\n",
+	       " bytes copied by the cleaner, %u of %u segments free at the end (%u at the fewest a sync saw); %u attends, %u attend batches checked\n",
 	       media == KVF_MEDIA_FILE ? "file" : "memory",
 	       stats.segments_written, stats.segments_cleaned,
 	       stats.segments_reclaimed, stats.cleaner_bytes,
 	       stats.segments_free, stats.segments_total,
-	       atomic_load(&stress_attends), atomic_load(&stress_attend_batches));
+	       atomic_load(&least_free), atomic_load(&stress_attends),
+	       atomic_load(&stress_attend_batches));
+	atomic_store(&least_free, UINT32_MAX);
 	if (stats.segments_cleaned == 0 || stats.segments_reclaimed == 0)
 		stress_fail("%s store: the cleaner did not run (%" PRIu64
 		     " segments cleaned, %" PRIu64 " reclaimed)",
