@@ -31,9 +31,10 @@
  * where K takes the channel's (dim's) entry and V the token's, then
  * clamped to +-KVC_CODEC_MAX_ABS: a scale rounds up, so code * scale can
  * pass the largest value taken by a little (INT8 of 65504: 127 * 516, or
- * 114 * 576 with a byte scale), and a decoded tail (after a cut or a fork) is encoded again.  Every
- * value is computed in f32 in that order, no fused multiply-add, so the
- * scalar and AVX2 decoders give the same bits, and so do the encoders.
+ * 114 * 576 with a byte scale), and a decoded tail (after a cut or a
+ * fork) is encoded again.  Every value is computed in f32 in that order,
+ * no fused multiply-add, so the scalar and AVX2 decoders give the same
+ * bits, and so do the encoders.
  *
  * Encoders take finite values of magnitude <= KVC_CODEC_MAX_ABS (65504,
  * the f16 range, which holds the f16 scales); anything else is refused
