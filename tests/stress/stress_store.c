@@ -167,14 +167,21 @@ static void *writer(void *arg)
 	for (uint32_t a = 0; a < APPENDS && k && v; a++) {
 		uint32_t n =
 			1 + (uint32_t)rng_below(&t->rng, a % 10 ? 3 : MAX_N);
+		int failed = 0;
 
-		for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t l = 0; l < LAYERS && !failed; l++)
 			if (append_family(st, seq, seq, l, len, n, k, v) !=
-			    KVF_OK)
+			    KVF_OK) {
 				stress_fail("append %" PRIu64 " layer %u: %s", seq, l,
 				     kvf_last_error());
-			else
+				failed = 1;
+			} else {
 				atomic_fetch_add(&stress_passed, 1);
+			}
+		/* the sequence no longer holds what later appends and
+		 * checks would assume: one failure, not a cascade */
+		if (failed)
+			break;
 		len += n;
 		if (a % 8 == 7) {
 			uint64_t t0 = rng_below(&t->rng, len);
