@@ -33,12 +33,6 @@ struct kq {
 	float kmul;                      /* FP8: group scale * 256; 1 */
 };
 
-KVC_INLINE __m256 meta8(const uint8_t *grp, uint32_t off, size_t i)
-{
-	return _mm256_cvtph_ps(
-		_mm_loadu_si128((const __m128i *)(grp + off + 2 * i)));
-}
-
 /* kq_make - fold K group kg's scales (and zero points) into g query rows. */
 KVC_INLINE void kq_make(struct kq *kq, const struct kvc_codec_layout *kl,
 			const uint8_t *kg, const float *q, uint32_t g,
@@ -58,7 +52,7 @@ KVC_INLINE void kq_make(struct kq *kq, const struct kvc_codec_layout *kl,
 			if (c == KVF_CODEC_INT4)
 				c0 = _mm256_fmadd_ps(
 					_mm256_loadu_ps(q + h * D + d),
-					meta8(kg, kl->mins_off, d), c0);
+					kvc_meta8(kg, kl->mins_off, d), c0);
 			_mm256_storeu_ps(kq->qk + h * D + d, x);
 		}
 		kq->c0[h] = hsum8(c0);
@@ -213,7 +207,7 @@ KVC_INLINE void block_meta(const struct kvc_codec_layout *vl,
 	if (nb == 8) {
 		_mm256_storeu_ps(vs, kvc_scales8(vl, vg, tb));
 		if (c == KVF_CODEC_INT4)
-			_mm256_storeu_ps(vz, meta8(vg, vl->mins_off, tb));
+			_mm256_storeu_ps(vz, kvc_meta8(vg, vl->mins_off, tb));
 		return;
 	}
 	for (uint32_t j = 0; j < nb; j++) {

@@ -357,13 +357,6 @@ KVC_INLINE void store_dt(void *dst, size_t i, kvf_dtype dt, __m256 v)
 	}
 }
 
-/* meta8 - 8 f16 numbers of the region at off, from index i, as f32. */
-KVC_INLINE __m256 meta8(const uint8_t *grp, uint32_t off, size_t i)
-{
-	return _mm256_cvtph_ps(
-		_mm_loadu_si128((const __m128i *)(grp + off + 2 * i)));
-}
-
 KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 			  uint32_t t0, uint32_t n, kvf_codec c, kvf_dtype dt,
 			  void *dst)
@@ -390,7 +383,7 @@ KVC_INLINE void decode_cd(const struct kvc_codec_layout *l, const uint8_t *g,
 			if (k && c != KVF_CODEC_FP8)
 				s = kvc_scales8(l, g, d);
 			if (k && c == KVF_CODEC_INT4)
-				z = meta8(g, l->mins_off, d);
+				z = kvc_meta8(g, l->mins_off, d);
 			v = _mm256_mul_ps(dec8(row, d, c), s);
 			if (c == KVF_CODEC_INT4)
 				v = _mm256_add_ps(z, v);

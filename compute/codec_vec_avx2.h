@@ -51,19 +51,25 @@ KVC_INLINE __m256 dec8(const uint8_t *row, size_t d, kvf_codec codec)
 	}
 }
 
+/* kvc_meta8 - f16 numbers i .. i + 7 of the region at byte off of grp
+ * (scales, zero points) as f32 */
+KVC_INLINE __m256 kvc_meta8(const uint8_t *grp, uint32_t off, size_t i)
+{
+	return _mm256_cvtph_ps(
+		_mm_loadu_si128((const __m128i *)(grp + off + 2 * i)));
+}
+
 /* kvc_scales8 - scales i .. i + 7 of an INT8 or INT4 group as f32: f16
  * numbers, or bytes that are an f16's top bits (codec.h, version 2) */
 KVC_INLINE __m256 kvc_scales8(const struct kvc_codec_layout *l,
 			      const uint8_t *grp, size_t i)
 {
-	const uint8_t *p = grp + l->scales_off;
-
 	if (l->scale_bytes == 1)
 		return _mm256_cvtph_ps(_mm_slli_epi16(
-			_mm_cvtepu8_epi16(
-				_mm_loadl_epi64((const __m128i *)(p + i))),
+			_mm_cvtepu8_epi16(_mm_loadl_epi64(
+				(const __m128i *)(grp + l->scales_off + i))),
 			7));
-	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+	return kvc_meta8(grp, l->scales_off, i);
 }
 
 /* codec_simd_ok - the AVX2 kernels take this head_dim for this codec (8

@@ -618,22 +618,36 @@ kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	return rc;
 }
 
-/* tail_pending - stream s has tail tokens not yet in a page on media */
-static int tail_pending(kvf_store *st, const struct stream *s, uint64_t tokens)
+/* struct tail_span - the pages of a stream's tail group a sync writes:
+ * entries e .. e + n - 1, from page p0 of the group */
+struct tail_span {
+	uint64_t e;    /* the first entry written */
+	uint32_t p0;   /* its page in the group */
+	uint32_t n;    /* pages written */
+	uint32_t tail; /* tokens of the tail group */
+};
+
+/*
+ * tail_span - whether stream s (of `tokens` tokens) has tail tokens not
+ * yet in a page on media, and the pages a sync writes for them (*tp):
+ * from the first page holding such a token, as the pages before it hold
+ * only tokens an earlier sync put on media, unchanged since (a truncation
+ * lowers tail_written), so they stay where they are.  The reservation of
+ * seq_seal_partials and seal_tail both count from here.
+ */
+static int tail_span(const kvf_store *st, const struct stream *s,
+		     uint64_t tokens, struct tail_span *tp)
 {
 	uint32_t tail = (uint32_t)(tokens % st->group_tokens);
 
-	return s != NULL && tail != 0 && s->gbuf != NULL && s->tail_written < tail;
-}
-
-/* tail_first_page - the first page of stream s's tail group a sync writes:
- * the pages before it hold only tokens an earlier sync put on media, which
- * have not changed since (a truncation lowers tail_written), so they stay
- * where they are and only what moved is written again */
-static uint32_t tail_first_page(const kvf_store *st, const struct stream *s)
-{
-	return (uint32_t)((uint64_t)s->tail_written * st->row_bytes /
-			  st->hdr.page_size);
+	if (s == NULL || tail == 0 || s->gbuf == NULL || s->tail_written >= tail)
+		return 0;
+	tp->tail = tail;
+	tp->p0 = (uint32_t)((uint64_t)s->tail_written * st->row_bytes /
+			    st->hdr.page_size);
+	tp->n = group_fill_pages(st, tail) - tp->p0;
+	tp->e = group_plain_entry(st, tokens / st->group_tokens) + tp->p0;
+	return 1;
 }
 
 /* seal_tail - write stream s's part-filled tail group, if it has tokens
@@ -642,23 +656,20 @@ static kvf_status seal_tail(kvf_store *st, struct seq *seq, struct stream *s,
 			    uint32_t sid)
 {
 	uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
-	uint32_t tail = (uint32_t)(tokens % st->group_tokens), p0, n;
+	struct tail_span tp;
 	kvf_status rc;
 
-	if (!tail_pending(st, s, tokens))
+	if (!tail_span(st, s, tokens, &tp))
 		return KVF_OK;
-	p0 = tail_first_page(st, s);
-	n = group_fill_pages(st, tail) - p0;
 	/* zero the rest of the group: only whole pages go out */
-	memset(s->gbuf + (size_t)tail * st->row_bytes, 0,
-	       group_buf_bytes(st) - (size_t)tail * st->row_bytes);
-	rc = seal(st, seq, s, sid,
-		  group_plain_entry(st, tokens / st->group_tokens) + p0,
-		  s->gbuf + (size_t)p0 * st->hdr.page_size, n);
+	memset(s->gbuf + (size_t)tp.tail * st->row_bytes, 0,
+	       group_buf_bytes(st) - (size_t)tp.tail * st->row_bytes);
+	rc = seal(st, seq, s, sid, tp.e,
+		  s->gbuf + (size_t)tp.p0 * st->hdr.page_size, tp.n);
 	if (rc == KVF_OK) {
-		s->tail_written = tail;
+		s->tail_written = tp.tail;
 		atomic_fetch_add(&st->c.padding_bytes,
-				 (uint64_t)n * st->hdr.page_size);
+				 (uint64_t)tp.n * st->hdr.page_size);
 	}
 	return rc;
 }
@@ -675,15 +686,12 @@ kvf_status seq_seal_partials(kvf_store *st, struct seq *seq)
 		uint32_t sid;
 		struct stream *s = seq_stream_at(st, seq, i, &sid);
 		uint64_t tokens = seq_tokens(seq, stream_kind(sid), stream_layer(sid));
+		struct tail_span tp;
 
 		wb_flush_plan(s, pages, own);
-		if (tail_pending(st, s, tokens)) {
-			uint64_t e = group_plain_entry(st, tokens / st->group_tokens);
-			uint32_t np = group_fill_pages(st, tokens % st->group_tokens);
-
-			for (uint32_t p = tail_first_page(st, s); p < np; p++)
-				pages[stream_stripe(st, sid, e + p)]++;
-		}
+		if (tail_span(st, s, tokens, &tp))
+			for (uint32_t p = 0; p < tp.n; p++)
+				pages[stream_stripe(st, sid, tp.e + p)]++;
 	}
 	rc = openseg_reserve(st, seq, pages, own, "partial groups");
 	if (rc != KVF_OK)
