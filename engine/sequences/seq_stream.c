@@ -212,14 +212,29 @@ kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes)
 	return KVF_OK;
 }
 
+kvf_status stream_gbuf_page(kvf_store *st, struct stream *s)
+{
+	if (tier_page_take(st, &s->gbuf) != KVF_OK) /* the budget is full */
+		return stream_gbuf_alloc(st, s, st->hdr.page_size);
+	memset(s->gbuf, 0, st->hdr.page_size);
+	s->gbuf_bytes = st->hdr.page_size;
+	s->gbuf_page = 1;
+	return KVF_OK;
+}
+
 void stream_gbuf_free(kvf_store *st, struct stream *s)
 {
 	if (s->gbuf == NULL)
 		return;
-	kvf_free(s->gbuf);
-	tier_release(st, s->gbuf_bytes);
+	if (s->gbuf_page) {
+		tier_page_give(st, s->gbuf);
+	} else {
+		kvf_free(s->gbuf);
+		tier_release(st, s->gbuf_bytes);
+	}
 	s->gbuf = NULL;
 	s->gbuf_bytes = 0;
+	s->gbuf_page = 0;
 }
 
 void stream_wb_free(kvf_store *st, struct stream *s)

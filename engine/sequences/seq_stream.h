@@ -28,6 +28,10 @@ kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups);
  * against the memory tier (KVF_ENOMEM: out of memory or budget);
  * stream_gbuf_free - free it; streams_free - n streams, all they hold */
 kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes);
+/* stream_gbuf_page - the same for a group of one page, taken from the
+ * memory tier's pages (or, when it has none to give, as
+ * stream_gbuf_alloc), so that it can wait for write-back as it is */
+kvf_status stream_gbuf_page(kvf_store *st, struct stream *s);
 void stream_gbuf_free(kvf_store *st, struct stream *s);
 void streams_free(kvf_store *st, struct stream *s, uint32_t n);
 /* stream_wb_free - drop s's pages waiting for write-back (the sequence

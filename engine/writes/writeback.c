@@ -270,7 +270,14 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 	if (w->n && g != wb_entry(w, w->n) && (rc = wb_flush(st, seq, s, sid)) != KVF_OK)
 		return rc;
 	page = w->spare[--w->n_spare]; /* wb_prepare made it */
-	memcpy(page, src, st->hdr.page_size);
+	if (src == s->gbuf && s->gbuf_page) {
+		/* the group buffer waits as it is, and the next group
+		 * fills the page made for this one */
+		s->gbuf = page;
+		page = (unsigned char *)src;
+	} else {
+		memcpy(page, src, st->hdr.page_size);
+	}
 	atomic_fetch_add(&st->c.wb_bytes, st->hdr.page_size);
 	if (w->n == 0) {
 		/* g may be any of its group's sealed pages (a run that
