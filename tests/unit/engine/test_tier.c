@@ -7,7 +7,8 @@
  * and attend at once; pages of reused segments never served; written
  * segments cached in place, a full cache recycling its memory, the
  * stage profile; a sync lays a layer's waiting runs head by head, K and
- * V side by side, before its tails.
+ * V side by side, before its tails; a full group waits for write-back
+ * in the page it filled, not in a copy.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -739,4 +740,62 @@ Test(tier, truncation_into_a_group_a_run_split)
 	free(v);
 	free(rk);
 	free(rv);
+}
+
+/* k0 - sequence 1's layer 0 K head 0 stream, as the test reads it */
+static struct stream k0(kvf_store *st, unsigned char **waiting_first)
+{
+	struct seq *seq = NULL;
+	struct stream s;
+
+	OK(seq_get_locked(st, "test", 1, &seq));
+	s = *seq_kv_stream(st, seq, 0, KIND_K, 0);
+	*waiting_first = s.wb && s.wb->n ? s.wb->page[0] : NULL;
+	seq_unlock_put(st, seq);
+	return s;
+}
+
+/* a decode loop's full group waits for write-back in the page it filled,
+ * not in a copy: the group buffer is a page of the tier, handed to the
+ * waiting run as it is, and the next group fills another; every token
+ * reads back as appended while it waits, after a truncation into the
+ * group buffer that took its place, and after a sync and a reopen */
+Test(tier, a_waiting_group_is_its_buffer)
+{
+	kvf_options o = tier_opts(16ull << 20);
+	const char *p = tmp_path(fx.dir, "s");
+	unsigned char *first, *filled;
+	struct stream s;
+	kvf_store *st;
+
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t t = 0; t < G - 1; t++)
+		OK(put_known(st, 1, t, 1));
+	s = k0(st, &first);
+	cr_assert(s.gbuf_page, "a stream that may wait fills a page of the tier");
+	cr_assert_null(first);
+	filled = s.gbuf;
+	OK(put_known(st, 1, G - 1, 1)); /* completes group 0 */
+	s = k0(st, &first);
+	cr_assert(s.wb && s.wb->n == 1, "group 0 waits");
+	cr_assert(first == filled, "group 0 waits in the page it filled");
+	cr_assert(s.gbuf != filled && s.gbuf_page);
+	for (uint32_t t = G; t < 2 * G + 3; t++)
+		OK(put_known(st, 1, t, 1));
+	check_known(st, 1, 2 * G + 3);
+	/* a cut into group 1, which waits in its own buffer now, and the
+	 * tail group's tokens again */
+	OK(kvf_seq_truncate(st, 1, G + 2));
+	for (uint32_t t = G + 2; t < 2 * G + 5; t++)
+		OK(put_known(st, 1, t, 1));
+	check_known(st, 1, 2 * G + 5);
+	OK(kvf_sync(st));
+	cr_assert(eq(u64, stats_of(st).writeback_bytes, 0));
+	check_known(st, 1, 2 * G + 5);
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	check_known(st, 1, 2 * G + 5);
+	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	OK(kvf_close(st));
 }
