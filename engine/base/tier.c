@@ -994,6 +994,59 @@ no:
 	return 0;
 }
 
+/* put_taken - page, one tier_page_take gave, just written as addr:
+ * cached as it is, its memory moving from the held count to the cache's,
+ * or, with no slot to be had, a loose page again (lock held) */
+static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
+		      unsigned char *page)
+{
+	struct tier *t = &st->tier;
+	uint32_t i;
+
+	if ((i = find(t, addr)) != TIER_NONE) /* the address was reused */
+		evict(t, i);
+	if (t->pool[TIER_RECENT].n >= t->recent_cap && t->pool[TIER_RECENT].n)
+		demote(t);
+	while (!slot_free(t) && evict_one(t))
+		;
+	t->bytes += t->page_size;
+	atomic_fetch_sub(&t->fixed, t->page_size);
+	if (slot_free(t)) {
+		i = slot_next(t);
+		t->slot[i].data = page;
+		slot_add(st, i, addr, check, t->chunk_bytes ? TIER_LOOSE : TIER_NONE);
+	} else if (t->chunk_bytes) {
+		t->loose[t->n_loose++] = page;
+	} else { /* a page of its own (tier_page_take) */
+		kvf_free(page);
+		t->bytes -= t->page_size;
+	}
+}
+
+void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
+		   unsigned char **held, uint32_t n,
+		   const struct seg_summary_entry *e, uint32_t check_mask)
+{
+	struct tier *t = &st->tier;
+
+	if (t->n_slots == 0)
+		return; /* the held pages go back with their buffer */
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t addr = addr_make(segid, i, st->page_bits);
+		uint32_t check = (uint32_t)e[i].page_hash & check_mask;
+
+		if (held[i]) {
+			put_taken(st, addr, check, held[i]);
+			held[i] = NULL;
+		} else {
+			put_written(st, addr, check, buf + (size_t)i * t->page_size);
+		}
+	}
+	t->adopted++;
+	pthread_mutex_unlock(&t->lock);
+}
+
 /* carve - a buffer to cut into loose pages (lock held; may drop it):
  * whether there are loose pages now */
 static int carve(kvf_store *st)

@@ -107,6 +107,19 @@ int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
 		     uint32_t check_mask);
 
 /*
+ * tier_put_held - tier_put_segment for a segment some of whose pages were
+ * placed by pointer (openseg_adopt: held[i], a page tier_page_take gave):
+ * those the cache keeps as they are, their memory going from the held
+ * count to the cache's, and held[i] becomes NULL (the page is the tier's
+ * from here); the others are copied from buf.  No buffer is exchanged, so
+ * caching a decode loop's writes faults no memory beyond the pages that
+ * waited.  Caller as tier_put_segment's.
+ */
+void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
+		   unsigned char **held, uint32_t n,
+		   const struct seg_summary_entry *e, uint32_t check_mask);
+
+/*
  * tier_page_take - a page of memory for a page waiting for write-back,
  * held against the budget as tier_hold(page_size) would: memory the cache
  * has faulted in already (a loose page, or a buffer of its stock carved

@@ -46,6 +46,52 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 	return KVF_OK;
 }
 
+/* new_segments - segments placing pages[s] more pages on stripe s opens */
+static uint32_t new_segments(kvf_store *st, const struct seq *seq,
+			     const uint32_t *pages)
+{
+	uint32_t d = st->data_per_seg, n = 0;
+
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		const struct open_seg *os = &seq->open[s];
+		uint32_t room = os->segid != SEG_NONE ? d - os->n_pages : 0;
+
+		if (pages[s] > room)
+			n += (pages[s] - room + d - 1) / d;
+	}
+	return n;
+}
+
+kvf_status openseg_stash(kvf_store *st, struct seq *seq,
+			 const uint32_t *pages, const char *call)
+{
+	uint32_t n = new_segments(st, seq, pages);
+
+	while (seq->n_stash < n) {
+		struct segbuf *sb = segbuf_get(st);
+
+		if (sb == NULL) {
+			openseg_unstash(st, seq);
+			return kvf_fail_wrap(KVF_ENOMEM, call);
+		}
+		sb->next = seq->stash;
+		seq->stash = sb;
+		seq->n_stash++;
+	}
+	return KVF_OK;
+}
+
+void openseg_unstash(kvf_store *st, struct seq *seq)
+{
+	while (seq->stash) {
+		struct segbuf *sb = seq->stash;
+
+		seq->stash = sb->next;
+		segbuf_put(st, sb);
+	}
+	seq->n_stash = 0;
+}
+
 /* openseg_open - take a free segment of stripe for os */
 static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 			       struct open_seg *os, uint32_t stripe)
@@ -53,6 +99,11 @@ static kvf_status openseg_open(kvf_store *st, struct seq *seq,
 	uint32_t segid;
 	int low;
 
+	if (os->sb == NULL && seq->stash) {
+		os->sb = seq->stash;
+		seq->stash = os->sb->next;
+		seq->n_stash--;
+	}
 	if (os->sb == NULL && (os->sb = segbuf_get(st)) == NULL)
 		return KVF_ENOMEM;
 	segid = seg_take_open(st, seq, stripe, &low);
@@ -182,6 +233,26 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
 	return openseg_fill(st, seq, stripe, key, replaces, out);
 }
 
+kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 unsigned char *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out)
+{
+	struct open_seg *os = &seq->open[stripe];
+	struct prof_mark m;
+	unsigned char *dst;
+	uint64_t h;
+	kvf_status rc = openseg_slot(st, seq, stripe, &dst);
+
+	if (rc != KVF_OK)
+		return rc;
+	m = prof_begin(&st->prof);
+	h = page_hash(page, st->hdr.page_size);
+	prof_end(&st->prof, PROF_HASH, m);
+	os->sb->held[os->n_pages] = page;
+	os->sb->n_held++;
+	return openseg_fill_hashed(st, seq, stripe, key, replaces, h, out);
+}
+
 kvf_status openseg_flush_all(kvf_store *st, struct seq *seq)
 {
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
@@ -206,11 +277,14 @@ const unsigned char *openseg_page(kvf_store *st, struct seq *seq,
 
 	if (os->segid != segid || page >= os->n_pages)
 		return seq_job_page(st, seq, addr);
+	if (os->sb->held[page])
+		return os->sb->held[page];
 	return os->sb->buf + (size_t)page * st->hdr.page_size;
 }
 
 void openseg_release(kvf_store *st, struct seq *seq)
 {
+	openseg_unstash(st, seq);
 	if (seq->open == NULL)
 		return;
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
@@ -336,6 +410,9 @@ kvf_status openseg_pack_move(kvf_store *st, struct seq *seq, uint32_t stripe)
 	uint32_t n = os->n_pages, base;
 	kvf_status rc;
 
+	/* a pack's pages are written from the buffer */
+	segbuf_gather(st, os->sb, n);
+	segbuf_give_held(st, os->sb);
 	if (!pack_joins(st, seq, stripe)) { /* os becomes the pack */
 		struct flush_job *job = &os->sb->job;
 

@@ -27,6 +27,18 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
 			   const char *call);
 
 /*
+ * openseg_stash - take now the buffers of the segments that placing
+ * pages[s] more pages on each stripe may open, so that the placing cannot
+ * fail for memory once it has begun (an append whose groups wait for
+ * write-back hands its group buffers over as it goes: engine/writes/
+ * writeback.h); openseg_unstash gives back the ones not used.
+ * Return: KVF_OK; KVF_ENOMEM (message starts with call; none kept).
+ */
+kvf_status openseg_stash(kvf_store *st, struct seq *seq,
+			 const uint32_t *pages, const char *call);
+void openseg_unstash(kvf_store *st, struct seq *seq);
+
+/*
  * openseg_place - put one sealed page of seq (key) into its open segment
  * on stripe, opening a segment if needed, and flush the segment when it is
  * full.  `replaces` is the address of the page this one supersedes (or
@@ -36,6 +48,18 @@ kvf_status openseg_reserve(kvf_store *st, struct seq *seq,
  */
 kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
 			 const void *page, struct page_key key,
+			 uint32_t replaces, struct page_ref *out);
+
+/*
+ * openseg_adopt - openseg_place of a page of the memory tier (one
+ * tier_page_take gave) without a copy: from here the page is the open
+ * segment's, which its writer copies into the segment's buffer before the
+ * write; once written the cache takes it as it is (seg_cache_written) or
+ * it goes back to the tier (segbuf_put).  Same returns; on failure the
+ * page is still the caller's.
+ */
+kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
+			 unsigned char *page, struct page_key key,
 			 uint32_t replaces, struct page_ref *out);
 
 /*

@@ -28,6 +28,7 @@
 #include "engine/base/segfmt.h"
 #include "engine/segments/segtable.h"
 #include "engine/base/store_state.h"
+#include "engine/base/tier.h"
 
 static uint64_t now_ns(void)
 {
@@ -40,6 +41,7 @@ static uint64_t now_ns(void)
 static void segbuf_free(struct segbuf *sb)
 {
 	kvf_free(sb->buf);
+	kvf_free(sb->held);
 	kvf_free(sb->entries);
 	kvf_free(sb->runs);
 	kvf_free(sb->superseded);
@@ -57,13 +59,14 @@ static struct segbuf *segbuf_new(kvf_store *st)
 	if (sb == NULL)
 		goto fail;
 	sb->buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, st->hdr.segment_size);
+	sb->held = kvf_calloc(d, sizeof(*sb->held));
 	sb->entries = kvf_calloc(d, sizeof(*sb->entries));
 	sb->runs = kvf_calloc(d, sizeof(*sb->runs));
 	sb->superseded = kvf_calloc(d, sizeof(uint32_t));
 	sb->record = kvf_malloc(sizeof(struct meta_seg) +
 				(size_t)d * sizeof(struct meta_run));
 	sb->batch = catalog_batch_new();
-	if (sb->buf && sb->entries && sb->runs && sb->superseded && sb->record &&
+	if (sb->buf && sb->held && sb->entries && sb->runs && sb->superseded && sb->record &&
 	    sb->batch)
 		return sb;
 fail:
@@ -88,10 +91,33 @@ struct segbuf *segbuf_get(kvf_store *st)
 	return sb ? sb : segbuf_new(st);
 }
 
+void segbuf_gather(kvf_store *st, struct segbuf *sb, uint32_t n_pages)
+{
+	uint32_t ps = st->hdr.page_size;
+
+	for (uint32_t i = 0, left = sb->n_held; i < n_pages && left; i++)
+		if (sb->held[i]) {
+			memcpy(sb->buf + (size_t)i * ps, sb->held[i], ps);
+			left--;
+		}
+}
+
+void segbuf_give_held(kvf_store *st, struct segbuf *sb)
+{
+	/* the cache may have taken some (tier_put_held NULLs them) */
+	for (uint32_t i = 0; i < st->data_per_seg && sb->n_held; i++)
+		if (sb->held[i]) {
+			tier_page_give(st, sb->held[i]);
+			sb->held[i] = NULL;
+		}
+	sb->n_held = 0;
+}
+
 void segbuf_put(kvf_store *st, struct segbuf *sb)
 {
 	if (sb == NULL)
 		return;
+	segbuf_give_held(st, sb);
 	pthread_mutex_lock(&st->bufs.lock);
 	sb->next = st->bufs.free;
 	st->bufs.free = sb;
@@ -159,6 +185,9 @@ static void job_run(kvf_store *st, struct flush_job *job)
 
 	if (atomic_load(&st->fatal.on))
 		return; /* nothing after a failure may commit */
+	/* pages placed by pointer are copied here, off the appender's
+	 * path; readers go on using them until the job is reaped */
+	segbuf_gather(st, job->sb, n);
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, SEG_MAGIC, 8);
 	h.store_id = st->hdr.store_id;
@@ -357,8 +386,10 @@ void job_free(kvf_store *st, struct flush_job *j)
 	else if (j->cache && atomic_load(&j->done) && !atomic_load(&st->fatal.on)) {
 		struct prof_mark m = prof_begin(&st->prof);
 
-		/* the cache takes the written buffer whole (no copy) */
+		/* the cache takes the written buffer whole, or the pages
+		 * held by pointer (no copy) */
 		(void)seg_cache_written(st, j->segid, j->seqno, &j->sb->buf,
+					j->sb->held, j->sb->n_held,
 					j->n_pages, j->sb->entries);
 		prof_end(&st->prof, PROF_TIER, m);
 	}
@@ -428,7 +459,8 @@ const unsigned char *seq_job_page(kvf_store *st, struct seq *seq,
 	for (struct flush_job *j = seq->jobs; j; j = j->seq_next)
 		if (j->segid == segid && page < j->n_pages &&
 		    !atomic_load(&j->done))
-			return j->sb->buf + (size_t)page * st->hdr.page_size;
+			return j->sb->held[page] ? j->sb->held[page] :
+				j->sb->buf + (size_t)page * st->hdr.page_size;
 	return NULL;
 }
 

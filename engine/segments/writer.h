@@ -34,6 +34,11 @@ void writer_stop(kvf_store *st);
  * (message set) */
 struct segbuf *segbuf_get(kvf_store *st);
 void segbuf_put(kvf_store *st, struct segbuf *sb);
+/* segbuf_gather - copy the held pages (openseg_adopt) among the first
+ * n_pages into sb->buf; segbuf_give_held - give the held pages back to the
+ * memory tier (segbuf_put does) */
+void segbuf_gather(kvf_store *st, struct segbuf *sb, uint32_t n_pages);
+void segbuf_give_held(kvf_store *st, struct segbuf *sb);
 /* segbuf_reserve - fill the pool up to n free buffers (KVF_ENOMEM, message
  * set, when memory runs out) */
 kvf_status segbuf_reserve(kvf_store *st, uint32_t n);

@@ -47,6 +47,15 @@ struct flush_job {
  * write needs, so that sealing a segment allocates nothing. */
 struct segbuf {
 	unsigned char *buf;                /* segment_size bytes, aligned */
+	unsigned char **held;              /* per data page: a page of the
+					    * memory tier placed without a
+					    * copy (openseg_adopt), which the
+					    * writer copies into buf before the
+					    * write (job_run) and the cache
+					    * then takes as it is (or
+					    * segbuf_put gives back); or NULL:
+					    * the page is in buf */
+	uint32_t n_held;                   /* non-NULL entries of held */
 	struct seg_summary_entry *entries; /* per data page */
 	struct meta_run *runs;             /* the owners of its pages: at
 					    * most one run per data page */

@@ -225,6 +225,9 @@ struct seq {
 	uint64_t vbar_capture_gen; /* that sync (st->dur.gen) */
 	uint64_t vbar_seen;    /* attend: a layer's vbar_n sum before a call */
 	uint32_t *reserved;    /* [n_stripes] segments reserved; segtab.lock */
+	struct segbuf *stash;  /* buffers of the segments an append may open
+				* (openseg_stash), taken before it copies */
+	uint32_t n_stash;
 	int admitted;          /* its pages may go to the media (kvf_options.
 				* admit_tokens; engine/writes/writeback.h); 1 unless
 				* created by kvf_seq_create with admission on */

@@ -236,6 +236,15 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	/* most decode appends complete no group: nothing to reserve */
 	if (rc == KVF_OK && sealing)
 		rc = openseg_reserve(st, seq, pages, own, call);
+	/* a group that waits takes its group buffer along (wb_seal), so
+	 * once one has, nothing may fail: the segments' buffers are taken
+	 * now */
+	for (uint32_t i = 0; i < n_src && rc == KVF_OK && sealing; i++)
+		if (src[i].waits) {
+			if ((rc = openseg_stash(st, seq, pages, call)) != KVF_OK)
+				seg_unreserve(st, seq);
+			break;
+		}
 	if (rc != KVF_OK) {
 		for (uint32_t i = 0; i < n_src; i++)
 			wb_unprepare(st, src[i].s);
@@ -295,8 +304,10 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 			wb_unprepare(st, src[i].s); /* what a failure left unused */
 		prof_end(&st->prof, PROF_TIER, m);
 	}
-	if (sealing)
+	if (sealing) {
+		openseg_unstash(st, seq);
 		seg_unreserve(st, seq);
+	}
 	if (rc == KVF_OK)
 		atomic_fetch_add(&st->c.user_bytes, (uint64_t)n * n_src * rb);
 	kvf_free(enc);

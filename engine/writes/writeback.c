@@ -95,9 +95,10 @@ void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
 		pages[stripe] += n - waiting;
 }
 
-/* place - put page as s's index entry g on stripe now */
+/* place - put page as s's index entry g on stripe now: the open segment
+ * takes the page itself (openseg_adopt) */
 static kvf_status place(kvf_store *st, struct seq *seq, struct stream *s,
-			uint32_t sid, uint64_t g, const unsigned char *page,
+			uint32_t sid, uint64_t g, unsigned char *page,
 			uint32_t stripe)
 {
 	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
@@ -105,7 +106,7 @@ static kvf_status place(kvf_store *st, struct seq *seq, struct stream *s,
 	struct page_ref ref;
 	kvf_status rc;
 
-	rc = openseg_place(st, seq, stripe, page, key, replaces, &ref);
+	rc = openseg_adopt(st, seq, stripe, page, key, replaces, &ref);
 	if (rc != KVF_OK)
 		return rc;
 	stream_set_group(s, g, ref);
@@ -133,10 +134,8 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 		done--; /* what is left waits on, its room promised again */
 		seg_promise(st, stripe, (int32_t)(w->n - done));
 	}
-	for (uint32_t i = 0; i < done; i++) {
-		tier_page_give(st, w->page[i]);
-		atomic_fetch_sub(&st->c.wb_bytes, ps);
-	}
+	/* the placed pages are their segments' now (openseg_adopt) */
+	atomic_fetch_sub(&st->c.wb_bytes, (uint64_t)done * ps);
 	/* what a failure left waits on, from the first page not placed */
 	memmove(w->page, w->page + done, (size_t)(w->n - done) * sizeof(w->page[0]));
 	w->lead += done;
@@ -271,8 +270,12 @@ kvf_status wb_seal(kvf_store *st, struct seq *seq, struct stream *s,
 		return rc;
 	page = w->spare[--w->n_spare]; /* wb_prepare made it */
 	if (src == s->gbuf && s->gbuf_page) {
+		size_t rows = (size_t)st->group_tokens * st->row_bytes;
+
 		/* the group buffer waits as it is, and the next group
-		 * fills the page made for this one */
+		 * fills the page made for this one; what its rows do not
+		 * cover is zero, as in every page written */
+		memset(page + rows, 0, st->hdr.page_size - rows);
 		s->gbuf = page;
 		page = (unsigned char *)src;
 	} else {

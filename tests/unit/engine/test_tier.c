@@ -8,7 +8,8 @@
  * segments cached in place, a full cache recycling its memory, the
  * stage profile; a sync lays a layer's waiting runs head by head, K and
  * V side by side, before its tails; a full group waits for write-back
- * in the page it filled, not in a copy.
+ * in the page it filled, not in a copy, and an append that seals one and
+ * is refused for memory changes nothing.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -18,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/alloc.h"
 #include "engine/base/key.h"
 #include "engine/base/store_state.h"
+#include "engine/segments/writer_state.h"
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
@@ -797,5 +800,109 @@ Test(tier, a_waiting_group_is_its_buffer)
 	OK(kvf_open(p, &o, &st));
 	check_known(st, 1, 2 * G + 5);
 	cr_assert(le(u64, stats_of(st).dram_peak, o.dram_budget));
+	OK(kvf_close(st));
+}
+
+/* steal_pool / return_pool - empty the store's spare segment buffers, so
+ * that the next segment an append opens allocates its buffer */
+static struct segbuf *steal_pool(kvf_store *st)
+{
+	struct segbuf *sb;
+
+	pthread_mutex_lock(&st->bufs.lock);
+	sb = st->bufs.free;
+	st->bufs.free = NULL;
+	st->bufs.n_free = 0;
+	pthread_mutex_unlock(&st->bufs.lock);
+	return sb;
+}
+
+static void return_pool(kvf_store *st, struct segbuf *sb)
+{
+	pthread_mutex_lock(&st->bufs.lock);
+	while (sb) {
+		struct segbuf *next = sb->next;
+
+		sb->next = st->bufs.free;
+		st->bufs.free = sb;
+		st->bufs.n_free++;
+		sb = next;
+	}
+	pthread_mutex_unlock(&st->bufs.lock);
+}
+
+/* layer l of seq 1 holds tokens [0, n) as appended */
+static void check_layer(kvf_store *st, uint32_t l, uint64_t n)
+{
+	uint16_t *k = malloc((n + 1) * DIM * 2), *v = malloc((n + 1) * DIM * 2);
+	uint64_t len;
+
+	cr_assert(k && v);
+	OK(kvf_seq_len(st, 1, l, &len));
+	cr_assert(eq(u64, len, n));
+	for (uint32_t h = 0; h < KVH; h++) {
+		OK(kvf_read(st, 1, l, h, 0, n, k, v));
+		for (uint64_t t = 0; t < n; t++)
+			for (uint32_t d = 0; d < DIM; d++) {
+				cr_assert(eq(u16, k[t * DIM + d], val(1, l, 0, t, h, d)),
+					  "layer %u head %u K token %llu", l, h,
+					  (unsigned long long)t);
+				cr_assert(eq(u16, v[t * DIM + d], val(1, l, 1, t, h, d)),
+					  "layer %u head %u V token %llu", l, h,
+					  (unsigned long long)t);
+			}
+	}
+	free(k);
+	free(v);
+}
+
+/* an append that completes a group waiting for write-back, refused for
+ * memory at each of its allocations in turn (the segment buffers' among
+ * them, the pool emptied), changes nothing: the layer holds the tokens it
+ * held, every one as appended, and the same append then goes through;
+ * runs fill and go out on the way */
+Test(tier, a_refused_sealing_append_changes_nothing)
+{
+	kvf_options o = tier_opts(16ull << 20);
+	const char *p = tmp_path(fx.dir, "s");
+	uint16_t k[KVH * DIM], v[KVH * DIM];
+	uint32_t refused = 0;
+	kvf_store *st;
+
+	OK(kvf_open(p, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint64_t t = 0; t < 34 * G; t++)
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			for (uint32_t h = 0; h < KVH; h++)
+				for (uint32_t d = 0; d < DIM; d++) {
+					k[h * DIM + d] = val(1, l, 0, t, h, d);
+					v[h * DIM + d] = val(1, l, 1, t, h, d);
+				}
+			if (t % G != G - 1 || t / G % 3 != 1 + l) {
+				OK(kvf_append(st, 1, l, 1, k, v));
+				continue;
+			}
+			for (uint64_t n = 1;; n++) {
+				struct segbuf *pool = steal_pool(st);
+				kvf_status rc;
+
+				kvf_alloc_fail_at(n, 0);
+				rc = kvf_append(st, 1, l, 1, k, v);
+				kvf_alloc_fail_at(0, 0);
+				return_pool(st, pool);
+				if (rc == KVF_OK)
+					break;
+				cr_assert(eq(int, rc, KVF_ENOMEM), "%s", kvf_last_error());
+				refused++;
+				check_layer(st, l, t);
+			}
+		}
+	cr_assert(ge(u32, refused, 22), "only %u appends refused", refused);
+	cr_assert(ge(u64, stats_of(st).writeback_runs, 4), "runs went out");
+	check_known(st, 1, 34 * G);
+	OK(kvf_sync(st));
+	OK(kvf_close(st));
+	OK(kvf_open(p, &o, &st));
+	check_known(st, 1, 34 * G);
 	OK(kvf_close(st));
 }
