@@ -994,9 +994,9 @@ no:
 	return 0;
 }
 
-/* put_taken - page, one tier_page_take gave, just written as addr:
- * cached as it is, its memory moving from the held count to the cache's,
- * or, with no slot to be had, a loose page again (lock held) */
+/* put_taken - page, one tier_page_take gave and tier_page_placed
+ * counted as the cache's, just written as addr: cached as it is, or, with
+ * no slot to be had, a loose page again (lock held) */
 static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 		      unsigned char *page)
 {
@@ -1009,8 +1009,6 @@ static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 		demote(t);
 	while (!slot_free(t) && evict_one(t))
 		;
-	t->bytes += t->page_size;
-	atomic_fetch_sub(&t->fixed, t->page_size);
 	if (slot_free(t)) {
 		i = slot_next(t);
 		t->slot[i].data = page;
@@ -1100,6 +1098,30 @@ kvf_status tier_page_take(kvf_store *st, unsigned char **page)
 		return kvf_fail(KVF_ENOMEM, "a page waiting for write-back does not fit in the dram_budget of %llu bytes",
 				(unsigned long long)t->budget);
 	return KVF_OK;
+}
+
+void tier_page_placed(kvf_store *st)
+{
+	struct tier *t = &st->tier;
+
+	pthread_mutex_lock(&t->lock);
+	t->bytes += t->page_size;
+	atomic_fetch_sub(&t->fixed, t->page_size);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void tier_page_return(kvf_store *st, unsigned char *page)
+{
+	struct tier *t = &st->tier;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->chunk_bytes) {
+		t->loose[t->n_loose++] = page;
+	} else {
+		kvf_free(page);
+		t->bytes -= t->page_size;
+	}
+	pthread_mutex_unlock(&t->lock);
 }
 
 void tier_page_give(kvf_store *st, unsigned char *page)

@@ -108,10 +108,10 @@ int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
 
 /*
  * tier_put_held - tier_put_segment for a segment some of whose pages were
- * placed by pointer (openseg_adopt: held[i], a page tier_page_take gave):
- * those the cache keeps as they are, their memory going from the held
- * count to the cache's, and held[i] becomes NULL (the page is the tier's
- * from here); the others are copied from buf.  No buffer is exchanged, so
+ * placed by pointer (openseg_adopt: held[i], a page tier_page_take gave
+ * and tier_page_placed counted): those the cache keeps as they are, and
+ * held[i] becomes NULL (the page is the tier's from here); the others are
+ * copied from buf.  No buffer is exchanged, so
  * caching a decode loop's writes faults no memory beyond the pages that
  * waited.  Caller as tier_put_segment's.
  */
@@ -130,6 +130,13 @@ void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
  */
 kvf_status tier_page_take(kvf_store *st, unsigned char **page);
 void tier_page_give(kvf_store *st, unsigned char *page);
+/* tier_page_placed - a page tier_page_take gave now lies in a segment by
+ * pointer (openseg_adopt): from here its memory counts as the cache's, as
+ * a page given back would, since the cache takes it once it is written
+ * (tier_put_held); one the cache does not take goes back with
+ * tier_page_return, not tier_page_give */
+void tier_page_placed(kvf_store *st);
+void tier_page_return(kvf_store *st, unsigned char *page);
 
 /* tier_drop_segment - forget every cached page of segment segid (it is
  * being reused, or was never written) */

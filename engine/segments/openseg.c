@@ -250,6 +250,7 @@ kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
 	prof_end(&st->prof, PROF_HASH, m);
 	os->sb->held[os->n_pages] = page;
 	os->sb->n_held++;
+	tier_page_placed(st);
 	return openseg_fill_hashed(st, seq, stripe, key, replaces, h, out);
 }
 

@@ -55,8 +55,9 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
  * tier_page_take gave) without a copy: from here the page is the open
  * segment's, which its writer copies into the segment's buffer before the
  * write; once written the cache takes it as it is (seg_cache_written) or
- * it goes back to the tier (segbuf_put).  Same returns; on failure the
- * page is still the caller's.
+ * it goes back to the tier (segbuf_put).  Same returns.  The page is the
+ * segment's once out->addr is set (the caller sets it to ADDR_NONE), even
+ * if the flush of the segment it filled failed; else still the caller's.
  */
 kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
 			 unsigned char *page, struct page_key key,

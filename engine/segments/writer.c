@@ -107,7 +107,7 @@ void segbuf_give_held(kvf_store *st, struct segbuf *sb)
 	/* the cache may have taken some (tier_put_held NULLs them) */
 	for (uint32_t i = 0; i < st->data_per_seg && sb->n_held; i++)
 		if (sb->held[i]) {
-			tier_page_give(st, sb->held[i]);
+			tier_page_return(st, sb->held[i]);
 			sb->held[i] = NULL;
 		}
 	sb->n_held = 0;

@@ -197,6 +197,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	uint32_t G = st->group_tokens, rb = st->row_bytes, P = st->group_pages;
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t stay[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
 	unsigned char *enc = NULL;
 	struct prof_mark cm;
@@ -226,7 +227,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	 * whether a full run goes out (wb_plan as wb_seal will) */
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++)
 		wb_plan(st, seq, src[i].s, src[i].sid, g0, k, src[i].waits,
-			pages, own);
+			pages, own, stay);
 	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
 		sealing |= pages[s] > 0;
 	if (rc == KVF_OK && kt_layer != UINT32_MAX && st->kt_dims) {
@@ -237,11 +238,13 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	if (rc == KVF_OK && sealing)
 		rc = openseg_reserve(st, seq, pages, own, call);
 	/* a group that waits takes its group buffer along (wb_seal), so
-	 * once one has, nothing may fail: the segments' buffers are taken
-	 * now */
+	 * once one has, nothing may fail: the buffers of the segments the
+	 * pages placed now open are taken first */
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK && sealing; i++)
 		if (src[i].waits) {
-			if ((rc = openseg_stash(st, seq, pages, call)) != KVF_OK)
+			for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+				stay[s] = pages[s] - stay[s]; /* placed now */
+			if ((rc = openseg_stash(st, seq, stay, call)) != KVF_OK)
 				seg_unreserve(st, seq);
 			break;
 		}

@@ -51,7 +51,7 @@ void wb_flush_plan(const struct stream *s, uint32_t *pages, uint32_t *own)
 
 void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
 	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
-	     uint32_t *own)
+	     uint32_t *own, uint32_t *stay)
 {
 	const struct wb_run *w = s->wb;
 	uint32_t waiting = w ? w->n : 0, n = waiting;
@@ -91,27 +91,31 @@ void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
 			n = 0;
 		}
 	}
-	if (n)
+	if (n) {
 		pages[stripe] += n - waiting;
+		stay[stripe] += n - waiting;
+	}
 }
 
 /* place - put page as s's index entry g on stripe now: the open segment
- * takes the page itself (openseg_adopt) */
+ * takes the page itself (openseg_adopt); *taken says whether it did,
+ * which it may have although the flush of a full segment then failed */
 static kvf_status place(kvf_store *st, struct seq *seq, struct stream *s,
 			uint32_t sid, uint64_t g, unsigned char *page,
-			uint32_t stripe)
+			uint32_t stripe, int *taken)
 {
 	struct page_key key = page_key_make(seq->id, sid, (uint32_t)g);
 	uint32_t replaces = g < s->n_groups ? stream_page(s, g).addr : ADDR_NONE;
-	struct page_ref ref;
+	struct page_ref ref = { .addr = ADDR_NONE };
 	kvf_status rc;
 
 	rc = openseg_adopt(st, seq, stripe, page, key, replaces, &ref);
-	if (rc != KVF_OK)
-		return rc;
-	stream_set_group(s, g, ref);
-	atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
-	return KVF_OK;
+	*taken = ref.addr != ADDR_NONE;
+	if (*taken) {
+		stream_set_group(s, g, ref);
+		atomic_fetch_add(&st->c.data_bytes, st->hdr.page_size);
+	}
+	return rc;
 }
 
 kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
@@ -127,13 +131,15 @@ kvf_status wb_flush(kvf_store *st, struct seq *seq, struct stream *s,
 	 * else is placed for this sequence while its lock is held.  Their
 	 * promised room is in the caller's reservation (wb_flush_plan) */
 	stripe = w->stripe;
-	for (; done < w->n && rc == KVF_OK; done++)
+	while (done < w->n && rc == KVF_OK) {
+		int taken;
+
 		rc = place(st, seq, s, sid, wb_entry(w, done), w->page[done],
-			   stripe);
-	if (rc != KVF_OK) {
-		done--; /* what is left waits on, its room promised again */
-		seg_promise(st, stripe, (int32_t)(w->n - done));
+			   stripe, &taken);
+		done += (uint32_t)taken;
 	}
+	if (rc != KVF_OK) /* what is left waits on, its room promised again */
+		seg_promise(st, stripe, (int32_t)(w->n - done));
 	/* the placed pages are their segments' now (openseg_adopt) */
 	atomic_fetch_sub(&st->c.wb_bytes, (uint64_t)done * ps);
 	/* what a failure left waits on, from the first page not placed */

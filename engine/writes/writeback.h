@@ -48,11 +48,12 @@ void wb_unprepare(kvf_store *st, struct stream *s);
  * pages that go on waiting (so that an append is refused KVF_ENOSPC as it
  * would be without the tier); else the waiting run and every group.  On
  * own[stripe], the pages among them that waited before, whose room is
- * promised (openseg_reserve).  Changes nothing.
+ * promised (openseg_reserve); on stay[stripe], the new pages among them
+ * that go on waiting (not placed by the append).  Changes nothing.
  */
 void wb_plan(kvf_store *st, const struct seq *seq, const struct stream *s,
 	     uint32_t sid, uint64_t g0, uint64_t k, int waits, uint32_t *pages,
-	     uint32_t *own);
+	     uint32_t *own, uint32_t *stay);
 
 /*
  * wb_seal - s's index entry g, the page at src (a sealed page of a full
