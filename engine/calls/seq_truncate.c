@@ -124,8 +124,10 @@ static void take_fresh(kvf_store *st, struct stream *s, struct cut *c)
 	stream_gbuf_free(st, s);
 	s->gbuf = c->fresh.gbuf;
 	s->gbuf_bytes = c->fresh.gbuf_bytes;
+	s->gbuf_page = c->fresh.gbuf_page;
 	c->fresh.gbuf = NULL;
 	c->fresh.gbuf_bytes = 0;
+	c->fresh.gbuf_page = 0;
 }
 
 /* placed_tokens - of the first `tail` tokens of the whole plain group at

@@ -45,9 +45,9 @@ struct stream {
 				* not loaded (empty, or on media only) */
 	uint32_t gbuf_bytes;   /* its size, counted in the memory tier */
 	uint8_t gbuf_page;     /* gbuf is a page of the memory tier
-				* (tier_page_take): a sealed group waiting
-				* for write-back takes it as it is, no copy
-				* (wb_seal) */
+				* (tier_page_take, stream_gbuf_alloc): a
+				* sealed group waiting for write-back takes
+				* it as it is, no copy (wb_seal) */
 	struct wb_run *wb;     /* groups waiting for write-back (engine/
 				* writeback.h); NULL before the first */
 	uint32_t tail_written; /* tokens of the tail group in pages[tail] */

@@ -199,9 +199,17 @@ kvf_status seq_kt_alloc(kvf_store *st, struct seq *seq)
 
 kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes)
 {
-	kvf_status rc = tier_hold(st, bytes, "a group buffer");
+	kvf_status rc;
 
-	if (rc != KVF_OK)
+	/* a group of one page fills a page of the tier: memory the cache
+	 * has made, which a group that waits for write-back takes along */
+	if (bytes == st->hdr.page_size && tier_page_take(st, &s->gbuf) == KVF_OK) {
+		memset(s->gbuf, 0, bytes);
+		s->gbuf_bytes = bytes;
+		s->gbuf_page = 1;
+		return KVF_OK;
+	}
+	if ((rc = tier_hold(st, bytes, "a group buffer")) != KVF_OK)
 		return rc;
 	s->gbuf = kvf_calloc(1, bytes);
 	if (s->gbuf == NULL) {
@@ -209,16 +217,6 @@ kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes)
 		return kvf_fail(KVF_ENOMEM, "out of memory for a group buffer");
 	}
 	s->gbuf_bytes = bytes;
-	return KVF_OK;
-}
-
-kvf_status stream_gbuf_page(kvf_store *st, struct stream *s)
-{
-	if (tier_page_take(st, &s->gbuf) != KVF_OK) /* the budget is full */
-		return stream_gbuf_alloc(st, s, st->hdr.page_size);
-	memset(s->gbuf, 0, st->hdr.page_size);
-	s->gbuf_bytes = st->hdr.page_size;
-	s->gbuf_page = 1;
 	return KVF_OK;
 }
 

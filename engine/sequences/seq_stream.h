@@ -25,13 +25,11 @@ kvf_status seq_x_alloc(kvf_store *st, struct seq *seq);
 /* stream_reserve - room for n groups in s->pages */
 kvf_status stream_reserve(kvf_store *st, struct stream *s, uint64_t n_groups);
 /* stream_gbuf_alloc - give s a zeroed group buffer of bytes, counted
- * against the memory tier (KVF_ENOMEM: out of memory or budget);
+ * against the memory tier (KVF_ENOMEM: out of memory or budget): one page
+ * is a page of the tier (tier_page_take; s->gbuf_page), which a group
+ * that waits for write-back takes along as it is (wb_seal), else malloc'd;
  * stream_gbuf_free - free it; streams_free - n streams, all they hold */
 kvf_status stream_gbuf_alloc(kvf_store *st, struct stream *s, uint32_t bytes);
-/* stream_gbuf_page - the same for a group of one page, taken from the
- * memory tier's pages (or, when it has none to give, as
- * stream_gbuf_alloc), so that it can wait for write-back as it is */
-kvf_status stream_gbuf_page(kvf_store *st, struct stream *s);
 void stream_gbuf_free(kvf_store *st, struct stream *s);
 void streams_free(kvf_store *st, struct stream *s, uint32_t n);
 /* stream_wb_free - drop s's pages waiting for write-back (the sequence

@@ -173,12 +173,6 @@ static kvf_status tail_buffer(kvf_store *st, struct seq *seq, struct stream *s,
 				seg_stripe(st, segid),
 				addr_page(addr, st->page_bits));
 	}
-	/* a plain group of one page that may wait for write-back fills a
-	 * page of the tier, which then waits as it is (wb_seal) */
-	if (group_buf_bytes(st) == st->hdr.page_size &&
-	    (stream_kind(sid) == KIND_X || st->codec == KVF_CODEC_NONE) &&
-	    wb_enabled(st, seq, sid))
-		return stream_gbuf_page(st, s);
 	return stream_gbuf_alloc(st, s, group_buf_bytes(st));
 }
 
