@@ -992,15 +992,14 @@ static kvf_status pair_core(kvf_store *st, struct seq *seq, struct stream *a,
 								    : PAIR_GROUPS);
 		struct pair_step *done = now;
 
-		/* the next step is found and started while this one's
-		 * read is in flight, so the device has both steps' requests
-		 * queued, and read while this one is handed out */
+		/* the next step is found while this one's read is in
+		 * flight, and read while this one is handed out */
 		if (n && (rc = pair_prep(&r, next, i0, n)) != KVF_OK)
 			break;
 		i0 += n;
-		if (n && (rc = batch_start(st, next->b)) != KVF_OK)
-			break;
 		if ((rc = batch_finish(st, seq, now->b)) != KVF_OK)
+			break;
+		if (n && (rc = batch_start(st, next->b)) != KVF_OK)
 			break;
 		rc = pair_hand(&r, now);
 		pair_unpin(&r, done);
