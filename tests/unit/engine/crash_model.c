@@ -96,10 +96,12 @@ void track_push(struct track *t, uint64_t n, uint64_t tag)
 
 void track_prefix(struct track *dst, const struct track *src, uint64_t n)
 {
+	uint32_t cuts = src->cuts + (n < src->len);
 	uint64_t at = 0;
 
 	free(dst->runs);
 	memset(dst, 0, sizeof(*dst));
+	dst->cuts = cuts;
 	for (uint32_t i = 0; i < src->n && at < n; i++) {
 		uint64_t end = src->runs[i].end < n ? src->runs[i].end : n;
 
@@ -231,13 +233,21 @@ void bufs_alloc(void)
  * relative); the rounds truncate into sealed groups often, and each time
  * the kept tokens are encoded again when the group refills, so the bound
  * is some eight encodings' worth: INT8 0.25, INT4 1.0, FP8 50 % + 0.05.
- * A row of other values (another token's, a zero page) is still far
- * outside: each of its 64 elements is within the bound with odds under
- * one half.  Else the byte of the first element that is not, and its
- * error in *off. */
+ * FP8's relative bound grows by one encoding's 1/16 for each cut the
+ * track has seen (`cuts`, more than the tokens of one group can have
+ * had), up to 90 %: a token kept through many cuts may pass eight
+ * encodings, and one did.  A row of other values (another token's, a
+ * zero page) is still far outside: each of its 64 elements is within the
+ * bound with odds under one half (a zero element only where |y| <= 0.5).
+ * Else the byte of the first element that is not, and its error in
+ * *off. */
 static uint32_t rows_close(const unsigned char *got,
-			   const unsigned char *want, float *off)
+			   const unsigned char *want, uint32_t cuts, float *off)
 {
+	float fp8 = 0.5f + (float)cuts / 16.0f;
+
+	if (fp8 > 0.9f)
+		fp8 = 0.9f;
 	for (uint32_t j = 0; j < ROW; j += 2) {
 		uint16_t a, b;
 		float x, y, tol;
@@ -248,7 +258,7 @@ static uint32_t rows_close(const unsigned char *got,
 		y = kvf_f16_to_f32(b);
 		tol = crash_codec == KVF_CODEC_INT8 ? 0.25f
 		      : crash_codec == KVF_CODEC_INT4 ? 1.0f
-						      : 0.5f * fabsf(y) + 0.05f;
+						      : fp8 * fabsf(y) + 0.05f;
 		if (!(fabsf(x - y) <= tol)) {
 			*off = x - y;
 			return j;
@@ -269,7 +279,8 @@ int check_rows(const struct track *t, uint32_t layer, int kind,
 		fill_row(want, track_tag(t, t0 + i), layer, kind, t0 + i, h);
 		if (crash_codec != KVF_CODEC_NONE && kind != 2) {
 			float off;
-			uint32_t j = rows_close(got + i * stride, want, &off);
+			uint32_t j = rows_close(got + i * stride, want, t->cuts,
+						&off);
 
 			if (j == ROW)
 				continue;

@@ -48,9 +48,12 @@ struct run {
 };
 
 struct track {
-	uint64_t len; /* tokens */
-	uint32_t n;   /* runs */
+	uint64_t len;  /* tokens */
+	uint32_t n;    /* runs */
 	struct run *runs;
+	uint32_t cuts; /* prefixes shorter than what it was made from (a
+			* truncation, a fork): with a codec, each may encode
+			* the kept tokens of the group it cut once more */
 };
 
 struct mseq {
