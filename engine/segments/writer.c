@@ -66,8 +66,8 @@ static struct segbuf *segbuf_new(kvf_store *st)
 	sb->record = kvf_malloc(sizeof(struct meta_seg) +
 				(size_t)d * sizeof(struct meta_run));
 	sb->batch = catalog_batch_new();
-	if (sb->buf && sb->held && sb->entries && sb->runs && sb->superseded && sb->record &&
-	    sb->batch)
+	if (sb->buf && sb->held && sb->entries && sb->runs && sb->superseded &&
+	    sb->record && sb->batch)
 		return sb;
 fail:
 	if (sb)
