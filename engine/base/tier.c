@@ -994,9 +994,21 @@ no:
 	return 0;
 }
 
+/* unplace - a placed page (tier_page_placed) the cache does not keep:
+ * a loose page again, or freed if it was a page of its own (lock held) */
+static void unplace(struct tier *t, unsigned char *page)
+{
+	if (t->chunk_bytes) {
+		t->loose[t->n_loose++] = page;
+	} else {
+		kvf_free(page);
+		t->bytes -= t->page_size;
+	}
+}
+
 /* put_taken - page, one tier_page_take gave and tier_page_placed
  * counted as the cache's, just written as addr: cached as it is, or, with
- * no slot to be had, a loose page again (lock held) */
+ * no slot to be had, unplaced (lock held) */
 static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 		      unsigned char *page)
 {
@@ -1013,11 +1025,8 @@ static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 		i = slot_next(t);
 		t->slot[i].data = page;
 		slot_add(st, i, addr, check, t->chunk_bytes ? TIER_LOOSE : TIER_NONE);
-	} else if (t->chunk_bytes) {
-		t->loose[t->n_loose++] = page;
-	} else { /* a page of its own (tier_page_take) */
-		kvf_free(page);
-		t->bytes -= t->page_size;
+	} else {
+		unplace(t, page);
 	}
 }
 
@@ -1115,12 +1124,7 @@ void tier_page_return(kvf_store *st, unsigned char *page)
 	struct tier *t = &st->tier;
 
 	pthread_mutex_lock(&t->lock);
-	if (t->chunk_bytes) {
-		t->loose[t->n_loose++] = page;
-	} else {
-		kvf_free(page);
-		t->bytes -= t->page_size;
-	}
+	unplace(t, page);
 	pthread_mutex_unlock(&t->lock);
 }
 

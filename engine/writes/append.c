@@ -192,6 +192,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	uint32_t pages[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t own[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t stay[KVF_MEDIA_MAX_STRIPES] = { 0 };
+	uint32_t placed[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
 	unsigned char *enc = NULL;
 	struct prof_mark cm;
@@ -237,8 +238,8 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK && sealing; i++)
 		if (src[i].waits) {
 			for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
-				stay[s] = pages[s] - stay[s]; /* placed now */
-			if ((rc = openseg_stash(st, seq, stay, call)) != KVF_OK)
+				placed[s] = pages[s] - stay[s];
+			if ((rc = openseg_stash(st, seq, placed, call)) != KVF_OK)
 				seg_unreserve(st, seq);
 			break;
 		}
