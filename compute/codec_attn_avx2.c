@@ -67,11 +67,29 @@ KVC_INLINE void dots_tile(const struct kq *kq, size_t D,
 {
 	__m256 a[8];
 	float x8[8];
+	size_t d = 0;
 
 #pragma GCC unroll 8
 	for (int x = 0; x < T * NH; x++)
 		a[x] = _mm256_setzero_ps();
-	for (size_t d = 0; d < D; d += 8) {
+	if (c == KVF_CODEC_FP8) /* 16 codes a step; same sums, same order */
+		for (; d + 16 <= D; d += 16)
+#pragma GCC unroll 8
+			for (int t = 0; t < T; t++) {
+				__m256 lo, hi;
+
+				dec16_fp8(r[t], d, &lo, &hi);
+#pragma GCC unroll 8
+				for (int h = 0; h < NH; h++) {
+					a[t * NH + h] = _mm256_fmadd_ps(
+						_mm256_loadu_ps(kq->qk + h * D + d),
+						lo, a[t * NH + h]);
+					a[t * NH + h] = _mm256_fmadd_ps(
+						_mm256_loadu_ps(kq->qk + h * D + d + 8),
+						hi, a[t * NH + h]);
+				}
+			}
+	for (; d < D; d += 8) {
 		__m256 qv[8];
 
 #pragma GCC unroll 8
@@ -146,15 +164,25 @@ KVC_INLINE void accumulate_v(float *acc, size_t D,
 								d + 8 * u);
 		for (uint32_t j = 0; j < nt; j++) {
 			const uint8_t *row = kvc_codes_row(vl, vg, tb + tl[j]);
-			__m256 pv[8];
+			__m256 pv[8], xn = _mm256_setzero_ps();
 
 #pragma GCC unroll 8
 			for (int h = 0; h < NH; h++)
 				pv[h] = _mm256_broadcast_ss(w + h * B + j);
 #pragma GCC unroll 8
 			for (int u = 0; u < U; u++) {
-				__m256 x = dec8(row, d + 8 * u, c);
+				__m256 x;
 
+				/* FP8: two vectors from one 16-code step */
+				if (c == KVF_CODEC_FP8 && U % 2 == 0) {
+					if (u % 2)
+						x = xn;
+					else
+						dec16_fp8(row, d + 8 * u, &x,
+							  &xn);
+				} else {
+					x = dec8(row, d + 8 * u, c);
+				}
 #pragma GCC unroll 8
 				for (int h = 0; h < NH; h++)
 					a[u * NH + h] =

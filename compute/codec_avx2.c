@@ -62,33 +62,12 @@ KVC_INLINE void store8_i8(uint8_t *p, __m256i v)
 	_mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
 }
 
-/* store8_nib - 8 codes 0..15 (dims d..d+7) into a zeroed INT4 row. */
-KVC_INLINE void store8_nib(uint8_t *row, size_t d, size_t D, __m256i v)
+/* store16_nib - the 16 codes 0..15 of the chunk of dims d..d+15 (d a
+ * multiple of 16): byte i holds dim d + i in its low nibble and dim
+ * d + 8 + i in its high one (codec_impl.h's chunks). */
+KVC_INLINE void store16_nib(uint8_t *row, size_t d, __m256i lo, __m256i hi)
 {
-	int32_t c[8];
-
-	if ((d & 15) % 8 == 0 && (d & ~(size_t)15) + 16 <= D) {
-		/* dims d..d+7 of a whole chunk: the low byte of each lane
-		 * into 8 bytes, the low nibbles (dims 0-7 of the chunk) or
-		 * the high ones (8-15; codes are below 16, so the shift
-		 * stays inside each byte) of the chunk's bytes */
-		const __m256i pick = _mm256_setr_epi8(
-			0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-			0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-		__m256i b = _mm256_shuffle_epi8(v, pick);
-		__m128i q = _mm_unpacklo_epi32(_mm256_castsi256_si128(b),
-					       _mm256_extracti128_si256(b, 1));
-		uint64_t x = (uint64_t)_mm_cvtsi128_si64(q), y;
-		uint8_t *at = row + (d & ~(size_t)15) / 2;
-
-		memcpy(&y, at, sizeof(y));
-		y |= (d & 15) ? x << 4 : x;
-		memcpy(at, &y, sizeof(y));
-		return;
-	}
-	_mm256_storeu_si256((__m256i *)(void *)c, v);
-	for (int i = 0; i < 8; i++)
-		kvc_int4_put(row, (uint32_t)(d + i), (uint32_t)D, (uint32_t)c[i]);
+	store8_u8(row + d / 2, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)));
 }
 
 /* e4m3_8 - kvc_e4m3_code per lane, as int32 lanes 0..255. */
@@ -136,12 +115,38 @@ KVC_INLINE __m256i int4_8(__m256 x, __m256 s, __m256 z)
 	return _mm256_cvttps_epi32(_mm256_andnot_ps(zero, r));
 }
 
-/* values_ok - every element finite with |x| <= KVC_CODEC_MAX_ABS. */
+/* values_ok - every element finite with |x| <= KVC_CODEC_MAX_ABS (n a
+ * multiple of 8).  A finite f16 is always in range, so f16 input is
+ * checked on its bits, 16 at a time: an exponent field of all ones is
+ * an infinity or a NaN. */
 KVC_INLINE int values_ok(const void *src, size_t n, kvf_dtype dt)
 {
 	const __m256 lim = _mm256_set1_ps(KVC_CODEC_MAX_ABS);
 	__m256 bad = _mm256_setzero_ps();
 
+	if (dt == KVF_DTYPE_F16) {
+		const __m256i e = _mm256_set1_epi16(0x7c00);
+		__m256i b16 = _mm256_setzero_si256();
+		size_t i = 0;
+
+		for (; i + 16 <= n; i += 16)
+			b16 = _mm256_or_si256(
+				b16, _mm256_cmpeq_epi16(
+					     _mm256_and_si256(
+						     _mm256_loadu_si256(
+							     (const __m256i *)((const uint16_t *)src + i)),
+						     e),
+					     e));
+		if (i < n) /* the last 8 */
+			b16 = _mm256_or_si256(
+				b16, _mm256_castsi128_si256(_mm_cmpeq_epi16(
+					     _mm_and_si128(
+						     _mm_loadu_si128(
+							     (const __m128i *)((const uint16_t *)src + i)),
+						     _mm256_castsi256_si128(e)),
+					     _mm256_castsi256_si128(e))));
+		return _mm256_testz_si256(b16, b16);
+	}
 	for (size_t i = 0; i < n; i += 8)
 		bad = _mm256_or_ps(bad, _mm256_cmp_ps(abs8(load8(src, i, dt)),
 						      lim, _CMP_NLE_UQ));
@@ -172,21 +177,65 @@ KVC_INLINE void encode_fp8(const struct kvc_codec_layout *l, const void *src,
 			  e4m3_8(_mm256_div_ps(load8(src, i, dt), sv)));
 }
 
-/* scales8 - the INT8 scales of 8 channels from their max |x|: stored at
- * scales[d0..d0+8), returned as f32. */
-static __m256 int8_scales8(const struct kvc_codec_layout *l, uint8_t *dst,
-			   uint32_t d0, __m256 amax)
+/*
+ * f16_up8 - kvc_f16_up per lane (finite lanes of magnitude <= 65504), as
+ * 8 f16: the conversion rounds to nearest even as kvf_f32_to_f16 does,
+ * then a lane that came out below x steps one f16 up (down in magnitude
+ * for a negative), and -0 becomes +0.
+ */
+KVC_INLINE __m128i f16_up8(__m256 x)
 {
-	float a[8], s[8];
+	__m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT |
+					       _MM_FROUND_NO_EXC);
+	__m256i lt = _mm256_castps_si256(
+		_mm256_cmp_ps(_mm256_cvtph_ps(h), x, _CMP_LT_OQ));
+	__m128i lt16 = _mm_packs_epi32(_mm256_castsi256_si128(lt),
+				       _mm256_extracti128_si256(lt, 1));
+	__m128i step = _mm_or_si128(_mm_srai_epi16(h, 15), _mm_set1_epi16(1));
 
-	_mm256_storeu_ps(a, amax);
-	for (int i = 0; i < 8; i++) {
-		uint16_t h = kvc_scale_grid(l, kvc_int8_scale(a[i]));
+	h = _mm_add_epi16(h, _mm_and_si128(lt16, step));
+	return _mm_andnot_si128(
+		_mm_cmpeq_epi16(h, _mm_set1_epi16((short)0x8000)), h);
+}
 
-		kvc_put_scale(l, dst, d0 + i, h);
-		s[i] = kvf_f16_to_f32(h);
-	}
-	return _mm256_loadu_ps(s);
+/* scale_grid8 - kvc_scale_grid per lane. */
+KVC_INLINE __m128i scale_grid8(const struct kvc_codec_layout *l, __m128i h)
+{
+	const __m128i low = _mm_set1_epi16(0x7f);
+	__m128i on_grid;
+
+	if (l->scale_bytes != 1)
+		return h;
+	on_grid = _mm_cmpeq_epi16(_mm_and_si128(h, low), _mm_setzero_si128());
+	return _mm_blendv_epi8(_mm_add_epi16(_mm_or_si128(h, low),
+					     _mm_set1_epi16(1)),
+			       h, on_grid);
+}
+
+/* put_scales8 - kvc_put_scale of scales i0 .. i0 + 7 (f16 bits h). */
+KVC_INLINE void put_scales8(const struct kvc_codec_layout *l, uint8_t *grp,
+			    uint32_t i0, __m128i h)
+{
+	if (l->scale_bytes == 1)
+		_mm_storel_epi64((__m128i *)(void *)(grp + l->scales_off + i0),
+				 _mm_packus_epi16(_mm_srli_epi16(h, 7),
+						  _mm_setzero_si128()));
+	else
+		_mm_storeu_si128((__m128i *)(void *)(grp + l->scales_off +
+						     2 * (size_t)i0),
+				 h);
+}
+
+/* int8_scales8 - the INT8 scales of 8 channels from their max |x|
+ * (kvc_int8_scale on l's grid): stored at d0.., returned as f32. */
+KVC_INLINE __m256 int8_scales8(const struct kvc_codec_layout *l, uint8_t *dst,
+			       uint32_t d0, __m256 amax)
+{
+	__m128i h = scale_grid8(
+		l, f16_up8(_mm256_div_ps(amax, _mm256_set1_ps(127.0f))));
+
+	put_scales8(l, dst, d0, h);
+	return _mm256_cvtph_ps(h);
 }
 
 KVC_INLINE void encode_int8(const struct kvc_codec_layout *l, const void *src,
@@ -223,27 +272,24 @@ KVC_INLINE void encode_int8(const struct kvc_codec_layout *l, const void *src,
 	}
 }
 
-/* int4_meta8 - the INT4 scales and zero points of 8 channels from their
- * min and max, stored at index i0.. of both regions, returned as f32. */
-static void int4_meta8(const struct kvc_codec_layout *l, uint8_t *dst,
-		       uint32_t i0, __m256 mn, __m256 mx, __m256 *sv,
-		       __m256 *zv)
+/* int4_meta8 - kvc_int4_meta of 8 channels from their min and max: the
+ * zero point is the negated f16_up of -min (+0 stays +0), stored at
+ * index i0.. of both regions, returned as f32. */
+KVC_INLINE void int4_meta8(const struct kvc_codec_layout *l, uint8_t *dst,
+			   uint32_t i0, __m256 mn, __m256 mx, __m256 *sv,
+			   __m256 *zv)
 {
-	float a[8], b[8], s[8], z[8];
+	__m128i hz = f16_up8(_mm256_xor_ps(mn, _mm256_set1_ps(-0.0f))), hs;
 
-	_mm256_storeu_ps(a, mn);
-	_mm256_storeu_ps(b, mx);
-	for (int i = 0; i < 8; i++) {
-		uint16_t hs, hz;
-
-		kvc_int4_meta(l, a[i], b[i], &hs, &hz);
-		kvc_put_scale(l, dst, i0 + i, hs);
-		put_f16(dst, l->mins_off, i0 + i, hz);
-		s[i] = kvf_f16_to_f32(hs);
-		z[i] = kvf_f16_to_f32(hz);
-	}
-	*sv = _mm256_loadu_ps(s);
-	*zv = _mm256_loadu_ps(z);
+	hz = _mm_andnot_si128(_mm_cmpeq_epi16(hz, _mm_setzero_si128()),
+			      _mm_xor_si128(hz, _mm_set1_epi16((short)0x8000)));
+	*zv = _mm256_cvtph_ps(hz);
+	hs = scale_grid8(l, f16_up8(_mm256_div_ps(_mm256_sub_ps(mx, *zv),
+						  _mm256_set1_ps(15.0f))));
+	put_scales8(l, dst, i0, hs);
+	_mm_storeu_si128((__m128i *)(void *)(dst + l->mins_off + 2 * (size_t)i0),
+			 hz);
+	*sv = _mm256_cvtph_ps(hs);
 }
 
 KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
@@ -252,21 +298,28 @@ KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
 	size_t D = l->head_dim, G = l->group_tokens, rb = l->row_bytes;
 
 	if (l->kind == KVF_KIND_K) {
-		for (size_t d = 0; d < D; d += 8) {
-			__m256 mn = _mm256_set1_ps(INFINITY);
-			__m256 mx = _mm256_set1_ps(-INFINITY), sv, zv;
+		for (size_t d = 0; d < D; d += 16) { /* a chunk of 16 dims */
+			__m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0;
+			__m256 mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+			__m256 s0, z0, s1, z1;
 
 			for (size_t t = 0; t < G; t++) {
-				__m256 x = load8(src, t * D + d, dt);
+				__m256 x0 = load8(src, t * D + d, dt);
+				__m256 x1 = load8(src, t * D + d + 8, dt);
 
-				mn = _mm256_min_ps(mn, x);
-				mx = _mm256_max_ps(mx, x);
+				mn0 = _mm256_min_ps(mn0, x0);
+				mx0 = _mm256_max_ps(mx0, x0);
+				mn1 = _mm256_min_ps(mn1, x1);
+				mx1 = _mm256_max_ps(mx1, x1);
 			}
-			int4_meta8(l, dst, (uint32_t)d, mn, mx, &sv, &zv);
+			int4_meta8(l, dst, (uint32_t)d, mn0, mx0, &s0, &z0);
+			int4_meta8(l, dst, (uint32_t)d + 8, mn1, mx1, &s1, &z1);
 			for (size_t t = 0; t < G; t++)
-				store8_nib(dst + t * rb, d, D,
-					   int4_8(load8(src, t * D + d, dt), sv,
-						  zv));
+				store16_nib(dst + t * rb, d,
+					    int4_8(load8(src, t * D + d, dt), s0,
+						   z0),
+					    int4_8(load8(src, t * D + d + 8, dt),
+						   s1, z1));
 		}
 		return;
 	}
@@ -286,9 +339,11 @@ KVC_INLINE void encode_int4(const struct kvc_codec_layout *l, const void *src,
 		put_f16(dst, l->mins_off, (uint32_t)t, hz);
 		sv = _mm256_set1_ps(kvf_f16_to_f32(hs));
 		zv = _mm256_set1_ps(kvf_f16_to_f32(hz));
-		for (size_t d = 0; d < D; d += 8)
-			store8_nib(dst + t * rb, d, D,
-				   int4_8(load8(src, t * D + d, dt), sv, zv));
+		for (size_t d = 0; d < D; d += 16)
+			store16_nib(dst + t * rb, d,
+				    int4_8(load8(src, t * D + d, dt), sv, zv),
+				    int4_8(load8(src, t * D + d + 8, dt), sv,
+					   zv));
 	}
 }
 

@@ -51,6 +51,24 @@ KVC_INLINE __m256 dec8(const uint8_t *row, size_t d, kvf_codec codec)
 	}
 }
 
+/*
+ * dec16_fp8 - FP8 codes d .. d + 15 of row as two vectors of f32 (dims d
+ * .. d + 7 in *lo, the next 8 in *hi), the same numbers as two dec8: the
+ * 16 bytes widen, shift and mask as one 256-bit vector, so a code costs
+ * half the integer work of dec8's 128-bit steps.
+ */
+KVC_INLINE void dec16_fp8(const uint8_t *row, size_t d, __m256 *lo,
+			  __m256 *hi)
+{
+	__m256i w = _mm256_cvtepi8_epi16(
+		_mm_loadu_si128((const __m128i *)(row + d)));
+
+	w = _mm256_and_si256(_mm256_slli_epi16(w, 7),
+			     _mm256_set1_epi16((short)0xbfff));
+	*lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+	*hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
 /* kvc_meta8 - f16 numbers i .. i + 7 of the region at byte off of grp
  * (scales, zero points) as f32 */
 KVC_INLINE __m256 kvc_meta8(const uint8_t *grp, uint32_t off, size_t i)
