@@ -37,27 +37,31 @@ struct page_ref {
 
 /* One (layer, kind, head) of one sequence. */
 struct stream {
+	/* pointers first, then the 32-bit fields, then the bytes: 48 bytes,
+	 * one of these per (layer, head, kind) of every sequence */
 	unsigned char *pages;  /* per group, PAGE_REF_BYTES each; read and
 				* written with stream_page/stream_set_page */
-	uint32_t n_alloc;      /* capacity of pages (groups) */
-	uint32_t n_groups;     /* groups with an entry in pages */
 	unsigned char *gbuf;   /* the tail group, page_size bytes; NULL if
 				* not loaded (empty, or on media only) */
+	struct wb_run *wb;     /* groups waiting for write-back (engine/
+				* writeback.h); NULL before the first */
+	uint32_t n_alloc;      /* capacity of pages (groups) */
+	uint32_t n_groups;     /* groups with an entry in pages */
 	uint32_t gbuf_bytes;   /* its size, counted in the memory tier */
+	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
+	uint32_t plain_lo;     /* encoded streams: groups below it keep no
+				* plain pages of a tail they were once
+				* (seq_record_done drops them) */
 	uint8_t gbuf_page;     /* gbuf is a page of the memory tier
 				* (tier_page_take, stream_gbuf_alloc): a
 				* sealed group waiting for write-back takes
 				* it as it is, no copy (wb_seal) */
-	struct wb_run *wb;     /* groups waiting for write-back (engine/
-				* writeback.h); NULL before the first */
-	uint32_t tail_written; /* tokens of the tail group in pages[tail] */
 	uint8_t enc;           /* 0: plain rows; 1 + kvf_kind (K or V): its
 				* sealed groups are encoded (a codec
 				* store's K/V streams; engine/base/group.h) */
-	uint32_t plain_lo;     /* encoded streams: groups below it keep no
-				* plain pages of a tail they were once
-				* (seq_record_done drops them) */
 };
+
+_Static_assert(sizeof(struct stream) <= 48, "a stream record stays small");
 
 #define WB_RUN 32u /* pages of one head written back together: 128 KiB
 		    * of 4 KiB pages, one request to read back */

@@ -194,6 +194,9 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 	uint32_t stay[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint32_t placed[KVF_MEDIA_MAX_STRIPES] = { 0 };
 	uint64_t g0 = tokens / G, k = (tokens % G + n) / G;
+	/* entries for the groups sealed and a part-filled tail, none more:
+	 * the index is most of the store's memory */
+	uint64_t n_groups = (tokens + n + G - 1) / G;
 	unsigned char *enc = NULL;
 	struct prof_mark cm;
 	int sealing = 0;
@@ -207,7 +210,7 @@ static kvf_status append_streams(kvf_store *st, struct seq *seq,
 		return kvf_fail(KVF_ENOMEM, "%s: out of memory to encode a group",
 				call);
 	for (uint32_t i = 0; i < n_src && rc == KVF_OK; i++) {
-		if ((rc = stream_reserve(st, src[i].s, (g0 + k + 1) * st->group_stride)) == KVF_OK &&
+		if ((rc = stream_reserve(st, src[i].s, n_groups * st->group_stride)) == KVF_OK &&
 		    (rc = tail_buffer(st, seq, src[i].s, src[i].sid, tokens)) == KVF_OK &&
 		    k > 0) {
 			struct prof_mark m = prof_begin(&st->prof);
