@@ -16,7 +16,8 @@
  *    covers a group with no page (never synced: see clip_lost) is cut back
  *    to the start of that group; segments without a live page are trimmed
  *    and their records deleted.
- * Work is proportional to the metadata: one summary read per segment.
+ * Work is proportional to the metadata: one summary read per segment,
+ * the summaries of up to WINDOW_ITEMS records read together.
  */
 #include "engine/lifecycle/recovery.h"
 
@@ -465,49 +466,33 @@ out:
 	return rc;
 }
 
-/* read_summary - read and check segment segid's summary; on success
- * *hashes gets its n_data page hashes (kvf_malloc'd).  KVF_ECORRUPT when
- * it does not check out. */
-static kvf_status read_summary(kvf_store *st, uint32_t segid,
-			       const struct meta_seg *m, uint64_t **hashes)
+/* summary_check - check segment segid's summary, whose pages are at buf;
+ * on success *hashes gets its n_data page hashes (kvf_malloc'd).
+ * KVF_ECORRUPT when it does not check out.  buf's header checksum field
+ * is zeroed. */
+static kvf_status summary_check(kvf_store *st, uint32_t segid,
+				const struct meta_seg *m, unsigned char *buf,
+				uint64_t **hashes)
 {
-	uint32_t ps = st->hdr.page_size, n = m->n_data_pages;
-	uint32_t sp = summary_pages(n, ps);
-	unsigned char *buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)sp * ps);
+	uint32_t n = m->n_data_pages;
 	struct seg_summary_header h;
 	uint64_t want, *out;
-	kvf_status rc;
 
-	if (buf == NULL)
-		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
-	if (n + sp > st->pages_per_seg) {
-		kvf_free(buf);
-		return kvf_fail(KVF_ECORRUPT, "segment %u: %u data pages do not fit",
-				segid, n);
-	}
-	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
-				  seg_in_stripe(st, segid), n, sp, buf);
-	if (rc != KVF_OK)
-		goto out;
 	memcpy(&h, buf, sizeof(h));
 	want = h.checksum;
 	h.checksum = 0;
 	memcpy(buf, &h, sizeof(h));
 	if (memcmp(h.magic, SEG_MAGIC, 8) != 0 || h.store_id != st->hdr.store_id ||
 	    h.segid != segid || h.seqno != m->seqno || h.n_data_pages != n ||
-	    XXH3_64bits(buf, sizeof(h) + (size_t)n * sizeof(struct seg_summary_entry)) != want) {
-		rc = kvf_fail(KVF_ECORRUPT,
-			      "segment %u (stripe %u, segment %llu): summary at page %u does not match its catalog record (seqno %llu)",
-			      segid, seg_stripe(st, segid),
-			      (unsigned long long)seg_in_stripe(st, segid), n,
-			      (unsigned long long)m->seqno);
-		goto out;
-	}
+	    XXH3_64bits(buf, sizeof(h) + (size_t)n * sizeof(struct seg_summary_entry)) != want)
+		return kvf_fail(KVF_ECORRUPT,
+				"segment %u (stripe %u, segment %llu): summary at page %u does not match its catalog record (seqno %llu)",
+				segid, seg_stripe(st, segid),
+				(unsigned long long)seg_in_stripe(st, segid), n,
+				(unsigned long long)m->seqno);
 	out = kvf_malloc((size_t)n * sizeof(uint64_t));
-	if (out == NULL) {
-		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
-		goto out;
-	}
+	if (out == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 	for (uint32_t i = 0; i < n; i++) {
 		struct seg_summary_entry e;
 
@@ -515,7 +500,38 @@ static kvf_status read_summary(kvf_store *st, uint32_t segid,
 		out[i] = e.page_hash;
 	}
 	*hashes = out;
-out:
+	return KVF_OK;
+}
+
+/* summary_fits - do segment segid's n data pages and their summary fit
+ * it?  KVF_ECORRUPT when not. */
+static kvf_status summary_fits(kvf_store *st, uint32_t segid, uint32_t n)
+{
+	if (n + summary_pages(n, st->hdr.page_size) > st->pages_per_seg)
+		return kvf_fail(KVF_ECORRUPT, "segment %u: %u data pages do not fit",
+				segid, n);
+	return KVF_OK;
+}
+
+/* read_summary - read segment segid's summary alone and check it
+ * (summary_check) */
+static kvf_status read_summary(kvf_store *st, uint32_t segid,
+			       const struct meta_seg *m, uint64_t **hashes)
+{
+	uint32_t ps = st->hdr.page_size, n = m->n_data_pages;
+	uint32_t sp = summary_pages(n, ps);
+	unsigned char *buf;
+	kvf_status rc;
+
+	if ((rc = summary_fits(st, segid, n)) != KVF_OK)
+		return rc;
+	buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, (size_t)sp * ps);
+	if (buf == NULL)
+		return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+	rc = kvf_media_read_pages(st->media, seg_stripe(st, segid),
+				  seg_in_stripe(st, segid), n, sp, buf);
+	if (rc == KVF_OK)
+		rc = summary_check(st, segid, m, buf, hashes);
 	kvf_free(buf);
 	return rc;
 }
@@ -575,26 +591,97 @@ static kvf_status drop_seg(struct dropped *d, uint32_t segid)
 	return KVF_OK;
 }
 
-/* apply_seg - apply a segment record after checking its summary (and, if
- * it is newer than the last durable point, its pages) */
-static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
+/* A window of records applied in seqno order: the segment records'
+ * values and their summaries, read together at the media's queue depth
+ * (one at a time, the summaries were most of an open of a large store). */
+#define WINDOW_ITEMS 256u         /* records a window */
+#define WINDOW_BYTES (4u << 20)   /* summary bytes a window reads at most */
+
+struct seg_rec {
+	void *val;          /* the "G" record; NULL: none (deleted) */
+	unsigned char *sum; /* its summary, read with the window; NULL:
+			     * read alone (read_summary says why) */
+};
+
+/*
+ * window_read - the records of items it[0..n) that are segments, and
+ * their summaries, all read in one kvf_media_read into buf (WINDOW_BYTES).
+ * Returns how many items the window takes (a prefix of n: as many
+ * summaries as buf holds) or 0 with *rc set.  A failed read leaves every
+ * sum NULL: each is then read alone, so the error names its segment.
+ */
+static size_t window_read(kvf_store *st, const struct rec_item *it, size_t n,
+			  struct seg_rec *rec, unsigned char *buf,
+			  struct kvf_media_io *io, kvf_status *rc)
+{
+	uint32_t ps = st->hdr.page_size, n_io = 0;
+	size_t off = 0, i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char key[5];
+		struct meta_seg m;
+		size_t vlen;
+		uint32_t sp;
+
+		rec[i] = (struct seg_rec){ 0 };
+		if (it[i].tag != META_TAG_SEG)
+			continue;
+		meta_key_u32(key, META_TAG_SEG, (uint32_t)it[i].id);
+		*rc = catalog_get(st->cat, key, sizeof(key), &rec[i].val, &vlen);
+		if (*rc == KVF_ENOENT) {
+			*rc = KVF_OK;
+			continue;
+		}
+		if (*rc != KVF_OK)
+			break;
+		memcpy(&m, rec[i].val, sizeof(m));
+		sp = summary_pages(m.n_data_pages, ps);
+		if (m.n_data_pages + sp > st->pages_per_seg ||
+		    (size_t)sp * ps > WINDOW_BYTES)
+			continue; /* apply_seg says so; a summary larger
+				   * than a window is read alone */
+		if (off + (size_t)sp * ps > WINDOW_BYTES) {
+			kvf_free(rec[i].val); /* the next window's */
+			rec[i].val = NULL;
+			break;
+		}
+		io[n_io++] = (struct kvf_media_io){
+			.stripe = seg_stripe(st, (uint32_t)it[i].id),
+			.seg = seg_in_stripe(st, (uint32_t)it[i].id),
+			.page = m.n_data_pages, .n_pages = sp, .buf = buf + off };
+		rec[i].sum = buf + off;
+		off += (size_t)sp * ps;
+	}
+	if (*rc != KVF_OK) {
+		for (size_t j = 0; j <= i && j < n; j++)
+			kvf_free(rec[j].val);
+		return 0;
+	}
+	if (n_io > 0 && kvf_media_read(st->media, io, n_io) != KVF_OK)
+		for (size_t j = 0; j < i; j++)
+			rec[j].sum = NULL;
+	return i;
+}
+
+/* apply_seg - apply segment segid's record rec after checking its summary
+ * (and, if it is newer than the last durable point, its pages) */
+static kvf_status apply_seg(kvf_store *st, uint32_t segid,
+			    const struct seg_rec *rec, uint32_t **checks,
 			    struct dropped *dropped)
 {
-	unsigned char key[5];
 	struct meta_seg m;
 	struct meta_run *runs;
 	uint64_t *hashes = NULL;
-	void *val;
-	size_t vlen;
 	kvf_status rc;
 	int corrupt = 0;
 
-	meta_key_u32(key, META_TAG_SEG, segid);
-	if ((rc = catalog_get(st->cat, key, sizeof(key), &val, &vlen)) != KVF_OK)
-		return rc == KVF_ENOENT ? KVF_OK : rc;
-	memcpy(&m, val, sizeof(m));
-	runs = (struct meta_run *)((char *)val + sizeof(m));
-	rc = read_summary(st, segid, &m, &hashes);
+	if (rec->val == NULL)
+		return KVF_OK;
+	memcpy(&m, rec->val, sizeof(m));
+	runs = (struct meta_run *)((char *)rec->val + sizeof(m));
+	if ((rc = summary_fits(st, segid, m.n_data_pages)) == KVF_OK)
+		rc = rec->sum ? summary_check(st, segid, &m, rec->sum, &hashes)
+			    : read_summary(st, segid, &m, &hashes);
 	if (rc == KVF_OK && m.seqno > st->dur.synced_seqno)
 		rc = check_pages(st, segid, &m, hashes);
 	if (rc == KVF_ECORRUPT && m.seqno > st->dur.synced_seqno) {
@@ -637,7 +724,6 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid, uint32_t **checks,
 	}
 out:
 	kvf_free(hashes);
-	kvf_free(val);
 	return rc;
 }
 
@@ -791,6 +877,11 @@ kvf_status recovery_load(kvf_store *st)
 	struct count_ctx cc = { 0 };
 	struct dropped dropped = { 0 };
 	struct trim_ctx trim = { 0 };
+	struct {
+		struct seg_rec *rec;
+		struct kvf_media_io *io;
+		unsigned char *buf;
+	} win = { 0 };
 	unsigned char tag;
 	struct catalog_batch *b;
 	void *val;
@@ -873,14 +964,31 @@ kvf_status recovery_load(kvf_store *st)
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < l.n && rc == KVF_OK; i++) {
-		if (l.items[i].seqno >= atomic_load(&st->writer.next_seqno))
-			atomic_store(&st->writer.next_seqno, l.items[i].seqno + 1);
-		if (l.items[i].tag == META_TAG_SEG)
-			rc = apply_seg(st, (uint32_t)l.items[i].id, cc.checks,
-				       &dropped);
-		else
-			rc = apply_ref(st, l.items[i].id);
+	win.rec = kvf_malloc(WINDOW_ITEMS * sizeof(*win.rec));
+	win.io = kvf_malloc(WINDOW_ITEMS * sizeof(*win.io));
+	win.buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, WINDOW_BYTES);
+	if (win.rec == NULL || win.io == NULL || win.buf == NULL) {
+		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < l.n && rc == KVF_OK;) {
+		size_t n = l.n - i < WINDOW_ITEMS ? l.n - i : WINDOW_ITEMS;
+
+		n = window_read(st, l.items + i, n, win.rec, win.buf, win.io,
+				&rc);
+		for (size_t j = 0; j < n; j++, i++) {
+			if (l.items[i].seqno >= atomic_load(&st->writer.next_seqno))
+				atomic_store(&st->writer.next_seqno,
+					     l.items[i].seqno + 1);
+			if (rc != KVF_OK)
+				;
+			else if (l.items[i].tag == META_TAG_SEG)
+				rc = apply_seg(st, (uint32_t)l.items[i].id,
+					       &win.rec[j], cc.checks, &dropped);
+			else
+				rc = apply_ref(st, l.items[i].id);
+			kvf_free(win.rec[j].val);
+		}
 	}
 	if (rc != KVF_OK)
 		goto out;
@@ -931,6 +1039,9 @@ out:
 		for (uint32_t i = 0; i < st->n_segments; i++)
 			kvf_free(cc.checks[i]);
 	kvf_free(cc.checks);
+	kvf_free(win.rec);
+	kvf_free(win.io);
+	kvf_free(win.buf);
 	kvf_free(dropped.ids);
 	kvf_free(trim.ids);
 	kvf_free(l.items);
