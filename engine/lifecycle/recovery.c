@@ -431,36 +431,48 @@ static int cmp_item(const void *a, const void *b)
 	return x->seqno < y->seqno ? -1 : x->seqno > y->seqno;
 }
 
-/* apply - one index entry from a record of the given seqno */
+/*
+ * apply - n index entries of one stream from a record of the given
+ * seqno: groups group + k * stride at addresses addr + k (consecutive
+ * pages of one segment), k < n.  The sequence and stream are looked up
+ * once for the run.  Their checks are count_refs's to fill.
+ */
 static kvf_status apply(kvf_store *st, uint32_t ns, uint64_t seq_id,
-			uint32_t sid, uint32_t group, uint32_t addr,
-			uint32_t check, uint64_t seqno, int from_ref)
+			uint32_t sid, uint32_t group, uint32_t stride,
+			uint32_t n, uint32_t addr, uint64_t seqno, int from_ref)
 {
 	struct seq *seq = seq_get_ns(st, ns, seq_id);
+	enum kv_kind kind = stream_kind(sid);
+	uint64_t groups, tokens;
 	struct stream *s;
 	kvf_status rc = KVF_OK;
 
 	if (seq == NULL)
-		return KVF_OK; /* freed: the entry is garbage */
+		return KVF_OK; /* freed: the entries are garbage */
 	if (seqno < seq->create_seqno && !from_ref)
 		goto out; /* from an earlier sequence with this id */
-	if ((stream_kind(sid) == KIND_K || stream_kind(sid) == KIND_V) &&
-	    dropmark_held(st, seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
-			  group / st->group_stride))
-		goto out; /* kvf_h2o_evict dropped it: its pages stay out */
-	s = seq_stream_of(st, seq, sid);
-	if (s == NULL || group >= seq_stream_groups(st, seq, sid))
-		goto out; /* past the synced length */
-	if (stream_kind(sid) <= KIND_X &&
-	    !group_entry_used(st, s, seq_tokens(seq, stream_kind(sid),
-						stream_layer(sid)), group))
-		goto out; /* a codec store's plain pages of a group sealed
-			   * since (engine/base/group.h) */
-	if ((rc = stream_reserve(st, s, seq_stream_groups(st, seq, sid))) != KVF_OK)
+	if ((s = seq_stream_of(st, seq, sid)) == NULL)
 		goto out;
-	stream_set_page(s, group, (struct page_ref){ addr, check });
-	if (group >= s->n_groups)
-		s->n_groups = group + 1;
+	groups = seq_stream_groups(st, seq, sid);
+	tokens = kind <= KIND_X ? seq_tokens(seq, kind, stream_layer(sid)) : 0;
+	for (uint32_t k = 0; k < n && rc == KVF_OK; k++) {
+		uint64_t g = group + (uint64_t)k * stride;
+
+		if ((kind == KIND_K || kind == KIND_V) &&
+		    dropmark_held(st, seq, dropmark_lane(st, stream_layer(sid), stream_head(sid)),
+				  g / st->group_stride))
+			continue; /* kvf_h2o_evict dropped it: its pages stay out */
+		if (g >= groups)
+			continue; /* past the synced length */
+		if (kind <= KIND_X && !group_entry_used(st, s, tokens, g))
+			continue; /* a codec store's plain pages of a group
+				   * sealed since (engine/base/group.h) */
+		if ((rc = stream_reserve(st, s, groups)) != KVF_OK)
+			break;
+		stream_set_page(s, g, (struct page_ref){ addr + k, 0 });
+		if (g >= s->n_groups)
+			s->n_groups = g + 1;
+	}
 out:
 	seq_put(st, seq);
 	return rc;
@@ -697,22 +709,14 @@ static kvf_status apply_seg(kvf_store *st, uint32_t segid,
 		goto out;
 	if (corrupt)
 		st->segtab.info[segid].state = SEG_CORRUPT;
+	/* pages of a damaged segment get a check that cannot match
+	 * (count_refs: it has no checks[segid]), so reads say KVF_ECORRUPT */
 	for (uint32_t i = 0; i < m.n_runs && rc == KVF_OK; i++) {
 		struct meta_run r;
 
 		memcpy(&r, &runs[i], sizeof(r));
-		for (uint32_t k = 0; k < r.n && rc == KVF_OK; k++) {
-			uint32_t page = r.page + k, check;
-
-			/* pages of a damaged segment get a check that cannot
-			 * match (count_refs inverts it), so reads say
-			 * KVF_ECORRUPT */
-			check = corrupt ? 0 : (uint32_t)hashes[page] & PAGE_CHECK_MASK;
-			rc = apply(st, r.ns, r.seq, r.stream,
-				   r.group + k * r.stride,
-				   addr_make(segid, page, st->page_bits), check,
-				   m.seqno, 0);
-		}
+		rc = apply(st, r.ns, r.seq, r.stream, r.group, r.stride, r.n,
+			   addr_make(segid, r.page, st->page_bits), m.seqno, 0);
 	}
 	if (rc == KVF_OK && !corrupt) {
 		checks[segid] = kvf_malloc((size_t)m.n_data_pages * sizeof(uint32_t));
@@ -747,8 +751,8 @@ static kvf_status apply_ref(kvf_store *st, uint64_t child)
 		seq_put(st, seq);
 	}
 	for (uint64_t i = 0; i < m.n && rc == KVF_OK; i++)
-		rc = apply(st, SEQ_NS_USER, child, e[i].stream, e[i].group,
-			   e[i].addr, 0, m.seqno, 1);
+		rc = apply(st, SEQ_NS_USER, child, e[i].stream, e[i].group, 1,
+			   1, e[i].addr, m.seqno, 1);
 	kvf_free(val);
 	return rc;
 }
@@ -787,6 +791,8 @@ static void count_refs(kvf_store *st, struct seq *seq, void *arg)
 			}
 			if (seg_ref_inc(st, r.addr) != KVF_OK)
 				c->oom = 1;
+			/* a damaged segment has no checks: its pages get
+			 * one their own will not give (apply left 0) */
 			r.check = c->checks[segid] ? c->checks[segid][page]
 						   : ~r.check & PAGE_CHECK_MASK;
 			stream_set_page(s, g, r);
