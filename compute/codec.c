@@ -149,6 +149,50 @@ kvf_status kvc_codec_check(const struct kvc_codec_layout *l, const void *src,
 	return KVF_OK;
 }
 
+/* in_range_scalar - every one of the n values at p (of dt) is finite and
+ * of magnitude <= KVC_CODEC_MAX_ABS: its bits, sign cleared, at most the
+ * largest such value's, top (NaN and infinities have larger ones).  The
+ * 16-bit types four at a time: (bits & 0x7fff) + (0x7fff - top) reaches
+ * bit 15 of its lane exactly when bits & 0x7fff > top, and never
+ * carries out of it.  Converting each value cost more than the encode
+ * (kvbench append --codec) */
+int kvc_codec_in_range_scalar(const void *p, size_t n, kvf_dtype dt)
+{
+	uint64_t bad = 0;
+	size_t i = 0;
+
+	if (dt == KVF_DTYPE_F32) {
+		const uint32_t *w = p;
+		float lim = KVC_CODEC_MAX_ABS;
+		uint32_t top;
+
+		memcpy(&top, &lim, sizeof(top));
+		for (; i < n; i++)
+			bad |= (w[i] & 0x7fffffffu) > top;
+	} else {
+		/* f16: every finite value is <= 65504 (0x7bff; 0x7c00 is
+		 * infinity); bf16: 0x477f is 65280, the next 65536 */
+		const unsigned char *b = p;
+		uint64_t top = dt == KVF_DTYPE_F16 ? 0x7bff : 0x477f;
+		uint64_t add = (0x7fff - top) * 0x0001000100010001ull;
+
+		for (; i + 4 <= n; i += 4) {
+			uint64_t w;
+
+			memcpy(&w, b + 2 * i, sizeof(w));
+			bad |= (w & 0x7fff7fff7fff7fffull) + add;
+		}
+		bad &= 0x8000800080008000ull;
+		for (; i < n; i++) {
+			uint16_t h;
+
+			memcpy(&h, b + 2 * i, sizeof(h));
+			bad |= (uint64_t)((h & 0x7fffu) > top);
+		}
+	}
+	return bad == 0;
+}
+
 /* ---- scalar encoder ----------------------------------------------------- */
 
 /* x_at - element (t, d) of the source group. */

@@ -175,6 +175,14 @@ typedef void kvc_codec_fold_fn(struct kvc_attn_state *st, const float *q,
 			       const uint8_t *mask, float *scores,
 			       size_t scores_stride);
 
+/*
+ * in_range - 1 when every one of the n values at src (of dtype) is one an
+ * encoder takes: finite, of magnitude at most KVC_CODEC_MAX_ABS; else 0.
+ * A codec store checks an append's values with it before it changes
+ * anything (their groups are encoded later, when they seal).
+ */
+typedef int kvc_codec_in_range_fn(const void *src, size_t n, kvf_dtype dtype);
+
 /* One variant of the codec kernels; tables are static and const. */
 struct kvc_codec_kernels {
 	const char *name;             /* "scalar" or "avx2" */
@@ -182,6 +190,7 @@ struct kvc_codec_kernels {
 	kvc_codec_decode_fn *decode;  /* encoded group -> values */
 	kvc_codec_scores_fn *scores;  /* q . k over an encoded K group */
 	kvc_codec_fold_fn *fold;      /* attention over encoded K and V */
+	kvc_codec_in_range_fn *in_range; /* values an encoder takes */
 };
 
 /*

@@ -153,6 +153,16 @@ KVC_INLINE int values_ok(const void *src, size_t n, kvf_dtype dt)
 	return _mm256_movemask_ps(bad) == 0;
 }
 
+int kvc_codec_in_range_avx2(const void *src, size_t n, kvf_dtype dtype)
+{
+	size_t whole = n & ~(size_t)7;
+
+	return values_ok(src, whole, dtype) &&
+	       kvc_codec_in_range_scalar(
+		       (const unsigned char *)src + whole * kvc_elt_bytes(dtype),
+		       n - whole, dtype);
+}
+
 static void put_f16(uint8_t *grp, uint32_t off, uint32_t i, uint16_t h)
 {
 	memcpy(grp + off + 2 * (size_t)i, &h, 2);

@@ -247,6 +247,7 @@ kvc_codec_encode_fn kvc_codec_encode_scalar;
 kvc_codec_decode_fn kvc_codec_decode_scalar;
 kvc_codec_scores_fn kvc_codec_scores_scalar;
 kvc_codec_fold_fn kvc_codec_fold_scalar;
+kvc_codec_in_range_fn kvc_codec_in_range_scalar;
 
 /* The AVX2 variant (codec_avx2.c, codec_attn_avx2.c): only built, and
  * only referenced, when KVC_HAVE_AVX2 is 1 (dispatch.c). */
@@ -254,5 +255,6 @@ kvc_codec_encode_fn kvc_codec_encode_avx2;
 kvc_codec_decode_fn kvc_codec_decode_avx2;
 kvc_codec_scores_fn kvc_codec_scores_avx2;
 kvc_codec_fold_fn kvc_codec_fold_avx2;
+kvc_codec_in_range_fn kvc_codec_in_range_avx2;
 
 #endif /* KVF_COMPUTE_CODEC_IMPL_H */

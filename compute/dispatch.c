@@ -102,6 +102,7 @@ static const struct kvc_codec_kernels codec_scalar_table = {
 	.decode = kvc_codec_decode_scalar,
 	.scores = kvc_codec_scores_scalar,
 	.fold = kvc_codec_fold_scalar,
+	.in_range = kvc_codec_in_range_scalar,
 };
 
 #if KVC_HAVE_AVX2
@@ -111,6 +112,7 @@ static const struct kvc_codec_kernels codec_avx2_table = {
 	.decode = kvc_codec_decode_avx2,
 	.scores = kvc_codec_scores_avx2,
 	.fold = kvc_codec_fold_avx2,
+	.in_range = kvc_codec_in_range_avx2,
 };
 #endif
 

@@ -17,6 +17,7 @@
 
 #include "api/alloc.h"
 #include "api/status.h"
+#include "compute/codec.h"
 #include "compute/half.h"
 #include "compute/kernels.h"
 #include "engine/cleaning/cleaner.h"
@@ -378,50 +379,6 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
-/* values_ok - every one of the n values at p (of dt) is finite and of
- * magnitude <= KVC_CODEC_MAX_ABS: its bits, sign cleared, at most the
- * largest such value's, top (NaN and infinities have larger ones).  The
- * 16-bit types four at a time: (bits & 0x7fff) + (0x7fff - top) reaches
- * bit 15 of its lane exactly when bits & 0x7fff > top, and never
- * carries out of it.  Converting each value cost more than the encode
- * (kvbench append --codec) */
-static int values_ok(const void *p, size_t n, kvf_dtype dt)
-{
-	uint64_t bad = 0;
-	size_t i = 0;
-
-	if (dt == KVF_DTYPE_F32) {
-		const uint32_t *w = p;
-		float lim = KVC_CODEC_MAX_ABS;
-		uint32_t top;
-
-		memcpy(&top, &lim, sizeof(top));
-		for (; i < n; i++)
-			bad |= (w[i] & 0x7fffffffu) > top;
-	} else {
-		/* f16: every finite value is <= 65504 (0x7bff; 0x7c00 is
-		 * infinity); bf16: 0x477f is 65280, the next 65536 */
-		const unsigned char *b = p;
-		uint64_t top = dt == KVF_DTYPE_F16 ? 0x7bff : 0x477f;
-		uint64_t add = (0x7fff - top) * 0x0001000100010001ull;
-
-		for (; i + 4 <= n; i += 4) {
-			uint64_t w;
-
-			memcpy(&w, b + 2 * i, sizeof(w));
-			bad |= (w & 0x7fff7fff7fff7fffull) + add;
-		}
-		bad &= 0x8000800080008000ull;
-		for (; i < n; i++) {
-			uint16_t h;
-
-			memcpy(&h, b + 2 * i, sizeof(h));
-			bad |= (uint64_t)((h & 0x7fffu) > top);
-		}
-	}
-	return bad == 0;
-}
-
 /* codec_check - on a codec store, every K and V value of an append must
  * be one the encoder takes when its group seals (finite, within the f16
  * range), so the append is refused now, before anything changes, rather
@@ -435,7 +392,8 @@ static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
 
 	if (st->codec == KVF_CODEC_NONE)
 		return KVF_OK;
-	if (values_ok(k, (size_t)n * per, dt) && values_ok(v, (size_t)n * per, dt))
+	if (kvc_codec_kernels()->in_range(k, (size_t)n * per, dt) &&
+	    kvc_codec_kernels()->in_range(v, (size_t)n * per, dt))
 		return KVF_OK;
 	/* one is not: find it, for the message */
 	for (int kind = 0; kind < 2; kind++)

@@ -757,6 +757,101 @@ Test(codec_encode, bad_values_refused)
 						    bad[b].x, bad[b].msg);
 }
 
+/* put_raw - element i of the array p of dtype dt gets the bits given (the
+ * low 16 for f16 and bf16), so NaN payloads and edges are exact. */
+static void put_raw(void *p, size_t i, kvf_dtype dt, uint32_t bits)
+{
+	if (dt == KVF_DTYPE_F32) {
+		memcpy((char *)p + 4 * i, &bits, 4);
+	} else {
+		uint16_t h = (uint16_t)bits;
+
+		memcpy((char *)p + 2 * i, &h, 2);
+	}
+}
+
+/* raw_ok - the rule in_range checks, from the element's value */
+static int raw_ok(kvf_dtype dt, uint32_t bits)
+{
+	float x;
+
+	if (dt == KVF_DTYPE_F32)
+		memcpy(&x, &bits, 4);
+	else if (dt == KVF_DTYPE_BF16)
+		x = kvf_bf16_to_f32((uint16_t)bits);
+	else
+		x = kvf_f16_to_f32((uint16_t)bits);
+	return fabsf(x) <= KVC_CODEC_MAX_ABS; /* false for NaN */
+}
+
+/*
+ * in_range, the check an append on a codec store makes before it changes
+ * anything: every variant says what the rule says, for arrays of every
+ * length from 1 to 70 (whole vectors and the ends past them) with one
+ * value at each position drawn from the edges of each dtype (the largest
+ * taken, the smallest refused, infinities, NaNs, -0, subnormals).
+ */
+Test(codec_encode, in_range_is_the_rule)
+{
+	const struct kvc_codec_kernels *v[2];
+	int nv = cr_codec_variants(v);
+	static const uint32_t f16_edges[] = { 0x7bff, 0xfbff, 0x7c00, 0xfc00,
+					      0x7e00, 0xfd01, 0x8000, 0x0001,
+					      0x3c00 };
+	static const uint32_t bf16_edges[] = { 0x477f, 0xc77f, 0x4780, 0xc780,
+					       0x7f80, 0xff80, 0x7fc0, 0xffc1,
+					       0x8000, 0x0001, 0x3f80 };
+	static const uint32_t f32_edges[] = { 0x477fe000, 0xc77fe000,
+					      0x477fe001, 0xc77fe001,
+					      0x7f800000, 0xff800000,
+					      0x7fc00000, 0xffc00001,
+					      0x80000000, 0x00000001,
+					      0x3f800000 };
+	struct {
+		kvf_dtype dt;
+		const uint32_t *e;
+		size_t n;
+	} cases[] = {
+		{ KVF_DTYPE_F16, f16_edges, NELEM(f16_edges) },
+		{ KVF_DTYPE_BF16, bf16_edges, NELEM(bf16_edges) },
+		{ KVF_DTYPE_F32, f32_edges, NELEM(f32_edges) },
+	};
+	uint32_t one_f16 = 0x3c00, one_bf16 = 0x3f80, one_f32 = 0x3f800000;
+
+	for (size_t c = 0; c < NELEM(cases); c++) {
+		kvf_dtype dt = cases[c].dt;
+		uint32_t one = dt == KVF_DTYPE_F16 ? one_f16 :
+			       dt == KVF_DTYPE_BF16 ? one_bf16 : one_f32;
+
+		for (size_t n = 1; n <= 70; n++) {
+			void *a = kr_xmalloc(n * 4);
+
+			for (size_t i = 0; i < n; i++)
+				put_raw(a, i, dt, one);
+			for (int vi = 0; vi < nv; vi++)
+				cr_assert(eq(int, v[vi]->in_range(a, n, dt), 1),
+					  "%s: %s n %zu all 1.0", v[vi]->name,
+					  kr_dtype_name(dt), n);
+			for (size_t at = 0; at < n; at++)
+				for (size_t k = 0; k < cases[c].n; k++) {
+					int want = raw_ok(dt, cases[c].e[k]);
+
+					put_raw(a, at, dt, cases[c].e[k]);
+					for (int vi = 0; vi < nv; vi++)
+						cr_assert(eq(int,
+							     v[vi]->in_range(a, n, dt),
+							     want),
+							  "%s: %s n %zu: %#x at %zu",
+							  v[vi]->name,
+							  kr_dtype_name(dt), n,
+							  cases[c].e[k], at);
+					put_raw(a, at, dt, one);
+				}
+			free(a);
+		}
+	}
+}
+
 /* agree_case - scalar and AVX2 encodings of one group byte for byte, and
  * their decodings of an inner token range in every dtype bit for bit, in
  * both layout versions. */
