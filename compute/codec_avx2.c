@@ -127,6 +127,7 @@ KVC_INLINE int values_ok(const void *src, size_t n, kvf_dtype dt)
 	if (dt == KVF_DTYPE_F16) {
 		const __m256i e = _mm256_set1_epi16(0x7c00);
 		__m256i b16 = _mm256_setzero_si256();
+		__m128i last = _mm_setzero_si128();
 		size_t i = 0;
 
 		for (; i + 16 <= n; i += 16)
@@ -138,14 +139,12 @@ KVC_INLINE int values_ok(const void *src, size_t n, kvf_dtype dt)
 						     e),
 					     e));
 		if (i < n) /* the last 8 */
-			b16 = _mm256_or_si256(
-				b16, _mm256_castsi128_si256(_mm_cmpeq_epi16(
-					     _mm_and_si128(
-						     _mm_loadu_si128(
-							     (const __m128i *)((const uint16_t *)src + i)),
-						     _mm256_castsi256_si128(e)),
-					     _mm256_castsi256_si128(e))));
-		return _mm256_testz_si256(b16, b16);
+			last = _mm_cmpeq_epi16(
+				_mm_and_si128(_mm_loadu_si128(
+						      (const __m128i *)((const uint16_t *)src + i)),
+					      _mm256_castsi256_si128(e)),
+				_mm256_castsi256_si128(e));
+		return _mm256_testz_si256(b16, b16) && _mm_testz_si128(last, last);
 	}
 	for (size_t i = 0; i < n; i += 8)
 		bad = _mm256_or_ps(bad, _mm256_cmp_ps(abs8(load8(src, i, dt)),
@@ -157,6 +156,8 @@ int kvc_codec_in_range_avx2(const void *src, size_t n, kvf_dtype dtype)
 {
 	size_t whole = n & ~(size_t)7;
 
+	if (whole == n) /* src may be NULL for n == 0 */
+		return values_ok(src, n, dtype);
 	return values_ok(src, whole, dtype) &&
 	       kvc_codec_in_range_scalar(
 		       (const unsigned char *)src + whole * kvc_elt_bytes(dtype),

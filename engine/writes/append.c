@@ -390,10 +390,10 @@ static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
 	kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
 	size_t per = (size_t)H * D;
 
-	if (st->codec == KVF_CODEC_NONE)
+	if (st->codec == KVF_CODEC_NONE || n == 0)
 		return KVF_OK;
-	if (kvc_codec_kernels()->in_range(k, (size_t)n * per, dt) &&
-	    kvc_codec_kernels()->in_range(v, (size_t)n * per, dt))
+	if (st->ck->in_range(k, (size_t)n * per, dt) &&
+	    st->ck->in_range(v, (size_t)n * per, dt))
 		return KVF_OK;
 	/* one is not: find it, for the message */
 	for (int kind = 0; kind < 2; kind++)
