@@ -617,14 +617,15 @@ struct seg_rec {
 
 /*
  * window_read - the records of items it[0..n) that are segments, and
- * their summaries, all read in one kvf_media_read into buf (WINDOW_BYTES).
+ * their summaries, all read in one kvf_media_read into buf (buf_bytes).
  * Returns how many items the window takes (a prefix of n: as many
  * summaries as buf holds) or 0 with *rc set.  A failed read leaves every
  * sum NULL: each is then read alone, so the error names its segment.
  */
 static size_t window_read(kvf_store *st, const struct rec_item *it, size_t n,
 			  struct seg_rec *rec, unsigned char *buf,
-			  struct kvf_media_io *io, kvf_status *rc)
+			  size_t buf_bytes, struct kvf_media_io *io,
+			  kvf_status *rc)
 {
 	uint32_t ps = st->hdr.page_size, n_io = 0;
 	size_t off = 0, i;
@@ -649,10 +650,10 @@ static size_t window_read(kvf_store *st, const struct rec_item *it, size_t n,
 		memcpy(&m, rec[i].val, sizeof(m));
 		sp = summary_pages(m.n_data_pages, ps);
 		if (m.n_data_pages + sp > st->pages_per_seg ||
-		    (size_t)sp * ps > WINDOW_BYTES)
+		    (size_t)sp * ps > buf_bytes)
 			continue; /* apply_seg says so; a summary larger
 				   * than a window is read alone */
-		if (off + (size_t)sp * ps > WINDOW_BYTES) {
+		if (off + (size_t)sp * ps > buf_bytes) {
 			kvf_free(rec[i].val); /* the next window's */
 			rec[i].val = NULL;
 			break;
@@ -887,6 +888,8 @@ kvf_status recovery_load(kvf_store *st)
 		struct seg_rec *rec;
 		struct kvf_media_io *io;
 		unsigned char *buf;
+		size_t bytes; /* of buf: WINDOW_BYTES, or all a small
+			       * store's summaries */
 	} win = { 0 };
 	unsigned char tag;
 	struct catalog_batch *b;
@@ -970,9 +973,20 @@ kvf_status recovery_load(kvf_store *st)
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto out;
 	}
+	/* a small store's summaries take less than a window (at least a
+	 * page: a store with no segment reads nothing into it) */
+	win.bytes = st->hdr.page_size;
+	for (size_t i = 0, n = 0; i < l.n && win.bytes < WINDOW_BYTES; i++)
+		if (l.items[i].tag == META_TAG_SEG)
+			win.bytes = (size_t)++n *
+				    summary_pages(st->data_per_seg,
+						  st->hdr.page_size) *
+				    st->hdr.page_size;
+	if (win.bytes > WINDOW_BYTES)
+		win.bytes = WINDOW_BYTES;
 	win.rec = kvf_malloc(WINDOW_ITEMS * sizeof(*win.rec));
 	win.io = kvf_malloc(WINDOW_ITEMS * sizeof(*win.io));
-	win.buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, WINDOW_BYTES);
+	win.buf = kvf_aligned_alloc(KVF_MEDIA_ALIGN, win.bytes);
 	if (win.rec == NULL || win.io == NULL || win.buf == NULL) {
 		rc = kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		goto out;
@@ -980,8 +994,8 @@ kvf_status recovery_load(kvf_store *st)
 	for (size_t i = 0; i < l.n && rc == KVF_OK;) {
 		size_t n = l.n - i < WINDOW_ITEMS ? l.n - i : WINDOW_ITEMS;
 
-		n = window_read(st, l.items + i, n, win.rec, win.buf, win.io,
-				&rc);
+		n = window_read(st, l.items + i, n, win.rec, win.buf,
+				win.bytes, win.io, &rc);
 		for (size_t j = 0; j < n; j++, i++) {
 			if (l.items[i].seqno >= atomic_load(&st->writer.next_seqno))
 				atomic_store(&st->writer.next_seqno,
