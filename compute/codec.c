@@ -162,13 +162,17 @@ int kvc_codec_in_range_scalar(const void *p, size_t n, kvf_dtype dt)
 	size_t i = 0;
 
 	if (dt == KVF_DTYPE_F32) {
-		const uint32_t *w = p;
+		const unsigned char *b = p;
 		float lim = KVC_CODEC_MAX_ABS;
 		uint32_t top;
 
 		memcpy(&top, &lim, sizeof(top));
-		for (; i < n; i++)
-			bad |= (w[i] & 0x7fffffffu) > top;
+		for (; i < n; i++) {
+			uint32_t w; /* the bits, not a float read as them */
+
+			memcpy(&w, b + 4 * i, sizeof(w));
+			bad |= (w & 0x7fffffffu) > top;
+		}
 	} else {
 		/* f16: every finite value is <= 65504 (0x7bff; 0x7c00 is
 		 * infinity); bf16: 0x477f is 65280, the next 65536 */
