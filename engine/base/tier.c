@@ -1031,7 +1031,7 @@ static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 }
 
 void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
-		   unsigned char **held, uint32_t n,
+		   unsigned char **held, uint32_t *n_held, uint32_t n,
 		   const struct seg_summary_entry *e, uint32_t check_mask)
 {
 	struct tier *t = &st->tier;
@@ -1046,6 +1046,7 @@ void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
 		if (held[i]) {
 			put_taken(st, addr, check, held[i]);
 			held[i] = NULL;
+			--*n_held;
 		} else {
 			put_written(st, addr, check, buf + (size_t)i * t->page_size);
 		}

@@ -110,13 +110,14 @@ int tier_put_segment(kvf_store *st, uint32_t segid, unsigned char **buf,
  * tier_put_held - tier_put_segment for a segment some of whose pages were
  * placed by pointer (openseg_adopt: held[i], a page tier_page_take gave
  * and tier_page_placed counted): those the cache keeps as they are, and
- * held[i] becomes NULL (the page is the tier's from here); the others are
+ * held[i] becomes NULL (the page is the tier's from here; *n_held counts
+ * it off); the others are
  * copied from buf.  No buffer is exchanged, so caching a decode loop's
  * writes faults no memory beyond the pages that waited.  Caller as
  * tier_put_segment's.
  */
 void tier_put_held(kvf_store *st, uint32_t segid, const unsigned char *buf,
-		   unsigned char **held, uint32_t n,
+		   unsigned char **held, uint32_t *n_held, uint32_t n,
 		   const struct seg_summary_entry *e, uint32_t check_mask);
 
 /*

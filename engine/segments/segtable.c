@@ -695,7 +695,7 @@ void seg_sealed(kvf_store *st, uint32_t segid, uint32_t n_data,
 
 int seg_cache_written(kvf_store *st, uint32_t segid, uint64_t seqno,
 		      unsigned char **buf, unsigned char **held,
-		      uint32_t n_held, uint32_t n,
+		      uint32_t *n_held, uint32_t n,
 		      const struct seg_summary_entry *e)
 {
 	const struct seg_info *si = &st->segtab.info[segid];
@@ -706,9 +706,10 @@ int seg_cache_written(kvf_store *st, uint32_t segid, uint64_t seqno,
 	pthread_mutex_lock(&st->segtab.lock);
 	if (si->state != SEG_SEALED || si->seqno != seqno) {
 		/* reclaimed meanwhile: nothing to cache */
-	} else if (n_held > 0) {
+	} else if (*n_held > 0) {
 		/* its waiting pages are cache memory already */
-		tier_put_held(st, segid, *buf, held, n, e, PAGE_CHECK_MASK);
+		tier_put_held(st, segid, *buf, held, n_held, n, e,
+			      PAGE_CHECK_MASK);
 	} else if ((uint64_t)n * 2 >= st->data_per_seg) {
 		took = tier_put_segment(st, segid, buf, n, e, PAGE_CHECK_MASK);
 	} else {

@@ -117,12 +117,13 @@ void seg_allocate_next(kvf_store *st, uint32_t s, uint32_t ahead);
 
 /* seg_cache_written - segid, just written as seqno from *buf (n data
  * pages, their summary entries e), goes to the memory tier
- * (tier_put_segment: *buf may be swapped; with n_held of its pages held
- * by pointer, tier_put_held, which takes those and NULLs their entries)
+ * (tier_put_segment: *buf may be swapped; with *n_held of its pages held
+ * by pointer, tier_put_held, which takes those, NULLs their entries and
+ * counts them off *n_held)
  * if the segment still holds that write; whether *buf was taken */
 int seg_cache_written(kvf_store *st, uint32_t segid, uint64_t seqno,
 		      unsigned char **buf, unsigned char **held,
-		      uint32_t n_held, uint32_t n,
+		      uint32_t *n_held, uint32_t n,
 		      const struct seg_summary_entry *e);
 /*
  * seg_take_open - a free segment of stripe for seq to fill (one it

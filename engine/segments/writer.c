@@ -104,13 +104,14 @@ void segbuf_gather(kvf_store *st, struct segbuf *sb, uint32_t n_pages)
 
 void segbuf_give_held(kvf_store *st, struct segbuf *sb)
 {
-	/* the cache may have taken some (tier_put_held NULLs them) */
+	/* n_held counts what is left: the cache took the rest
+	 * (seg_cache_written) */
 	for (uint32_t i = 0; i < st->data_per_seg && sb->n_held; i++)
 		if (sb->held[i]) {
 			tier_page_return(st, sb->held[i]);
 			sb->held[i] = NULL;
+			sb->n_held--;
 		}
-	sb->n_held = 0;
 }
 
 void segbuf_put(kvf_store *st, struct segbuf *sb)
@@ -389,7 +390,7 @@ void job_free(kvf_store *st, struct flush_job *j)
 		/* the cache takes the written buffer whole, or the pages
 		 * held by pointer (no copy) */
 		(void)seg_cache_written(st, j->segid, j->seqno, &j->sb->buf,
-					j->sb->held, j->sb->n_held,
+					j->sb->held, &j->sb->n_held,
 					j->n_pages, j->sb->entries);
 		prof_end(&st->prof, PROF_TIER, m);
 	}
