@@ -24,95 +24,6 @@
 
 /* ---- plain loops --------------------------------------------------------- */
 
-struct sum_part {
-	const uint64_t *w; /* words to read */
-	size_t n;          /* how many */
-	uint64_t sum;      /* their sum */
-};
-
-/* sum_words - four independent sums, so the loop runs at load speed */
-static void *sum_words(void *arg)
-{
-	struct sum_part *p = arg;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-	size_t i;
-
-	for (i = 0; i + 4 <= p->n; i += 4) {
-		s0 += p->w[i];
-		s1 += p->w[i + 1];
-		s2 += p->w[i + 2];
-		s3 += p->w[i + 3];
-	}
-	for (; i < p->n; i++)
-		s0 += p->w[i];
-	p->sum = s0 + s1 + s2 + s3;
-	return NULL;
-}
-
-/* plain_mem - read every word of the kv_bytes buffer on n threads (the
- * calling thread takes the first part); ns, 0 on error */
-static double plain_mem(struct attend_ctx *c, uint32_t n)
-{
-	struct sum_part part[MAX_THREADS];
-	pthread_t tid[MAX_THREADS];
-	size_t words = c->kv_bytes / 8, each = (words + n - 1) / n;
-	uint64_t t0 = bench_now_ns(), sum = 0;
-	uint32_t started = 1;
-
-	for (uint32_t i = 0; i < n; i++) {
-		size_t lo = (size_t)i * each < words ? (size_t)i * each : words;
-		size_t hi = lo + each < words ? lo + each : words;
-
-		part[i] =
-			(struct sum_part){ .w = c->membuf + lo, .n = hi - lo };
-	}
-	for (uint32_t i = 1; i < n; i++, started++)
-		if (pthread_create(&tid[i], NULL, sum_words, &part[i]) != 0)
-			break;
-	sum_words(&part[0]);
-	for (uint32_t i = 1; i < started; i++)
-		pthread_join(tid[i], NULL);
-	t0 = bench_now_ns() - t0;
-	for (uint32_t i = 0; i < started; i++)
-		sum += part[i].sum;
-	c->sink += sum;
-	if (started < n) {
-		fprintf(stderr, "kvbench attend: pthread_create failed\n");
-		return 0;
-	}
-	return (double)t0;
-}
-
-/* plain_direct - plain_file_bytes (kv_bytes rounded up to PLAIN_CHUNK)
- * read from the plain file in sequential PLAIN_CHUNK preads, one thread;
- * ns, 0 on error */
-static double plain_direct(struct attend_ctx *c)
-{
-	int fd = open(c->plain_path,
-		      O_RDONLY | (c->plain_direct ? O_DIRECT : 0));
-	uint64_t t0, done = 0;
-
-	if (fd < 0)
-		goto err;
-	t0 = bench_now_ns();
-	while (done < c->plain_file_bytes) {
-		if (pread(fd, c->chunk, PLAIN_CHUNK, (off_t)done) !=
-		    (ssize_t)PLAIN_CHUNK)
-			goto err;
-		done += PLAIN_CHUNK;
-	}
-	t0 = bench_now_ns() - t0;
-	c->sink += c->chunk[4095];
-	close(fd);
-	return (double)t0;
-err:
-	fprintf(stderr, "kvbench attend: reading %s: %s\n", c->plain_path,
-		strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	return 0;
-}
-
 /* ---- the store's calls --------------------------------------------------- */
 
 /* reopen - close and open the file store, so no page of it is in memory;
@@ -327,8 +238,8 @@ int attend_pass_memory(struct attend_ctx *c, int first,
 				p->mem_attend += x / MEM_CALLS;
 				continue;
 			}
-			x = plain_mem(c, c->n_threads);
-			y = plain_mem(c, 1);
+			x = bench_read_words("attend", c->membuf, c->kv_bytes, c->n_threads, &c->sink);
+			y = bench_read_words("attend", c->membuf, c->kv_bytes, 1, &c->sink);
 			if (x == 0 || y == 0)
 				return -1;
 			p->mem_plain += x / MEM_CALLS;
@@ -380,7 +291,7 @@ int attend_pass_cold(struct attend_ctx *c, struct flex_worker *w, int first,
 
 	for (int i = 0; i < 2; i++) {
 		if ((first ^ i) == 1) {
-			if ((p->plain_direct = plain_direct(c)) == 0)
+			if ((p->plain_direct = bench_read_file("attend", c->plain_path, c->chunk, PLAIN_CHUNK, c->plain_file_bytes, c->plain_direct, &c->sink)) == 0)
 				return -1;
 			continue;
 		}

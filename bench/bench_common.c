@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,95 @@ int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
 		return -1;
 	}
 	return fd;
+}
+
+#define READ_MAX_THREADS 64u
+
+struct word_part {
+	const uint64_t *w; /* words to read */
+	size_t n;          /* how many */
+	uint64_t sum;      /* their sum */
+};
+
+/* sum_words - four independent sums, so the loop runs at load speed */
+static void *sum_words(void *arg)
+{
+	struct word_part *p = arg;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+	size_t i;
+
+	for (i = 0; i + 4 <= p->n; i += 4) {
+		s0 += p->w[i];
+		s1 += p->w[i + 1];
+		s2 += p->w[i + 2];
+		s3 += p->w[i + 3];
+	}
+	for (; i < p->n; i++)
+		s0 += p->w[i];
+	p->sum = s0 + s1 + s2 + s3;
+	return NULL;
+}
+
+double bench_read_words(const char *cmd, const uint64_t *buf, uint64_t bytes,
+			uint32_t n_threads, volatile uint64_t *sink)
+{
+	struct word_part part[READ_MAX_THREADS];
+	pthread_t tid[READ_MAX_THREADS];
+	uint32_t n = n_threads < 1 ? 1 : n_threads > READ_MAX_THREADS ?
+		READ_MAX_THREADS : n_threads;
+	size_t words = bytes / 8, each = (words + n - 1) / n;
+	uint64_t t0 = bench_now_ns(), sum = 0;
+	uint32_t started = 1;
+
+	for (uint32_t i = 0; i < n; i++) {
+		size_t lo = (size_t)i * each < words ? (size_t)i * each : words;
+		size_t hi = lo + each < words ? lo + each : words;
+
+		part[i] = (struct word_part){ .w = buf + lo, .n = hi - lo };
+	}
+	for (uint32_t i = 1; i < n; i++, started++)
+		if (pthread_create(&tid[i], NULL, sum_words, &part[i]) != 0)
+			break;
+	sum_words(&part[0]);
+	for (uint32_t i = 1; i < started; i++)
+		pthread_join(tid[i], NULL);
+	t0 = bench_now_ns() - t0;
+	for (uint32_t i = 0; i < started; i++)
+		sum += part[i].sum;
+	*sink += sum;
+	if (started < n) {
+		fprintf(stderr, "kvbench %s: pthread_create failed\n", cmd);
+		return 0;
+	}
+	return (double)t0;
+}
+
+double bench_read_file(const char *cmd, const char *path, unsigned char *chunk,
+		       uint32_t chunk_bytes, uint64_t bytes, int direct,
+		       volatile uint64_t *sink)
+{
+	uint64_t t0, done = 0;
+	int fd;
+
+	errno = 0; /* a short read sets none */
+	if ((fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0))) < 0)
+		goto err;
+	t0 = bench_now_ns();
+	while (done < bytes) {
+		if (pread(fd, chunk, chunk_bytes, (off_t)done) != (ssize_t)chunk_bytes)
+			goto err;
+		done += chunk_bytes;
+	}
+	t0 = bench_now_ns() - t0;
+	*sink += chunk[chunk_bytes - 1];
+	close(fd);
+	return (double)t0;
+err:
+	fprintf(stderr, "kvbench %s: reading %s: %s\n", cmd, path,
+		errno ? strerror(errno) : "short read");
+	if (fd >= 0)
+		close(fd);
+	return 0;
 }
 
 int bench_usage_error(const char *cmd, const char *fmt, ...)

@@ -156,6 +156,26 @@ kvf_status bench_open_direct(const char *dir, kvf_options *o,
 int bench_plain_create(const char *cmd, const char *path, uint64_t bytes,
 		       int *direct);
 
+/*
+ * bench_read_words - read every 8-byte word of buf (bytes) on n_threads
+ * threads (the caller's takes the first part), the loop a plain memory
+ * baseline runs; their sum is added to *sink so that the reads are kept.
+ * Returns the ns it took; 0 with "kvbench CMD: ..." printed when a thread
+ * could not start.
+ */
+double bench_read_words(const char *cmd, const uint64_t *buf, uint64_t bytes,
+			uint32_t n_threads, volatile uint64_t *sink);
+
+/*
+ * bench_read_file - read the first bytes of path (a multiple of
+ * chunk_bytes) in sequential preads of chunk_bytes into chunk, with
+ * O_DIRECT if direct: the plain file baseline.  Returns the ns it took; 0
+ * with "kvbench CMD: reading PATH: why" printed on error.
+ */
+double bench_read_file(const char *cmd, const char *path, unsigned char *chunk,
+		       uint32_t chunk_bytes, uint64_t bytes, int direct,
+		       volatile uint64_t *sink);
+
 /* bench_mix64 - a 64-bit mixer (splitmix64's finalizer) for test data. */
 static inline uint64_t bench_mix64(uint64_t x)
 {

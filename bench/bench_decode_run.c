@@ -73,65 +73,6 @@ uint64_t decode_ws_of(const struct decode_ctx *c, uint32_t i)
 
 /* ---- baselines ------------------------------------------------------------ */
 
-struct sum_part {
-	const uint64_t *w; /* words to read */
-	size_t n;          /* how many */
-	uint64_t sum;      /* their sum */
-};
-
-/* sum_words - four independent sums, so the loop runs at load speed */
-static void *sum_words(void *arg)
-{
-	struct sum_part *p = arg;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-	size_t i;
-
-	for (i = 0; i + 4 <= p->n; i += 4) {
-		s0 += p->w[i];
-		s1 += p->w[i + 1];
-		s2 += p->w[i + 2];
-		s3 += p->w[i + 3];
-	}
-	for (; i < p->n; i++)
-		s0 += p->w[i];
-	p->sum = s0 + s1 + s2 + s3;
-	return NULL;
-}
-
-/* plain_mem - ns to read every word of buf (bytes) on n threads; 0 on
- * error */
-static double plain_mem(struct decode_ctx *c, const uint64_t *buf,
-			uint64_t bytes, uint32_t n)
-{
-	struct sum_part part[MAX_THREADS];
-	pthread_t tid[MAX_THREADS];
-	size_t words = bytes / 8, each = (words + n - 1) / n;
-	uint64_t t0 = bench_now_ns(), sum = 0;
-	uint32_t started = 1;
-
-	for (uint32_t i = 0; i < n; i++) {
-		size_t lo = (size_t)i * each < words ? (size_t)i * each : words;
-		size_t hi = lo + each < words ? lo + each : words;
-
-		part[i] = (struct sum_part){ .w = buf + lo, .n = hi - lo };
-	}
-	for (uint32_t i = 1; i < n; i++, started++)
-		if (pthread_create(&tid[i], NULL, sum_words, &part[i]) != 0)
-			break;
-	sum_words(&part[0]);
-	for (uint32_t i = 1; i < started; i++)
-		pthread_join(tid[i], NULL);
-	t0 = bench_now_ns() - t0;
-	for (uint32_t i = 0; i < started; i++)
-		sum += part[i].sum;
-	c->sink += sum;
-	if (started < n) {
-		fprintf(stderr, "kvbench decode: pthread_create failed\n");
-		return 0;
-	}
-	return (double)t0;
-}
-
 /* plain_file - write bytes (rounded up to PLAIN_CHUNK) of noise to path
  * with O_DIRECT where allowed, synced; *direct says whether it was */
 static int plain_file(const char *path, unsigned char *chunk, uint64_t bytes,
@@ -165,33 +106,6 @@ err:
 	return -1;
 }
 
-/* plain_direct - ns to read bytes (rounded up to PLAIN_CHUNK) of path in
- * sequential PLAIN_CHUNK preads, one thread; 0 on error */
-static double plain_direct(struct decode_ctx *c, const char *path,
-			   unsigned char *chunk, uint64_t bytes, int direct)
-{
-	int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
-	uint64_t t0, done = 0;
-
-	if (fd < 0)
-		goto err;
-	t0 = bench_now_ns();
-	while (done < bytes) {
-		if (pread(fd, chunk, PLAIN_CHUNK, (off_t)done) != (ssize_t)PLAIN_CHUNK)
-			goto err;
-		done += PLAIN_CHUNK;
-	}
-	t0 = bench_now_ns() - t0;
-	c->sink += chunk[4095];
-	close(fd);
-	return (double)t0;
-err:
-	fprintf(stderr, "kvbench decode: reading %s: %s\n", path, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	return 0;
-}
-
 /* baselines - both plain reads of bytes, BASE_REPEAT times each, medians */
 int decode_baselines(struct decode_ctx *c, uint64_t bytes, struct base_figs *b)
 {
@@ -212,8 +126,8 @@ int decode_baselines(struct decode_ctx *c, uint64_t bytes, struct base_figs *b)
 	if (plain_file(path, (unsigned char *)chunk, rounded, &b->direct) != 0)
 		goto out;
 	for (uint32_t i = 0; i < BASE_REPEAT; i++) {
-		mem[i] = plain_mem(c, buf, rounded, c->n_threads);
-		dir[i] = plain_direct(c, path, chunk, rounded, b->direct);
+		mem[i] = bench_read_words("decode", buf, rounded, c->n_threads, &c->sink);
+		dir[i] = bench_read_file("decode", path, chunk, PLAIN_CHUNK, rounded, b->direct, &c->sink);
 		if (mem[i] == 0 || dir[i] == 0)
 			goto out;
 	}
