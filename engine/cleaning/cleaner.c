@@ -16,7 +16,8 @@
  *
  * The background thread sleeps until free segments drop below a low
  * watermark (kicked by writers, or every second), then makes dying segments
- * reusable and cleans until a high watermark.
+ * reusable, packs the open segments of short sequences and cleans until a
+ * high watermark.
  */
 #include "engine/cleaning/cleaner.h"
 
@@ -34,9 +35,11 @@
 #include "engine/base/key.h"
 #include "engine/base/meta.h"
 #include "engine/base/segfmt.h"
+#include "engine/segments/openseg.h"
 #include "engine/segments/segtable.h"
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
+#include "engine/sequences/seq_pack.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
@@ -188,7 +191,17 @@ static int copy_page(struct pass *p, uint32_t v, const struct meta_run *r,
 				.sid = r->stream,
 				.group = r->group + k * r->stride,
 				.addr = addr_make(v, pg, st->page_bits) };
-	if (seq_foreach(st, find_owners, &fc) != KVF_OK)
+	if (refs[pg] == 1) {
+		/* an unshared page is nearly always its writer's: look
+		 * there first, not through every sequence of the store */
+		struct seq *w = seq_get_ns(st, r->ns, r->seq);
+
+		if (w) {
+			find_owners(st, w, &fc);
+			seq_put(st, w);
+		}
+	}
+	if (fc.found == 0 && !fc.oom && seq_foreach(st, find_owners, &fc) != KVF_OK)
 		fc.oom = 1;
 	if (fc.oom || fc.found != refs[pg])
 		return -1;
@@ -467,6 +480,58 @@ out:
 	return rc;
 }
 
+/* short_of - whether a stripe has fewer than want free segments beside
+ * the cleaner's reserve (world lock held exclusive) */
+static int short_of(kvf_store *st, uint32_t want)
+{
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++)
+		if (st->segtab.free_count[s] < want + CLEANER_RESERVE)
+			return 1;
+	return 0;
+}
+
+/* pack_one - seq's small open segments go into packs, as at a sync */
+static void pack_one(kvf_store *st, struct seq *seq, void *arg)
+{
+	kvf_status *rc = arg;
+
+	if (*rc != KVF_OK)
+		return;
+	pthread_mutex_lock(&seq->lock);
+	if (!seq->dead && seq->admitted && seq->ns == SEQ_NS_USER)
+		*rc = seq_pack_small(st, seq);
+	pthread_mutex_unlock(&seq->lock);
+}
+
+/* pack_open - the segments that short sequences hold open between syncs
+ * (a page or two in each) go into packs and come back free: thousands of
+ * such sequences would fill a store's segments with next to nothing in
+ * them.  Caller holds dur.lock and the world lock exclusive. */
+static kvf_status pack_open(kvf_store *st, int *progress)
+{
+	uint32_t before = st->segtab.n_free;
+	kvf_status rc = KVF_OK, frc, prc;
+	uint64_t opened;
+
+	/* what the last sweep left open stays so (more than half full, or
+	 * not movable): only segments opened since can be packed */
+	pthread_mutex_lock(&st->segtab.lock);
+	opened = st->segtab.n_opened;
+	pthread_mutex_unlock(&st->segtab.lock);
+	if (opened == st->cleaner.packed_at)
+		return KVF_OK;
+	st->cleaner.packed_at = opened;
+	frc = seq_foreach_created(st, pack_one, &rc);
+	prc = openseg_pack_end(st); /* whatever happened: entries point there */
+	if (rc == KVF_OK)
+		rc = frc == KVF_ENOMEM ? KVF_OK : frc; /* then nothing packed */
+	if (rc == KVF_OK || prc == KVF_EFATAL)
+		rc = prc;
+	if (st->segtab.n_free > before)
+		*progress = 1;
+	return rc;
+}
+
 kvf_status cleaner_run(kvf_store *st, uint32_t want)
 {
 	struct catalog_batch *b;
@@ -485,6 +550,10 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 		catalog_batch_free(b);
 		progress = st->segtab.n_free > before;
 	}
+	/* open segments before sealed ones: a pack takes a few pages of
+	 * each, cleaning copies every live page of its victims */
+	if (rc == KVF_OK && short_of(st, want))
+		rc = pack_open(st, &progress);
 	for (uint32_t s = 0; s < st->hdr.n_stripes && rc == KVF_OK; s++) {
 		int freed = 1;
 

@@ -20,7 +20,9 @@
 
 /*
  * cleaner_run - get at least `want` free segments on each stripe if it can:
- * first by reusing dying segments (a durable point), then by cleaning.
+ * first by reusing dying segments (a durable point), then by putting the
+ * small open segments of sequences into packs (seq_pack_small: many short
+ * sequences each hold one between syncs), then by cleaning.
  * Takes st->world exclusive: the caller must hold no store lock.
  * Return: KVF_OK when it made progress or there was nothing to do,
  * KVF_ENOSPC when nothing could be freed, KVF_EFATAL.

@@ -17,6 +17,8 @@ struct cleaner {
 	pthread_t thread;
 	int running;      /* the thread exists */
 	struct wake bell;
+	uint64_t packed_at; /* segtab.n_opened at the last pack_open: no
+			     * segment opened since, none to pack (dur.lock) */
 };
 
 /* free segments per stripe that only the cleaner may take */

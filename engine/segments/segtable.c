@@ -584,9 +584,12 @@ uint32_t seg_reclaim_pick(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 			ids[n++] = i;
 		live += st->segtab.info[i].live;
 	}
-	/* the first `keep` go back untrimmed (keep_cap) */
+	/* the first `keep` go back untrimmed (keep_cap); past it, kept
+	 * segments (given back unwritten) are trimmed */
 	if (st->trim && keep_cap(st, live) > st->segtab.n_kept)
 		keep = keep_cap(st, live) - st->segtab.n_kept;
+	st->segtab.trim_picked = st->trim && st->segtab.n_kept > keep_cap(st, live)
+		? st->segtab.n_kept - keep_cap(st, live) : 0;
 	if (keep > n)
 		keep = n;
 	st->segtab.n_picked = n;
@@ -599,6 +602,65 @@ uint32_t seg_reclaim_pick(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 		catalog_batch_delete(b, key, sizeof(key));
 	}
 	return n;
+}
+
+/* take_kept - up to want kept segments out of the free lists (what
+ * writers may take of each stripe, no more), into ids; how many.  Caller
+ * holds segtab.lock. */
+static uint32_t take_kept(kvf_store *st, uint32_t want, uint32_t *ids)
+{
+	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe, n = 0;
+
+	for (uint32_t s = 0; s < st->hdr.n_stripes && n < want; s++) {
+		uint32_t *ring = st->segtab.free_fifo + (uint64_t)s * cap;
+		uint32_t head = st->segtab.free_head[s], count = st->segtab.free_count[s];
+		uint32_t room = avail_for_writers(st, s, 0), left = 0;
+
+		/* the ring closes up over the segments taken out */
+		for (uint32_t i = 0; i < count; i++) {
+			uint32_t id = ring[(head + i) % cap];
+
+			if (n < want && room > 0 && st->segtab.info[id].kept) {
+				st->segtab.info[id].kept = 0;
+				st->segtab.n_kept--;
+				ids[n++] = id;
+				room--;
+				continue;
+			}
+			ring[(head + left++) % cap] = id;
+		}
+		st->segtab.n_free -= count - left;
+		st->segtab.free_count[s] = left;
+	}
+	return n;
+}
+
+/* trim_kept - trim the kept segments past keep_cap (seg_reclaim_pick
+ * counted them): out of the free lists while their space is punched, so
+ * that no writer takes one meanwhile, then back in front */
+static kvf_status trim_kept(kvf_store *st)
+{
+	uint32_t *ids = st->segtab.reclaim_ids, n, done;
+	kvf_status rc = KVF_OK;
+
+	pthread_mutex_lock(&st->segtab.lock);
+	n = take_kept(st, st->segtab.trim_picked, ids);
+	st->segtab.trim_picked = 0;
+	pthread_mutex_unlock(&st->segtab.lock);
+	for (done = 0; done < n; done++)
+		if ((rc = kvf_media_trim_segment(st->media, seg_stripe(st, ids[done]),
+						 seg_in_stripe(st, ids[done]))) != KVF_OK)
+			break;
+	pthread_mutex_lock(&st->segtab.lock);
+	for (uint32_t k = 0; k < n; k++) {
+		free_push_front(st, ids[k]);
+		if (k >= done) { /* not trimmed: still kept */
+			st->segtab.info[ids[k]].kept = 1;
+			st->segtab.n_kept++;
+		}
+	}
+	pthread_mutex_unlock(&st->segtab.lock);
+	return rc;
 }
 
 kvf_status seg_reclaim_apply(kvf_store *st)
@@ -641,6 +703,8 @@ kvf_status seg_reclaim_apply(kvf_store *st)
 	}
 	st->segtab.n_picked = 0;
 	pthread_mutex_unlock(&st->segtab.lock);
+	if (rc == KVF_OK && st->segtab.trim_picked > 0)
+		rc = trim_kept(st);
 	return rc;
 }
 
@@ -747,6 +811,7 @@ uint32_t seg_take_open(kvf_store *st, struct seq *seq, uint32_t stripe,
 		si->n_data = 0;
 		si->live = 0;
 		si->owner = seq->id;
+		st->segtab.n_opened++;
 	}
 	pthread_mutex_unlock(&st->segtab.lock);
 	return segid;
@@ -762,11 +827,19 @@ void seg_page_born(kvf_store *st, uint32_t segid, uint32_t n)
 
 void seg_give_back(kvf_store *st, uint32_t segid)
 {
+	struct seg_info *si = &st->segtab.info[segid];
+
 	tier_drop_segment(st, segid); /* its pages were never written */
 	pthread_mutex_lock(&st->segtab.lock);
-	st->segtab.info[segid].live_bits = NULL;
-	st->segtab.info[segid].live = 0;
+	si->live_bits = NULL;
+	si->live = 0;
 	free_push_front(st, segid);
+	/* a stripe file's segment is allocated when taken: it is kept, and
+	 * trimmed at a durable point if more are kept than keep_cap allows */
+	if (st->trim && st->hdr.media == KVF_MEDIA_FILE && !si->kept) {
+		si->kept = 1;
+		st->segtab.n_kept++;
+	}
 	pthread_mutex_unlock(&st->segtab.lock);
 }
 

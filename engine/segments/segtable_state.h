@@ -23,8 +23,9 @@ enum seg_state {
 
 struct seg_info {
 	uint8_t state;         /* enum seg_state */
-	uint8_t kept;          /* FREE, reclaimed without a trim: its space
-				* is still allocated (seg_table.n_kept) */
+	uint8_t kept;          /* FREE, reclaimed or given back without a
+				* trim: its space is still allocated
+				* (seg_table.n_kept) */
 	uint32_t n_data;       /* data pages */
 	uint32_t live;         /* pages with refs > 0 */
 	uint32_t erase_count;  /* times trimmed for reuse */
@@ -66,9 +67,12 @@ struct seg_table {
 	uint32_t n_free;        /* free segments, all stripes */
 	uint32_t n_dying;       /* DYING segments */
 	uint32_t n_kept;        /* FREE segments with `kept` set */
+	uint64_t n_opened;      /* segments seg_take_open gave, ever */
 	uint32_t n_picked;      /* dying segments seg_reclaim_pick chose (in
 				 * reclaim_ids), for seg_reclaim_apply */
 	uint32_t keep_picked;   /* of them, the first to stay untrimmed */
+	uint32_t trim_picked;   /* kept segments past keep_cap, for
+				 * seg_reclaim_apply to trim */
 	uint64_t epoch;         /* durable-point epoch, from 1; a death
 				 * recorded in epoch e is reusable after the
 				 * durable point that ends e; 0 = already */

@@ -96,3 +96,23 @@ kvf_status seq_flush_packed(kvf_store *st, struct seq *seq)
 	}
 	return seq_jobs_reap(st, seq, 1);
 }
+
+kvf_status seq_pack_small(kvf_store *st, struct seq *seq)
+{
+	for (uint32_t s = 0; s < st->hdr.n_stripes; s++) {
+		struct open_seg *os = &seq->open[s];
+		uint32_t to = openseg_pack_where(st, seq, s);
+		kvf_status rc;
+
+		if (to == ADDR_NONE)
+			continue; /* none, or more than half a segment */
+		if (to != addr_make(os->segid, 0, st->page_bits)) {
+			if (!movable(st, seq, os))
+				continue;
+			repoint(st, seq, os, to);
+		}
+		if ((rc = openseg_pack_move(st, seq, s)) != KVF_OK)
+			return rc;
+	}
+	return seq_jobs_reap(st, seq, 1);
+}

@@ -20,4 +20,14 @@ struct seq;
  */
 kvf_status seq_flush_packed(kvf_store *st, struct seq *seq);
 
+/*
+ * seq_pack_small - only the open segments of seq that seq_flush_packed
+ * would put in a pack go there; the others stay open.  The cleaner's way
+ * to get back the segments many short sequences hold open between syncs
+ * (each takes one of its own for a page or two).  Same locking and duty
+ * (openseg_pack_end) as seq_flush_packed.  KVF_EFATAL when a write
+ * failed.
+ */
+kvf_status seq_pack_small(kvf_store *st, struct seq *seq);
+
 #endif /* KVF_ENGINE_SEQ_PACK_H */

@@ -6,6 +6,9 @@
  * - 10,000 sequences of 32 tokens and one kvf_sync fit (their tails share
  *   packs), take about the KV's bytes of disk, and read back after a
  *   reopen; freeing most of them gives their space back at the next sync;
+ * - more sequences of whole pages than there are segments fit between two
+ *   syncs (the cleaner packs their open segments), and what they took
+ *   goes back to the file system;
  * - 1000 synced one-token appends, then 1000 optimizer steps, keep the
  *   files within a few MiB (each sync or step used to take a new 1 MiB
  *   segment, reusing none until the capacity was reached);
@@ -132,6 +135,56 @@ Test(footprint, ten_thousand_short_sequences_share_segments)
 		OK(kvf_read(st, id, 0, 0, 0, 32, rk, rv));
 		cr_assert(eq(int, memcmp(k, rk, sizeof(k)), 0));
 		cr_assert(eq(int, memcmp(v, rv, sizeof(v)), 0));
+	}
+	OK(kvf_close(st));
+	tmpdir_remove(dir);
+}
+
+/* SEQS_OVER sequences of one whole K and V page each, no sync between:
+ * each takes an open segment of its own for its two pages, more
+ * sequences than the store has segments (64).  The cleaner packs the
+ * open segments when the free ones run short, so every append is taken;
+ * after the sync the segments given back stay allocated only within
+ * keep_cap (docs/store.md, "Footprint"). */
+#define SEQS_OVER 300u
+
+Test(footprint, more_short_sequences_than_segments_between_syncs)
+{
+	char *dir = tmpdir_make("footprint_over"), path[4096];
+	uint16_t k[32 * 64], v[32 * 64], rk[32 * 64], rv[32 * 64];
+	uint64_t live = SEQS_OVER * 2ull * 4096, disk;
+	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_options o;
+	kvf_store *st;
+
+	kvf_options_init(&o, &short_model);
+	o.capacity_bytes = 64 * MIB;
+	o.dram_budget = 0; /* pages go to their segments as they fill */
+	o.n_threads = 1;
+	OK(kvf_open(dir, &o, &st));
+	for (uint64_t id = 1; id <= SEQS_OVER; id++) {
+		short_values(id, k, v);
+		OK(kvf_seq_create(st, id));
+		OK(kvf_append(st, id, 0, 32, k, v));
+	}
+	OK(kvf_sync(st));
+	OK(kvf_stats_get(st, &s));
+	cr_assert(le(u64, s.segments_sealed, 8), "%u segments sealed for %llu bytes",
+		  s.segments_sealed, (unsigned long long)live);
+	/* the stripe file: at most 1.5 times the live data and 2 segments,
+	 * and the part-filled packs */
+	snprintf(path, sizeof(path), "%s/stripe-000.kvf", dir);
+	disk = disk_bytes(path);
+	cr_assert(le(u64, disk, live + live / 2 + 8 * MIB),
+		  "%llu bytes of disk for %llu live", (unsigned long long)disk,
+		  (unsigned long long)live);
+	OK(kvf_close(st));
+	OK(kvf_open(dir, &o, &st));
+	for (uint64_t id = 1; id <= SEQS_OVER; id++) {
+		short_values(id, k, v);
+		OK(kvf_read(st, id, 0, 0, 0, 32, rk, rv));
+		cr_assert(eq(int, memcmp(k, rk, sizeof(k)), 0), "K of %llu", (unsigned long long)id);
+		cr_assert(eq(int, memcmp(v, rv, sizeof(v)), 0), "V of %llu", (unsigned long long)id);
 	}
 	OK(kvf_close(st));
 	tmpdir_remove(dir);
