@@ -230,7 +230,8 @@ typedef struct {
 				   * (docs/store.md, "The memory tier"):
 				   * group buffers, the index, cached pages
 				   * and pages waiting for write-back, never
-				   * more.  Default 1 GiB;
+				   * more.  Default 1 GiB; at least 1 MiB
+				   * (KVF_EINVAL below, but for 0);
 				   * 0 = no tier: nothing cached, pages
 				   * written as they fill, no limit on
 				   * group buffers and index */

@@ -634,6 +634,7 @@ kvf_status tier_hold(kvf_store *st, uint64_t bytes, const char *what)
 
 	if (t->budget == 0) {
 		atomic_fetch_add(&t->fixed, bytes);
+		note_peak(st);
 		return KVF_OK;
 	}
 	pthread_mutex_lock(&t->lock);
@@ -1015,6 +1016,7 @@ static void put_taken(kvf_store *st, uint32_t addr, uint32_t check,
 	struct tier *t = &st->tier;
 	uint32_t i;
 
+	atomic_fetch_sub(&t->placed, 1); /* written: cached or let go */
 	if ((i = find(t, addr)) != TIER_NONE) /* the address was reused */
 		evict(t, i);
 	if (t->pool[TIER_RECENT].n >= t->recent_cap && t->pool[TIER_RECENT].n)
@@ -1110,10 +1112,19 @@ kvf_status tier_page_take(kvf_store *st, unsigned char **page)
 	return KVF_OK;
 }
 
+int tier_may_place(kvf_store *st)
+{
+	const struct tier *t = &st->tier;
+
+	return t->chunk_bytes != 0 &&
+	       (atomic_load(&t->placed) + 1) * t->page_size <= t->budget / 4;
+}
+
 void tier_page_placed(kvf_store *st)
 {
 	struct tier *t = &st->tier;
 
+	atomic_fetch_add(&t->placed, 1);
 	pthread_mutex_lock(&t->lock);
 	t->bytes += t->page_size;
 	atomic_fetch_sub(&t->fixed, t->page_size);
@@ -1124,6 +1135,7 @@ void tier_page_return(kvf_store *st, unsigned char *page)
 {
 	struct tier *t = &st->tier;
 
+	atomic_fetch_sub(&t->placed, 1);
 	pthread_mutex_lock(&t->lock);
 	unplace(t, page);
 	pthread_mutex_unlock(&t->lock);

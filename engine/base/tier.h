@@ -138,6 +138,13 @@ void tier_page_give(kvf_store *st, unsigned char *page);
  * tier_page_return, not tier_page_give */
 void tier_page_placed(kvf_store *st);
 void tier_page_return(kvf_store *st, unsigned char *page);
+/* tier_may_place - whether one more page may lie in a segment by pointer:
+ * such pages stay until their segment is written (a part-filled one at
+ * the next sync), and nothing can evict them meanwhile, so they may take
+ * a quarter of the budget, and none of a small budget's (which copies
+ * pages: chunk_bytes 0).  Else the open segment takes a copy and the page
+ * goes back at once. */
+int tier_may_place(kvf_store *st);
 
 /* tier_drop_segment - forget every cached page of segment segid (it is
  * being reused, or was never written) */

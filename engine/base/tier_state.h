@@ -73,6 +73,8 @@ struct tier {
 				      * its segment may be stale */
 	uint32_t drops_all;
 	uint64_t bytes;              /* cache memory (see above) */
+	_Atomic uint64_t placed;     /* of it, pages lying in segments by
+				      * pointer, not written yet (tier_page_placed) */
 	uint32_t page_size;
 	/* written segments cached in place (tier.h) */
 	uint64_t chunk_bytes;        /* a segment buffer; 0 = pages copied */

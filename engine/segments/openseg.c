@@ -245,6 +245,13 @@ kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
 
 	if (rc != KVF_OK)
 		return rc;
+	if (!tier_may_place(st)) { /* a copy, and the page goes back */
+		m = prof_begin(&st->prof);
+		memcpy(dst, page, st->hdr.page_size);
+		prof_end(&st->prof, PROF_COPY, m);
+		tier_page_give(st, page);
+		return openseg_fill(st, seq, stripe, key, replaces, out);
+	}
 	m = prof_begin(&st->prof);
 	h = page_hash(page, st->hdr.page_size);
 	prof_end(&st->prof, PROF_HASH, m);

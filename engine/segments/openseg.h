@@ -55,7 +55,9 @@ kvf_status openseg_place(kvf_store *st, struct seq *seq, uint32_t stripe,
  * tier_page_take gave) without a copy: from here the page is the open
  * segment's, which its writer copies into the segment's buffer before the
  * write; once written the cache takes it as it is (seg_cache_written) or
- * it goes back to the tier (segbuf_put).  Same returns.  The page is the
+ * it goes back to the tier (segbuf_put).  When the tier can hold no more
+ * pages that way (tier_may_place), the segment takes a copy and the page
+ * goes back to the tier at once.  Same returns.  The page is the
  * segment's once out->addr is set (the caller sets it to ADDR_NONE), even
  * if the flush of the segment it filled failed; else still the caller's.
  */

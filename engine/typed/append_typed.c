@@ -11,14 +11,15 @@
  * of another dtype than the store's are converted (narrowing rounds to
  * nearest even, NaN stays NaN, infinities and signed zeros are kept;
  * compute/half.h).  A dense view of the store's dtype goes straight to
- * kvf_append_at / kvf_append_x (no copy here); any other is gathered (and
+ * the append (no copy here); any other is gathered (and
  * converted) into a dense buffer first, one pass over its rows, then
  * appended the same way, so the all-or-nothing contract of kvf_append
  * holds for all.  The typed reads read in the store's dtype and convert
  * into the caller's buffers.
  *
- * Built on the public calls only (the model comes from
- * kvf_store_info_get), so it needs no lock of its own.
+ * Built on the public calls (the model comes from kvf_store_info_get) and
+ * the write path's appends for a named call (append_kv_as, append_x_as),
+ * so that a refusal names the typed call; it needs no lock of its own.
  */
 #include <stddef.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/half.h"
+#include "engine/writes/append.h"
 #include "kvflash.h"
 
 static uint32_t dtype_bytes(kvf_dtype t)
@@ -223,8 +225,8 @@ static kvf_status append_tensor(kvf_store *st, const char *call, uint64_t seq,
 	if (!direct(&vv, m.dtype) &&
 	    (rc = gather(call, &vv, m.n_kv_heads, m.head_dim, m.dtype, &vb)) != KVF_OK)
 		goto out;
-	rc = kvf_append_at(st, seq, layer, pos, (uint32_t)kv.n_tokens,
-			   kb ? kb : kv.data, vb ? vb : vv.data);
+	rc = append_kv_as(st, call, seq, layer, pos, (uint32_t)kv.n_tokens,
+			  kb ? kb : kv.data, vb ? vb : vv.data);
 out:
 	kvf_free(kb);
 	kvf_free(vb);
@@ -262,8 +264,8 @@ kvf_status kvf_append_x_tensor(kvf_store *st, uint64_t seq, uint32_t layer,
 	if (!direct(&xv, m.dtype) &&
 	    (rc = gather(call, &xv, m.n_q_heads, m.head_dim, m.dtype, &xb)) != KVF_OK)
 		return rc;
-	rc = kvf_append_x(st, seq, layer, (uint32_t)xv.n_tokens,
-			  xb ? xb : xv.data);
+	rc = append_x_as(st, call, seq, layer, (uint32_t)xv.n_tokens,
+			 xb ? xb : xv.data);
 	kvf_free(xb);
 	return rc;
 }

@@ -484,10 +484,10 @@ out:
 	return rc;
 }
 
-static kvf_status append_x_once(kvf_store *st, uint64_t seq_id, uint32_t layer,
+static kvf_status append_x_once(kvf_store *st, const char *call,
+				uint64_t seq_id, uint32_t layer,
 				uint32_t n_tokens, const void *x, int again)
 {
-	const char *call = "kvf_append_x";
 	struct src_stream *src;
 	struct seq *seq;
 	uint32_t Q;
@@ -561,22 +561,30 @@ kvf_status kvf_append(kvf_store *st, uint64_t seq_id, uint32_t layer,
 	return rc;
 }
 
-kvf_status kvf_append_at(kvf_store *st, uint64_t seq_id, uint32_t layer,
-			 uint64_t pos, uint32_t n_tokens, const void *k,
-			 const void *v)
+kvf_status append_kv_as(kvf_store *st, const char *call, uint64_t seq_id,
+			uint32_t layer, uint64_t pos, uint32_t n_tokens,
+			const void *k, const void *v)
 {
 	kvf_status rc;
 
 	for (int i = 0;; i++) {
-		rc = append_once(st, "kvf_append_at", seq_id, layer, pos,
-				 n_tokens, k, v, i > 0);
-		if (!make_room(st, i, "kvf_append_at", seq_id, &rc))
+		rc = append_once(st, call, seq_id, layer, pos, n_tokens, k, v,
+				 i > 0);
+		if (!make_room(st, i, call, seq_id, &rc))
 			return rc;
 	}
 }
 
-kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
-			uint32_t n_tokens, const void *x)
+kvf_status kvf_append_at(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			 uint64_t pos, uint32_t n_tokens, const void *k,
+			 const void *v)
+{
+	return append_kv_as(st, "kvf_append_at", seq_id, layer, pos, n_tokens,
+			    k, v);
+}
+
+kvf_status append_x_as(kvf_store *st, const char *call, uint64_t seq_id,
+		       uint32_t layer, uint32_t n_tokens, const void *x)
 {
 	struct prof_mark m = { 0, 0 };
 	kvf_status rc;
@@ -585,13 +593,19 @@ kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		m = prof_begin(&st->prof);
 
 	for (int i = 0;; i++) {
-		rc = append_x_once(st, seq_id, layer, n_tokens, x, i > 0);
-		if (!make_room(st, i, "kvf_append_x", seq_id, &rc))
+		rc = append_x_once(st, call, seq_id, layer, n_tokens, x, i > 0);
+		if (!make_room(st, i, call, seq_id, &rc))
 			break;
 	}
 	if (st)
 		prof_end(&st->prof, PROF_APPEND, m);
 	return rc;
+}
+
+kvf_status kvf_append_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
+			uint32_t n_tokens, const void *x)
+{
+	return append_x_as(st, "kvf_append_x", seq_id, layer, n_tokens, x);
 }
 
 /* struct tail_span - the pages of a stream's tail group a sync writes:

@@ -1,6 +1,7 @@
 /*
- * append.h - the write path's internal entry: sealing partial groups.
- * (kvf_append and kvf_append_x are declared in kvflash.h.)
+ * append.h - the write path's internal entries: appends on behalf of a
+ * named call, sealing partial groups.  (kvf_append, kvf_append_at and
+ * kvf_append_x are declared in kvflash.h.)
  */
 #ifndef KVF_ENGINE_APPEND_H
 #define KVF_ENGINE_APPEND_H
@@ -14,5 +15,15 @@
  * KVF_EFATAL.
  */
 kvf_status seq_seal_partials(kvf_store *st, struct seq *seq);
+
+/*
+ * append_kv_as / append_x_as - kvf_append_at and kvf_append_x for another
+ * public call (the typed appends): the same, every message naming call.
+ */
+kvf_status append_kv_as(kvf_store *st, const char *call, uint64_t seq_id,
+			uint32_t layer, uint64_t pos, uint32_t n_tokens,
+			const void *k, const void *v);
+kvf_status append_x_as(kvf_store *st, const char *call, uint64_t seq_id,
+		       uint32_t layer, uint32_t n_tokens, const void *x);
 
 #endif /* KVF_ENGINE_APPEND_H */

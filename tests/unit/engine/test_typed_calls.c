@@ -79,10 +79,13 @@ Test(typed_append, refusals_change_nothing)
 		"k.struct_size 4 is too small");
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, NULL, &tv), KVF_EINVAL,
 		"k is NULL");
+	/* the append's own refusals name the typed call too */
 	REFUSED(kvf_append_tensor(fx.st, 3, 0, &tk, &tv), KVF_ENOENT,
-		"sequence 3 does not exist");
+		"kvf_append_tensor: sequence 3 does not exist");
 	REFUSED(kvf_append_tensor(fx.st, 1, LAYERS, &tk, &tv), KVF_ERANGE,
-		"layer 2 out of range");
+		"kvf_append_tensor: layer 2 out of range");
+	REFUSED(kvf_append_tensor_at(fx.st, 1, 0, 5, &tk, &tv), KVF_ERANGE,
+		"kvf_append_tensor_at: ");
 	bad = view(k, 4, QH, DIM, (kvf_dtype)3);
 	REFUSED(kvf_append_x_tensor(fx.st, 1, 0, &bad), KVF_EINVAL,
 		"kvf_append_x_tensor: x.dtype 3 is not a kvf_dtype");
