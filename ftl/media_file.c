@@ -57,6 +57,8 @@ struct file_stripe {
 	_Atomic uint64_t *allocated; /* [segs/64] bit per segment: its blocks
 				      * were allocated by this handle (set
 				      * by allocate, cleared by trim) */
+	_Atomic uint64_t n_allocated; /* bits set in allocated */
+	_Atomic uint64_t frontier;    /* 1 + the highest segment allocated */
 };
 
 struct media_file {
@@ -278,6 +280,30 @@ static kvf_status file_read_finish(struct kvf_media *m,
 	return rc;
 }
 
+/* mark_allocated / mark_trimmed - segment seg's bit, and the count */
+static void mark_allocated(struct file_stripe *s, uint64_t seg)
+{
+	uint64_t bit = 1ull << (seg % 64), f = atomic_load(&s->frontier);
+
+	if (!(atomic_fetch_or(&s->allocated[seg / 64], bit) & bit))
+		atomic_fetch_add(&s->n_allocated, 1);
+	while (seg + 1 > f && !atomic_compare_exchange_weak(&s->frontier, &f, seg + 1))
+		;
+}
+
+static void mark_trimmed(struct file_stripe *s, uint64_t seg)
+{
+	uint64_t bit = 1ull << (seg % 64);
+
+	if (atomic_fetch_and(&s->allocated[seg / 64], ~bit) & bit)
+		atomic_fetch_sub(&s->n_allocated, 1);
+}
+
+static int is_allocated(struct file_stripe *s, uint64_t seg)
+{
+	return (atomic_load(&s->allocated[seg / 64]) >> (seg % 64)) & 1;
+}
+
 static kvf_status file_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
 {
 	struct media_file *mf = to_file(m);
@@ -297,8 +323,7 @@ static kvf_status file_trim(struct kvf_media *m, uint32_t stripe, uint64_t seg)
 	}
 	if (ret == 0) {
 		if (s->allocated)
-			atomic_fetch_and(&s->allocated[seg / 64],
-					 ~(1ull << (seg % 64)));
+			mark_trimmed(s, seg);
 		atomic_fetch_add(&mf->trims, 1);
 		return KVF_OK;
 	}
@@ -407,21 +432,55 @@ static void file_close(struct kvf_media *m)
 	pthread_mutex_destroy(&mf->pool_lock);
 }
 
+/* RUN_MAX, RUN_FROM - a file growing past what it ever held allocates
+ * up to RUN_MAX segments in one call, a sixteenth of what it holds, once
+ * it holds RUN_FROM: each call waits for the direct I/O in flight on the
+ * file (ext4 drains it first).  With a call per segment, a prefill of 2
+ * GiB took 1.98-2.09 s against 1.54-1.87 s with its file allocated
+ * beforehand (three runs of each, one binary, alternating). */
+#define RUN_MAX 16u
+#define RUN_FROM 64u
+
+/* grow_run - segments from seg one call allocates: more than one only
+ * where the file grows (seg at its frontier or past it), and none that
+ * is allocated already */
+static uint64_t grow_run(const struct kvf_media *m, struct file_stripe *s,
+			 uint64_t seg)
+{
+	uint64_t held = atomic_load(&s->n_allocated), want, k = 1;
+
+	if (held < RUN_FROM || seg < atomic_load(&s->frontier))
+		return 1;
+	want = held / 16 < RUN_MAX ? held / 16 : RUN_MAX;
+	while (k < want && seg + k < m->geo.segs_per_stripe &&
+	       !is_allocated(s, seg + k))
+		k++;
+	return k;
+}
+
 /* file_allocate - fallocate the blocks of one segment of a stripe file
- * (once per handle until the segment is trimmed) */
+ * (once per handle until the segment is trimmed), and where the file
+ * grows, of the next few (grow_run): the segments a growing store takes
+ * next, as its free lists hand out new segments in order */
 static kvf_status file_allocate(struct kvf_media *m, uint32_t stripe,
 				uint64_t seg)
 {
 	struct file_stripe *s = &to_file(m)->stripes[stripe];
-	uint64_t len = kvf_media_segment_bytes(&m->geo), bit = 1ull << (seg % 64);
+	uint64_t len = kvf_media_segment_bytes(&m->geo), k;
 	int err;
 
-	if (s->is_blkdev || s->allocated == NULL ||
-	    (atomic_load(&s->allocated[seg / 64]) & bit))
+	if (s->is_blkdev || s->allocated == NULL || is_allocated(s, seg))
 		return KVF_OK;
-	if (kvf_sysio->fallocate(s->fd, 0, (off_t)(seg * len), (off_t)len) == 0 ||
+	k = grow_run(m, s, seg);
+	/* a run may not fit where the segment alone does */
+	if (k > 1 && kvf_sysio->fallocate(s->fd, 0, (off_t)(seg * len),
+					  (off_t)(k * len)) != 0)
+		k = 1;
+	if (k > 1 ||
+	    kvf_sysio->fallocate(s->fd, 0, (off_t)(seg * len), (off_t)len) == 0 ||
 	    (err = errno) == EOPNOTSUPP) {
-		atomic_fetch_or(&s->allocated[seg / 64], bit);
+		for (uint64_t i = 0; i < k; i++)
+			mark_allocated(s, seg + i);
 		return KVF_OK;
 	}
 	if (err == ENOSPC || err == EDQUOT)
@@ -451,7 +510,7 @@ static kvf_status file_release_tail(struct kvf_media *m, uint32_t stripe,
 	if (s->is_blkdev)
 		return KVF_OK;
 	if (s->allocated)
-		atomic_fetch_and(&s->allocated[seg / 64], ~(1ull << (seg % 64)));
+		mark_trimmed(s, seg);
 	if (kvf_sysio->fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				 (off_t)(seg * len + from), (off_t)(len - from)) == 0 ||
 	    errno == EOPNOTSUPP)
