@@ -14,9 +14,9 @@
  *     durable point ("N");
  *  3. reads every segment: a whole summary of this store with a seqno after
  *     the catalog's last point and at most the mark's, whose pages all
- *     match their hashes, and that the catalog does not know, gets its
- *     segment record back (optimizer segments are left: their generations
- *     are in the lost "O" records);
+ *     match their hashes, proves its pages, and gets its segment record
+ *     back if the catalog lost that too (optimizer segments are left:
+ *     their generations are in the lost "O" records);
  *  4. gives each sequence back the whole token groups those segments prove:
  *     groups that run on from its length with K and V of every head, each
  *     followed by a later group (so it is full; the last group's token
@@ -189,21 +189,24 @@ find_summary(struct repair *rp, uint32_t segid, const unsigned char *buf,
 	return NULL;
 }
 
-/* take_segment - give segid back from its summary, if it is one the
- * catalog lost and every page is whole */
+/* take_segment - a segment written after the catalog's last durable
+ * point whose pages are all whole proves its pages (step 4); if the
+ * catalog lost its record too, the record comes back from its summary.
+ * One the catalog knows still proves its pages: the segment records of a
+ * log's tail often outlive the sync's records after them. */
 static kvf_status take_segment(struct repair *rp, uint32_t segid,
 			       const unsigned char *buf,
 			       const struct seg_summary_header *h,
 			       const struct seg_summary_entry *e)
 {
 	uint32_t ps = rp->h.page_size, n = h->n_data_pages, n_runs = 0;
+	int known = rp->seg_seqno[segid] == h->seqno;
 	struct meta_run *runs;
 	struct meta_seg m;
 	unsigned char key[5], *val;
 	size_t vlen;
 
-	if (h->seqno <= rp->last.seqno || h->seqno > rp->mark.seqno ||
-	    rp->seg_seqno[segid] == h->seqno)
+	if (h->seqno <= rp->last.seqno || h->seqno > rp->mark.seqno)
 		return KVF_OK;
 	for (uint32_t i = 0; i < n; i++) {
 		struct seg_summary_entry x;
@@ -242,6 +245,10 @@ static kvf_status take_segment(struct repair *rp, uint32_t segid,
 		rp->ents[rp->n_ents++] = (struct rentry){
 			x.key_hi, h->seqno, (uint32_t)(x.key_lo >> 32),
 			(uint32_t)x.key_lo };
+	}
+	if (known) {
+		kvf_free(runs);
+		return KVF_OK;
 	}
 	m = (struct meta_seg){ .seqno = h->seqno, .owner = KVF_SEQ_NONE,
 			       .n_data_pages = n, .n_runs = n_runs };

@@ -878,26 +878,13 @@ static void trim_drops(kvf_store *st, struct seq *seq, void *arg)
 	t->ids[t->n++] = seq->id;
 }
 
-kvf_status recovery_load(kvf_store *st)
+kvf_status recovery_sync_record(kvf_store *st)
 {
-	struct rec_list l = { .st = st };
-	struct count_ctx cc = { 0 };
-	struct dropped dropped = { 0 };
-	struct trim_ctx trim = { 0 };
-	struct {
-		struct seg_rec *rec;
-		struct kvf_media_io *io;
-		unsigned char *buf;
-		size_t bytes; /* of buf: WINDOW_BYTES, or all a small
-			       * store's summaries */
-	} win = { 0 };
-	unsigned char tag;
-	struct catalog_batch *b;
+	unsigned char tag = META_TAG_SYNC;
 	void *val;
 	size_t vlen;
 	kvf_status rc;
 
-	tag = META_TAG_SYNC;
 	rc = catalog_get(st->cat, &tag, 1, &val, &vlen);
 	if (rc == KVF_OK) {
 		struct meta_sync ms;
@@ -923,6 +910,28 @@ kvf_status recovery_load(kvf_store *st)
 	} else if (rc != KVF_ENOENT) {
 		return rc;
 	}
+	return KVF_OK;
+}
+
+kvf_status recovery_load(kvf_store *st)
+{
+	struct rec_list l = { .st = st };
+	struct count_ctx cc = { 0 };
+	struct dropped dropped = { 0 };
+	struct trim_ctx trim = { 0 };
+	struct {
+		struct seg_rec *rec;
+		struct kvf_media_io *io;
+		unsigned char *buf;
+		size_t bytes; /* of buf: WINDOW_BYTES, or all a small
+			       * store's summaries */
+	} win = { 0 };
+	unsigned char tag;
+	struct catalog_batch *b;
+	void *val;
+	size_t vlen;
+	kvf_status rc;
+
 	tag = META_TAG_WEAR;
 	rc = catalog_get(st->cat, &tag, 1, &val, &vlen);
 	if (rc == KVF_OK) {

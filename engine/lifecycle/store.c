@@ -525,8 +525,11 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		goto fail;
 	if (created)
 		seg_finish_load(st);
-	else if ((rc = recovery_load(st)) != KVF_OK ||
+	/* the mark is checked before recovery trims or deletes anything:
+	 * what a catalog that lost points does not know is not free */
+	else if ((rc = recovery_sync_record(st)) != KVF_OK ||
 		 (rc = check_mark(st)) != KVF_OK ||
+		 (rc = recovery_load(st)) != KVF_OK ||
 		 (rc = prefix_load(st)) != KVF_OK)
 		goto fail;
 	if ((rc = pool_create(compute_threads(&st->opts), &st->pool)) != KVF_OK)
