@@ -449,13 +449,7 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		goto out;
 	}
 	pthread_mutex_lock(&st->segtab.lock);
-	if (st->segtab.free_count[s] > 0) {
-		uint32_t cap = (uint32_t)st->hdr.segs_per_stripe;
-
-		p.out = st->segtab.free_fifo[(uint64_t)s * cap + st->segtab.free_head[s]];
-		st->segtab.free_head[s] = (st->segtab.free_head[s] + 1) % cap;
-		st->segtab.free_count[s]--;
-		st->segtab.n_free--;
+	if ((p.out = seg_pop_free_locked(st, s)) != SEG_NONE) {
 		st->segtab.info[p.out].state = SEG_OPEN;
 		st->segtab.info[p.out].live_bits = seg_bits_take(st, p.out);
 	}
@@ -506,22 +500,25 @@ static void pack_one(kvf_store *st, struct seq *seq, void *arg)
 /* pack_open - the segments that short sequences hold open between syncs
  * (a page or two in each) go into packs and come back free: thousands of
  * such sequences would fill a store's segments with next to nothing in
- * them.  Caller holds dur.lock and the world lock exclusive. */
-static kvf_status pack_open(kvf_store *st, int *progress)
+ * them.  Only once want segments were opened since the last sweep: what
+ * that one left open stays so (more than half full, or not movable), and
+ * a sweep blocks every call while it writes, so a store that runs short
+ * for long-lived sequences does not sweep at each segment they open.
+ * Caller holds dur.lock and the world lock exclusive. */
+static kvf_status pack_open(kvf_store *st, uint32_t want, int *progress)
 {
 	uint32_t before = st->segtab.n_free;
 	kvf_status rc = KVF_OK, frc, prc;
 	uint64_t opened;
 
-	/* what the last sweep left open stays so (more than half full, or
-	 * not movable): only segments opened since can be packed */
 	pthread_mutex_lock(&st->segtab.lock);
 	opened = st->segtab.n_opened;
 	pthread_mutex_unlock(&st->segtab.lock);
-	if (opened == st->cleaner.packed_at)
+	if (opened - st->cleaner.packed_at < want)
 		return KVF_OK;
-	st->cleaner.packed_at = opened;
 	frc = seq_foreach_created(st, pack_one, &rc);
+	if (frc == KVF_OK) /* else nothing was looked at: try again */
+		st->cleaner.packed_at = opened;
 	prc = openseg_pack_end(st); /* whatever happened: entries point there */
 	if (rc == KVF_OK)
 		rc = frc == KVF_ENOMEM ? KVF_OK : frc; /* then nothing packed */
@@ -553,7 +550,7 @@ kvf_status cleaner_run(kvf_store *st, uint32_t want)
 	/* open segments before sealed ones: a pack takes a few pages of
 	 * each, cleaning copies every live page of its victims */
 	if (rc == KVF_OK && short_of(st, want))
-		rc = pack_open(st, &progress);
+		rc = pack_open(st, want, &progress);
 	for (uint32_t s = 0; s < st->hdr.n_stripes && rc == KVF_OK; s++) {
 		int freed = 1;
 

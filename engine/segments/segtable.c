@@ -145,6 +145,11 @@ static uint32_t free_pop(kvf_store *st, uint32_t s)
 	return segid;
 }
 
+uint32_t seg_pop_free_locked(kvf_store *st, uint32_t s)
+{
+	return free_pop(st, s);
+}
+
 /* avail_for_writers - free segments of stripe s that writers may still
  * take: not promised to another writer, not the cleaner's reserve, not
  * the room of pages waiting for write-back (but for own of them, the
@@ -604,23 +609,33 @@ uint32_t seg_reclaim_pick(kvf_store *st, uint64_t upto, struct catalog_batch *b)
 	return n;
 }
 
-/* take_kept - up to want kept segments out of the free lists (what
- * writers may take of each stripe, no more), into ids; how many.  Caller
- * holds segtab.lock. */
+/* KEPT_SKIP - free segments at the head of a stripe's list that trimming
+ * leaves alone beside those reserved or promised: the allocation ahead
+ * (seg_allocate_next) may be making sure of them */
+#define KEPT_SKIP 8u
+
+/* take_kept - up to want kept segments out of the free lists, into ids;
+ * how many.  Not those at the head that reservations, promised pages and
+ * the allocation ahead count on having space (seg_allocate_ahead), nor
+ * more than writers may take.  Caller holds segtab.lock. */
 static uint32_t take_kept(kvf_store *st, uint32_t want, uint32_t *ids)
 {
 	uint32_t cap = (uint32_t)st->hdr.segs_per_stripe, n = 0;
+	uint32_t d = st->data_per_seg;
 
 	for (uint32_t s = 0; s < st->hdr.n_stripes && n < want; s++) {
 		uint32_t *ring = st->segtab.free_fifo + (uint64_t)s * cap;
 		uint32_t head = st->segtab.free_head[s], count = st->segtab.free_count[s];
 		uint32_t room = avail_for_writers(st, s, 0), left = 0;
+		uint32_t skip = st->segtab.reserved[s] + CLEANER_RESERVE +
+				(st->segtab.promised[s] + d - 1) / d + KEPT_SKIP;
 
 		/* the ring closes up over the segments taken out */
 		for (uint32_t i = 0; i < count; i++) {
 			uint32_t id = ring[(head + i) % cap];
 
-			if (n < want && room > 0 && st->segtab.info[id].kept) {
+			if (i >= skip && n < want && room > 0 &&
+			    st->segtab.info[id].kept) {
 				st->segtab.info[id].kept = 0;
 				st->segtab.n_kept--;
 				ids[n++] = id;
@@ -637,7 +652,8 @@ static uint32_t take_kept(kvf_store *st, uint32_t want, uint32_t *ids)
 
 /* trim_kept - trim the kept segments past keep_cap (seg_reclaim_pick
  * counted them): out of the free lists while their space is punched, so
- * that no writer takes one meanwhile, then back in front */
+ * that no writer takes one meanwhile, then back at the end (the kept ones
+ * still allocated are reused first) */
 static kvf_status trim_kept(kvf_store *st)
 {
 	uint32_t *ids = st->segtab.reclaim_ids, n, done;
@@ -653,10 +669,12 @@ static kvf_status trim_kept(kvf_store *st)
 			break;
 	pthread_mutex_lock(&st->segtab.lock);
 	for (uint32_t k = 0; k < n; k++) {
-		free_push_front(st, ids[k]);
-		if (k >= done) { /* not trimmed: still kept */
+		if (k >= done) { /* not trimmed: still kept, still first */
+			free_push_front(st, ids[k]);
 			st->segtab.info[ids[k]].kept = 1;
 			st->segtab.n_kept++;
+		} else {
+			free_push(st, ids[k]);
 		}
 	}
 	pthread_mutex_unlock(&st->segtab.lock);
@@ -696,7 +714,7 @@ kvf_status seg_reclaim_apply(kvf_store *st)
 			free_push_front(st, ids[k]);
 		else
 			free_push(st, ids[k]);
-		if (k < keep && st->trim) {
+		if (k < keep && st->trim && !si->kept) {
 			si->kept = 1;
 			st->segtab.n_kept++;
 		}

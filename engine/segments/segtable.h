@@ -58,6 +58,10 @@ void seg_refs_dec(kvf_store *st, const uint32_t *addrs, uint32_t n);
 /* seg_refs_drop_locked - forget every reference into segid (its pages
  * moved); caller holds segtab.lock */
 void seg_refs_drop_locked(kvf_store *st, uint32_t segid);
+/* seg_pop_free_locked - the free segment of stripe s taken next, out of
+ * the free list (its kept mark cleared); SEG_NONE when none.  Caller
+ * holds segtab.lock. */
+uint32_t seg_pop_free_locked(kvf_store *st, uint32_t s);
 /* seg_bits_take - segment segid's live bitmap, zeroed */
 uint64_t *seg_bits_take(kvf_store *st, uint32_t segid);
 

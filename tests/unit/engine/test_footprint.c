@@ -172,10 +172,12 @@ Test(footprint, more_short_sequences_than_segments_between_syncs)
 	cr_assert(le(u64, s.segments_sealed, 8), "%u segments sealed for %llu bytes",
 		  s.segments_sealed, (unsigned long long)live);
 	/* the stripe file: at most 1.5 times the live data and 2 segments,
-	 * and the part-filled packs */
+	 * the 9 at the head of the free list that allocation counts on
+	 * (take_kept leaves them), and the part-filled packs; the 64 it took
+	 * were all still allocated before */
 	snprintf(path, sizeof(path), "%s/stripe-000.kvf", dir);
 	disk = disk_bytes(path);
-	cr_assert(le(u64, disk, live + live / 2 + 8 * MIB),
+	cr_assert(le(u64, disk, live + live / 2 + 16 * MIB),
 		  "%llu bytes of disk for %llu live", (unsigned long long)disk,
 		  (unsigned long long)live);
 	OK(kvf_close(st));
@@ -286,7 +288,11 @@ Test(footprint, a_small_cache_stays_small)
 	cr_assert(lt(u64, disk, 16 * MIB), "%llu bytes of disk for 4.5 MiB",
 		  (unsigned long long)disk);
 #ifndef __SANITIZE_ADDRESS__ /* ASan's shadow and red zones count too */
-	cr_assert(lt(u64, rss - rss0, 16 * MIB), "%llu bytes of memory for 4.5 MiB",
+	/* the cache's 4.5 MiB, the catalog's buffers and threads (4.7 MiB
+	 * at open), and the segment buffers of writes in flight: up to 8
+	 * MiB, as many as the writers were behind (measured 14.7 to 18.1
+	 * MiB in all; 16 failed about one run in six) */
+	cr_assert(lt(u64, rss - rss0, 20 * MIB), "%llu bytes of memory for 4.5 MiB",
 		  (unsigned long long)(rss - rss0));
 #else
 	(void)rss0;
