@@ -178,23 +178,32 @@ static int report(struct vctx *c)
 
 /* writer_ok - page key hi names seq or one of its ancestors (a fork
  * shares the pages its ancestors wrote).  An ancestor freed since breaks
- * the chain: then any writer is accepted. */
+ * the chain: then any writer is accepted.  So does one whose id names a
+ * sequence made after the child (the ancestor was freed and its id taken
+ * again, as a server reusing request ids or the prefix cache does), or
+ * of another family. */
 static int writer_ok(kvf_store *st, const struct seq *seq, uint64_t writer)
 {
-	uint64_t cur = seq->parent;
+	uint64_t cur = seq->parent, born = seq->create_seqno;
 
 	if (writer == seq->id)
 		return 1;
 	for (unsigned hops = 0; cur != SEQ_NO_PARENT && hops < ANCESTOR_HOPS;
 	     hops++) {
 		struct seq *p;
+		int same;
 
 		if (cur == writer)
 			return 1;
 		if ((p = seq_get(st, cur)) == NULL)
 			return 1;
-		cur = p->parent; /* fixed at creation: no lock */
+		/* fixed at creation: no lock */
+		same = p->family == seq->family && p->create_seqno < born;
+		born = p->create_seqno;
+		cur = p->parent;
 		seq_put(st, p);
+		if (!same)
+			return 1;
 	}
 	return 0;
 }

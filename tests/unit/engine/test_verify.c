@@ -105,6 +105,41 @@ Test(verify, verify_clean)
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }
 
+/* a fork chain 1 -> 2 -> 3 whose middle is freed and its id made again:
+ * 3's shared pages still name 1, and the new 2 is no ancestor of 3.  The
+ * walk up by id took it for one and called the pages damaged. */
+Test(verify, an_ancestor_id_taken_again_is_not_damage)
+{
+	kvf_options o = fx_options(32ull << 20, 1);
+	kvf_verify_report r;
+	struct found *f;
+	kvf_store *st;
+
+	OK(kvf_open(fx.path, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(fx_append(st, 1, 1, l, 0, G));
+	OK(kvf_seq_fork(st, 1, 2, G));
+	OK(kvf_seq_fork(st, 2, 3, G));
+	OK(kvf_sync(st));
+	OK(kvf_seq_free(st, 2));
+	OK(kvf_seq_create(st, 2));
+	OK(kvf_seq_fork(st, 3, 2 + 100, G)); /* a fork of the orphan, too */
+	OK(kvf_sync(st));
+	for (int reopen = 0; reopen < 2; reopen++) {
+		f = verify(st, &r);
+		cr_assert(eq(sz, f->n, 0), "%s", f->n ? f->msg[0] : "");
+		cr_assert(eq(u64, r.bad_pages, 0));
+		cr_assert(r.pages_checked > 0);
+		free(f);
+		for (uint32_t l = 0; l < LAYERS; l++)
+			fx_check_tokens(st, 102, 1, l, 0, G);
+		OK(kvf_close(st));
+		OK(kvf_open(fx.path, &o, &st));
+	}
+	OK(kvf_close(st));
+}
+
 Test(verify, verify_statuses)
 {
 	kvf_store *st = fx_make_inspected(fx.path);
