@@ -739,15 +739,18 @@ KVF_API kvf_status kvf_seq_export(kvf_store *st, uint64_t seq,
  * kvf_seq_import - make a sequence from a file of kvf_seq_export.  The
  * whole file is checked first (header, every chunk's checksum and size),
  * then the sequence is made and filled; a failure at any point leaves no
- * sequence behind.
+ * sequence behind.  On a store open read-only, the file and the id are
+ * checked all the same and KVF_ENOTSUP comes last: it means the import
+ * would be taken by the store opened for writing.
  * @seq: the id to give it; KVF_SEQ_NONE for the id it had when exported.
  * @out_seq: NULL, or receives the id used.
- * Return: KVF_OK; KVF_EEXIST (the id is taken); KVF_ECORRUPT (not an
- * export, or damaged: the message names the file, offset and check);
- * KVF_ENOTSUP (an export format other than this library's: version in
- * the message); KVF_EMISMATCH (the file's model shape differs from the
- * store's: the message names the field and both values); KVF_EIO;
- * KVF_ENOSPC; KVF_ENOMEM; KVF_EINVAL (NULL path); KVF_EFATAL.
+ * Return: KVF_OK; KVF_EEXIST (the id is taken); KVF_ENOENT (no such
+ * file); KVF_ECORRUPT (not an export, or damaged: the message names the
+ * file, offset and check); KVF_ENOTSUP (an export format other than this
+ * library's: version in the message; or a read-only store); KVF_EMISMATCH
+ * (the file's model shape differs from the store's: the message names
+ * the field and both values); KVF_EIO; KVF_ENOSPC; KVF_ENOMEM;
+ * KVF_EINVAL (NULL path); KVF_EFATAL.
  * Concurrency: any thread.
  */
 KVF_API kvf_status kvf_seq_import(kvf_store *st, const char *path,

@@ -1,7 +1,8 @@
 /*
  * kvtool_xport.c - `kvtool export DIR SEQ FILE` and `kvtool import DIR FILE
  * [SEQ]`: move one sequence between stores (kvf_seq_export,
- * kvf_seq_import).  export opens the store read-only; import opens it for
+ * kvf_seq_import).  export opens the store read-only; import checks the
+ * file and the id on the store opened read-only, then opens it for
  * writing with its stored settings.  No state, no locking.
  */
 #include <errno.h>
@@ -63,6 +64,16 @@ int cmd_import(const struct cmd *c, int argc, char **argv)
 		return usage_error(c, "unexpected argument '%s'", argv[4]);
 	if (argc == 4 && (parse_u64(argv[3], &seq) != 0 || seq == KVF_SEQ_NONE))
 		return usage_error(c, "SEQ '%s' is not a sequence id", argv[3]);
+	/* checked on the store opened read-only first, so that a refused
+	 * import leaves it as it was (a writable open and close is a
+	 * durable point of its own) */
+	if ((rc = store_open(c, argv[1], &st)) != EXIT_OK)
+		return rc;
+	if (kvf_seq_import(st, argv[2], seq, &got) != KVF_ENOTSUP ||
+	    strncmp(kvf_last_error(), "kvf_seq_import: the store ", 26) != 0)
+		return store_close(c, st, call_failed(c));
+	if ((rc = store_close(c, st, EXIT_OK)) != EXIT_OK)
+		return rc;
 	if ((rc = open_rw(c, argv[1], &st)) != EXIT_OK)
 		return rc;
 	if (kvf_seq_import(st, argv[2], seq, &got) != KVF_OK)

@@ -311,7 +311,7 @@ kvf_status kvf_seq_import(kvf_store *st, const char *path, uint64_t seq,
 	if (st == NULL || path == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: %s is NULL", call,
 				st ? "path" : "store");
-	if ((rc = store_writable(st, call)) != KVF_OK)
+	if ((rc = store_check(st, call)) != KVF_OK)
 		return rc;
 	if ((x.f = fopen(path, "rb")) == NULL)
 		return kvf_fail_errno(errno == ENOENT ? KVF_ENOENT : KVF_EIO, errno,
@@ -331,6 +331,11 @@ kvf_status kvf_seq_import(kvf_store *st, const char *path, uint64_t seq,
 		goto out;
 	}
 	seq_put(st, old); /* a cached prefix, which the creation drops */
+	/* a read-only store says so last: an import that answers
+	 * KVF_ENOTSUP there would be taken by a writable one (kvtool
+	 * import checks that before it opens the store for writing) */
+	if ((rc = store_writable(st, call)) != KVF_OK)
+		goto out;
 	x.apply = 1;
 	if ((rc = pass(&x)) != KVF_OK && x.apply) {
 		/* a plain free: a part-made import leaves no cached prefix;

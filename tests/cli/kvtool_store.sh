@@ -409,12 +409,18 @@ sed -i 's/^.*"layer"//' "$tmp/out"
 what="import: sequence 20 holds sequence 2's values"
 rc=0
 if [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/dump20"; then pass; else fail "differs"; fi
+digest "$tmp/p2" >"$tmp/p2.before"
 command_failed "sequence 20 exists already" import "$tmp/p2" "$tmp/seq2.kvx" 20
 command_failed "sequence 2 exists already" import "$tmp/p2" "$tmp/seq2.kvx"
 command_failed "holds f16 values; this store keeps f32" import "$tmp/f32" "$tmp/seq2.kvx" 5
 head -c 1000 "$tmp/seq2.kvx" >"$tmp/short.kvx"
 command_failed "inside a chunk" import "$tmp/p2" "$tmp/short.kvx" 21
 command_failed "is not a kvflash sequence export" import "$tmp/p2" "$MAKE_STORE" 21
+command_failed "No such file" import "$tmp/p2" "$tmp/none.kvx" 21
+digest "$tmp/p2" >"$tmp/p2.after"
+what="a refused import leaves every file of the store as it was"
+rc=0
+if cmp -s "$tmp/p2.before" "$tmp/p2.after"; then pass; else fail "$(diff "$tmp/p2.before" "$tmp/p2.after" | head -5)"; fi
 command_failed "sequence 99 does not exist" export "$P" 99 "$tmp/x.kvx"
 if [ ! -e "$tmp/x.kvx" ] && [ ! -e "$tmp/x.kvx.tmp" ]; then pass; else fail "a failed export left a file"; fi
 usage_error "kvtool: export: missing SEQ and FILE" export "$P"
