@@ -331,7 +331,8 @@ kvf_status kvf_media_flash_open(const struct kvf_media_config *cfg,
 		goto out_free;
 	if (fc.backing == KVF_FLASH_BACKING_IMAGE) {
 		describe(&lo, &fc, &img);
-		if ((rc = nand_image_attach(&mf->nand, fc.path, &img)) != KVF_OK)
+		if ((rc = nand_image_attach(&mf->nand, fc.path, &img,
+					    cfg->read_only != 0)) != KVF_OK)
 			goto out_nand;
 	}
 	mf->parts = kvf_calloc(mf->n_parts, sizeof(*mf->parts));

@@ -109,13 +109,17 @@ kvf_status nand_image_peek(const char *path, struct nand_image_desc *d,
  * nand_image_attach - open (creating when absent or empty) the image at
  * path for n, built by nand_init with backing IMAGE and the geometry of
  * d; load erase counts, write pointers, hashes and the scan results.
- * The file is locked (flock) while attached.
+ * The file is locked (flock) while attached.  read_only: opened for
+ * reading and locked shared, never created nor written: what the load
+ * would mend (a torn slot) is mended in memory only, and the detach
+ * syncs nothing, so the file stays as it was.
  * Return: KVF_OK; KVF_EMISMATCH (the image holds another device);
- * KVF_ECORRUPT; KVF_EVERSION; KVF_EBUSY (attached elsewhere); KVF_EIO;
- * KVF_ENOMEM.  On failure n->img is NULL.
+ * KVF_ECORRUPT; KVF_EVERSION; KVF_EBUSY (attached elsewhere, or for
+ * writing); KVF_EIO (read_only and no image); KVF_ENOMEM.  On failure
+ * n->img is NULL.
  */
 kvf_status nand_image_attach(struct nand *n, const char *path,
-			     const struct nand_image_desc *d);
+			     const struct nand_image_desc *d, int read_only);
 /* nand_image_detach - sync (unless the power is cut) and close. */
 void nand_image_detach(struct nand *n);
 

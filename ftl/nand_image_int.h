@@ -142,6 +142,7 @@ static_assert(sizeof(struct img_trim) == TRIM_BYTES, "trim layout");
 
 struct nand_image {
 	int fd;                 /* the image, flocked */
+	int read_only;          /* writes and syncs are left out */
 	char *path;             /* for messages */
 	uint64_t id;            /* image id (checksum seed) */
 	uint64_t lpn_per_part;  /* logical pages of a partition */

@@ -330,12 +330,16 @@ static kvf_status open_image(struct nand_image *im, struct nand *n,
 	struct stat sb;
 	kvf_status rc;
 
-	im->fd = kvf_sysio->open(im->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	im->fd = kvf_sysio->open(im->path,
+				 im->read_only ? O_RDONLY | O_CLOEXEC
+					       : O_RDWR | O_CREAT | O_CLOEXEC,
+				 0644);
 	if (im->fd < 0)
 		return kvf_fail_errno(KVF_EIO, errno,
 				      "kvf_media_open: flash: cannot open image %s",
 				      im->path);
-	if (kvf_sysio->flock(im->fd, LOCK_EX | LOCK_NB) != 0)
+	/* readers share the image; a writer has it alone */
+	if (kvf_sysio->flock(im->fd, (im->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
 		return kvf_fail_errno(KVF_EBUSY, errno,
 				      "kvf_media_open: flash: image %s is in use",
 				      im->path);
@@ -343,6 +347,10 @@ static kvf_status open_image(struct nand_image *im, struct nand *n,
 		return kvf_fail_errno(KVF_EIO, errno,
 				      "kvf_media_open: flash: stat of image %s",
 				      im->path);
+	if (sb.st_size == 0 && im->read_only)
+		return kvf_fail(KVF_EIO,
+				"kvf_media_open: flash: image %s is empty, and a read-only open makes none",
+				im->path);
 	if (sb.st_size == 0) {
 		im->st.created = 1;
 		if ((rc = create(im, n, d)) != KVF_OK)
@@ -386,7 +394,7 @@ static uint64_t now_ns(void)
 }
 
 kvf_status nand_image_attach(struct nand *n, const char *path,
-			     const struct nand_image_desc *d)
+			     const struct nand_image_desc *d, int read_only)
 {
 	struct nand_image *im = kvf_calloc(1, sizeof(*im));
 	uint64_t t0 = now_ns();
@@ -397,6 +405,7 @@ kvf_status nand_image_attach(struct nand *n, const char *path,
 	if (im == NULL)
 		return kvf_fail(KVF_ENOMEM, "kvf_media_open: flash: out of memory");
 	im->fd = -1;
+	im->read_only = read_only;
 	im->lpn_per_part = d->lpn_per_part;
 	layout(im, n);
 	im->path = kvf_strdup(path);
@@ -436,7 +445,7 @@ void nand_image_detach(struct nand *n)
 {
 	if (n->img == NULL)
 		return;
-	if (!n->powered_off)
+	if (!n->powered_off && !n->img->read_only)
 		(void)nand_image_sync(n); /* a clean shutdown flushes */
 	image_free(n->img);
 	n->img = NULL;

@@ -92,6 +92,59 @@ Test(flash_store, runs_on_the_emulator)
 }
 
 /* Power cut at each of several points in a run of appends after a sync. */
+/* file_bytes - the whole of path, malloc'ed; *n its size */
+static unsigned char *file_bytes(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *b;
+	struct stat sb;
+
+	cr_assert_not_null(f);
+	cr_assert(eq(int, fstat(fileno(f), &sb), 0));
+	*n = (size_t)sb.st_size;
+	b = malloc(*n ? *n : 1);
+	cr_assert(eq(sz, fread(b, 1, *n, f), *n));
+	fclose(f);
+	return b;
+}
+
+/* read-only handles share the image and never write it (a read-only open
+ * used to rewrite a sync slot at close, needed write permission, and
+ * locked the image against a second reader) */
+Test(flash_store, read_only_opens_share_the_image_and_leave_it_as_it_was)
+{
+	kvf_options o = flash_opts(), ro;
+	kvf_store *st = NULL, *a = NULL, *b = NULL;
+	unsigned char *before, *after;
+	size_t n0, n1;
+	char img[4200];
+
+	OK(kvf_open(fx.path, &o, &st));
+	OK(kvf_seq_create(st, 1));
+	OK(append(st, 1, 0, 100));
+	OK(kvf_close(st));
+	snprintf(img, sizeof(img), "%s/flash.img", fx.path);
+	before = file_bytes(img, &n0);
+	kvf_options_init(&ro, NULL);
+	ro.read_only = 1;
+	OK(kvf_open(fx.path, &ro, &a));
+	cr_assert(eq(int, kvf_open(fx.path, &ro, &b), KVF_OK), "%s", kvf_last_error());
+	check(a, 1, 100);
+	check(b, 1, 100);
+	OK(kvf_close(b));
+	/* a writer waits for the readers to go */
+	cr_assert(eq(int, kvf_open(fx.path, &o, &st), KVF_EBUSY));
+	OK(kvf_close(a));
+	after = file_bytes(img, &n1);
+	cr_assert(eq(sz, n1, n0));
+	cr_assert(eq(int, memcmp(before, after, n0), 0), "a read-only open changed flash.img");
+	free(before);
+	free(after);
+	OK(kvf_open(fx.path, &o, &st));
+	check(st, 1, 100);
+	OK(kvf_close(st));
+}
+
 Test(flash_store, power_cut_keeps_the_synced_state)
 {
 	kvf_options o = flash_opts();
