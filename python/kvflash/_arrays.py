@@ -93,17 +93,26 @@ def dtype_str(x):
     return str(x.dtype)
 
 
+def _broadcast(strides, shape):
+    """Whether a dimension of more than one entry has stride 0 (a
+    broadcast view: expand, broadcast_to), which the library would read
+    as dense rows past the end of the data."""
+    return any(s == 0 and n > 1 for s, n in zip(strides, shape))
+
+
 def host(x):
-    """x as a CPU tensor/array whose last dimension is contiguous (and
-    whose strides are non-negative); x itself when it already is."""
+    """x as a CPU tensor/array whose last dimension is contiguous, whose
+    strides are non-negative and none of them 0 over more than one entry
+    (a broadcast is copied out); x itself when it already is."""
     if is_torch(x):
         if x.device.type != "cpu":
             x = x.cpu()
-        if x.dim() and x.stride(-1) != 1 and x.shape[-1] > 1:
+        if (x.dim() and x.stride(-1) != 1 and x.shape[-1] > 1) or \
+                _broadcast(x.stride(), x.shape):
             x = x.contiguous()
         return x
     if (x.ndim and x.strides[-1] != x.itemsize and x.shape[-1] > 1) or \
-            any(s < 0 for s in x.strides):
+            any(s < 0 for s in x.strides) or _broadcast(x.strides, x.shape):
         x = np.ascontiguousarray(x)
     return x
 

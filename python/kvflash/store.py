@@ -14,7 +14,8 @@ from . import _lib
 from ._check import check, _u64
 from ._reuse import ReuseCalls, _evict_policy
 from ._lib import lib
-from .errors import (Closed, InvalidArgument, ECLOSED, EINVAL)
+from .errors import (Closed, InvalidArgument, OutOfRange, ECLOSED, EINVAL,
+                     ERANGE)
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
           "flash": _lib.MEDIA_FLASH}
@@ -321,6 +322,13 @@ class Store(ReuseCalls):
         call = "append"
         st = self._h(call)
         at = _lib.POS_ANY if pos is None else _u64(pos, call, "pos")
+        if pos is not None and at == _lib.POS_ANY:
+            # the library reads 2^64 - 1 as "wherever the layer ends"; as
+            # a stated position no layer holds it
+            n = self.seq_len(seq, layer)
+            raise OutOfRange(ERANGE, "%s: layer %d of sequence %d holds %d "
+                             "tokens, not the position %d the append expects"
+                             % (call, layer, seq, n, at))
         tk, kx = self._view(call, "k", k, self.n_kv_heads)
         tv, vx = self._view(call, "v", v, self.n_kv_heads)
         if tk.n_tokens != tv.n_tokens:

@@ -51,6 +51,25 @@ def test_strided_slices(make_store):
             torch.equal(rv[n + 5:], k3[:, h])
 
 
+def test_broadcast_inputs_are_copied_out(make_store):
+    """A stride of 0 (torch expand, numpy broadcast_to) is no dense row:
+    the library took it for one and read past the data (garbage stored,
+    or a crash for a large one)."""
+    st = make_store(media="memory")
+    st.seq_create(1)
+    row = torch.randn(1, 1, 64).half()
+    k = row.expand(5, 2, 64)                       # over tokens and heads
+    v = torch.randn(5, 1, 64).half().expand(5, 2, 64)   # over heads
+    assert k.stride()[0] == 0 and v.stride()[1] == 0
+    st.append(1, 0, k, v)
+    kn = np.broadcast_to(row.numpy(), (3, 2, 64))
+    st.append(1, 0, kn, kn)
+    for h in range(2):
+        rk, rv = st.read(1, 0, h)
+        assert torch.equal(rk, row[0, 0].expand(8, 64))
+        assert torch.equal(rv[:5], v[:, h])
+
+
 def test_numpy_f16_strided_and_bf16_bits(make_store):
     st = make_store(dtype="f16", media="memory")
     st.seq_create(1)

@@ -54,6 +54,10 @@ def test_position_refused(make_store):
         st.append(1, 0, kv, kv, pos=2)
     with pytest.raises(kvflash.InvalidArgument, match="pos"):
         st.append(1, 0, kv, kv, pos=-1)
+    # the library's "anywhere" (KVF_POS_ANY), given as a position: no
+    # layer holds it
+    with pytest.raises(kvflash.OutOfRange, match="holds 3 tokens"):
+        st.append(1, 0, kv, kv, pos=2**64 - 1)
     assert st.seq_len(1, 0) == 3
     st.append(1, 0, kv, kv)                          # pos=None: anywhere
     assert st.seq_len(1, 0) == 6
