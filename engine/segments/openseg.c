@@ -241,17 +241,17 @@ kvf_status openseg_adopt(kvf_store *st, struct seq *seq, uint32_t stripe,
 	struct prof_mark m;
 	unsigned char *dst;
 	uint64_t h;
-	kvf_status rc = openseg_slot(st, seq, stripe, &dst);
+	kvf_status rc;
 
-	if (rc != KVF_OK)
+	if (!tier_may_place(st)) {
+		/* a copy; the page goes back once the segment holds it */
+		rc = openseg_place(st, seq, stripe, page, key, replaces, out);
+		if (out->addr != ADDR_NONE)
+			tier_page_give(st, page);
 		return rc;
-	if (!tier_may_place(st)) { /* a copy, and the page goes back */
-		m = prof_begin(&st->prof);
-		memcpy(dst, page, st->hdr.page_size);
-		prof_end(&st->prof, PROF_COPY, m);
-		tier_page_give(st, page);
-		return openseg_fill(st, seq, stripe, key, replaces, out);
 	}
+	if ((rc = openseg_slot(st, seq, stripe, &dst)) != KVF_OK)
+		return rc;
 	m = prof_begin(&st->prof);
 	h = page_hash(page, st->hdr.page_size);
 	prof_end(&st->prof, PROF_HASH, m);
