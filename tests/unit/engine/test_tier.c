@@ -627,6 +627,37 @@ Test(tier, full_cache_recycles_its_memory)
 	free((void *)p);
 }
 
+/* a decode loop that nobody reads keeps a small cache: the memory of its
+ * written pages goes to the pages that wait next, where it grew the
+ * cache by every page written (each one fresh memory, faulted in) up to
+ * the budget; once read, the cache grows again */
+Test(tier, a_written_only_decode_loop_reuses_its_memory)
+{
+	kvf_options o = tier_opts(256ull << 20);
+	float q[QH * DIM], out[QH * DIM];
+	uint64_t rng = rng_seed("tier written only");
+	kvf_stats s, r;
+	kvf_store *st;
+
+	o.capacity_bytes = 160ull << 20;
+	OK(kvf_open(tmp_path(fx.dir, "s"), &o, &st));
+	OK(kvf_seq_create(st, 1));
+	for (uint32_t t = 0; t < 64 * 1024; t++) /* 64 MiB, a token a call */
+		OK(put_known(st, 1, t, 1));
+	OK(kvf_sync(st));
+	s = stats_of(st);
+	cr_assert(s.writeback_runs >= (8 * 2048 / WB_RUN));
+	cr_assert(s.dram_peak < (40ull << 20),
+		  "a loop nobody read took %" PRIu64 " bytes", s.dram_peak);
+	/* read, the cache takes what it reads (a layer: 32 MiB) */
+	query(&rng, q);
+	attend(st, 1, 0, q, out, 0);
+	r = stats_of(st);
+	cr_assert(r.cache_bytes > (24ull << 20), "%" PRIu64, r.cache_bytes);
+	check_known(st, 1, 64 * 1024);
+	OK(kvf_close(st));
+}
+
 /* kvf_options.profile: refused past 1; off, the stage times stay 0; on,
  * an append and a sync are timed stage by stage */
 Test(tier, stage_profile)
