@@ -1558,7 +1558,8 @@ KVF_API kvf_status kvf_opt_open(kvf_store *st, const char *name,
  * @params_out: NULL, or [n_params] in cfg.out_dtype.
  * Return: KVF_OK; KVF_EINVAL (NULL, wrong length, unsorted or repeated
  * index, bad dtype); KVF_ECLOSED (its store was closed); KVF_ERANGE
- * (index past n_params, non-finite gradient); KVF_ENOSPC (no room for a new generation of the state, even
+ * (index past n_params, non-finite gradient, or one grad_scale takes past
+ * the fp32 range); KVF_ENOTSUP (read-only store); KVF_ENOSPC (no room for a new generation of the state, even
  * after cleaning: nothing changed); KVF_ECORRUPT, KVF_EIO (state
  * unreadable: the state stays at the previous step, but params_out may
  * hold part of this step's output); KVF_EFATAL.
@@ -1580,7 +1581,10 @@ KVF_API kvf_status kvf_opt_step(kvf_opt *opt, const kvf_grad *grad,
  * @cfg: filled with kvf_opt_config_init; kind and out_dtype must be the
  *        optimizer's; checked as kvf_opt_create checks it.
  * Return: as kvf_opt_step; KVF_EINVAL also for a hyper-parameter torch
- * refuses (the message names it), another kind or out_dtype; KVF_EVERSION.
+ * refuses (the message names it), another kind or out_dtype, or an SGD
+ * momentum turned on or off (0 against != 0 at kvf_opt_create: the state
+ * holds a momentum buffer only when created with one; any other
+ * momentum may be scheduled); KVF_EVERSION.
  * Concurrency: as kvf_opt_step.
  */
 KVF_API kvf_status kvf_opt_step_config(kvf_opt *opt, const kvf_opt_config *cfg,

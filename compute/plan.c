@@ -74,10 +74,16 @@ static kvf_status model_check(const char *call, const kvf_model *m)
 {
 	if (m == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: model is NULL", call);
-	if (m->n_q_heads == 0 || m->n_kv_heads == 0 || m->head_dim == 0)
+	if (m->n_layers == 0 || m->n_q_heads == 0 || m->n_kv_heads == 0 ||
+	    m->head_dim == 0)
 		return kvf_fail(KVF_EINVAL,
-				"%s: model has %u query heads, %u kv heads, head_dim %u (each must be > 0)",
-				call, m->n_q_heads, m->n_kv_heads, m->head_dim);
+				"%s: model has %u layers, %u query heads, %u kv heads, head_dim %u (each must be > 0)",
+				call, m->n_layers, m->n_q_heads, m->n_kv_heads,
+				m->head_dim);
+	if (m->head_dim > KVF_HEAD_DIM_MAX)
+		return kvf_fail(KVF_EINVAL,
+				"%s: model.head_dim %u out of range (1..%u)",
+				call, m->head_dim, KVF_HEAD_DIM_MAX);
 	if (m->n_q_heads % m->n_kv_heads)
 		return kvf_fail(KVF_EINVAL,
 				"%s: model's %u query heads are not a multiple of its %u kv heads",
@@ -88,17 +94,33 @@ static kvf_status model_check(const char *call, const kvf_model *m)
 	return KVF_OK;
 }
 
-/* common_check - the profile, the rates named in need (a NULL-ended list
+/* profile_take - the caller's profile into *q, the fields past its
+ * struct_size zero (an older caller's struct holds fewer rates: a rate it
+ * lacks is then refused as 0, never read from past its end) */
+static kvf_status profile_take(const char *call, const kvf_profile *p,
+			       kvf_profile *q)
+{
+	kvf_status rc;
+	size_t sz;
+
+	if ((rc = kvf_struct_check(call, "profile", p, sizeof(*p))) != KVF_OK)
+		return rc;
+	memcpy(&sz, p, sizeof(sz));
+	memset(q, 0, sizeof(*q));
+	memcpy(q, p, sz < sizeof(*q) ? sz : sizeof(*q));
+	q->struct_size = sizeof(*q);
+	return KVF_OK;
+}
+
+/* common_check - the rates named in need (a NULL-ended list
  * of field names, in the order of vals), the model and the output size */
-static kvf_status common_check(const char *call, const kvf_profile *p,
-			       const kvf_model *m, const void *out,
+static kvf_status common_check(const char *call, const kvf_model *m,
+			       const void *out,
 			       size_t out_size, const char *const *need,
 			       const double *vals)
 {
 	kvf_status rc;
 
-	if ((rc = kvf_struct_check(call, "profile", p, sizeof(*p))) != KVF_OK)
-		return rc;
 	if ((rc = model_check(call, m)) != KVF_OK)
 		return rc;
 	if (out == NULL)
@@ -156,19 +178,21 @@ kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 					     "read_cold_bytes_per_s",
 					     "read_x_bytes_per_s", NULL };
 	struct kvc_kvpr_costs c;
+	kvf_profile q;
 	struct shape sh;
 	double lat;
 	uint64_t l;
 	kvf_status rc;
 
-	if (p == NULL)
-		return kvf_fail(KVF_EINVAL, "kvf_plan_kvpr: profile is NULL");
+	if ((rc = profile_take("kvf_plan_kvpr", p, &q)) != KVF_OK)
+		return rc;
+	p = &q;
 	{
 		double vals[] = { p->caller_flops, p->link_bytes_per_s,
 				  p->read_cold_bytes_per_s,
 				  p->read_x_bytes_per_s };
 
-		if ((rc = common_check("kvf_plan_kvpr", p, m, out,
+		if ((rc = common_check("kvf_plan_kvpr", m, out,
 				       sizeof(*out), need, vals)) != KVF_OK ||
 		    (rc = latency_check("kvf_plan_kvpr", p)) != KVF_OK)
 			return rc;
@@ -201,18 +225,20 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 	static const char *const need[] = {
 		"caller_flops", "link_bytes_per_s", "read_cold_bytes_per_s",
 		"store_flops", NULL };
+	kvf_profile q;
 	struct shape sh;
 	double cs, cc, amax, alpha, lat, s = (double)n_tokens;
 	uint64_t xt;
 	kvf_status rc;
 
-	if (p == NULL)
-		return kvf_fail(KVF_EINVAL, "kvf_plan_xcache: profile is NULL");
+	if ((rc = profile_take("kvf_plan_xcache", p, &q)) != KVF_OK)
+		return rc;
+	p = &q;
 	{
 		double vals[] = { p->caller_flops, p->link_bytes_per_s,
 				  p->read_cold_bytes_per_s, p->store_flops };
 
-		if ((rc = common_check("kvf_plan_xcache", p, m, out,
+		if ((rc = common_check("kvf_plan_xcache", m, out,
 				       sizeof(*out), need, vals)) != KVF_OK ||
 		    (rc = latency_check("kvf_plan_xcache", p)) != KVF_OK)
 			return rc;
@@ -252,15 +278,17 @@ kvf_status kvf_plan_beta(const kvf_profile *p, const kvf_model *m,
 {
 	static const char *const need[] = { "caller_flops",
 					     "attend_tokens_per_s", NULL };
+	kvf_profile q;
 	double f_s;
 	kvf_status rc;
 
-	if (p == NULL)
-		return kvf_fail(KVF_EINVAL, "kvf_plan_beta: profile is NULL");
+	if ((rc = profile_take("kvf_plan_beta", p, &q)) != KVF_OK)
+		return rc;
+	p = &q;
 	{
 		double vals[] = { p->caller_flops, p->attend_tokens_per_s };
 
-		if ((rc = common_check("kvf_plan_beta", p, m, beta, 0, need,
+		if ((rc = common_check("kvf_plan_beta", m, beta, 0, need,
 				       vals)) != KVF_OK)
 			return rc;
 	}

@@ -79,7 +79,7 @@ static kvf_status check_model(const kvf_options *o)
 		if (g.tokens == 0 ||
 		    (uint64_t)g.pages * o->page_size >= (uint64_t)g.tokens * row)
 			return kvf_fail(KVF_EINVAL,
-					"kvf_options.codec %s cannot store head_dim %u in %s smaller: a group of %u tokens takes %u pages of %u bytes, plain rows %llu bytes",
+					"kvf_open: kvf_options.codec %s cannot store head_dim %u in %s smaller: a group of %u tokens takes %u pages of %u bytes, plain rows %llu bytes",
 					kvf_codec_name((kvf_codec)o->codec),
 					m->head_dim, kvf_dtype_name(m->dtype),
 					g.tokens, g.pages, o->page_size,
@@ -279,6 +279,19 @@ kvf_status store_take_options(const kvf_options *in, kvf_options *o)
 		return rc;
 	memcpy(o, in, in->struct_size < sizeof(*o) ? in->struct_size : sizeof(*o));
 	o->struct_size = sizeof(*o);
+	/* zero in a field means its default (kvflash.h's conventions); the
+	 * fields whose 0 is documented as a setting of its own (dram_budget,
+	 * admit_tokens, prefix_cache_bytes, n_threads, ...) keep it */
+	if (o->page_size == 0)
+		o->page_size = KVF_DEFAULT_PAGE_SIZE;
+	if (o->segment_size == 0)
+		o->segment_size = KVF_DEFAULT_SEGMENT_SIZE;
+	if (o->capacity_bytes == 0)
+		o->capacity_bytes = KVF_DEFAULT_CAPACITY;
+	if (o->evict_high == 0)
+		o->evict_high = KVF_DEFAULT_EVICT_HIGH;
+	if (o->evict_low == 0)
+		o->evict_low = KVF_DEFAULT_EVICT_LOW;
 	return check_options(o);
 }
 

@@ -294,12 +294,12 @@ static kvf_status evict_locked(kvf_store *st, struct seq *seq, uint32_t l0,
 		seq->vbar_changes++; /* its "V" record was deleted */
 	if (seq->prefix && seq->prefix->n_tokens > first)
 		prefix_truncate(st, seq, first);
-	if (dropped)
-		*dropped = total * st->group_tokens;
 	goto out;
 undo:
 	dropmark_restore(st, seq, &marks); /* the marks as they were */
 out:
+	if (rc == KVF_OK && dropped) /* written only on success */
+		*dropped = total * st->group_tokens;
 	for (uint32_t l = 0; l < nl; l++)
 		kvf_free(plans[l].g);
 	kvf_free(plans);
@@ -316,8 +316,6 @@ kvf_status kvf_h2o_evict(kvf_store *st, uint64_t id, uint32_t layer,
 	struct seq *seq;
 	kvf_status rc;
 
-	if (dropped)
-		*dropped = 0;
 	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
 	if (layer != KVF_LAYER_ALL && layer >= st->hdr.n_layers)

@@ -10,6 +10,7 @@
  * Locking: dur.lock, world shared, then the sequence lock, held for the
  * whole step (engine/optim/optim_int.h).
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -159,6 +160,12 @@ static kvf_status check_grad(kvf_opt *o, const char *call,
 	if (cfg->max_grad_norm > 0)
 		*scale *= kvc_optim_clip_coef(sqrt(sumsq) * *scale,
 					      cfg->max_grad_norm);
+	/* the kernels scale each value in fp32: a finite gradient that
+	 * grad_scale takes past FLT_MAX would step by an infinity */
+	if (sqrt(sumsq) * *scale > FLT_MAX)
+		return kvf_fail(KVF_ERANGE,
+				"%s: the gradient times grad_scale %g overflows fp32 (norm %g); nothing changed",
+				call, (double)cfg->grad_scale, sqrt(sumsq));
 	return KVF_OK;
 }
 
@@ -488,5 +495,11 @@ kvf_status kvf_opt_step_config(kvf_opt *o, const kvf_opt_config *cfg,
 				"%s: cfg.out_dtype %s is not the %s optimizer '%s' writes",
 				call, kvf_dtype_name(c.out_dtype),
 				kvf_dtype_name(o->cfg.out_dtype), o->name);
+	/* SGD keeps a momentum buffer only when made with momentum */
+	if (kvc_optim_states(&c) != o->states)
+		return kvf_fail(KVF_EINVAL,
+				"%s: cfg.momentum %g, but optimizer '%s' was created with momentum %g: a schedule may change momentum, not turn it on or off (the state holds a momentum buffer only when created with momentum != 0)",
+				call, (double)c.momentum, o->name,
+				(double)o->cfg.momentum);
 	return opt_step(o, call, &c, g, params_out);
 }

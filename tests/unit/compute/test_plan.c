@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "api/status.h"
@@ -270,6 +271,20 @@ Test(plan_refusals, arguments_refused)
 	m = mha;
 	m.dtype = (kvf_dtype)9;
 	refused(kvf_plan_kvpr(&p, &m, 1, 1, &k), "dtype 9", &k, &k0, sizeof(k));
+	m = mha;
+	m.head_dim = 2000;
+	refused(kvf_plan_xcache(&p, &m, 1, 1, &(kvf_xcache_plan){ .struct_size = sizeof(kvf_xcache_plan) }),
+		"model.head_dim 2000 out of range (1..1024)", &k, &k0, sizeof(k));
+	m = mha;
+	m.n_layers = 0;
+	refused(kvf_plan_beta(&p, &m, &beta, NULL), "0 layers", &beta, &b0, sizeof(beta));
+	/* an older caller's profile, which ends before read_cold: its rates
+	 * past the end are 0 to the planners, never read */
+	p.struct_size = offsetof(kvf_profile, read_cold_bytes_per_s);
+	refused(kvf_plan_kvpr(&p, &mha, 1, 1, &k), "read_cold_bytes_per_s 0", &k, &k0, sizeof(k));
+	p.struct_size = offsetof(kvf_profile, link_bytes_per_s);
+	refused(kvf_plan_beta(&p, &mha, &beta, NULL), "attend_tokens_per_s 0", &beta, &b0, sizeof(beta));
+	p.struct_size = sizeof(p);
 	k.struct_size = 8;
 	k0 = k;
 	refused(kvf_plan_kvpr(&p, &mha, 1, 1, &k), "struct_size 8", &k, &k0, sizeof(k));

@@ -487,7 +487,7 @@ Test(codec_store, option_refused_before_anything_is_made)
 		   "an unknown codec");
 	/* INT8 of head_dim 1: a scale a token costs more than the code saves */
 	o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, 1);
-	fx_refused(p, &o, KVF_EINVAL, "kvf_options.codec int8", "head_dim 1",
+	fx_refused(p, &o, KVF_EINVAL, "kvf_open: kvf_options.codec int8", "head_dim 1",
 		   "a head the codec cannot make smaller");
 	o = codec_opts(KVF_CODEC_INT8, KVF_DTYPE_F16, 2);
 	fx_refused(p, &o, KVF_EINVAL, "kvf_options.codec int8", "head_dim 2",

@@ -97,9 +97,13 @@ Test(evict, options_out_of_range_refused)
 	o.evict_low = 0.5f;
 	o.evict_high = 1.5f;
 	fx_refused(fx.path, &o, KVF_EINVAL, "evict_high", "0 < low < high <= 1", "high > 1");
-	o.evict_high = 0.9f;
+	/* zero is the default (0.80), here above high */
+	o.evict_high = 0.7f;
 	o.evict_low = 0;
-	fx_refused(fx.path, &o, KVF_EINVAL, "evict_low", "0 < low", "low 0");
+	fx_refused(fx.path, &o, KVF_EINVAL, "evict_low 0.8", "0 < low", "low 0");
+	o.evict_high = -0.5f;
+	o.evict_low = 0.3f;
+	fx_refused(fx.path, &o, KVF_EINVAL, "evict_high -0.5", "0 < low", "high < 0");
 }
 
 Test(evict, defaults_and_reopen_with_another_policy)

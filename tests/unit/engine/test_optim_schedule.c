@@ -179,3 +179,73 @@ Test(optim_schedule, refusals)
 	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
 	OK(kvf_opt_close(opt));
 }
+
+/* SGD's momentum buffer exists only when the optimizer was made with
+ * momentum: a schedule that turns momentum on or off is refused and
+ * changes nothing (turning it on was a NULL buffer in the kernel) */
+Test(optim_schedule, momentum_turned_on_or_off_refused)
+{
+	static float g[NP], before[NP], after[NP];
+	kvf_opt_config plain, with, c;
+	kvf_store *st = open_store(1);
+	kvf_opt *a = NULL, *b = NULL;
+	kvf_grad grad = { KVF_DTYPE_F32, g, NULL, NP };
+	uint64_t steps, n;
+
+	fx.st = st;
+	kvf_opt_config_init(&plain, KVF_OPT_SGD);
+	plain.lr = 0.1f;
+	with = plain;
+	with.momentum = 0.9f;
+	OK(kvf_opt_create(st, "plain", NP, &plain, NULL, &a));
+	OK(kvf_opt_create(st, "with", NP, &with, NULL, &b));
+	grad_of(g, 1);
+	OK(kvf_opt_read(a, 0, NP, before));
+	c = plain;
+	c.momentum = 0.9f;
+	cr_assert(eq(int, kvf_opt_step_config(a, &c, &grad, NULL), KVF_EINVAL));
+	fx_has("kvf_opt_step_config: cfg.momentum 0.9, but optimizer 'plain' was created with momentum 0");
+	c = with;
+	c.momentum = 0;
+	cr_assert(eq(int, kvf_opt_step_config(b, &c, &grad, NULL), KVF_EINVAL));
+	fx_has("optimizer 'with' was created with momentum 0.9");
+	OK(kvf_opt_steps(a, &steps, &n));
+	cr_assert(eq(u64, steps, 0));
+	OK(kvf_opt_read(a, 0, NP, after));
+	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	/* another momentum than the one made with is a schedule */
+	c = with;
+	c.momentum = 0.5f;
+	OK(kvf_opt_step_config(b, &c, &grad, NULL));
+	OK(kvf_opt_close(a));
+	OK(kvf_opt_close(b));
+}
+
+/* a finite gradient that grad_scale takes past the fp32 range is refused
+ * as a non-finite one is, and changes nothing */
+Test(optim_schedule, a_gradient_grad_scale_overflows_refused)
+{
+	static float g[NP], before[NP], after[NP];
+	kvf_opt_config c;
+	kvf_store *st = open_store(1);
+	kvf_opt *opt = NULL;
+	kvf_grad grad = { KVF_DTYPE_F32, g, NULL, NP };
+	uint64_t steps, n;
+
+	fx.st = st;
+	kvf_opt_config_init(&c, KVF_OPT_ADAM);
+	OK(kvf_opt_create(st, "s", NP, &c, NULL, &opt));
+	OK(kvf_opt_read(opt, 0, NP, before));
+	grad_of(g, 1);
+	g[17] = 3e38f;
+	c.grad_scale = 10.0f;
+	cr_assert(eq(int, kvf_opt_step_config(opt, &c, &grad, NULL), KVF_ERANGE));
+	fx_has("the gradient times grad_scale 10 overflows fp32");
+	OK(kvf_opt_steps(opt, &steps, &n));
+	cr_assert(eq(u64, steps, 0));
+	OK(kvf_opt_read(opt, 0, NP, after));
+	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	c.grad_scale = 1.0f; /* unscaled it fits */
+	OK(kvf_opt_step_config(opt, &c, &grad, NULL));
+	OK(kvf_opt_close(opt));
+}

@@ -102,11 +102,6 @@ static void head_dim_odd(kvf_options *o)
 	o->model.head_dim = 1025; /* one past KVF_HEAD_DIM_MAX */
 }
 
-static void seg_0(kvf_options *o)
-{
-	o->segment_size = 0;
-}
-
 static void seg_unaligned(kvf_options *o)
 {
 	o->segment_size = 64 * 1024 + 512;
@@ -157,11 +152,6 @@ static void capacity_small(kvf_options *o)
 	o->capacity_bytes = 2 * 64 * 1024;
 }
 
-static void capacity_0(kvf_options *o)
-{
-	o->capacity_bytes = 0;
-}
-
 static void capacity_huge(kvf_options *o)
 {
 	o->capacity_bytes = 1ull << 50;
@@ -192,8 +182,6 @@ static const struct bad_option bad_options[] = {
 	  "model.head_dim 4096 out of range (1..1024)" },
 	{ "head_dim 1025", head_dim_odd, KVF_EINVAL,
 	  "model.head_dim 1025 out of range (1..1024)" },
-	{ "segment_size 0", seg_0, KVF_EINVAL,
-	  "segment_size 0 must be 4 to 65536 pages of 4096 bytes" },
 	{ "segment_size unaligned", seg_unaligned, KVF_EINVAL,
 	  "segment_size 66048 must be" },
 	{ "segment_size 3 pages", seg_small, KVF_EINVAL,
@@ -212,11 +200,30 @@ static const struct bad_option bad_options[] = {
 	  "device_paths NULL with n_device_paths 2 for 2 stripes" },
 	{ "capacity 2 segments", capacity_small, KVF_EINVAL,
 	  "capacity_bytes 131072 holds fewer than 2 segments of 65536 bytes per stripe" },
-	{ "capacity 0", capacity_0, KVF_EINVAL,
-	  "capacity_bytes 0 holds fewer than 2 segments" },
 	{ "capacity 1 PiB", capacity_huge, KVF_EINVAL,
 	  "capacity_bytes 1125899906842624 is too many segments of 65536 bytes" },
 };
+
+/* zero in a field means its default (kvflash.h's conventions) */
+Test(options, zero_fields_take_their_defaults)
+{
+	kvf_options o = fx_filled_opts();
+	kvf_store_info info = { .struct_size = sizeof(info) };
+	kvf_store *st;
+
+	o.page_size = 0;
+	o.segment_size = 0;
+	o.capacity_bytes = 0;
+	o.evict_policy = KVF_EVICT_LRU;
+	o.evict_high = 0;
+	o.evict_low = 0;
+	OK(kvf_open(tmp_path(fx.dir, "zeros"), &o, &st));
+	OK(kvf_store_info_get(st, &info));
+	cr_assert(eq(u32, info.page_size, 4096));
+	cr_assert(eq(u64, info.segment_size, 1u << 20));
+	cr_assert(eq(u64, info.capacity_bytes, 4ull << 30));
+	OK(kvf_close(st));
+}
 
 Test(options, create_bad_options)
 {
