@@ -749,8 +749,10 @@ KVF_API kvf_status kvf_seq_export(kvf_store *st, uint64_t seq,
  * file, offset and check); KVF_ENOTSUP (an export format other than this
  * library's: version in the message; or a read-only store); KVF_EMISMATCH
  * (the file's model shape differs from the store's: the message names
- * the field and both values); KVF_EIO; KVF_ENOSPC; KVF_ENOMEM;
- * KVF_EINVAL (NULL path); KVF_EFATAL.
+ * the field and both values); KVF_ERANGE (a store with a codec cannot
+ * encode a K or V value of the file: the message names the layer, token,
+ * head and dim); KVF_EIO; KVF_ENOSPC; KVF_ENOMEM; KVF_EINVAL (NULL path);
+ * KVF_EFATAL.
  * Concurrency: any thread.
  */
 KVF_API kvf_status kvf_seq_import(kvf_store *st, const char *path,

@@ -2,8 +2,9 @@
  * seq_import.c - kvf_seq_import: a sequence from the file of seqfile.h.
  *
  * Two passes over the file.  The first checks everything (header, model
- * shape, every chunk's header, order, sizes and checksum, the end) and
- * changes nothing; the second makes the sequence (with its token ids, in
+ * shape, every chunk's header, order, sizes and checksum, the end, and on
+ * a codec store that every K/V value is one it can encode) and changes
+ * nothing; the second makes the sequence (with its token ids, in
  * the same catalog batch) and appends each layer's K/V and X through the
  * public append calls, checking every chunk again (the file may change
  * between the passes).  Any failure in the second pass frees the
@@ -22,6 +23,7 @@
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
 #include "engine/portable/seqfile.h"
+#include "engine/writes/append.h"
 #include "engine/base/store_state.h"
 
 /* What one import holds while it runs. */
@@ -180,6 +182,16 @@ static kvf_status layer(struct importer *x, uint32_t l)
 		if ((rc = chunk(x, SF_K, l, t0, n, n * kv_row, x->raw)) != KVF_OK ||
 		    (rc = chunk(x, SF_V, l, t0, n, n * kv_row, x->vraw)) != KVF_OK)
 			return rc;
+		/* values a codec store cannot encode are refused while
+		 * checking, before the id is taken */
+		if (!x->apply) {
+			char call[64];
+
+			snprintf(call, sizeof(call), "kvf_seq_import: layer %u", l);
+			if ((rc = append_codec_check(st, call, t0, n, x->raw,
+						     x->vraw)) != KVF_OK)
+				return rc;
+		}
 		if (x->apply && (rc = kvf_append(st, x->id, l, n, x->raw,
 						 x->vraw)) != KVF_OK)
 			return fail_wrap(rc);

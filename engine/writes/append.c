@@ -379,12 +379,9 @@ static void vbar_fold(kvf_store *st, struct seq *seq, uint32_t layer,
 	seq->vbar_changes++;
 }
 
-/* codec_check - on a codec store, every K and V value of an append must
- * be one the encoder takes when its group seals (finite, within the f16
- * range), so the append is refused now, before anything changes, rather
- * than a later append that seals the group */
-static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
-			      const void *k, const void *v)
+kvf_status append_codec_check(kvf_store *st, const char *call,
+			      uint64_t first, uint32_t n, const void *k,
+			      const void *v)
 {
 	uint32_t H = st->hdr.n_kv_heads, D = st->hdr.head_dim;
 	kvf_dtype dt = (kvf_dtype)st->hdr.dtype;
@@ -402,8 +399,9 @@ static kvf_status codec_check(kvf_store *st, const char *call, uint32_t n,
 
 			if (!(fabsf(x) <= KVC_CODEC_MAX_ABS))
 				return kvf_fail(KVF_ERANGE,
-						"%s: %s of token %zu, head %zu, dim %zu is %g; a store of codec %s takes finite values of magnitude <= 65504",
-						call, kind ? "v" : "k", i / per,
+						"%s: %s of token %llu, head %zu, dim %zu is %g; a store of codec %s takes finite values of magnitude <= 65504",
+						call, kind ? "v" : "k",
+						(unsigned long long)(first + i / per),
 						i % per / D, i % D, (double)x,
 						kvf_codec_name(st->codec));
 		}
@@ -437,7 +435,7 @@ static kvf_status append_once(kvf_store *st, const char *call, uint64_t seq_id,
 	kvf_status rc;
 
 	if ((rc = append_checks(st, call, layer, n_tokens, k, v)) != KVF_OK ||
-	    (rc = codec_check(st, call, n_tokens, k, v)) != KVF_OK)
+	    (rc = append_codec_check(st, call, 0, n_tokens, k, v)) != KVF_OK)
 		return rc;
 	H = st->hdr.n_kv_heads;
 	src = 2 * H <= SRC_ON_STACK ? src_stack

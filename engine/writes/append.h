@@ -26,4 +26,15 @@ kvf_status append_kv_as(kvf_store *st, const char *call, uint64_t seq_id,
 kvf_status append_x_as(kvf_store *st, const char *call, uint64_t seq_id,
 		       uint32_t layer, uint32_t n_tokens, const void *x);
 
+/*
+ * append_codec_check - on a codec store, every K and V value of n tokens
+ * ([n][n_kv_heads][head_dim] each) must be one the encoder takes when its
+ * group seals (finite, within the f16 range): an append is refused before
+ * anything changes, not a later one that seals the group.  The message
+ * counts tokens from first.  Return: KVF_OK; KVF_ERANGE.
+ */
+kvf_status append_codec_check(kvf_store *st, const char *call,
+			      uint64_t first, uint32_t n, const void *k,
+			      const void *v);
+
 #endif /* KVF_ENGINE_APPEND_H */

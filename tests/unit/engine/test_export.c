@@ -297,6 +297,48 @@ Test(export, refusals)
 	free(file), free(bad), free(pb), free(pc);
 }
 
+/* a value a codec store cannot encode (an infinity a plain store holds)
+ * is refused while the file is checked, naming its layer and its token in
+ * the sequence, before the id is taken: a cached prefix under that id
+ * stays */
+Test(export, values_a_codec_store_cannot_encode_refused_first)
+{
+	char *pa = in_dir("plain"), *pb = in_dir("int8"), *file = in_dir("inf.kvx");
+	kvf_options oc = fx_small_opts();
+	uint16_t *k = calloc(300 * KVH * DIM, 2), *v = calloc(300 * KVH * DIM, 2);
+	uint32_t ids[2 * G];
+	uint64_t got, cached[4], hold;
+	size_t n;
+	kvf_store *a = open_at(pa, fx_small_opts()), *b;
+
+	for (size_t i = 0; i < 300 * KVH * DIM; i++)
+		k[i] = v[i] = 0x3c00; /* 1.0 */
+	v[(290 * KVH + 1) * DIM + 3] = 0x7c00; /* +inf: token 290, head 1 */
+	OK(kvf_seq_create(a, 1));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(kvf_append(a, 1, l, 300, k, v));
+	OK(kvf_seq_export(a, 1, file));
+	oc.codec = KVF_CODEC_INT8;
+	b = open_at(pb, oc);
+	px_tokens(ids, 2 * G, 5);
+	OK(kvf_seq_create_tokens(b, 5, ids, 2 * G, &got));
+	OK(px_append(b, 5, ids, 0, 2 * G));
+	OK(kvf_seq_free(b, 5)); /* its chunks stay, a cached prefix */
+	OK(kvf_prefix_list(b, cached, 4, &n));
+	cr_assert(eq(sz, n, 1));
+	hold = cached[0];
+	cr_assert(eq(int, kvf_seq_import(b, file, hold, &got), KVF_ERANGE));
+	fx_has("kvf_seq_import: layer 0: v of token 290, head 1, dim 3 is inf");
+	OK(kvf_prefix_list(b, cached, 4, &n));
+	cr_assert(eq(sz, n, 1), "the refused import dropped the cached prefix");
+	cr_assert(eq(u64, cached[0], hold));
+	cr_assert(eq(int, kvf_seq_import(b, file, 6, NULL), KVF_ERANGE));
+	cr_assert(eq(int, kvf_seq_len(b, 6, 0, &got), KVF_ENOENT));
+	OK(kvf_close(a));
+	OK(kvf_close(b));
+	free(k), free(v), free(pa), free(pb), free(file);
+}
+
 /* an import that runs out of space half way frees what it made */
 Test(export, no_space_leaves_nothing)
 {
