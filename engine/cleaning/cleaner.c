@@ -79,9 +79,11 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* pick_victim - the sealed segment of stripe with the best cost-benefit,
- * not yet chosen; SEG_NONE if no segment would give space back */
-static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip)
+/* pick_victim - the sealed segment of stripe not yet chosen with the
+ * best cost-benefit, or with fewest_live the fewest live pages (greedy);
+ * SEG_NONE if no segment would give space back */
+static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip,
+			    int fewest_live)
 {
 	double best = 0, now = now_s();
 	uint32_t pick = SEG_NONE;
@@ -99,7 +101,8 @@ static uint32_t pick_victim(kvf_store *st, uint32_t stripe, const uint8_t *skip)
 			continue;
 		u = (double)si->live / st->data_per_seg;
 		age = now - (double)si->write_ns / 1e9;
-		score = (1 - u) * (age > 1e-3 ? age : 1e-3) / (1 + u);
+		score = fewest_live ? 2 - u
+				    : (1 - u) * (age > 1e-3 ? age : 1e-3) / (1 + u);
 		if (score > best) {
 			best = score;
 			pick = i;
@@ -428,22 +431,34 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 		goto out;
 	}
 	(void)ps;
-	for (;;) {
-		uint32_t v = pick_victim(st, s, skip);
-		int t;
+	/* cost-benefit first; when its first victim leaves room for no
+	 * second (segments more than half live, the emptier ones younger),
+	 * the fewest live pages first, which fills an output from the
+	 * segments that fit together */
+	for (int fewest_live = 0; fewest_live < 2; fewest_live++) {
+		memset(skip, 0, st->n_segments);
+		drop_owners(&p, 0);
+		p.n_pages = p.n_runs = p.n_victims = 0;
+		for (;;) {
+			uint32_t v = pick_victim(st, s, skip, fewest_live);
+			int t;
 
-		if (v == SEG_NONE)
-			break;
-		skip[v] = 1;
-		t = take_victim(&p, v);
-		if (t < 0) {
-			rc = KVF_ENOMEM;
-			goto out;
+			if (v == SEG_NONE)
+				break;
+			skip[v] = 1;
+			t = take_victim(&p, v);
+			if (t < 0) {
+				rc = KVF_ENOMEM;
+				goto out;
+			}
+			if (p.n_pages == st->data_per_seg)
+				break;
 		}
-		if (p.n_pages == st->data_per_seg)
+		/* worth it only if the victims give back more than the
+		 * output uses */
+		if (p.n_victims >= 2 || (p.n_victims == 1 && p.n_pages == 0))
 			break;
 	}
-	/* worth it only if the victims give back more than the output uses */
 	if (p.n_victims < 2 && !(p.n_victims == 1 && p.n_pages == 0)) {
 		drop_owners(&p, 0);
 		goto out;
@@ -623,7 +638,7 @@ int cleaner_make_room(kvf_store *st, int attempt, uint32_t want, uint64_t keep,
 		       "%s: the store is full of live data (%u segments; this needs %u free on a stripe, and cleaning freed none%s); free sequences or optimizers and retry",
 		       what, st->n_segments, want,
 		       st->opts.evict_policy != KVF_EVICT_NONE
-			       ? ", and no sequence could be evicted: each is pinned, or shares all its pages"
+			       ? ", and eviction gave too little back: what is left is pinned, or shares all its pages"
 			       : "");
 	return 0;
 }

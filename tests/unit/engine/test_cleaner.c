@@ -456,6 +456,41 @@ Test(cleaner, compacts_partly_filled_live_segments)
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
 }
 
+/* Sequences of 3 token groups a stream, each synced alone: a sync leaves
+ * each one's pages in a segment of their own, less than half full, and
+ * the cleaner pairs such segments.  When its cost-benefit pick (the older,
+ * fuller segments first) leaves no room for a second victim, it takes the
+ * fewest live pages first: the store fills to 3/4 of its data pages
+ * before KVF_ENOSPC, where it stopped at 0.64, every token readable. */
+Test(cleaner, pairs_half_empty_segments_when_the_oldest_cannot_pair)
+{
+	kvf_model m = { LAYERS, KVH, KVH, DIM, KVF_DTYPE_F16 };
+	kvf_options o = fx_options_for(&m, 256 * 1024, 8ull << 20, 1);
+	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_status rc = KVF_OK;
+	kvf_store *st;
+	uint64_t n = 0;
+
+	o.n_threads = 2;
+	OK(kvf_open(fx.path, &o, &st));
+	while (rc == KVF_OK && n < 400) {
+		OK(kvf_seq_create(st, n + 1));
+		for (uint32_t l = 0; l < LAYERS && rc == KVF_OK; l++)
+			rc = fx_append(st, n + 1, n + 1, l, 0, 3 * G);
+		if (rc == KVF_OK)
+			rc = kvf_sync(st);
+		n += rc == KVF_OK;
+	}
+	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
+	OK(kvf_stats_get(st, &s));
+	cr_assert(s.live_share >= 0.74, "refused at %.3f of the data pages live",
+		  s.live_share);
+	for (uint64_t q = 1; q <= n; q++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			fx_check_tokens(st, q, q, l, 0, 3 * G);
+	OK(kvf_close(st));
+}
+
 /* Asked for free segments that are free already, the cleaner has nothing
  * to do, and says so with KVF_OK (not "no segment to free"); asked for
  * more than there can be, it says KVF_ENOSPC. */
