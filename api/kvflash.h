@@ -631,7 +631,10 @@ KVF_API kvf_status kvf_seq_reset(kvf_store *st, uint64_t seq);
  * Return: KVF_OK; KVF_ENOENT (parent); KVF_EEXIST (child); KVF_ERANGE
  * (n_tokens past the end of some layer of parent); KVF_EINVAL; KVF_EIO,
  * KVF_ECORRUPT (a partial group to copy could not be read back: the child
- * was not made); KVF_EFATAL.
+ * was not made); KVF_ENOSPC (parent's pages waiting for write-back go to
+ * the media first, and no room could be made, by cleaning or, with a
+ * policy, eviction, which never takes parent: the child was not made);
+ * KVF_EFATAL.
  * Concurrency: any thread; waits for calls on parent.
  */
 KVF_API kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent, uint64_t child,
@@ -676,7 +679,10 @@ KVF_API kvf_status kvf_seq_free(kvf_store *st, uint64_t seq);
  * Return: KVF_OK; KVF_EEXIST; KVF_EINVAL (NULL tokens with n_tokens > 0,
  * NULL n_reused, id UINT64_MAX); KVF_ERANGE (n_tokens over 2^26);
  * KVF_ENOTSUP (read-only); KVF_EIO, KVF_ECORRUPT (a partial group to copy
- * could not be read back: nothing was made); KVF_ENOMEM; KVF_EFATAL.
+ * could not be read back: nothing was made); KVF_ENOSPC (the holder's
+ * pages waiting for write-back go to the media first, and no room could
+ * be made, by cleaning or, with a policy, eviction, which never takes the
+ * holder: nothing was made); KVF_ENOMEM; KVF_EFATAL.
  * Concurrency: any thread; waits for calls on the sequence it shares from.
  */
 KVF_API kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t seq,

@@ -25,6 +25,7 @@
 #include "api/status.h"
 #include "engine/base/catalog.h"
 #include "engine/base/fatal.h"
+#include "engine/cleaning/cleaner.h"
 #include "engine/sequences/dropmark.h"
 #include "engine/sequences/prefix.h"
 #include "engine/sequences/seq.h"
@@ -62,7 +63,13 @@ kvf_status kvf_seq_create_tokens(kvf_store *st, uint64_t id,
 		prefix_lookup(st, tokens, n_tokens, &m);
 		if (m.n_tokens == 0 || m.holder == id)
 			break;
-		rc = seq_fork_with(st, call, m.holder, id, m.n_tokens, ps);
+		/* with no room for the holder's waiting pages, clean (and
+		 * evict, never the holder) and try again, as an append */
+		for (int r = 0;; r++) {
+			rc = seq_fork_with(st, call, m.holder, id, m.n_tokens, ps);
+			if (!cleaner_make_room(st, r, 1, m.holder, call, &rc))
+				break;
+		}
 		/* ENOENT: the holder went between lookup and fork.  ERANGE:
 		 * a shared page is at its reference limit; share nothing */
 		if (rc != KVF_ENOENT && rc != KVF_ERANGE)

@@ -32,6 +32,7 @@
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
 #include "engine/base/store_state.h"
+#include "engine/cleaning/cleaner.h"
 #include "engine/writes/writeback.h"
 #include "engine/segments/writer.h"
 
@@ -230,8 +231,16 @@ kvf_status seq_id_take(kvf_store *st, const char *call, uint64_t id)
 kvf_status kvf_seq_fork(kvf_store *st, uint64_t parent_id, uint64_t child_id,
 			uint64_t n_tokens)
 {
-	return seq_fork_with(st, "kvf_seq_fork", parent_id, child_id, n_tokens,
-			     NULL);
+	kvf_status rc;
+
+	/* the parent's waiting pages go to the media first: with no room,
+	 * clean (and evict, never the parent) and try again, as an append */
+	for (int i = 0;; i++) {
+		rc = seq_fork_with(st, "kvf_seq_fork", parent_id, child_id,
+				   n_tokens, NULL);
+		if (!cleaner_make_room(st, i, 1, parent_id, "kvf_seq_fork", &rc))
+			return rc;
+	}
 }
 
 kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,

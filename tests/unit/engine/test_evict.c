@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include "prefix_fixture.h"
 #include "store_fixture.h"
 
 #define PAGE 4096u
@@ -645,4 +646,35 @@ Test(evict, a_kill_during_eviction_loses_nothing_else, .timeout = 120)
 		OK(kvf_close(st));
 		cr_assert(eq(int, fx_rm_tree(fx.path), 0));
 	}
+}
+
+/* kvf_seq_create_tokens on a full store with a policy: sharing a prefix
+ * writes the holder's waiting pages first, and a store with no room
+ * evicts for them (never the holder), as an append does; it answered
+ * KVF_ENOSPC with nothing pinned and nothing ever evicted */
+Test(evict, a_prefix_hit_on_a_full_store_evicts_for_room)
+{
+	kvf_options o = fx_options(4ull << 20, 0);
+	uint32_t ids[256];
+	kvf_stats s = { .struct_size = sizeof(s) };
+	kvf_store *st;
+
+	o.evict_policy = KVF_EVICT_LRU; /* and the tier: pages wait */
+	OK(kvf_open(fx.path, &o, &st));
+	fx.st = st;
+	px_tokens(ids, 256, 1);
+	for (uint64_t n = 1; n <= 300; n++) {
+		uint64_t len = 40 + (n * 37) % 150, reused;
+		kvf_status rc = kvf_seq_create_tokens(st, n, ids, len, &reused);
+
+		cr_assert(eq(int, rc, KVF_OK), "sequence %llu: %s",
+			  (unsigned long long)n, kvf_last_error());
+		cr_assert(eq(int, px_append(st, n, ids, reused, len), KVF_OK),
+			  "sequence %llu: %s", (unsigned long long)n,
+			  kvf_last_error());
+		if (n % 2)
+			OK(kvf_seq_free(st, n));
+	}
+	OK(kvf_stats_get(st, &s));
+	cr_assert(s.evicted_seqs > (0));
 }
