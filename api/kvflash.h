@@ -832,7 +832,8 @@ typedef struct {
 	uint64_t bytes;       /* media bytes only it held (given back once
 			       * the cleaner reclaims its segments) */
 	uint64_t copy_bytes;  /* other live bytes in its segments */
-	uint64_t uses;        /* calls on it since open (LFU's count) */
+	uint64_t uses;        /* calls on it (LFU's count; kept across a
+			       * reopen as of the last sync) */
 	uint64_t idle;        /* calls on other sequences since its last
 			       * (LRU's age) */
 } kvf_evict_event;
