@@ -1919,7 +1919,8 @@ KVF_API kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 typedef struct {
 	size_t struct_size;  /* sizeof(kvf_xcache_plan), set by the caller */
 	double alpha;        /* share of the tokens kept as X, in [0, 1] */
-	uint64_t x_tokens;   /* alpha * n_tokens rounded: tokens [0,
+	uint64_t x_tokens;   /* alpha * n_tokens, to the better whole
+			      * neighbour: tokens [0,
 			      * x_tokens) recomputed near the data */
 	double t_step_s;     /* predicted seconds: the slower side */
 	double t_store_s;    /* the store: read X, recompute, attend */

@@ -218,6 +218,14 @@ kvf_status kvf_plan_kvpr(const kvf_profile *p, const kvf_model *m,
 	return KVF_OK;
 }
 
+/* xcache_step - the X-cache step's time with xt tokens kept as X: the
+ * slower side, the store's starting late by lat; the caller alone at 0 */
+static double xcache_step(double lat, double cs, double cc, double s,
+			  uint64_t xt)
+{
+	return xt ? fmax(lat + (double)xt * cs, (s - (double)xt) * cc) : s * cc;
+}
+
 kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 			   uint64_t n_tokens, uint64_t x_tokens,
 			   kvf_xcache_plan *out)
@@ -255,11 +263,20 @@ kvf_status kvf_plan_xcache(const kvf_profile *p, const kvf_model *m,
 	 * balance lat + alpha s cs = (1 - alpha) s cc */
 	alpha = n_tokens ? (cc - lat / s) / (cs + cc) : 0.0;
 	alpha = alpha < 0 ? 0 : alpha > amax ? amax : alpha;
-	xt = (uint64_t)llround(alpha * s);
-	if (xt > x_tokens)
-		xt = x_tokens;
-	if (xt && fmax(lat + (double)xt * cs, (s - (double)xt) * cc) >=
-		  (1 - KVF_PLAN_MIN_GAIN) * s * cc)
+	/* the better of the two whole token counts around alpha s (as
+	 * kvc_kvpr_split takes): rounding alone could land on the one that
+	 * misses the gain the other makes */
+	{
+		uint64_t lo = (uint64_t)floor(alpha * s), hi = lo + 1;
+
+		if (lo > x_tokens)
+			lo = x_tokens;
+		if (hi > x_tokens || hi > n_tokens)
+			hi = lo;
+		xt = xcache_step(lat, cs, cc, s, hi) < xcache_step(lat, cs, cc, s, lo)
+			     ? hi : lo;
+	}
+	if (xt && xcache_step(lat, cs, cc, s, xt) >= (1 - KVF_PLAN_MIN_GAIN) * s * cc)
 		xt = 0; /* not clearly better than the caller alone */
 	if (xt == 0)
 		alpha = 0;

@@ -293,3 +293,34 @@ Test(plan_refusals, arguments_refused)
 	k0 = k;
 	refused(kvf_plan_kvpr(&p, &mha, 1, 1, &k), "profile.struct_size 3", &k, &k0, sizeof(k));
 }
+
+/* On few tokens the whole-token X-cache share matters: over profiles whose
+ * latency and store rate move the balance, whenever some whole count of
+ * tokens is predicted KVF_PLAN_MIN_GAIN faster than none (by the
+ * documented model), a split is taken (rounding alpha s to the nearest
+ * once lost such a split) */
+Test(plan, xcache_takes_the_better_whole_token_count)
+{
+	const double d = 32.0 * 128, c = 32.0 * 128;
+
+	for (int i = 0; i < 400; i++) {
+		kvf_profile p = gpu_like();
+		kvf_xcache_plan x = { .struct_size = sizeof(x) };
+		uint64_t s = 8 + (uint64_t)(i % 40);
+		double cs, cc, best = INFINITY;
+
+		p.store_flops = 2e12 + 1e11 * (i % 37);
+		p.x_latency_s = 1e-7 * (i % 23);
+		cr_assert(eq(int, kvf_plan_xcache(&p, &mha, s, s, &x), KVF_OK));
+		cs = 4 * d * c / p.store_flops;
+		cc = 2 * c * 2 / fmin(p.read_cold_bytes_per_s, p.link_bytes_per_s) +
+		     4 * d / p.caller_flops;
+		for (uint64_t t = 1; t <= s; t++)
+			best = fmin(best, fmax(p.x_latency_s + (double)t * cs,
+					       (double)(s - t) * cc));
+		if (best < (1 - KVF_PLAN_MIN_GAIN) * (double)s * cc * (1 - 1e-9))
+			cr_assert(x.x_tokens > 0,
+				  "case %d: a split %.4g s against %.4g s alone, none taken",
+				  i, best, (double)s * cc);
+	}
+}
