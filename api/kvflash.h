@@ -1673,8 +1673,11 @@ static inline void kvf_tensor_init(kvf_tensor *t)
  * Return: as kvf_append; KVF_EINVAL also for a view that is NULL, has a
  * struct_size too small, a dtype that is no kvf_dtype, n_heads or
  * head_dim other than the store's, k and v of different n_tokens, more
- * than 2^32 - 1 tokens, strides that make rows overlap, or a view that reaches past its data_bytes (the
- * message names the view, the value and the limit); KVF_EVERSION.
+ * than 2^32 - 1 tokens, strides that make rows overlap, a view whose
+ * rows would lie past the end of the address space after data (strides
+ * are unsigned byte counts: a "negative" one is such a view), or a view
+ * that reaches past its data_bytes (the message names the view, the value
+ * and the limit); KVF_EVERSION.
  * Concurrency: as kvf_append.
  */
 KVF_API kvf_status kvf_append_tensor(kvf_store *st, uint64_t seq,

@@ -74,12 +74,11 @@ static kvf_status model_check(const char *call, const kvf_model *m)
 {
 	if (m == NULL)
 		return kvf_fail(KVF_EINVAL, "%s: model is NULL", call);
-	if (m->n_layers == 0 || m->n_q_heads == 0 || m->n_kv_heads == 0 ||
-	    m->head_dim == 0)
+	/* n_layers is not used: a plan is per layer */
+	if (m->n_q_heads == 0 || m->n_kv_heads == 0 || m->head_dim == 0)
 		return kvf_fail(KVF_EINVAL,
-				"%s: model has %u layers, %u query heads, %u kv heads, head_dim %u (each must be > 0)",
-				call, m->n_layers, m->n_q_heads, m->n_kv_heads,
-				m->head_dim);
+				"%s: model has %u query heads, %u kv heads, head_dim %u (each must be > 0)",
+				call, m->n_q_heads, m->n_kv_heads, m->head_dim);
 	if (m->head_dim > KVF_HEAD_DIM_MAX)
 		return kvf_fail(KVF_EINVAL,
 				"%s: model.head_dim %u out of range (1..%u)",

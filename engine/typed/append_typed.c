@@ -22,6 +22,7 @@
  * so that a refusal names the typed call; it needs no lock of its own.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -53,7 +54,7 @@ static int strides_overlap(uint64_t ts, uint64_t nt, uint64_t hs, uint64_t nh,
 			   uint64_t row)
 {
 	uint64_t in = ts < hs ? ts : hs, n_in = ts < hs ? nt : nh;
-	uint64_t out = ts < hs ? hs : ts, n_out = ts < hs ? nh : nt;
+	uint64_t out = ts < hs ? hs : ts, n_out = ts < hs ? nh : nt, span;
 
 	if (n_in <= 1) {
 		in = out;
@@ -62,7 +63,29 @@ static int strides_overlap(uint64_t ts, uint64_t nt, uint64_t hs, uint64_t nh,
 	}
 	if (n_in > 1 && in < row)
 		return 1;
-	return n_out > 1 && out < (n_in - 1) * in + row;
+	/* (n_in - 1) * in + row past 2^64: out is below it */
+	if (n_out > 1 && (__builtin_mul_overflow(n_in - 1, in, &span) ||
+			  __builtin_add_overflow(span, row, &span)))
+		return 1;
+	return n_out > 1 && out < span;
+}
+
+/* view_extent - bytes from data to the end of the last row of a view of
+ * nt tokens of nh heads; 0 when that passes the address space after data
+ * (strides past 2^64 wrapped onto earlier rows, or before data) */
+static uint64_t view_extent(const void *data, uint64_t nt, uint64_t ts,
+			    uint64_t nh, uint64_t hs, uint64_t row)
+{
+	uint64_t a, b, e;
+
+	if (nt == 0)
+		return 0;
+	if (__builtin_mul_overflow(nt - 1, ts, &a) ||
+	    __builtin_mul_overflow(nh - 1, hs, &b) ||
+	    __builtin_add_overflow(a, b, &e) || __builtin_add_overflow(e, row, &e) ||
+	    e > UINTPTR_MAX - (uintptr_t)data)
+		return 0;
+	return e;
 }
 
 /*
@@ -109,8 +132,13 @@ static kvf_status view_check(const char *call, const char *what,
 				"%s: %s.token_stride %llu and head_stride %llu make rows of %llu bytes overlap",
 				call, what, (unsigned long long)ts,
 				(unsigned long long)hs, (unsigned long long)row);
-	extent = t->n_tokens ? (t->n_tokens - 1) * ts + (uint64_t)(heads - 1) * hs + row
-			     : 0;
+	extent = view_extent(t->data, t->n_tokens, ts, heads, hs, row);
+	if (t->n_tokens && extent == 0)
+		return kvf_fail(KVF_EINVAL,
+				"%s: %s.token_stride %llu and head_stride %llu over %llu tokens reach past the address space after data",
+				call, what, (unsigned long long)ts,
+				(unsigned long long)hs,
+				(unsigned long long)t->n_tokens);
 	if (t->data_bytes != 0 && extent > t->data_bytes)
 		return kvf_fail(KVF_EINVAL,
 				"%s: %s of %llu tokens reaches %llu bytes past data, data_bytes is %llu",

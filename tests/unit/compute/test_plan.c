@@ -275,9 +275,6 @@ Test(plan_refusals, arguments_refused)
 	m.head_dim = 2000;
 	refused(kvf_plan_xcache(&p, &m, 1, 1, &(kvf_xcache_plan){ .struct_size = sizeof(kvf_xcache_plan) }),
 		"model.head_dim 2000 out of range (1..1024)", &k, &k0, sizeof(k));
-	m = mha;
-	m.n_layers = 0;
-	refused(kvf_plan_beta(&p, &m, &beta, NULL), "0 layers", &beta, &b0, sizeof(beta));
 	/* an older caller's profile, which ends before read_cold: its rates
 	 * past the end are 0 to the planners, never read */
 	p.struct_size = offsetof(kvf_profile, read_cold_bytes_per_s);

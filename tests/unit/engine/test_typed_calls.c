@@ -69,6 +69,26 @@ Test(typed_append, refusals_change_nothing)
 	bad.token_stride = ROW;
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
 		"k.token_stride 128 and head_stride 128 make rows of 128 bytes overlap");
+	/* strides past 2^64 wrap onto rows before or over others: the
+	 * data_bytes check must not be fooled by the wrapped sum */
+	bad = tk;
+	bad.dtype = KVF_DTYPE_F32; /* gathered and converted */
+	bad.token_stride = 1ull << 63;
+	bad.data_bytes = 4 * KVH * ROW;
+	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
+		"k.token_stride 9223372036854775808 and head_stride 256 over 4 tokens reach past the address space after data");
+	bad.token_stride = (uint64_t)-(int64_t)(KVH * ROW * 2); /* "negative" */
+	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
+		"reach past the address space after data");
+	bad.token_stride = 0;
+	bad.head_stride = 1ull << 63;
+	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
+		"k of 4 tokens reaches 9223372036854777600 bytes past data, data_bytes is 1024");
+	bad.token_stride = 1ull << 63;
+	bad.head_stride = 0;
+	bad.data_bytes = 0; /* unstated: the wrap is still seen */
+	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
+		"reach past the address space after data");
 	bad = tk;
 	bad.data = NULL;
 	REFUSED(kvf_append_tensor(fx.st, 1, 0, &bad, &tv), KVF_EINVAL,
