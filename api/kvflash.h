@@ -1441,6 +1441,7 @@ typedef struct {
 	uint64_t sequences_extended; /* sequences given back tokens */
 	uint64_t tokens_restored;    /* K/V tokens given back, over layers */
 	uint32_t changed;            /* 1 = the catalog was rewritten */
+	uint64_t x_tokens_restored;  /* X tokens given back, over layers */
 } kvf_repair_report;
 
 /*

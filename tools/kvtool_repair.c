@@ -28,14 +28,16 @@ int cmd_repair(const struct cmd *c, int argc, char **argv)
 		       "\"segments_scanned\": %u, \"segments_restored\": %u, "
 		       "\"segments_damaged\": %u, \"segments_optimizer\": %u, "
 		       "\"sequences_restored\": %llu, \"sequences_extended\": %llu, "
-		       "\"tokens_restored\": %llu, \"changed\": %u}\n",
+		       "\"tokens_restored\": %llu, \"x_tokens_restored\": %llu, "
+		       "\"changed\": %u}\n",
 		       dry_run, (unsigned long long)r.catalog_points,
 		       (unsigned long long)r.marked_points, r.segments_scanned,
 		       r.segments_restored, r.segments_damaged,
 		       r.segments_optimizer,
 		       (unsigned long long)r.sequences_restored,
 		       (unsigned long long)r.sequences_extended,
-		       (unsigned long long)r.tokens_restored, r.changed);
+		       (unsigned long long)r.tokens_restored,
+		       (unsigned long long)r.x_tokens_restored, r.changed);
 		return EXIT_OK;
 	}
 	if (r.catalog_points >= r.marked_points) {
@@ -51,12 +53,13 @@ int cmd_repair(const struct cmd *c, int argc, char **argv)
 	       r.segments_scanned, r.segments_restored,
 	       dry_run ? "could be rebuilt" : "rebuilt", r.segments_damaged,
 	       r.segments_optimizer);
-	printf("sequences: %llu %s, %llu %s; %llu K/V tokens %s\n",
+	printf("sequences: %llu %s, %llu %s; %llu K/V tokens and %llu X tokens %s\n",
 	       (unsigned long long)r.sequences_restored,
 	       dry_run ? "could be made again" : "made again",
 	       (unsigned long long)r.sequences_extended,
 	       dry_run ? "could be extended" : "extended",
 	       (unsigned long long)r.tokens_restored,
+	       (unsigned long long)r.x_tokens_restored,
 	       dry_run ? "could be given back" : "given back");
 	if (!dry_run)
 		printf("the store opens again; run kvtool verify %s to check it\n", dir);

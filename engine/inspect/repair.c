@@ -73,6 +73,7 @@ struct repair {
 	struct store_header h;
 	uint32_t pps, data_max, n_segments, group_tokens, group_pages;
 	uint32_t group_stride; /* entries of a group (engine/base/group.h) */
+	uint32_t plain_off, plain_pages; /* a group's plain rows (X's) */
 	struct catalog *cat;
 	struct meta_sync last;   /* the catalog's "N"; zero if none */
 	struct syncmark mark;
@@ -390,6 +391,27 @@ static int full_group(struct repair *rp, uint64_t seq, uint32_t layer,
 	return 1;
 }
 
+/* full_x_group - X of every query head of (seq, layer) holds group g
+ * (its plain rows' entries) in the pages given back, each followed by a
+ * later group */
+static int full_x_group(struct repair *rp, uint64_t seq, uint32_t layer,
+			uint32_t g)
+{
+	uint64_t e0 = (uint64_t)g * rp->group_stride + rp->plain_off;
+
+	if (e0 + rp->plain_pages > UINT32_MAX)
+		return 0;
+	for (uint32_t h = 0; h < rp->h.n_q_heads; h++)
+		for (uint32_t p = 0; p < rp->plain_pages; p++) {
+			int later = 0;
+
+			if (!has_group(rp, seq, stream_id(layer, KIND_X, h),
+				       (uint32_t)(e0 + p), &later) || !later)
+				return 0;
+		}
+	return 1;
+}
+
 /* extend - step 4: lengths from the pages given back */
 static kvf_status extend(struct repair *rp)
 {
@@ -424,6 +446,17 @@ static kvf_status extend(struct repair *rp)
 			if (g * G > s->len[l]) {
 				rp->r.tokens_restored += g * G - s->len[l];
 				s->len[l] = g * G;
+				s->changed = 1;
+			}
+			/* X, kept for the X-cache: its own length */
+			uint64_t *xl = &s->len[rp->h.n_layers + l];
+
+			g = *xl / G;
+			while (g < UINT32_MAX && full_x_group(rp, s->id, l, (uint32_t)g))
+				g++;
+			if (g * G > *xl) {
+				rp->r.x_tokens_restored += g * G - *xl;
+				*xl = g * G;
 				s->changed = 1;
 			}
 		}
@@ -533,13 +566,17 @@ static kvf_status open_store_files(struct repair *rp, int *lock_fd)
 	rp->group_tokens = store_group_of(&rp->h).tokens;
 	rp->group_pages = store_group_of(&rp->h).pages;
 	rp->group_stride = rp->group_pages;
-	if (rp->h.codec != KVF_CODEC_NONE) { /* + the pages of G plain rows */
+	{
 		uint64_t row = (uint64_t)rp->h.head_dim *
 			       store_dtype_bytes((kvf_dtype)rp->h.dtype);
 
-		rp->group_stride += (uint32_t)((rp->group_tokens * row +
-						rp->h.page_size - 1) /
-					       rp->h.page_size);
+		rp->plain_pages = (uint32_t)((rp->group_tokens * row +
+					      rp->h.page_size - 1) /
+					     rp->h.page_size);
+	}
+	if (rp->h.codec != KVF_CODEC_NONE) { /* + the pages of G plain rows */
+		rp->plain_off = rp->group_pages;
+		rp->group_stride += rp->plain_pages;
 	}
 	return KVF_OK;
 }
@@ -573,13 +610,24 @@ kvf_status kvf_repair(const char *dir, const kvf_options *opts, int dry_run,
 		kvf_fail_wrap(rc, "kvf_repair");
 		goto out;
 	}
-	/* 2: salvage, then read what is left */
-	if (!dry_run && (rc = catalog_salvage(mpath)) != KVF_OK) {
-		kvf_fail_wrap(rc, "kvf_repair");
-		goto out;
+	/* 2: keep what the log replays to before its damage, as the dry
+	 * run (and kvf_open) read it: a writable open makes that the
+	 * catalog, and everything after it is rebuilt from the summaries.
+	 * RocksDB's own repair skips a damaged record and keeps the ones
+	 * after it, records of points whose earlier records are gone (a
+	 * sync's "N" among them: the points then looked whole and the
+	 * sequences of the lost record were never given back); it runs only
+	 * for a catalog that does not open at all (a damaged table or
+	 * manifest) */
+	rc = catalog_open(mpath, 0, dry_run, CATALOG_FSYNC, &rp.cat);
+	if (rc == KVF_ECORRUPT && !dry_run) {
+		if ((rc = catalog_salvage(mpath)) != KVF_OK) {
+			kvf_fail_wrap(rc, "kvf_repair");
+			goto out;
+		}
+		rc = catalog_open(mpath, 0, 0, CATALOG_FSYNC, &rp.cat);
 	}
-	if ((rc = catalog_open(mpath, 0, dry_run, CATALOG_FSYNC, &rp.cat)) != KVF_OK ||
-	    (rc = read_last(&rp)) != KVF_OK) {
+	if (rc != KVF_OK || (rc = read_last(&rp)) != KVF_OK) {
 		kvf_fail_wrap(rc, "kvf_repair");
 		goto out;
 	}

@@ -338,6 +338,25 @@ static kvf_status check_mark(kvf_store *st)
 			(unsigned long long)m.n_syncs);
 }
 
+/* precheck_catalog - before a writable open of an existing store's
+ * catalog: the checks that refuse it (its configuration record, its
+ * durable points against the mark) on a read-only open, closed again */
+static kvf_status precheck_catalog(kvf_store *st, const char *mpath)
+{
+	kvf_status rc;
+
+	if ((rc = catalog_open(mpath, 0, 1, CATALOG_FSYNC, &st->cat)) != KVF_OK) {
+		kvf_fail_wrap(rc, "kvf_open");
+		return rc;
+	}
+	if ((rc = check_config_record(st, 0)) == KVF_OK &&
+	    (rc = recovery_sync_record(st)) == KVF_OK)
+		rc = check_mark(st);
+	catalog_close(st->cat);
+	st->cat = NULL;
+	return rc;
+}
+
 /* persists - does the store's data outlive its handle?  File stores and
  * flash stores on their own device image do (their catalog is synced and
  * their durable points marked); memory stores and stores on a caller's
@@ -490,6 +509,16 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		goto fail;
 	}
 	derive(st);
+	/* a refused open changes nothing: RocksDB's writable open replays
+	 * the catalog's log into a new table and drops the old log, with
+	 * whatever a damaged log held past the damage (kvf_repair's to give
+	 * back), so what can refuse the open is checked first on the media,
+	 * the mark and a read-only open of the catalog */
+	if (!created && !st->read_only && persists(st, media) &&
+	    ((rc = open_media(st, &st->opts)) != KVF_OK ||
+	     (rc = open_mark(st, 0)) != KVF_OK ||
+	     (rc = precheck_catalog(st, mpath)) != KVF_OK))
+		goto fail;
 	if ((rc = catalog_open(mpath, created, st->read_only,
 				    persists(st, media) ? CATALOG_FSYNC
 				    : media || st->hdr.media == KVF_MEDIA_FLASH
@@ -515,13 +544,14 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		st->media = media;
 	}
 	if ((rc = check_config_record(st, created)) != KVF_OK ||
-	    (!media && (rc = open_media(st, &st->opts)) != KVF_OK) ||
+	    (!media && !st->media && (rc = open_media(st, &st->opts)) != KVF_OK) ||
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK ||
 	    (rc = tier_start(st)) != KVF_OK)
 		goto fail;
 	st->trim = trim_policy(st);
-	if (persists(st, media) && (rc = open_mark(st, created)) != KVF_OK)
+	if (persists(st, media) && st->dur.mark_path == NULL &&
+	    (rc = open_mark(st, created)) != KVF_OK)
 		goto fail;
 	if (created)
 		seg_finish_load(st);
