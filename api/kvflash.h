@@ -984,7 +984,10 @@ KVF_API kvf_status kvf_prefetch(kvf_store *st, uint64_t seq, uint32_t layer);
  *        scattered.
  * The query heads that share a KV head (GQA) are computed in one pass
  * over its pages; tokens still in group buffers are included.  A sequence
- * with no token gives out = 0 and lse = -INFINITY.
+ * with no token gives out = 0 and lse = -INFINITY.  A head whose scores
+ * hold a NaN (a NaN in q or in a stored key, or infinities whose product
+ * or difference is one) has no softmax: its out and lse are NaN, never a
+ * finite answer that left tokens out.
  * Return: KVF_OK; KVF_EINVAL (NULL buffer, bad option); KVF_ERANGE
  * (layer, mask shorter than the sequence, top_r); KVF_ENOENT;
  * KVF_ENOTSUP (sparse on a store without kt_pages, or with h2o);
@@ -1020,7 +1023,8 @@ KVF_API kvf_status kvf_attend_batch(kvf_store *st, uint32_t n_seqs,
  * kvf_attn_merge - combine two partial attention results over disjoint
  * token sets (each with its log-sum-exp) into the result over both.
  * @out_a, @out_b, @out: [n_heads][head_dim]; @lse_*: [n_heads].  out and
- * lse may alias an input.  A side with lse -INFINITY contributes nothing.
+ * lse may alias an input.  A side with lse -INFINITY contributes nothing;
+ * a side with lse NaN (kvf_attend: no softmax) makes the head NaN.
  * Return: KVF_OK; KVF_EINVAL (NULL, zero size).  Concurrency: pure.
  */
 KVF_API kvf_status kvf_attn_merge(uint32_t n_heads, uint32_t head_dim,

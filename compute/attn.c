@@ -67,11 +67,18 @@ void kvc_attn_finish(const struct kvc_attn_state *st, float *out, float *lse)
 
 			for (uint32_t d = 0; d < hd; d++)
 				o[d] = acc[d] * inv;
+		} else if (isnan(l)) {
+			/* a NaN score (q, or a stored key, holds a NaN or
+			 * an infinity the dot product made one): no
+			 * softmax, so no answer; not the empty one */
+			for (uint32_t d = 0; d < hd; d++)
+				o[d] = NAN;
 		} else {
 			memset(o, 0, hd * sizeof(float));
 		}
 		if (lse)
-			lse[h] = l > 0.0f ? st->m[h] + logf(l) : -INFINITY;
+			lse[h] = l > 0.0f ? st->m[h] + logf(l)
+			       : isnan(l) ? NAN : -INFINITY;
 	}
 }
 
@@ -85,6 +92,12 @@ void kvc_attn_merge(float *out, float *lse, const float *out_a,
 		float mx = la > lb ? la : lb;
 		float wa, wb, sum;
 
+		if (isnan(la) || isnan(lb)) { /* a side with no answer */
+			for (uint32_t d = 0; d < head_dim; d++)
+				out[off + d] = NAN;
+			lse[h] = NAN;
+			continue;
+		}
 		if (mx == -INFINITY) { /* both empty */
 			memset(out + off, 0, head_dim * sizeof(float));
 			lse[h] = -INFINITY;

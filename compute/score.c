@@ -15,9 +15,10 @@
 void kvc_probs_scalar(const float *s, float *p, uint32_t n, float m, float l)
 {
 	float inv = l > 0.0f ? 1.0f / l : 0.0f;
+	float none = isnan(l) ? NAN : 0.0f; /* a NaN score: no softmax */
 
 	for (uint32_t t = 0; t < n; t++)
-		p[t] = l > 0.0f ? expf(s[t] - m) * inv : 0.0f;
+		p[t] = l > 0.0f ? expf(s[t] - m) * inv : none;
 }
 
 void kvc_h2o_accumulate_scalar(float *acc, const float *p, size_t p_stride,

@@ -31,7 +31,8 @@ void kvc_probs_avx2(const float *s, float *p, uint32_t n, float m, float l)
 	uint32_t t = 0;
 
 	if (!(l > 0.0f)) {
-		memset(p, 0, n * sizeof(float));
+		for (t = 0; t < n; t++) /* a NaN score: no softmax */
+			p[t] = isnan(l) ? NAN : 0.0f;
 		return;
 	}
 	inv = _mm256_set1_ps(1.0f / l);

@@ -315,3 +315,51 @@ Test(attend, scores_iter)
 	free(x.s);
 	kvf_close(f.st);
 }
+
+/* A NaN among the scores (a NaN in a stored key, or in q) leaves a head
+ * with no softmax: its out and lse are NaN, and its probabilities; the
+ * empty answer (out 0, lse -INFINITY) it gave made the head look like one
+ * over no token, which kvf_attn_merge then dropped.  The other heads are
+ * as without it. */
+Test(attend, a_nan_score_makes_the_head_nan)
+{
+	struct attn_fx f = fx_attn_open("s", KVF_DTYPE_F32, 2, 1);
+	float k[10 * DIM], v[10 * DIM], q[2 * DIM], out[2 * DIM], lse[2];
+	float probs[2 * 10], m_out[2 * DIM], m_lse[2];
+	float zero[2 * DIM] = { 0 }, none[2] = { -INFINITY, -INFINITY };
+	kvf_attn_opts o;
+
+	for (uint32_t i = 0; i < 10 * DIM; i++) {
+		k[i] = 0.01f * (float)(i % 17);
+		v[i] = 1.0f;
+	}
+	for (uint32_t i = 0; i < 2 * DIM; i++)
+		q[i] = 0.1f;
+	OK(kvf_seq_create(f.st, 1));
+	OK(kvf_seq_create(f.st, 2));
+	k[4 * DIM + 3] = NAN;
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(kvf_append(f.st, 1, l, 10, k, v));
+	k[4 * DIM + 3] = 0;
+	for (uint32_t l = 0; l < LAYERS; l++)
+		OK(kvf_append(f.st, 2, l, 10, k, v));
+	kvf_attn_opts_init(&o);
+	o.lse = lse;
+	OK(kvf_attend(f.st, 1, 0, q, out, &o));
+	for (uint32_t h = 0; h < 2; h++) {
+		cr_assert(isnan(lse[h]), "head %u: lse %g", h, (double)lse[h]);
+		cr_assert(isnan(out[h * DIM]), "head %u: out %g", h, (double)out[h * DIM]);
+	}
+	OK(kvf_scores(f.st, 1, 0, q, NULL, probs, 10));
+	cr_assert(isnan(probs[0]) && isnan(probs[19]), "probs %g %g", (double)probs[0], (double)probs[19]);
+	/* merged with an empty side, still no answer */
+	OK(kvf_attn_merge(2, DIM, out, lse, zero, none, m_out, m_lse));
+	cr_assert(isnan(m_lse[0]) && isnan(m_out[0]));
+	/* a NaN in q: that head only */
+	q[3] = NAN;
+	OK(kvf_attend(f.st, 2, 0, q, out, &o));
+	cr_assert(isnan(lse[0]) && isnan(out[0]));
+	cr_assert(isfinite(lse[1]) && fabsf(out[DIM] - 1.0f) < 1e-5f,
+		  "head 1: lse %g out %g", (double)lse[1], (double)out[DIM]);
+	kvf_close(f.st);
+}
