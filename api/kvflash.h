@@ -349,7 +349,8 @@ typedef struct {
 	uint64_t mask_len;  /* entries in mask; at least the layer's tokens */
 	uint64_t window;    /* 0 = every token; else only the last window */
 	uint32_t h2o;       /* 1 = add this call's attention probabilities
-			     * to the sequence's H2O scores (kvf_h2o_read) */
+			     * to the sequence's H2O scores (kvf_h2o_read);
+			     * 0 = not (other values: KVF_EINVAL) */
 	/* SparF's exact set: tokens always attended exactly, whatever the
 	 * approximate scores say, counted in top_k (the rest of top_k goes
 	 * by score; sizes past top_k raise it).  Real heads put much of

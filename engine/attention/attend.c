@@ -147,6 +147,9 @@ static kvf_status check_call(struct attn_call *c, const char *call,
 	if (o->sparse > 2)
 		return kvf_fail(KVF_EINVAL, "%s: opts.sparse %u must be 0, 1 or 2",
 				call, o->sparse);
+	if (o->h2o > 1)
+		return kvf_fail(KVF_EINVAL, "%s: opts.h2o %u must be 0 or 1",
+				call, o->h2o);
 	if (o->sparse && st->kt_dims == 0)
 		return kvf_fail(KVF_ENOTSUP,
 				"%s: sparse (SparF) attention needs K^T pages; create the store with kt_pages = 1",

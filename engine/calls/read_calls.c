@@ -83,7 +83,14 @@ kvf_status kvf_read(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		    uint32_t kv_head, uint64_t t0, uint64_t t1, void *k_out,
 		    void *v_out)
 {
-	const char *call = "kvf_read";
+	return read_kv_as(st, "kvf_read", seq_id, layer, kv_head, t0, t1,
+			  k_out, v_out);
+}
+
+kvf_status read_kv_as(kvf_store *st, const char *call, uint64_t seq_id,
+		      uint32_t layer, uint32_t kv_head, uint64_t t0,
+		      uint64_t t1, void *k_out, void *v_out)
+{
 	void *outs[2] = { k_out, v_out };
 	struct seq *seq;
 	uint64_t t;
@@ -168,7 +175,12 @@ kvf_status kvf_prefetch(kvf_store *st, uint64_t seq_id, uint32_t layer)
 kvf_status kvf_read_x(kvf_store *st, uint64_t seq_id, uint32_t layer,
 		      uint64_t t0, uint64_t t1, void *x_out)
 {
-	const char *call = "kvf_read_x";
+	return read_x_as(st, "kvf_read_x", seq_id, layer, t0, t1, x_out);
+}
+
+kvf_status read_x_as(kvf_store *st, const char *call, uint64_t seq_id,
+		     uint32_t layer, uint64_t t0, uint64_t t1, void *x_out)
+{
 	struct seq *seq;
 	kvf_status rc;
 

@@ -29,6 +29,7 @@
 #include "api/options.h"
 #include "api/status.h"
 #include "compute/half.h"
+#include "engine/calls/read_calls.h"
 #include "engine/writes/append.h"
 #include "kvflash.h"
 
@@ -327,6 +328,7 @@ static kvf_status read_as(const char *call, kvf_store *st, kvf_dtype dtype,
 }
 
 struct read_args {
+	const char *call;
 	uint64_t seq, t0, t1;
 	uint32_t layer, kv_head;
 };
@@ -335,7 +337,8 @@ static kvf_status rd_kv(kvf_store *st, const void *arg, void *k, void *v)
 {
 	const struct read_args *r = arg;
 
-	return kvf_read(st, r->seq, r->layer, r->kv_head, r->t0, r->t1, k, v);
+	return read_kv_as(st, r->call, r->seq, r->layer, r->kv_head, r->t0,
+			  r->t1, k, v);
 }
 
 static kvf_status rd_x(kvf_store *st, const void *arg, void *x, void *unused)
@@ -343,7 +346,7 @@ static kvf_status rd_x(kvf_store *st, const void *arg, void *x, void *unused)
 	const struct read_args *r = arg;
 
 	(void)unused;
-	return kvf_read_x(st, r->seq, r->layer, r->t0, r->t1, x);
+	return read_x_as(st, r->call, r->seq, r->layer, r->t0, r->t1, x);
 }
 
 /* typed_checks - the checks kvf_read_as and kvf_read_x_as make before
@@ -384,7 +387,7 @@ kvf_status kvf_read_as(kvf_store *st, uint64_t seq, uint32_t layer,
 		       kvf_dtype dtype, void *k_out, void *v_out)
 {
 	const char *call = "kvf_read_as";
-	struct read_args r = { seq, t0, t1, layer, kv_head };
+	struct read_args r = { call, seq, t0, t1, layer, kv_head };
 	kvf_model m;
 	kvf_status rc;
 
@@ -399,7 +402,7 @@ kvf_status kvf_read_x_as(kvf_store *st, uint64_t seq, uint32_t layer,
 			 void *x_out)
 {
 	const char *call = "kvf_read_x_as";
-	struct read_args r = { seq, t0, t1, layer, 0 };
+	struct read_args r = { call, seq, t0, t1, layer, 0 };
 	kvf_model m;
 	kvf_status rc;
 

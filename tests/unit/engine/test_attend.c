@@ -239,6 +239,15 @@ Test(attend, refusals)
 	o.scale = -1;
 	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_EINVAL, "opts.scale");
 	kvf_attn_opts_init(&o);
+	o.h2o = 2;
+	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_EINVAL,
+	       "kvf_attend: opts.h2o 2 must be 0 or 1");
+	/* the typed reads name themselves in the read's refusals */
+	EXPECT(kvf_read_as(f.st, 1, 0, 2, 0, 1, KVF_DTYPE_F32, out, out), KVF_ERANGE,
+	       "kvf_read_as: kv_head 2 out of range");
+	EXPECT(kvf_read_as(f.st, 1, 0, 0, 0, 1, KVF_DTYPE_F32, NULL, NULL), KVF_EINVAL,
+	       "kvf_read_as: k_out and v_out are both NULL");
+	kvf_attn_opts_init(&o);
 	o.mask = mask;
 	o.mask_len = 5;
 	EXPECT(kvf_attend(f.st, 1, 0, q, out, &o), KVF_ERANGE,
