@@ -556,8 +556,9 @@ typedef struct kvf_store kvf_store;
  * and not empty); KVF_EMISMATCH (option contradicts the stored
  * configuration); KVF_EVERSION (newer format or options struct);
  * KVF_ECORRUPT (damaged header, catalog or durable-point mark, a catalog
- * that lost synced records, or a store whose header is missing: the
- * message names the file and what is at stake; nothing is changed);
+ * that lost synced records, a stripe file or flash image that is missing
+ * or cut short, or a store whose header is missing: the message names the
+ * file and what is at stake; nothing is changed);
  * KVF_EBUSY (open by another live handle); KVF_ENOENT (read_only and no
  * store); KVF_ENOTSUP; KVF_EIO; KVF_ENOMEM.  A failed create leaves no
  * files.

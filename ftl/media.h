@@ -158,6 +158,11 @@ struct kvf_media_config {
 	uint32_t read_only;       /* 1: open existing stripes for reading
 				   * only (shared lock); writes and trims
 				   * answer KVF_ENOTSUP */
+	uint32_t existing;        /* 1: the files (stripes, the flash
+				   * image) are an existing store's: one
+				   * that is missing is KVF_ECORRUPT, not
+				   * made anew (a read-only open implies
+				   * it) */
 	const struct kvf_flash_config *flash; /* flash: NULL = defaults */
 };
 
@@ -165,7 +170,9 @@ struct kvf_media_config {
  * kvf_media_open - open (creating files as needed) a media (media_open.c).
  * Return: KVF_OK and *out; KVF_EINVAL for a bad config (message names the
  * field), KVF_ENOTSUP when a forced feature is unavailable, KVF_ERANGE
- * when a device is smaller than the geometry, KVF_EBUSY when a file is
+ * when a device is smaller than the geometry, KVF_ECORRUPT when an
+ * existing file is missing or shorter than the geometry (read-only or
+ * `existing`), KVF_EBUSY when a file is
  * locked by another open, KVF_EIO, KVF_ENOMEM.  On failure *out is NULL
  * and files created by this call are removed.
  */

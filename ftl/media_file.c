@@ -539,16 +539,20 @@ static const struct kvf_media_ops file_ops = {
 /* open_fd - open path with O_DIRECT if wanted, falling back to buffered
  * I/O where the file system refuses it (EINVAL) and direct_io is AUTO */
 static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io,
-			  int read_only)
+			  int read_only, int existing)
 {
 	struct stat st;
 	int existed = stat(s->path, &st) == 0;
 	int flags = read_only ? O_RDONLY | O_CLOEXEC : O_RDWR | O_CLOEXEC | O_CREAT;
 	int fd = -1;
 
-	if (read_only && !existed)
-		return kvf_fail_errno(KVF_EIO, ENOENT, "kvf_media_open: open %s",
-				      s->path);
+	if ((read_only || existing) && !existed)
+		return errno == ENOENT
+			? kvf_fail(KVF_ECORRUPT,
+				   "kvf_media_open: %s is missing: the data of that stripe is gone",
+				   s->path)
+			: kvf_fail_errno(KVF_EIO, errno, "kvf_media_open: open %s",
+					 s->path);
 
 	if (direct_io != KVF_MEDIA_OFF) {
 		int err;
@@ -580,7 +584,7 @@ static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io
 /* prepare_stripe - lock the file and size it to hold the geometry (a
  * read-only open takes a shared lock and must find it sized already) */
 static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
-				 int read_only)
+				 int read_only, int existing)
 {
 	struct stat st;
 
@@ -620,9 +624,11 @@ static kvf_status prepare_stripe(struct file_stripe *s, uint64_t need,
 				s->path);
 	if ((uint64_t)st.st_size >= need)
 		return KVF_OK;
-	if (read_only)
-		return kvf_fail(KVF_ERANGE,
-				"kvf_media_open: %s holds %llu bytes, the geometry needs %llu",
+	/* an existing store's stripe was made whole (sparse): one shorter
+	 * was cut, and the segments past its end are gone */
+	if (read_only || existing)
+		return kvf_fail(KVF_ECORRUPT,
+				"kvf_media_open: %s holds %llu bytes, the geometry needs %llu: the file was cut short",
 				s->path, (unsigned long long)st.st_size,
 				(unsigned long long)need);
 	/* sparse: the blocks come segment by segment (file_allocate), so a
@@ -710,8 +716,10 @@ kvf_status kvf_media_file_open(const struct kvf_media_config *cfg,
 			n_touched++;
 			goto out_close;
 		}
-		if ((rc = open_fd(s, cfg->direct_io, cfg->read_only != 0)) != KVF_OK ||
-		    (rc = prepare_stripe(s, need, cfg->read_only != 0)) != KVF_OK) {
+		if ((rc = open_fd(s, cfg->direct_io, cfg->read_only != 0,
+				     cfg->existing != 0)) != KVF_OK ||
+		    (rc = prepare_stripe(s, need, cfg->read_only != 0,
+					 cfg->existing != 0)) != KVF_OK) {
 			n_touched++;
 			goto out_close;
 		}

@@ -85,8 +85,10 @@ static void derive(kvf_store *st)
 	st->kt_tokens = h->kt_dims ? h->page_size / (h->kt_dims * st->elt_bytes) : 0;
 }
 
-/* open_media - the stripes: the caller's devices, or files in the dir */
-static kvf_status open_media(kvf_store *st, const kvf_options *o)
+/* open_media - the stripes: the caller's devices, or files in the dir;
+ * an existing store's must be there (one missing is its data gone, not a
+ * file to make anew) */
+static kvf_status open_media(kvf_store *st, const kvf_options *o, int existing)
 {
 	struct kvf_media_config cfg = {
 		.kind = (kvf_media_kind)st->hdr.media,
@@ -96,6 +98,7 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 			 .segs_per_stripe = st->hdr.segs_per_stripe },
 		.queue_depth = o->queue_depth,
 		.read_only = st->read_only,
+		.existing = existing != 0,
 		.direct_io = o->direct_io == 1 ? KVF_MEDIA_ON :
 			     o->direct_io == 2 ? KVF_MEDIA_OFF : KVF_MEDIA_AUTO,
 	};
@@ -116,6 +119,17 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o)
 		fc.backing = KVF_FLASH_BACKING_IMAGE;
 		if ((image = store_path_join(st->dir, FLASH_IMAGE_FILE)) == NULL)
 			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
+		if (existing) {
+			struct stat sb;
+
+			if (stat(image, &sb) != 0 || sb.st_size == 0) {
+				rc = kvf_fail(KVF_ECORRUPT,
+					      "kvf_open: the flash image %s is %s: the device's data is gone",
+					      image, errno == ENOENT ? "missing" : "empty");
+				kvf_free(image);
+				return rc;
+			}
+		}
 		fc.path = image;
 		cfg.flash = &fc;
 	}
@@ -515,7 +529,7 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 	 * back), so what can refuse the open is checked first on the media,
 	 * the mark and a read-only open of the catalog */
 	if (!created && !st->read_only && persists(st, media) &&
-	    ((rc = open_media(st, &st->opts)) != KVF_OK ||
+	    ((rc = open_media(st, &st->opts, 1)) != KVF_OK ||
 	     (rc = open_mark(st, 0)) != KVF_OK ||
 	     (rc = precheck_catalog(st, mpath)) != KVF_OK))
 		goto fail;
@@ -544,7 +558,8 @@ kvf_status store_open_media(const char *dir, const kvf_options *opts,
 		st->media = media;
 	}
 	if ((rc = check_config_record(st, created)) != KVF_OK ||
-	    (!media && !st->media && (rc = open_media(st, &st->opts)) != KVF_OK) ||
+	    (!media && !st->media &&
+	     (rc = open_media(st, &st->opts, !created)) != KVF_OK) ||
 	    (rc = seg_table_init(st)) != KVF_OK ||
 	    (rc = seq_table_init(st)) != KVF_OK ||
 	    (rc = tier_start(st)) != KVF_OK)

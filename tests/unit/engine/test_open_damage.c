@@ -379,3 +379,46 @@ Test(open_damage, segment_record_bad_run)
 	free(bad);
 	kvf_free(good);
 }
+
+/* An existing store's stripe file that is missing or cut short holds its
+ * data no more: every open refuses it, read-only or not, and makes no
+ * file (a writable open made a blank stripe and answered KVF_OK, with the
+ * lost segments counted corrupt, and a later open took it as whole).  So
+ * does a flash store whose image is gone. */
+Test(open_damage, a_missing_or_cut_stripe_is_refused)
+{
+	char *stripe = strdup(tmp_path(fx.path, "stripe-000.kvf"));
+	char *saved = strdup(tmp_path(fx.dir, "stripe-saved"));
+	char *fpath = strdup(tmp_path(fx.dir, "flash"));
+	kvf_options ro, fo = fx_small_opts();
+	kvf_store *st;
+
+	kvf_options_init(&ro, NULL);
+	ro.read_only = 1;
+	fx_make_store(fx.path);
+	cr_assert(eq(int, rename(stripe, saved), 0));
+	fx_refused(fx.path, NULL, KVF_ECORRUPT, "stripe-000.kvf is missing",
+		   "gone", "a missing stripe");
+	fx_refused(fx.path, &ro, KVF_ECORRUPT, "stripe-000.kvf is missing",
+		   "gone", "a missing stripe, read-only");
+	cr_assert(eq(int, rename(saved, stripe), 0));
+	{
+		struct stat sb;
+
+		cr_assert(eq(int, stat(stripe, &sb), 0));
+		cr_assert(eq(int, truncate(stripe, 65536), 0));
+		fx_refused(fx.path, NULL, KVF_ECORRUPT, "holds 65536 bytes",
+			   "cut short", "a cut stripe");
+		fx_refused(fx.path, &ro, KVF_ECORRUPT, "holds 65536 bytes",
+			   "cut short", "a cut stripe, read-only");
+	}
+	fo.media = KVF_MEDIA_FLASH;
+	OK(kvf_open(fpath, &fo, &st));
+	OK(kvf_close(st));
+	cr_assert(eq(int, unlink(tmp_path(fpath, "flash.img")), 0));
+	fx_refused(fpath, NULL, KVF_ECORRUPT, "flash.img is missing", "gone",
+		   "a missing flash image");
+	free(stripe);
+	free(saved);
+	free(fpath);
+}
