@@ -575,11 +575,16 @@ Test(media_file_only, read_only_opens)
 	cr_assert(eq(int, kvf_media_sync(r1), KVF_OK));
 	kvf_media_free(r1);
 	kvf_media_free(r2);
-	/* a missing stripe is not created */
+	/* a missing stripe is not created: read-only, or an existing
+	 * store's writable open */
 	cfg = config(3, KVF_MEDIA_AUTO);
 	cfg.read_only = 1;
-	EXPECT(kvf_media_open(&cfg, &r1), KVF_EIO, "stripe2");
+	EXPECT(kvf_media_open(&cfg, &r1), KVF_ECORRUPT, "stripe2");
 	cr_assert(ne(int, stat(paths[2], &sb), 0), "read-only open created stripe2");
+	cfg.read_only = 0;
+	cfg.existing = 1;
+	EXPECT(kvf_media_open(&cfg, &r1), KVF_ECORRUPT, "is missing");
+	cr_assert(ne(int, stat(paths[2], &sb), 0), "an open of existing files created stripe2");
 	kvf_free(a);
 	kvf_free(b);
 }
