@@ -161,6 +161,16 @@ static int resolve_range(const struct cmd *c, kvf_store *st,
 			(unsigned long long)a->layer, (unsigned long long)len);
 		return EXIT_FAILED;
 	}
+	/* checked before anything is printed, as the start is: a range
+	 * past the end printed the rows up to it, then failed */
+	if (a->t1 > len) {
+		fprintf(stderr, "kvtool: %s: token range [%llu, %llu) is past the end of sequence %llu layer %llu (%llu %stokens)\n",
+			c->name, (unsigned long long)a->t0,
+			(unsigned long long)a->t1, (unsigned long long)a->seq,
+			(unsigned long long)a->layer, (unsigned long long)len,
+			x ? "X " : "");
+		return EXIT_FAILED;
+	}
 	return EXIT_OK;
 }
 

@@ -96,7 +96,7 @@ int cmd_verify(const struct cmd *c, int argc, char **argv)
 	if ((rc = parse_store_args(c, argc, argv, opts, 1, &dir)) != EXIT_OK)
 		return rc;
 	if ((rc = store_open(c, dir, &st)) != EXIT_OK) {
-		if (strstr(kvf_last_error(), "lost records"))
+		if (strstr(kvf_last_error(), "/meta lost records"))
 			fprintf(stderr, "kvtool: verify: %s is damaged: its catalog lost records of completed syncs; `kvtool repair --dry-run %s` shows what can be salvaged\n",
 				dir, dir);
 		return rc;
