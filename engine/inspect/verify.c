@@ -393,14 +393,28 @@ static void check_segment(struct vctx *c, const struct seq *seq, size_t i,
 			return;
 		}
 		for (size_t k = i; k < j; k++) {
+			uint32_t one = 0;
+
+			/* a batch that failed is read again page by page, so
+			 * that one unreadable page (a flash page whose ECC
+			 * fails) does not blame its neighbours */
 			if (rc != KVF_OK) {
-				c->rep.pages_checked++;
-				damage(c, P_IO, seq->id, c->ents[k].sid,
-				       c->ents[k].group, c->ents[k].addr);
-				continue;
+				kvf_status r1 = read_batch(c, segid, c->ents + k, 1, &one);
+
+				if (r1 == KVF_ENOMEM) {
+					c->oom = 1;
+					return;
+				}
+				if (r1 != KVF_OK) {
+					c->rep.pages_checked++;
+					damage(c, P_IO, seq->id, c->ents[k].sid,
+					       c->ents[k].group, c->ents[k].addr);
+					continue;
+				}
 			}
 			check_page(c, seq, &c->ents[k],
-				   c->data_buf + (size_t)slot[k - i] * st->hdr.page_size,
+				   c->data_buf + (size_t)(rc != KVF_OK ? one : slot[k - i]) *
+							 st->hdr.page_size,
 				   v);
 		}
 		i = j;

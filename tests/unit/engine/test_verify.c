@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "engine/sequences/seq.h"
 #include "engine/sequences/seq_state.h"
 #include "engine/sequences/seq_stream.h"
+#include "ftl/sysio.h"
 #include "engine/base/store_state.h"
 #include "kvflash.h"
 #include "store_fixture.h"
@@ -255,6 +257,63 @@ Test(verify, verify_damaged_page)
 	cr_assert(eq(u32, r.stopped, 1));
 	free(f);
 	cr_assert(eq(int, kvf_close(st), KVF_OK));
+}
+
+/* bad_off - the byte offset whose page no read gets past (an unreadable
+ * sector), or -1 */
+static off_t bad_off = -1;
+
+static ssize_t fail_one_page(enum kvf_sysio_op op, int fd, size_t len, off_t off)
+{
+	(void)fd;
+	if (op == KVF_SYSIO_READ && bad_off >= 0 && off <= bad_off &&
+	    bad_off < off + (off_t)len)
+		return -EIO;
+	return (ssize_t)len;
+}
+
+static ssize_t pread_one_page(int fd, void *buf, size_t len, off_t off)
+{
+	if (fail_one_page(KVF_SYSIO_READ, fd, len, off) < 0) {
+		errno = EIO;
+		return -1;
+	}
+	return kvf_sysio_real.pread(fd, buf, len, off);
+}
+
+/* One page that cannot be read, in a segment verify reads in one batch:
+ * only that page is damage, its neighbours are read one by one and
+ * checked (a flash store blamed every page of the batch on one page
+ * whose ECC failed) */
+Test(verify, one_unreadable_page_blames_no_neighbour)
+{
+	kvf_store *st = fx_make_inspected(fx.path);
+	kvf_segment_info g = find_sealed(st);
+	struct kvf_sysio hook = kvf_sysio_real;
+	kvf_verify_report r;
+	struct found *f;
+
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	hook.fault = fail_one_page;
+	hook.pread = pread_one_page;
+	bad_off = (off_t)(g.seg_in_stripe * FX_SEG + 4096 + 100); /* page 1 */
+	kvf_sysio_set(&hook);
+	st = fx_open_inspected(fx.path, 1);
+	f = verify(st, &r);
+	cr_assert(eq(int, kvf_close(st), KVF_OK));
+	kvf_sysio_set(NULL);
+	bad_off = -1;
+	cr_assert(ge(sz, f->n, 1));
+	for (size_t i = 0; i < f->n; i++) {
+		/* (the hook fails that offset in every stripe's file) */
+		cr_assert(eq(u64, f->d[i].seg_in_stripe, g.seg_in_stripe));
+		cr_assert(eq(u32, f->d[i].page, 1), "page %u blamed: %s",
+			  f->d[i].page, f->msg[i]);
+		cr_assert(fx_contains(f->msg[i], "cannot read the page"), "%s",
+			  f->msg[i]);
+	}
+	cr_assert(r.pages_checked > f->n);
+	free(f);
 }
 
 Test(verify, verify_damaged_summary)
