@@ -10,6 +10,7 @@
  * st->optims.lock.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "api/alloc.h"
@@ -240,6 +241,11 @@ kvf_status optim_config_take(const char *call, const kvf_opt_config *in,
 
 	if ((rc = kvf_struct_check(call, "cfg", in, sizeof(cfg))) != KVF_OK)
 		return rc;
+	/* the rest defaults by kind: a struct must hold that much */
+	if (in->struct_size < offsetof(kvf_opt_config, kind) + sizeof(in->kind))
+		return kvf_fail(KVF_EINVAL,
+				"%s: cfg.struct_size %zu does not reach its kind (use kvf_opt_config_init)",
+				call, in->struct_size);
 	kvf_opt_config_init(&cfg, in->kind);
 	memcpy(&cfg, in, in->struct_size < sizeof(cfg) ? in->struct_size
 						       : sizeof(cfg));

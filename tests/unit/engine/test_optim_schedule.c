@@ -170,6 +170,10 @@ Test(optim_schedule, refusals)
 	c.lr = -1.0f;
 	cr_assert(eq(int, kvf_opt_step_config(opt, &c, &grad, NULL), KVF_EINVAL));
 	fx_has("lr");
+	c = c0;
+	c.struct_size = sizeof(size_t); /* no room for its kind */
+	cr_assert(eq(int, kvf_opt_step_config(opt, &c, &grad, NULL), KVF_EINVAL));
+	fx_has("cfg.struct_size 8 does not reach its kind");
 	cr_assert(eq(int, kvf_opt_step_config(opt, NULL, &grad, NULL), KVF_EINVAL));
 	cr_assert(eq(int, kvf_opt_step_config(NULL, &c0, &grad, NULL), KVF_EINVAL));
 	cr_assert(eq(int, kvf_opt_step_config(opt, &c0, NULL, NULL), KVF_EINVAL));
