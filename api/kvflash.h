@@ -1452,20 +1452,22 @@ typedef struct {
 
 /*
  * kvf_repair - salvage a store whose catalog lost records (kvf_open says
- * KVF_ECORRUPT, "the catalog ... lost records"), like RocksDB's RepairDB.
- * Never run implicitly.  First the catalog keeps every record its files
- * still hold whole.  Then every segment on media is read: a summary that
- * is whole, of this store, written after the catalog's last durable point
- * and by the last one the store completed, with every page matching its
- * hash, gives back its segment record, and the sequences it holds are
- * given back the tokens it proves: whole token groups that run on from a
- * sequence's length, K and V of every head (the tokens of a sequence's
- * last, partial group are not known again and stay lost, as do X rows,
- * K^T pages, fork links and optimizer steps of the lost points; a sequence
- * freed among the lost points may come back; a store with kt_pages gets
- * its segment records back but no tokens, since K^T pages would be
- * missing).  Finally the catalog is
- * marked as having every point, so the store opens.
+ * KVF_ECORRUPT, "the catalog ... lost records").  Never run implicitly.
+ * First the catalog keeps what its log replays to before its damage, as
+ * kvf_open and the dry run read it (RocksDB's RepairDB runs only for a
+ * catalog that does not open at all: a damaged table or manifest).  Then
+ * every segment on media is read: a summary that is whole, of this store,
+ * written after the catalog's last durable point and by the last one the
+ * store completed, with every page matching its hash, gives back its
+ * segment record, and the sequences it holds are given back the tokens it
+ * proves: whole token groups that run on from a sequence's lengths, K and
+ * V of every head and X of every query head (the tokens of a stream's
+ * last, partial group are not known again and stay lost, as do K^T pages,
+ * fork links and optimizer steps of the lost points; a sequence freed
+ * among the lost points may come back; a store with kt_pages gets its
+ * segment records back but no tokens, since K^T pages would be missing).
+ * Finally the catalog is marked as having every point, so the store
+ * opens.
  * @dir: the store; it must not be open.  @opts: NULL, or options whose
  * device_paths name the store's devices (other fields are ignored).
  * @dry_run: 1 = count what would be done and change nothing.
@@ -1473,8 +1475,9 @@ typedef struct {
  * Return: KVF_OK (out says what was done); KVF_EINVAL (NULL, struct_size
  * too small); KVF_ENOENT (no store in dir); KVF_ENOTSUP (memory or flash
  * media: repair reads segments from stripe files only); KVF_EBUSY (open
- * elsewhere); KVF_ECORRUPT (the store header or the mark is damaged:
- * nothing to repair from); KVF_EIO; KVF_ENOMEM.
+ * elsewhere); KVF_ECORRUPT (the store header or the mark is damaged, or
+ * a stripe file is missing or cut short: nothing to repair from);
+ * KVF_EIO; KVF_ENOMEM.
  * Concurrency: any thread; dir must not be open anywhere.
  */
 KVF_API kvf_status kvf_repair(const char *dir, const kvf_options *opts,

@@ -178,6 +178,13 @@ kvf_status attend_head_task(void *arg, uint32_t i)
 				memcpy(c->probs + ((size_t)head * d + h) * c->probs_cap,
 				       f.scores + (size_t)h * f.n_tok,
 				       f.n_tok * sizeof(float));
+		/* a head with no softmax (a NaN score: its probabilities are
+		 * NaN) adds nothing to the H2O scores or the top-k mass,
+		 * which it would make NaN for good */
+		for (uint32_t h = 0; h < d; h++)
+			if (isnan(f.state.l[h]))
+				memset(f.scores + (size_t)h * f.n_tok, 0,
+				       f.n_tok * sizeof(float));
 		if (c->o && c->o->h2o)
 			rc = h2o_add(st, seq, c->layer, head, f.scores, d,
 				     f.t_start, f.n_tok, c->k);

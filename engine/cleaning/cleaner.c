@@ -448,6 +448,7 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 			skip[v] = 1;
 			t = take_victim(&p, v);
 			if (t < 0) {
+				drop_owners(&p, 0);
 				rc = KVF_ENOMEM;
 				goto out;
 			}
@@ -455,8 +456,9 @@ static kvf_status clean_stripe(kvf_store *st, uint32_t s, int *freed)
 				break;
 		}
 		/* worth it only if the victims give back more than the
-		 * output uses */
-		if (p.n_victims >= 2 || (p.n_victims == 1 && p.n_pages == 0))
+		 * output uses; picked again only when one victim with live
+		 * pages took the output alone */
+		if (p.n_victims != 1 || p.n_pages == 0)
 			break;
 	}
 	if (p.n_victims < 2 && !(p.n_victims == 1 && p.n_pages == 0)) {

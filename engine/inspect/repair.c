@@ -9,16 +9,19 @@
  *
  *  1. opens the catalog as it replays; if it already holds every durable
  *     point the mark says completed, there is nothing to do;
- *  2. salvages it with RocksDB's RepairDB (records in undamaged log blocks
- *     come back) and reads its sequences ("S"), segments ("G") and last
- *     durable point ("N");
+ *  2. opens it writable, which keeps what the log replays to before its
+ *     damage (as step 1 and the dry run read it; RocksDB's RepairDB only
+ *     for a catalog that does not open: it keeps records after a skipped
+ *     one, whose points then look whole), and reads its sequences ("S"),
+ *     segments ("G") and last durable point ("N");
  *  3. reads every segment: a whole summary of this store with a seqno after
  *     the catalog's last point and at most the mark's, whose pages all
  *     match their hashes, proves its pages, and gets its segment record
  *     back if the catalog lost that too (optimizer segments are left:
  *     their generations are in the lost "O" records);
  *  4. gives each sequence back the whole token groups those segments prove:
- *     groups that run on from its length with K and V of every head, each
+ *     groups that run on from its lengths with K and V of every head (X of
+ *     every query head for its X length), each
  *     followed by a later group (so it is full; the last group's token
  *     count was in the lost records); a sequence the catalog lost entirely
  *     is made again, as a root;

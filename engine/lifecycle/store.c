@@ -121,11 +121,16 @@ static kvf_status open_media(kvf_store *st, const kvf_options *o, int existing)
 			return kvf_fail(KVF_ENOMEM, "kvf_open: out of memory");
 		if (existing) {
 			struct stat sb;
+			int r = stat(image, &sb), e = errno;
 
-			if (stat(image, &sb) != 0 || sb.st_size == 0) {
-				rc = kvf_fail(KVF_ECORRUPT,
-					      "kvf_open: the flash image %s is %s: the device's data is gone",
-					      image, errno == ENOENT ? "missing" : "empty");
+			rc = r != 0 && e != ENOENT
+				? kvf_fail_errno(KVF_EIO, e, "kvf_open: stat %s", image)
+			   : r != 0 || sb.st_size == 0
+				? kvf_fail(KVF_ECORRUPT,
+					   "kvf_open: the flash image %s is %s: the device's data is gone",
+					   image, r != 0 ? "missing" : "empty")
+				: KVF_OK;
+			if (rc != KVF_OK) {
 				kvf_free(image);
 				return rc;
 			}

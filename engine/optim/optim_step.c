@@ -160,12 +160,18 @@ static kvf_status check_grad(kvf_opt *o, const char *call,
 	if (cfg->max_grad_norm > 0)
 		*scale *= kvc_optim_clip_coef(sqrt(sumsq) * *scale,
 					      cfg->max_grad_norm);
-	/* the kernels scale each value in fp32: a finite gradient that
-	 * grad_scale takes past FLT_MAX would step by an infinity */
-	if (sqrt(sumsq) * *scale > FLT_MAX)
-		return kvf_fail(KVF_ERANGE,
-				"%s: the gradient times grad_scale %g overflows fp32 (norm %g); nothing changed",
-				call, (double)cfg->grad_scale, sqrt(sumsq));
+	/* the kernels scale each value in fp32: a finite gradient that a
+	 * scale above 1 takes past FLT_MAX would step by an infinity */
+	if (*scale > 1.0f && sqrt(sumsq) * *scale > FLT_MAX) {
+		double big = 0;
+
+		for (uint64_t i = 0; i < g->n; i++)
+			big = fmax(big, fabs((double)kvc_elt(g->values, i, g->dtype)));
+		if (big * *scale > FLT_MAX)
+			return kvf_fail(KVF_ERANGE,
+					"%s: a gradient value of %g times the scale %g (grad_scale, clipping) overflows fp32; nothing changed",
+					call, big, (double)*scale);
+	}
 	return KVF_OK;
 }
 

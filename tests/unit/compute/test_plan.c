@@ -273,8 +273,12 @@ Test(plan_refusals, arguments_refused)
 	refused(kvf_plan_kvpr(&p, &m, 1, 1, &k), "dtype 9", &k, &k0, sizeof(k));
 	m = mha;
 	m.head_dim = 2000;
-	refused(kvf_plan_xcache(&p, &m, 1, 1, &(kvf_xcache_plan){ .struct_size = sizeof(kvf_xcache_plan) }),
-		"model.head_dim 2000 out of range (1..1024)", &k, &k0, sizeof(k));
+	{
+		kvf_xcache_plan x = { .struct_size = sizeof(x), .alpha = 0.5 }, x0 = x;
+
+		refused(kvf_plan_xcache(&p, &m, 1, 1, &x),
+			"model.head_dim 2000 out of range (1..1024)", &x, &x0, sizeof(x));
+	}
 	/* an older caller's profile, which ends before read_cold: its rates
 	 * past the end are 0 to the planners, never read */
 	p.struct_size = offsetof(kvf_profile, read_cold_bytes_per_s);

@@ -364,6 +364,18 @@ Test(attend, a_nan_score_makes_the_head_nan)
 	/* merged with an empty side, still no answer */
 	OK(kvf_attn_merge(2, DIM, out, lse, zero, none, m_out, m_lse));
 	cr_assert(isnan(m_lse[0]) && isnan(m_out[0]));
+	/* H2O scores take nothing from a head with no softmax: a NaN there
+	 * would stay in them for good, and drops would pick at random */
+	{
+		float h2o[10];
+
+		o.h2o = 1;
+		OK(kvf_attend(f.st, 1, 0, q, out, &o));
+		o.h2o = 0;
+		OK(kvf_h2o_read(f.st, 1, 0, 0, 0, 10, h2o));
+		for (int t = 0; t < 10; t++)
+			cr_assert(isfinite(h2o[t]), "token %d: %g", t, (double)h2o[t]);
+	}
 	/* a NaN in q: that head only */
 	q[3] = NAN;
 	OK(kvf_attend(f.st, 2, 0, q, out, &o));

@@ -677,4 +677,11 @@ Test(evict, a_prefix_hit_on_a_full_store_evicts_for_room)
 	}
 	OK(kvf_stats_get(st, &s));
 	cr_assert(s.evicted_seqs > (0));
+	{
+		/* the holder stays: a new prompt still shares a prefix */
+		uint64_t reused = 0;
+
+		OK(kvf_seq_create_tokens(st, 1000, ids, 200, &reused));
+		cr_assert(reused > (0));
+	}
 }
