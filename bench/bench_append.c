@@ -183,14 +183,15 @@ int bench_append_main(int argc, char **argv)
 		append_print_table(&c, &med);
 	rc = 0;
 out:
-	if (c.store0_dir)
+	if (c.claimed && c.store0_dir)
 		bench_remove_store(c.store0_dir);
-	if (c.storec_dir)
+	if (c.claimed && c.storec_dir)
 		bench_remove_store(c.storec_dir);
-	if (!a.keep && c.store_dir) {
+	if (c.claimed && !a.keep && c.store_dir) {
 		bench_remove_store(c.store_dir);
 		unlink(c.plain_path);
-		rmdir(a.dir);
+		if (c.made_dir)
+			rmdir(a.dir);
 	}
 	free(c.pool);
 	kvf_free(c.chunk);

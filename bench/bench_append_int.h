@@ -70,6 +70,8 @@ struct append_ctx {
 	char *store0_dir;          /* DIR/store0 (dram_budget = 0) */
 	char *storec_dir;          /* DIR/storec (--codec) */
 	char *plain_path;          /* DIR/plain.dat */
+	int claimed;               /* the stores checked: the files are ours */
+	int made_dir;              /* DIR was made by this run */
 	uint16_t *pool;            /* random f16 values */
 	size_t pool_elts;          /* elements in pool */
 	unsigned char *chunk;      /* PLAIN_CHUNK bytes, aligned */

@@ -500,8 +500,12 @@ int append_setup(struct append_ctx *c)
 	snprintf(c->store0_dir, plen, "%s/store0", a->dir);
 	snprintf(c->storec_dir, plen, "%s/storec", a->dir);
 	snprintf(c->plain_path, plen, "%s/plain.dat", a->dir);
-	if (bench_make_dir("append", a->dir, NULL) != 0)
+	if (bench_store_check(c->store_dir) != 0 ||
+	    bench_store_check(c->store0_dir) != 0 ||
+	    bench_store_check(c->storec_dir) != 0 ||
+	    bench_make_dir("append", a->dir, &c->made_dir) != 0)
 		return -1;
+	c->claimed = 1; /* from here the run's files are its own */
 	return 0;
 }
 

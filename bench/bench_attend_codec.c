@@ -200,6 +200,7 @@ static void report(const struct attend_args *a, struct codec_side *s,
 {
 	const kvf_model *m = &a->model;
 	double cold[2], warm[2];
+	char rbuf[32];
 	const char *name = kvf_codec_name(s[1].codec);
 
 	for (int i = 0; i < 2; i++) {
@@ -251,10 +252,11 @@ static void report(const struct attend_args *a, struct codec_side *s,
 	printf("%-34s %14s %14s %10s\n", "", "none", name, "vs none");
 	printf("%-34s %14u %14u\n", "tokens of a group", s[0].group_tokens,
 	       s[1].group_tokens);
-	printf("%-34s %14.1f %14.1f %9.3fx\n", "cold: bytes read per token",
+	printf("%-34s %14.1f %14.1f %10s\n", "cold: bytes read per token",
 	       (double)s[0].cold_bytes / a->n_tokens,
 	       (double)s[1].cold_bytes / a->n_tokens,
-	       (double)s[1].cold_bytes / (double)s[0].cold_bytes);
+	       bench_ratio(rbuf, sizeof(rbuf), (double)s[1].cold_bytes,
+			   (double)s[0].cold_bytes, 3));
 	printf("%-34s %14.2f %14.2f %9.2fx\n", "cold: ms a call", cold[0] / 1e6,
 	       cold[1] / 1e6, cold[0] / cold[1]);
 	printf("%-34s %14.2f %14.2f\n", "cold: Mtoken/s", a->n_tokens / (cold[0] / 1e3),

@@ -110,6 +110,8 @@ struct attend_ctx {
 	char *mem_dir;             /* DIR/mem */
 	char *file_dir;            /* DIR/file */
 	char *plain_path;          /* DIR/plain.dat */
+	int claimed;               /* the stores checked: the files are ours */
+	int made_dir;              /* DIR was made by this run */
 	kvf_store *mem;            /* memory store, open for the whole run */
 	kvf_store *file;           /* file store, reopened for cold calls */
 	uint16_t *noise_k;         /* [65536] f16, uniform in [-0.5, 0.5) */

@@ -43,12 +43,14 @@ static void print_sparf(const struct attend_ctx *c, const struct attend_pass *m,
 	for (uint32_t l = 0; l < N_LAYERS; l++) {
 		const struct sparf_figs *f = &c->fig[l].sp[s];
 		uint64_t dense = c->fig[l].dense_bytes;
+		char rbuf[32];
 
 		printf("   layer %u: %s (they hold %.0f%% of dense attention's mass)\n",
 		       l, layer_name[l], 100 * c->fig[l].hh_mass);
-		printf("%-34s %8.1f MiB %8.1f MiB %7.2fx  <= 0.30x\n",
+		printf("%-34s %8.1f MiB %8.1f MiB %8s  <= 0.30x\n",
 		       "   bytes read", mib(f->bytes), mib(dense),
-		       (double)f->bytes / (double)dense);
+		       bench_ratio(rbuf, sizeof(rbuf), (double)f->bytes,
+				   (double)dense, 2));
 		printf("%-34s %9.1f ms %9.1f ms %7.2fx  >= 2.50x faster\n",
 		       "   time a call", m->sparf[s][l] / 1e6,
 		       m->cold_dense[l] / 1e6,
@@ -59,8 +61,10 @@ static void print_sparf(const struct attend_ctx *c, const struct attend_pass *m,
 		       (unsigned long long)f->pages_read,
 		       (unsigned long long)f->pages_skipped);
 		printf("   first call after the reopen (it also catches the mean of V up if behind):\n"
-		       "   %.1f MiB (%.2fx dense), %.1f ms (speed-up %.2fx)\n",
-		       mib(f->first_bytes), (double)f->first_bytes / (double)dense,
+		       "   %.1f MiB (%s dense), %.1f ms (speed-up %.2fx)\n",
+		       mib(f->first_bytes),
+		       bench_ratio(rbuf, sizeof(rbuf), (double)f->first_bytes,
+				   (double)dense, 2),
 		       m->sparf_first[s][l] / 1e6,
 		       m->cold_dense[l] / m->sparf_first[s][l]);
 		printf("   cosine of SparF's output to dense over the %u q heads: min %.4f, mean %.4f\n",

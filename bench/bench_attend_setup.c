@@ -257,8 +257,11 @@ int attend_setup(struct attend_ctx *c)
 	/* the plain read's buffer holds the same kind of bytes, all touched */
 	for (uint64_t i = 0; i < c->kv_bytes / 8; i++)
 		c->membuf[i] = bench_mix64(i);
-	if (bench_make_dir("attend", a->dir, NULL) != 0)
+	if (bench_store_check(c->mem_dir) != 0 ||
+	    bench_store_check(c->file_dir) != 0 ||
+	    bench_make_dir("attend", a->dir, &c->made_dir) != 0)
 		return -1;
+	c->claimed = 1; /* from here the run's files are its own */
 	if (bench_remove_store(c->mem_dir) != 0 ||
 	    bench_remove_store(c->file_dir) != 0)
 		return -1;
@@ -298,11 +301,12 @@ void attend_teardown(struct attend_ctx *c)
 {
 	kvf_close(c->file);
 	kvf_close(c->mem);
-	if (!c->a->keep && c->file_dir) {
+	if (c->claimed && !c->a->keep && c->file_dir) {
 		bench_remove_store(c->file_dir);
 		bench_remove_store(c->mem_dir);
 		unlink(c->plain_path);
-		rmdir(c->a->dir);
+		if (c->made_dir)
+			rmdir(c->a->dir);
 	}
 	for (uint32_t l = 0; l < N_LAYERS; l++) {
 		free(c->q[l]);

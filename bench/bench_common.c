@@ -139,12 +139,18 @@ int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
 			usage(stdout);
 			return 1;
 		}
-		if (o && o->kind == BENCH_KIND_BOOL) {
+		if (o == NULL)
+			return bench_usage_error(cmd, "unknown option '%s' (kvbench %s --help)",
+						 f, cmd);
+		if (o->kind == BENCH_KIND_BOOL) {
 			*o->b = 1;
 			continue;
 		}
-		if (i + 1 >= argc)
-			return bench_usage_error(cmd, "unknown option or missing value: '%s' (kvbench %s --help)",
+		/* a value is never the next option: `--dir --json` once
+		 * ran the default run in a directory called --json */
+		if (i + 1 >= argc || argv[i + 1][0] == '\0' ||
+		    strncmp(argv[i + 1], "--", 2) == 0)
+			return bench_usage_error(cmd, "%s needs a value (kvbench %s --help)",
 						 f, cmd);
 		rc = set_opt(o, f, argv[++i]);
 		if (rc == 2)
@@ -209,15 +215,33 @@ static int rm_one(const char *path, const struct stat *sb, int flag,
 	return remove(path);
 }
 
+int bench_store_check(const char *path)
+{
+	if (access(path, F_OK) != 0 || is_store_or_empty(path))
+		return 0;
+	fprintf(stderr, "kvbench: %s exists and is not a kvflash store; not removing it (choose another --dir)\n",
+		path);
+	return -1;
+}
+
+const char *bench_ratio(char *buf, size_t cap, double num, double den,
+			int decimals)
+{
+	double r = den != 0 ? num / den : NAN;
+
+	if (!isfinite(r))
+		snprintf(buf, cap, "n/a");
+	else
+		snprintf(buf, cap, "%.*fx", decimals, r);
+	return buf;
+}
+
 int bench_remove_store(const char *path)
 {
 	if (access(path, F_OK) != 0)
 		return 0;
-	if (!is_store_or_empty(path)) {
-		fprintf(stderr, "kvbench: %s exists and is not a kvflash store; not removing it (choose another --dir)\n",
-			path);
+	if (bench_store_check(path) != 0)
 		return -1;
-	}
 	if (nftw(path, rm_one, 8, FTW_DEPTH | FTW_PHYS) != 0) {
 		fprintf(stderr, "kvbench: removing %s: %s\n", path,
 			strerror(errno));

@@ -99,6 +99,18 @@ double bench_mbs(uint64_t bytes, uint64_t ns);
  * Returns 0, or -1 (message printed) when path is something else.
  */
 int bench_remove_store(const char *path);
+/*
+ * bench_store_check - path is absent, a kvflash store or empty: 0; else
+ * -1 (message printed).  A command checks its store directories with it
+ * before it touches anything in its --dir, so that a refused run removes
+ * nothing (its plain file and the directory included).
+ */
+int bench_store_check(const char *path);
+
+/* bench_ratio - num / den as "%.*fx" into buf, or "n/a" when den is 0
+ * or the ratio is not finite (nothing was measured: not NaN or inf) */
+const char *bench_ratio(char *buf, size_t cap, double num, double den,
+			int decimals);
 
 /*
  * bench_make_dir - create dir unless it is there already; *made (when not

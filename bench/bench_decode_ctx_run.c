@@ -303,7 +303,17 @@ static int plain_write(struct ctx *c)
 {
 	size_t used = (c->n * c->row + PAGE - 1) / PAGE * PAGE;
 	uint64_t t0 = bench_now_ns();
+	char sp[sizeof(c->store_path)], cp[sizeof(c->codec_path)];
 
+	/* the context's store directories first: a refused run removes
+	 * nothing, the plain file it would make included */
+	snprintf(sp, sizeof(sp), "%s/context-%llu", c->a->dir,
+		 (unsigned long long)c->n);
+	snprintf(cp, sizeof(cp), "%s/context-%llu-%s", c->a->dir,
+		 (unsigned long long)c->n, kvf_codec_name(c->a->codec));
+	if (bench_store_check(sp) != 0 ||
+	    (c->a->codec != KVF_CODEC_NONE && bench_store_check(cp) != 0))
+		return -1;
 	snprintf(c->plain_path, sizeof(c->plain_path), "%s/plain-%llu.dat",
 		 c->a->dir, (unsigned long long)c->n);
 	c->fd = bench_plain_create("decode", c->plain_path, c->n_regions * c->region,

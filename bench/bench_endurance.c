@@ -97,6 +97,7 @@ static int check_list(const char *flag, const char *list,
 		      const char *const *names, int n)
 {
 	char buf[256];
+	int named = 0;
 
 	if (strcmp(list, "all") == 0)
 		return 0;
@@ -105,11 +106,15 @@ static int check_list(const char *flag, const char *list,
 	     t = strtok_r(NULL, ",", &save)) {
 		int ok = 0;
 
+		named++;
 		for (int i = 0; i < n; i++)
 			ok |= strcmp(t, names[i]) == 0;
 		if (!ok)
 			return bench_usage_error("endurance", "%s: unknown name '%s'", flag, t);
 	}
+	/* an empty list would measure nothing, and say so with exit 0 */
+	if (named == 0)
+		return bench_usage_error("endurance", "%s '%s' names nothing", flag, list);
 	return 0;
 }
 

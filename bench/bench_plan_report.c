@@ -44,7 +44,9 @@ void plan_print_table(const struct plan_ctx *c)
 			       pc->m.head_dim, token_bytes(&pc->m, 1),
 			       token_bytes(&pc->m, 0),
 			       pc->x_smaller ? "X smaller: the X-cache saves bytes"
-					     : "X larger: the X-cache costs bytes",
+			       : token_bytes(&pc->m, 1) == token_bytes(&pc->m, 0)
+				       ? "the same size: the X-cache neither saves nor costs bytes"
+				       : "X larger: the X-cache costs bytes",
 			       pc->direct_io ? "" : " [no O_DIRECT]",
 			       p->read_cold_bytes_per_s / 1e9,
 			       p->read_warm_bytes_per_s / 1e9,
