@@ -372,19 +372,24 @@ static int has_group(struct repair *rp, uint64_t seq, uint32_t sid,
 	return 1;
 }
 
-/* full_group - K and V of every head of (seq, layer) hold group g in the
- * pages given back, each followed by a later group */
+/* full_group - every stream of (seq, layer), K and V of every KV head or
+ * with x X of every query head, holds group g in the pages given back,
+ * each followed by a later group */
 static int full_group(struct repair *rp, uint64_t seq, uint32_t layer,
-		      uint32_t g)
+		      int x, uint32_t g)
 {
-	/* its index entries: a whole group's, encoded with a codec */
-	uint64_t e0 = (uint64_t)g * rp->group_stride;
+	/* its index entries: K's and V's whole group (encoded with a
+	 * codec), X's plain rows */
+	uint64_t e0 = (uint64_t)g * rp->group_stride + (x ? rp->plain_off : 0);
+	uint32_t pages = x ? rp->plain_pages : rp->group_pages;
+	uint32_t heads = x ? rp->h.n_q_heads : rp->h.n_kv_heads;
+	int k0 = x ? KIND_X : KIND_K, k1 = x ? KIND_X : KIND_V;
 
-	if (e0 + rp->group_pages > UINT32_MAX)
+	if (e0 + pages > UINT32_MAX)
 		return 0;
-	for (uint32_t h = 0; h < rp->h.n_kv_heads; h++)
-		for (int kind = KIND_K; kind <= KIND_V; kind++)
-			for (uint32_t p = 0; p < rp->group_pages; p++) {
+	for (uint32_t h = 0; h < heads; h++)
+		for (int kind = k0; kind <= k1; kind++)
+			for (uint32_t p = 0; p < pages; p++) {
 				int later = 0;
 
 				if (!has_group(rp, seq, stream_id(layer, kind, h),
@@ -394,32 +399,26 @@ static int full_group(struct repair *rp, uint64_t seq, uint32_t layer,
 	return 1;
 }
 
-/* full_x_group - X of every query head of (seq, layer) holds group g
- * (its plain rows' entries) in the pages given back, each followed by a
- * later group */
-static int full_x_group(struct repair *rp, uint64_t seq, uint32_t layer,
-			uint32_t g)
+/* extend_len - *len (of K/V, or with x of X) of s's layer, on by the
+ * whole groups the pages given back prove; the tokens it gained */
+static uint64_t extend_len(struct repair *rp, struct rseq *s, uint32_t layer,
+			   int x, uint64_t *len)
 {
-	uint64_t e0 = (uint64_t)g * rp->group_stride + rp->plain_off;
+	uint32_t G = rp->group_tokens;
+	uint64_t g = *len / G, was = *len;
 
-	if (e0 + rp->plain_pages > UINT32_MAX)
+	while (g < UINT32_MAX && full_group(rp, s->id, layer, x, (uint32_t)g))
+		g++;
+	if (g * G <= was)
 		return 0;
-	for (uint32_t h = 0; h < rp->h.n_q_heads; h++)
-		for (uint32_t p = 0; p < rp->plain_pages; p++) {
-			int later = 0;
-
-			if (!has_group(rp, seq, stream_id(layer, KIND_X, h),
-				       (uint32_t)(e0 + p), &later) || !later)
-				return 0;
-		}
-	return 1;
+	*len = g * G;
+	s->changed = 1;
+	return *len - was;
 }
 
 /* extend - step 4: lengths from the pages given back */
 static kvf_status extend(struct repair *rp)
 {
-	uint32_t G = rp->group_tokens;
-
 	if (rp->n_ents > 1)
 		qsort(rp->ents, rp->n_ents, sizeof(*rp->ents), cmp_ent);
 	for (size_t i = 0; i < rp->n_ents; i++) {
@@ -442,26 +441,10 @@ static kvf_status extend(struct repair *rp)
 						  .n_layers = rp->h.n_layers };
 		}
 		for (uint32_t l = 0; l < rp->h.n_layers; l++) {
-			uint64_t g = s->len[l] / G;
-
-			while (g < UINT32_MAX && full_group(rp, s->id, l, (uint32_t)g))
-				g++;
-			if (g * G > s->len[l]) {
-				rp->r.tokens_restored += g * G - s->len[l];
-				s->len[l] = g * G;
-				s->changed = 1;
-			}
-			/* X, kept for the X-cache: its own length */
-			uint64_t *xl = &s->len[rp->h.n_layers + l];
-
-			g = *xl / G;
-			while (g < UINT32_MAX && full_x_group(rp, s->id, l, (uint32_t)g))
-				g++;
-			if (g * G > *xl) {
-				rp->r.x_tokens_restored += g * G - *xl;
-				*xl = g * G;
-				s->changed = 1;
-			}
+			rp->r.tokens_restored += extend_len(rp, s, l, 0, &s->len[l]);
+			/* X, kept for the X-cache: a length of its own */
+			rp->r.x_tokens_restored +=
+				extend_len(rp, s, l, 1, &s->x_len[l]);
 		}
 		if (s->changed && s->fresh)
 			rp->r.sequences_restored++;

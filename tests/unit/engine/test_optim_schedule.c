@@ -140,14 +140,26 @@ Test(optim_schedule, adagrad)
 	run_kind(KVF_OPT_ADAGRAD);
 }
 
+/* never_stepped - opt took no step: its count is 0, its parameters are
+ * before's */
+static void never_stepped(kvf_opt *opt, const float *before)
+{
+	static float after[NP];
+	uint64_t steps, n;
+
+	OK(kvf_opt_steps(opt, &steps, &n));
+	cr_assert(eq(u64, steps, 0));
+	OK(kvf_opt_read(opt, 0, NP, after));
+	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+}
+
 Test(optim_schedule, refusals)
 {
-	static float g[NP], before[NP], after[NP];
+	static float g[NP], before[NP];
 	kvf_opt_config c0, c;
 	kvf_store *st = open_store(1);
 	kvf_opt *opt = NULL;
 	kvf_grad grad = { KVF_DTYPE_F32, g, NULL, NP };
-	uint64_t steps, n;
 
 	fx.st = st;
 	kvf_opt_config_init(&c0, KVF_OPT_ADAM);
@@ -177,10 +189,7 @@ Test(optim_schedule, refusals)
 	cr_assert(eq(int, kvf_opt_step_config(opt, NULL, &grad, NULL), KVF_EINVAL));
 	cr_assert(eq(int, kvf_opt_step_config(NULL, &c0, &grad, NULL), KVF_EINVAL));
 	cr_assert(eq(int, kvf_opt_step_config(opt, &c0, NULL, NULL), KVF_EINVAL));
-	OK(kvf_opt_steps(opt, &steps, &n));
-	cr_assert(eq(u64, steps, 0));
-	OK(kvf_opt_read(opt, 0, NP, after));
-	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	never_stepped(opt, before);
 	OK(kvf_opt_close(opt));
 }
 
@@ -189,12 +198,11 @@ Test(optim_schedule, refusals)
  * changes nothing (turning it on was a NULL buffer in the kernel) */
 Test(optim_schedule, momentum_turned_on_or_off_refused)
 {
-	static float g[NP], before[NP], after[NP];
+	static float g[NP], before[NP];
 	kvf_opt_config plain, with, c;
 	kvf_store *st = open_store(1);
 	kvf_opt *a = NULL, *b = NULL;
 	kvf_grad grad = { KVF_DTYPE_F32, g, NULL, NP };
-	uint64_t steps, n;
 
 	fx.st = st;
 	kvf_opt_config_init(&plain, KVF_OPT_SGD);
@@ -213,10 +221,7 @@ Test(optim_schedule, momentum_turned_on_or_off_refused)
 	c.momentum = 0;
 	cr_assert(eq(int, kvf_opt_step_config(b, &c, &grad, NULL), KVF_EINVAL));
 	fx_has("optimizer 'with' was created with momentum 0.9");
-	OK(kvf_opt_steps(a, &steps, &n));
-	cr_assert(eq(u64, steps, 0));
-	OK(kvf_opt_read(a, 0, NP, after));
-	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	never_stepped(a, before);
 	/* another momentum than the one made with is a schedule */
 	c = with;
 	c.momentum = 0.5f;
@@ -229,12 +234,11 @@ Test(optim_schedule, momentum_turned_on_or_off_refused)
  * as a non-finite one is, and changes nothing */
 Test(optim_schedule, a_gradient_grad_scale_overflows_refused)
 {
-	static float g[NP], before[NP], after[NP];
+	static float g[NP], before[NP];
 	kvf_opt_config c;
 	kvf_store *st = open_store(1);
 	kvf_opt *opt = NULL;
 	kvf_grad grad = { KVF_DTYPE_F32, g, NULL, NP };
-	uint64_t steps, n;
 
 	fx.st = st;
 	kvf_opt_config_init(&c, KVF_OPT_ADAM);
@@ -246,10 +250,7 @@ Test(optim_schedule, a_gradient_grad_scale_overflows_refused)
 	c.grad_scale = 10.0f;
 	cr_assert(eq(int, kvf_opt_step_config(opt, &c, &grad, NULL), KVF_ERANGE));
 	fx_has("a gradient value of 3e+38 times the scale 10 (grad_scale, clipping) overflows fp32");
-	OK(kvf_opt_steps(opt, &steps, &n));
-	cr_assert(eq(u64, steps, 0));
-	OK(kvf_opt_read(opt, 0, NP, after));
-	cr_assert(eq(int, memcmp(before, after, sizeof(after)), 0));
+	never_stepped(opt, before);
 	c.grad_scale = 1.0f; /* unscaled it fits */
 	OK(kvf_opt_step_config(opt, &c, &grad, NULL));
 	OK(kvf_opt_close(opt));
