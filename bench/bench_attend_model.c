@@ -569,10 +569,11 @@ static int run_codec(struct run *r, kvf_store *codec_st, uint32_t g,
 	f->agreement = (double)agree / (double)n;
 	f->kl_mean = kl_sum / (double)n;
 	f->coded_share = (double)n_coded / (double)n;
-	f->coded_agreement = n_coded ? (double)agree_coded / (double)n_coded : 0;
-	f->coded_kl_mean = n_coded ? kl_coded / (double)n_coded : 0;
+	/* no token after a sealed group: no figure (JSON null), not 0 */
+	f->coded_agreement = n_coded ? (double)agree_coded / (double)n_coded : NAN;
+	f->coded_kl_mean = n_coded ? kl_coded / (double)n_coded : NAN;
 	f->coded_vs_dense = n_coded ? exp((loss_coded[1] - loss_coded[0]) /
-					  (double)n_coded) - 1 : 0;
+					  (double)n_coded) - 1 : NAN;
 	f->attended_coded = (double)attended_coded / (double)attended;
 	ret = 0;
 out:
@@ -779,11 +780,16 @@ int attend_model_main(const struct attend_args *a)
 			printf("codec against dense, token by token: argmax agreement %.2f%%, "
 			       "KL mean %.3g, max %.3g nats;\n", 100 * cf.agreement,
 			       cf.kl_mean, cf.kl_max);
-			printf("  over the %.1f%% of tokens whose context holds a sealed group: "
-			       "perplexity %+.2f%%, agreement %.2f%%, KL mean %.3g (%.2f of "
-			       "the attended tokens encoded)\n", 100 * cf.coded_share,
-			       100 * cf.coded_vs_dense, 100 * cf.coded_agreement,
-			       cf.coded_kl_mean, cf.attended_coded);
+			if (cf.coded_share > 0)
+				printf("  over the %.1f%% of tokens whose context holds a sealed group: "
+				       "perplexity %+.2f%%, agreement %.2f%%, KL mean %.3g (%.2f of "
+				       "the attended tokens encoded)\n", 100 * cf.coded_share,
+				       100 * cf.coded_vs_dense, 100 * cf.coded_agreement,
+				       cf.coded_kl_mean, cf.attended_coded);
+			else
+				printf("  no token's context held a sealed group (%u tokens a group, "
+				       "windows of %u): the codec encoded nothing here; a --window "
+				       "past the group measures it\n", codec_group, a->window);
 		}
 	}
 	rc = 0;

@@ -162,6 +162,17 @@ int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
 	return 0;
 }
 
+int bench_refuse_unused(const char *cmd, int argc, char **argv,
+			const char *const *flags, const char *where)
+{
+	for (int i = 1; i < argc; i++)
+		for (const char *const *f = flags; *f; f++)
+			if (strcmp(argv[i], *f) == 0)
+				return bench_usage_error(cmd, "%s does nothing %s (kvbench %s --help)",
+							 *f, where, cmd);
+	return 0;
+}
+
 double bench_median(double *v, uint32_t n)
 {
 	for (uint32_t i = 1; i < n; i++)

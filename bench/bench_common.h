@@ -88,6 +88,17 @@ int bench_parse_codec(const char *flag, const char *text, void *out);
 int bench_parse_opts(const char *cmd, void (*usage)(FILE *f),
 		     const struct bench_opt *opts, int argc, char **argv);
 
+/*
+ * bench_refuse_unused - after bench_parse_opts: 2, naming the first of
+ * flags (a NULL-ended list) given on argv and saying it does nothing
+ * `where` ("with --model"), so that an option a mode does not read is
+ * refused rather than silently ignored; 0 if none was given.  (A value
+ * is never taken for a flag: bench_parse_opts refuses a value that is
+ * one.)
+ */
+int bench_refuse_unused(const char *cmd, int argc, char **argv,
+			const char *const *flags, const char *where);
+
 /* bench_median - the median of v[0..n-1] (n >= 1); sorts v. */
 double bench_median(double *v, uint32_t n);
 /* bench_mbs - bytes over ns as MB/s (10^6 bytes); 0 when ns is 0. */

@@ -72,7 +72,8 @@ static void usage(FILE *f)
 		"  --steps N        timed decode steps (default 16)\n"
 		"  --warmup N       untimed steps before them (default 2)\n"
 		"  --budget BYTES   dram_budget with the tier on, K/M/G (default 64M)\n"
-		"  --fit BYTES      the working set that fits (default budget / 2)\n"
+		"  --fit BYTES      the working set that fits, below --budget\n"
+		"                   (default budget / 2)\n"
 		"  --scale N        the larger working set, times --fit (default 4)\n"
 		"  --layers N       layers (default 4)\n"
 		"  --q-heads N      query heads (default 32; a multiple of --kv-heads)\n"
@@ -130,6 +131,12 @@ static int parse_args(int argc, char **argv, struct decode_args *a)
 					 a->model.head_dim);
 	if (a->fit_bytes == 0)
 		a->fit_bytes = a->budget / 2;
+	/* the tier also holds group buffers and the index: a working set of
+	 * the whole budget would not fit it either */
+	if (a->fit_bytes >= a->budget)
+		return bench_usage_error("decode", "--fit %llu is not below --budget %llu: the working set that fits must fit the tier's budget",
+					 (unsigned long long)a->fit_bytes,
+					 (unsigned long long)a->budget);
 	return 0;
 }
 

@@ -38,7 +38,7 @@ static void usage(FILE *f)
 		"  --workloads LIST       offline,online,chat,train or all (default all)\n"
 		"  --layers N --q-heads N --kv-heads N --head-dim N   model (default 4 layers, 32/8 heads of 128, f16)\n"
 		"  --seed N               workload seed (default 1)\n"
-		"  --sync-every N         steps between sync points (default 64)\n"
+		"  --sync-every N         steps between sync points (default 64; 0: none)\n"
 		"  --spare F              SSD spare factor (default 0.07)\n"
 		"  --util F               peak live KV / SSD capacity (default 0.25)\n"
 		"  --block-pages N        pages per erase block (default 256: 1 MiB)\n"
@@ -165,7 +165,8 @@ static int run_ops(struct end_sys *s, const struct end_workload *w,
 			break;
 		case OP_STEP:
 			rc = s->ops->step(s);
-			if (rc == 0 && a->sync_every && ++steps % a->sync_every == 0)
+			steps++;
+			if (rc == 0 && a->sync_every && steps % a->sync_every == 0)
 				rc = s->ops->sync(s);
 			if ((steps & 15) == 0)
 				progress(a, wl, s->name, i, w->n_ops);

@@ -196,12 +196,15 @@ int end_replay_run(const struct end_trace *t, double spare, double util,
  * capacity (logical / (1 - spare)) times the P/E rating */
 double end_nand_budget(const struct end_drive *d);
 /* end_lifetime_years - years until the budget is spent at
- * nand_bytes_per_token bytes for each of tokens_per_s tokens a second */
+ * nand_bytes_per_token bytes for each of tokens_per_s tokens a second;
+ * INFINITY for 0 bytes (never), NAN for a NAN figure (no tokens) */
 double end_lifetime_years(const struct end_drive *d, double nand_bytes_per_token);
 /* end_rated_years - years until the rated TBW (dwpd x capacity x 365 x
- * warranty years) is spent by host_bytes_per_token at the token rate */
+ * warranty years) is spent by host_bytes_per_token at the token rate
+ * (INFINITY and NAN as end_lifetime_years) */
 double end_rated_years(const struct end_drive *d, double host_bytes_per_token);
-/* end_requests_per_pbw - requests served per 10^15 NAND bytes */
+/* end_requests_per_pbw - requests served per 10^15 NAND bytes
+ * (INFINITY with none written, NAN with no requests either) */
 double end_requests_per_pbw(double requests, double nand_bytes);
 
 /* ---- systems ------------------------------------------------------------ */

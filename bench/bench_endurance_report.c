@@ -2,7 +2,9 @@
  * bench_endurance_report.c - the figures of `kvbench endurance`, its table,
  * its JSON and its plots (gnuplot, when installed).
  */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,12 +43,12 @@ void end_figures(const struct end_args *a, const struct end_sys *s,
 		r->rated_years = end_rated_years(&d, (double)r->block_bytes / steps);
 	} else {
 		r->nand_bytes_per_token = w->gen_tokens ?
-			(double)r->nand_bytes / (double)w->gen_tokens : 0.0;
+			(double)r->nand_bytes / (double)w->gen_tokens : NAN;
 		r->nand_bytes_per_step = NAN;
 		r->lifetime_years = end_lifetime_years(&a->drive, r->nand_bytes_per_token);
 		r->rated_years = w->gen_tokens ?
 			end_rated_years(&a->drive, (double)r->block_bytes /
-						   (double)w->gen_tokens) : 0.0;
+						   (double)w->gen_tokens) : NAN;
 	}
 	r->util_mean = rep->util_mean;
 	r->dram_peak = s->dram_peak;
@@ -79,6 +81,18 @@ static const struct end_result *find(const struct end_result *r, size_t n,
 	return find_codec(r, n, wl, k, KVF_CODEC_NONE);
 }
 
+/* years - a lifetime for the table: "never" for a system that wrote
+ * nothing, "-" where there is no figure (no tokens) */
+static const char *years(double y, char *buf, size_t cap)
+{
+	if (isinf(y))
+		return "never";
+	if (isnan(y))
+		return "-";
+	snprintf(buf, cap, "%.2f", y);
+	return buf;
+}
+
 /* codec_lines - per workload, each codec's kvflash rows against the
  * uncompressed ones and the baselines (these stay uncompressed); the
  * target (issue 25): INT4 with admission at least 4x fewer NAND bytes
@@ -94,12 +108,17 @@ static void codec_lines(const struct end_args *a, const struct end_result *r,
 		for (int wl = 0; wl < WL_COUNT; wl++) {
 			for (int k = SYS_KVFLASH; k < SYS_COUNT; k++) {
 				const struct end_result *x, *t, *p, *rb;
+				char yb[32];
 
 				if (!end_sys_kvflash((enum end_sys_kind)k) ||
 				    (x = find_codec(r, n, (enum end_wl)wl,
-						    (enum end_sys_kind)k, cd)) == NULL ||
-				    x->nand_bytes == 0)
+						    (enum end_sys_kind)k, cd)) == NULL)
 					continue;
+				if (x->nand_bytes == 0) {
+					printf("%-8s %s: no NAND bytes written (nothing left DRAM): no wear\n",
+					       end_wl_name((enum end_wl)wl), x->name);
+					continue;
+				}
 				p = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);
 				t = find(r, n, (enum end_wl)wl, SYS_ROCKS_TUNED);
 				rb = find(r, n, (enum end_wl)wl, SYS_ROCKS);
@@ -119,7 +138,7 @@ static void codec_lines(const struct end_args *a, const struct end_result *r,
 					    (wl == WL_ONLINE || wl == WL_CHAT))
 						printf(" (target >= 4x: %s)", f >= 4.0 ? "met" : "not met");
 				}
-				printf("; life %.2f y\n", x->lifetime_years);
+				printf("; life %s\n", years(x->lifetime_years, yb, sizeof(yb)));
 			}
 		}
 	}
@@ -128,9 +147,15 @@ static void codec_lines(const struct end_args *a, const struct end_result *r,
 void end_print_table(const struct end_args *a, const struct end_result *r,
 		     size_t n)
 {
-	printf("kvbench endurance: %u layers, %u KV heads of %u (f16); SSD: spare %.2f, %u-page blocks, greedy GC; sync every %u steps\n",
+	char sync[48];
+
+	if (a->sync_every)
+		snprintf(sync, sizeof(sync), "sync every %u steps", a->sync_every);
+	else
+		snprintf(sync, sizeof(sync), "no sync points");
+	printf("kvbench endurance: %u layers, %u KV heads of %u (f16); SSD: spare %.2f, %u-page blocks, greedy GC; %s\n",
 	       a->model.n_layers, a->model.n_kv_heads, a->model.head_dim,
-	       a->spare, a->block_pages, a->sync_every);
+	       a->spare, a->block_pages, sync);
 	printf("drive for the lifetime: %.2f TB, %.0f P/E, %.2f DWPD over %.0f years, at %.0f generated tokens/s\n\n",
 	       a->drive.capacity_bytes / 1e12, a->drive.pe_cycles, a->drive.dwpd,
 	       a->drive.warranty_years, a->drive.tokens_per_s);
@@ -140,18 +165,29 @@ void end_print_table(const struct end_args *a, const struct end_result *r,
 	       "DRAM MiB");
 	for (size_t i = 0; i < n; i++) {
 		const struct end_result *x = &r[i];
+		char pb[32], rq[32], yl[32], yr[32];
+		double per;
 
 		if (!x->ok) {
 			printf("%-8s %-18s failed: %s\n", end_wl_name(x->wl),
 			       x->name, x->error);
 			continue;
 		}
-		printf("%-8s %-18s %8.1f %7.3f %7.3f %7.3f %7.3f %12.0f %10.3g %9.2f %9.2f %4u/%-3.0f %6.2f ",
+		per = x->wl == WL_TRAIN ? x->nand_bytes_per_step : x->nand_bytes_per_token;
+		if (isnan(per))
+			snprintf(pb, sizeof(pb), "-");
+		else
+			snprintf(pb, sizeof(pb), "%.0f", per);
+		if (isinf(x->requests_per_pbw))
+			snprintf(rq, sizeof(rq), "unbounded");
+		else
+			snprintf(rq, sizeof(rq), "%.3g", x->requests_per_pbw);
+		printf("%-8s %-18s %8.1f %7.3f %7.3f %7.3f %7.3f %12s %10s %9s %9s %4u/%-3.0f %6.2f ",
 		       end_wl_name(x->wl), x->name,
 		       (double)x->user_bytes / 1048576.0, x->host_wa, x->fs_wa,
-		       x->device_wa, x->total_wa,
-		       x->wl == WL_TRAIN ? x->nand_bytes_per_step : x->nand_bytes_per_token,
-		       x->requests_per_pbw, x->lifetime_years, x->rated_years,
+		       x->device_wa, x->total_wa, pb, rq,
+		       years(x->lifetime_years, yl, sizeof(yl)),
+		       years(x->rated_years, yr, sizeof(yr)),
 		       x->rep.erase_max, x->rep.erase_mean, x->util_mean);
 		if (end_sys_kvflash(x->sys))
 			printf("%8.1f\n", (double)x->dram_peak / 1048576.0);
@@ -309,100 +345,153 @@ static int sweep(const struct end_args *a, const struct end_result *r, size_t n,
 	return 0;
 }
 
+/* plots_add - one more PNG the script draws, for the closing message */
+static void plots_add(char *list, size_t cap, const char *png)
+{
+	size_t l = strlen(list);
+
+	snprintf(list + l, cap - l, "%s%s", l ? " " : "", png);
+}
+
+/* end_plot draws what the run has: the online sweeps and erase
+ * histograms only if the online workload ran (the traces are its), the
+ * bytes per token over the systems and workloads that ran; a column no
+ * system filled would stop gnuplot */
 int end_plot(const struct end_args *a, const struct end_result *r, size_t n,
 	     struct end_trace *const *tr)
 {
-	char path[700], cmd[800];
-	FILE *f;
-	int cols = 0;
+	char path[700], cmd[800], pngs[200] = "";
+	int has[SYS_COUNT] = { 0 };
+	int traces = 0, hists = 0, systems = 0;
+	FILE *f, *gp;
 
 	fflush(stdout); /* the table before the plots' messages */
 	if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
 		fprintf(stderr, "kvbench endurance: gnuplot is not installed: plots skipped (Debian: apt-get install gnuplot-nox)\n");
 		return 1;
 	}
+	for (int k = 0; k < SYS_COUNT; k++) {
+		traces += tr[k] != NULL;
+		hists += find(r, n, WL_ONLINE, (enum end_sys_kind)k) != NULL;
+		for (int wl = 0; wl < WL_TRAIN; wl++) /* train has no tokens */
+			has[k] |= find(r, n, (enum end_wl)wl, (enum end_sys_kind)k) != NULL;
+		systems += has[k];
+	}
+	if (traces == 0 && systems == 0) {
+		fprintf(stderr, "kvbench endurance: nothing to plot: the plots are of the online, offline and chat workloads' uncompressed rows (--workloads, --codec none)\n");
+		return 1;
+	}
 	if (bench_make_dir("endurance", a->plot_dir, NULL))
 		return -1;
-	for (int k = 0; k < SYS_COUNT; k++)
-		cols += tr[k] != NULL;
-	if ((f = open_in(a->plot_dir, "wa_spare.dat", path, sizeof(path))) == NULL)
+	if ((gp = open_in(a->plot_dir, "endurance.gp", path, sizeof(path))) == NULL)
 		return -1;
-	sweep(a, r, n, tr, 0, 1, f);
-	fclose(f);
-	if ((f = open_in(a->plot_dir, "wa_spare_nodiscard.dat", path, sizeof(path))) == NULL)
-		return -1;
-	sweep(a, r, n, tr, 0, 0, f);
-	fclose(f);
-	if ((f = open_in(a->plot_dir, "wa_util.dat", path, sizeof(path))) == NULL)
-		return -1;
-	sweep(a, r, n, tr, 1, 1, f);
-	fclose(f);
-	/* erase counts of each system's online replay, bucket by bucket */
-	if ((f = open_in(a->plot_dir, "erase_hist.dat", path, sizeof(path))) == NULL)
-		return -1;
-	for (int k = 0; k < SYS_COUNT; k++) {
-		const struct end_result *o = find(r, n, WL_ONLINE, (enum end_sys_kind)k);
-
-		if (o == NULL)
-			continue;
-		fprintf(f, "\"%s\"\n", sys_name((enum end_sys_kind)k));
-		for (int b = 0; b < 16; b++)
-			fprintf(f, "%g %llu\n",
-				o->rep.hist_lo + (b + 0.5) * o->rep.hist_width,
-				(unsigned long long)o->rep.erase_hist[b]);
-		fprintf(f, "\n\n");
+	fprintf(gp, "set terminal pngcairo size 800,500 noenhanced\n"
+		    "set key outside right\nset grid\n");
+	if (traces > 0) {
+		if ((f = open_in(a->plot_dir, "wa_spare.dat", path, sizeof(path))) == NULL)
+			goto fail;
+		sweep(a, r, n, tr, 0, 1, f);
+		fclose(f);
+		if ((f = open_in(a->plot_dir, "wa_spare_nodiscard.dat", path, sizeof(path))) == NULL)
+			goto fail;
+		sweep(a, r, n, tr, 0, 0, f);
+		fclose(f);
+		if ((f = open_in(a->plot_dir, "wa_util.dat", path, sizeof(path))) == NULL)
+			goto fail;
+		sweep(a, r, n, tr, 1, 1, f);
+		fclose(f);
+		fprintf(gp,
+			"set logscale y\n"
+			"set output 'wa_spare.png'\n"
+			"set title 'online serving: total WA against the SSD spare factor'\n"
+			"set xlabel 'spare factor'\nset ylabel 'NAND bytes / K/V bytes'\n"
+			"plot for [i=2:%d] 'wa_spare.dat' using 1:i with linespoints title columnhead(i)\n"
+			"set output 'wa_spare_nodiscard.png'\n"
+			"set title 'online serving, the SSD never told of deletions: total WA against spare factor'\n"
+			"plot for [i=2:%d] 'wa_spare_nodiscard.dat' using 1:i with linespoints title columnhead(i)\n"
+			"set output 'wa_util.png'\n"
+			"set title 'online serving: total WA against utilization (cold data added), spare %.2f'\n"
+			"set xlabel 'mean utilization of the logical space'\n"
+			"plot for [i=2:%d] 'wa_util.dat' using 1:i with linespoints title columnhead(i)\n"
+			"unset logscale y\n",
+			traces + 1, traces + 1, a->spare, traces + 1);
+		plots_add(pngs, sizeof(pngs), "wa_spare.png wa_spare_nodiscard.png wa_util.png");
 	}
-	fclose(f);
-	if ((f = open_in(a->plot_dir, "bytes_per_token.dat", path, sizeof(path))) == NULL)
-		return -1;
-	fprintf(f, "workload");
-	for (int k = 0; k < SYS_COUNT; k++)
-		fprintf(f, " %s", sys_name((enum end_sys_kind)k));
-	fputc('\n', f);
-	for (int wl = 0; wl < WL_TRAIN; wl++) { /* train has no tokens */
-		fprintf(f, "%s", end_wl_name((enum end_wl)wl));
+	if (hists > 0) {
+		/* erase counts of each system's online replay, bucket by bucket */
+		if ((f = open_in(a->plot_dir, "erase_hist.dat", path, sizeof(path))) == NULL)
+			goto fail;
 		for (int k = 0; k < SYS_COUNT; k++) {
-			const struct end_result *o = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);
+			const struct end_result *o = find(r, n, WL_ONLINE, (enum end_sys_kind)k);
 
-			fprintf(f, o ? " %.0f" : " NaN", o ? o->nand_bytes_per_token : 0.0);
+			if (o == NULL)
+				continue;
+			fprintf(f, "\"%s\"\n", sys_name((enum end_sys_kind)k));
+			for (int b = 0; b < 16; b++)
+				fprintf(f, "%g %llu\n",
+					o->rep.hist_lo + (b + 0.5) * o->rep.hist_width,
+					(unsigned long long)o->rep.erase_hist[b]);
+			fprintf(f, "\n\n");
 		}
-		fputc('\n', f);
+		fclose(f);
+		fprintf(gp,
+			"set output 'erase_hist.png'\n"
+			"set title 'online serving: erase counts per block'\n"
+			"set xlabel 'erases'\nset ylabel 'blocks'\n"
+			"plot for [i=0:%d] 'erase_hist.dat' index i using 1:2 with linespoints title columnhead(1)\n",
+			hists - 1);
+		plots_add(pngs, sizeof(pngs), "erase_hist.png");
 	}
-	fclose(f);
-	if ((f = open_in(a->plot_dir, "endurance.gp", path, sizeof(path))) == NULL)
-		return -1;
-	fprintf(f,
-		"set terminal pngcairo size 800,500 noenhanced\n"
-		"set key outside right\nset grid\nset logscale y\n"
-		"set output 'wa_spare.png'\n"
-		"set title 'online serving: total WA against the SSD spare factor'\n"
-		"set xlabel 'spare factor'\nset ylabel 'NAND bytes / K/V bytes'\n"
-		"plot for [i=2:%d] 'wa_spare.dat' using 1:i with linespoints title columnhead(i)\n"
-		"set output 'wa_spare_nodiscard.png'\n"
-		"set title 'online serving, the SSD never told of deletions: total WA against spare factor'\n"
-		"plot for [i=2:%d] 'wa_spare_nodiscard.dat' using 1:i with linespoints title columnhead(i)\n"
-		"set output 'wa_util.png'\n"
-		"set title 'online serving: total WA against utilization (cold data added), spare %.2f'\n"
-		"set xlabel 'mean utilization of the logical space'\n"
-		"plot for [i=2:%d] 'wa_util.dat' using 1:i with linespoints title columnhead(i)\n"
-		"unset logscale y\n"
-		"set output 'erase_hist.png'\n"
-		"set title 'online serving: erase counts per block'\n"
-		"set xlabel 'erases'\nset ylabel 'blocks'\n"
-		"plot for [i=0:%d] 'erase_hist.dat' index i using 1:2 with linespoints title columnhead(1)\n"
-		"set output 'bytes_per_token.png'\nset logscale y\n"
-		"set title 'NAND bytes per generated token'\nset xlabel ''\n"
-		"set ylabel 'bytes'\nset style data histogram\n"
-		"set style histogram clustered\nset style fill solid 0.8\n"
-		"plot for [i=2:%d] 'bytes_per_token.dat' using i:xtic(1) title columnhead(i)\n",
-		cols + 1, cols + 1, a->spare, cols + 1, cols - 1, SYS_COUNT + 1);
-	fclose(f);
+	if (systems > 0) {
+		if ((f = open_in(a->plot_dir, "bytes_per_token.dat", path, sizeof(path))) == NULL)
+			goto fail;
+		fprintf(f, "workload");
+		for (int k = 0; k < SYS_COUNT; k++)
+			if (has[k])
+				fprintf(f, " %s", sys_name((enum end_sys_kind)k));
+		fputc('\n', f);
+		for (int wl = 0; wl < WL_TRAIN; wl++) {
+			int any = 0;
+
+			for (int k = 0; k < SYS_COUNT; k++)
+				any |= find(r, n, (enum end_wl)wl, (enum end_sys_kind)k) != NULL;
+			if (!any)
+				continue; /* a workload not run: no empty cluster */
+			fprintf(f, "%s", end_wl_name((enum end_wl)wl));
+			for (int k = 0; k < SYS_COUNT; k++) {
+				const struct end_result *o = find(r, n, (enum end_wl)wl, (enum end_sys_kind)k);
+
+				if (has[k])
+					fprintf(f, o ? " %.0f" : " NaN",
+						o ? o->nand_bytes_per_token : 0.0);
+			}
+			fputc('\n', f);
+		}
+		fclose(f);
+		/* a system that wrote nothing has no bar on the log scale */
+		fprintf(gp,
+			"set output 'bytes_per_token.png'\nset logscale y\n"
+			"set title 'NAND bytes per generated token'\nset xlabel ''\n"
+			"set ylabel 'bytes'\nset style data histogram\n"
+			"set style histogram clustered\nset style fill solid 0.8\n"
+			"plot for [i=2:%d] 'bytes_per_token.dat' using i:xtic(1) title columnhead(i)\n",
+			systems + 1);
+		plots_add(pngs, sizeof(pngs), "bytes_per_token.png");
+	}
+	fclose(gp);
+	gp = NULL;
 	snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot endurance.gp", a->plot_dir);
 	if (system(cmd) != 0) {
+		snprintf(path, sizeof(path), "%s/endurance.gp", a->plot_dir);
 		fprintf(stderr, "kvbench endurance: gnuplot failed on %s\n", path);
 		return -1;
 	}
-	fprintf(stderr, "kvbench endurance: plots in %s: wa_spare.png wa_spare_nodiscard.png wa_util.png erase_hist.png bytes_per_token.png\n",
-		a->plot_dir);
+	fprintf(stderr, "kvbench endurance: plots in %s: %s%s\n", a->plot_dir, pngs,
+		traces ? "" : " (the WA sweeps and erase counts need the online workload with --codec none)");
 	return 0;
+fail:
+	if (gp)
+		fclose(gp);
+	fprintf(stderr, "kvbench endurance: cannot write %s: %s\n", path, strerror(errno));
+	return -1;
 }

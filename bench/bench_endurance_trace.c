@@ -3,6 +3,7 @@
  * turns file writes into them, their replay on the emulated SSD, and the
  * lifetime arithmetic (docs/endurance.md has the method and why).
  */
+#include <math.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,7 +532,10 @@ double end_lifetime_years(const struct end_drive *d, double nand_bytes_per_token
 {
 	double per_s = nand_bytes_per_token * d->tokens_per_s;
 
-	return per_s > 0 ? end_nand_budget(d) / per_s / YEAR_S : 0.0;
+	/* nothing written: the cells never wear; no tokens: no figure */
+	if (isnan(per_s))
+		return NAN;
+	return per_s > 0 ? end_nand_budget(d) / per_s / YEAR_S : INFINITY;
 }
 
 double end_rated_years(const struct end_drive *d, double host_bytes_per_token)
@@ -539,10 +543,14 @@ double end_rated_years(const struct end_drive *d, double host_bytes_per_token)
 	double tbw = d->dwpd * d->capacity_bytes * 365.0 * d->warranty_years;
 	double per_s = host_bytes_per_token * d->tokens_per_s;
 
-	return per_s > 0 ? tbw / per_s / YEAR_S : 0.0;
+	if (isnan(per_s))
+		return NAN;
+	return per_s > 0 ? tbw / per_s / YEAR_S : INFINITY;
 }
 
 double end_requests_per_pbw(double requests, double nand_bytes)
 {
-	return nand_bytes > 0 ? requests * 1e15 / nand_bytes : 0.0;
+	if (nand_bytes > 0)
+		return requests * 1e15 / nand_bytes;
+	return requests > 0 ? INFINITY : NAN;
 }

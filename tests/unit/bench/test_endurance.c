@@ -33,8 +33,14 @@ Test(bench_endurance, lifetime_hand_worked)
 	cr_assert(near(end_rated_years(&d, 5e3), 3.65e8 / (365.25 * 86400)));
 	/* 100 requests on 2e15 NAND bytes: 50 per PBW */
 	cr_assert(near(end_requests_per_pbw(100, 2e15), 50.0));
-	cr_assert(end_requests_per_pbw(100, 0) == 0.0);
-	cr_assert(end_lifetime_years(&d, 0) == 0.0);
+	/* nothing written: nothing wears (the drive outlives any horizon);
+	 * no tokens at all: no figure */
+	cr_assert(isinf(end_requests_per_pbw(100, 0)));
+	cr_assert(isnan(end_requests_per_pbw(0, 0)));
+	cr_assert(isinf(end_lifetime_years(&d, 0)) && end_lifetime_years(&d, 0) > 0);
+	cr_assert(isinf(end_rated_years(&d, 0)));
+	cr_assert(isnan(end_lifetime_years(&d, NAN)));
+	cr_assert(isnan(end_rated_years(&d, NAN)));
 }
 
 Test(bench_endurance, fsm_accounts_pages)
