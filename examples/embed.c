@@ -14,6 +14,7 @@
  *
  * Exit status 0 when everything matched, 1 otherwise, 2 for usage.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, CLOCK_MONOTONIC: plain C11 too */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

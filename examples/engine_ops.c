@@ -11,6 +11,7 @@
  *
  * Exit status 0 on success, 1 on a failed call, 2 for usage.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp: builds as plain C11 too */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,16 +97,18 @@ static void serve(kvf_store *st, uint64_t req, const uint32_t *ids,
 int main(int argc, char **argv)
 {
 	kvf_model m = { LAYERS, HQ, HKV, D, KVF_DTYPE_F16 };
-	char tmpl[] = "/tmp/kvflash-engine-ops-XXXXXX", cmd[600];
+	char tmpl[4096], cmd[4200];
 	const char *dir = argc > 1 ? argv[1] : NULL;
 	uint32_t ids[PROMPT];
 	kvf_options o;
 	kvf_store *st;
 
-	if (argc > 2) {
+	if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
 		fprintf(stderr, "usage: engine_ops [DIR]\n");
 		return 2;
 	}
+	snprintf(tmpl, sizeof(tmpl), "%s/kvflash-engine-ops-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (dir == NULL && (dir = mkdtemp(tmpl)) == NULL) {
 		perror("mkdtemp");
 		return 1;

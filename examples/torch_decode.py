@@ -446,16 +446,9 @@ def bench(args):
               kv_bytes / 2 ** 30, args.batch, args.context, args.layers,
               args.dtype, ", data memory capped at %.2f GiB" %
               args.limit_gib if args.limit_gib else ""))
-    rows = ["torch", "kvflash-memory", "kvflash-memory-overlap",
-            "kvflash-file", "kvflash-file-overlap"]
-    if args.only:
-        rows = args.only.split(",")
+    rows = args.only.split(",") if args.only else list(BENCH_ROWS)
     ref = None
     for which in rows:
-        if which not in ("torch", "kvflash-memory", "kvflash-memory-overlap",
-                         "kvflash-file", "kvflash-file-overlap"):
-            print("  %-22s unknown row" % which)
-            continue
         try:
             r = bench_one(args, which)
         except kvflash.Error as e:
@@ -590,7 +583,7 @@ def compare(args):
     if unknown_dtype("--dtype", [args.dtype]):
         return 2
     steps = 512 if args.steps is None else args.steps
-    if steps < 1:
+    if steps < 1:  # a caller of compare() that skipped main's parser
         print("torch_decode.py: --steps: %d is not a count of steps" % steps,
               file=sys.stderr)
         return 2
@@ -619,13 +612,46 @@ def compare(args):
     return 0
 
 
+BENCH_ROWS = ("torch", "kvflash-memory", "kvflash-memory-overlap",
+              "kvflash-file", "kvflash-file-overlap")
+
+
+def count(text):
+    """argparse: a count of one or more"""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text)
+    if v < 1:
+        raise argparse.ArgumentTypeError("%d is not a count (1 or more)" % v)
+    return v
+
+
+def directory(text):
+    """argparse: a directory that exists"""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError("%s is not a directory" % text)
+    return text
+
+
+def gib(text):
+    """argparse: a size in GiB, 0 or more"""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text)
+    if not v >= 0 or math.isinf(v):
+        raise argparse.ArgumentTypeError("%s is not a size in GiB" % text)
+    return v
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", action="store_true",
                     help="measure tokens/s instead of checking tokens")
     ap.add_argument("--dtypes", default="f16,bf16,f32",
                     help="check: K/V dtypes to check (default all)")
-    ap.add_argument("--new", type=int, default=24,
+    ap.add_argument("--new", type=count, default=24,
                     help="check: tokens to generate per sequence")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compare", action="store_true",
@@ -637,21 +663,25 @@ def main():
                     help="compare: the figures as JSON")
     ap.add_argument("--dtype", default="f16",
                     help="bench, compare: K/V dtype")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--context", type=int, default=4096,
+    ap.add_argument("--batch", type=count, default=8)
+    ap.add_argument("--context", type=count, default=4096,
                     help="bench: context tokens per sequence")
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=None,
+    ap.add_argument("--layers", type=count, default=8)
+    ap.add_argument("--steps", type=count, default=None,
                     help="bench: timed decode steps (default 8); compare: "
                     "steps per sequence (default 512)")
-    ap.add_argument("--limit-gib", type=float, default=0,
+    ap.add_argument("--limit-gib", type=gib, default=0,
                     help="bench: cap the data memory (RLIMIT_DATA) at this")
-    ap.add_argument("--capacity-gib", type=int, default=16)
+    ap.add_argument("--capacity-gib", type=count, default=16)
     ap.add_argument("--only", default="",
                     help="bench: comma-separated rows to run")
-    ap.add_argument("--dir", default=None,
+    ap.add_argument("--dir", type=directory, default=None,
                     help="bench, compare: where stores go (default: $TMPDIR)")
     args = ap.parse_args()
+    for row in args.only.split(",") if args.only else ():
+        if row not in BENCH_ROWS:
+            ap.error("--only: %r is not one of %s" % (row,
+                                                      ", ".join(BENCH_ROWS)))
     if (unknown_dtype("--dtype", [args.dtype]) or
             unknown_dtype("--dtypes", args.dtypes.split(","))):
         return 2

@@ -117,8 +117,16 @@ def host(x):
     return x
 
 
+# what an empty torch tensor hands the library: its data_ptr() is 0, which
+# the C calls refuse as a NULL output even for zero elements (an empty
+# numpy array has an address); nothing is read or written through it
+_NO_ELEMENTS = np.zeros(8, dtype=np.float64)
+
+
 def pointer(x):
     if is_torch(x):
+        if x.numel() == 0:
+            return _NO_ELEMENTS.ctypes.data
         return x.data_ptr()
     return x.ctypes.data
 
@@ -186,6 +194,8 @@ def as_uint64(call, what, x, n):
     if is_torch(x):
         x = x.detach().cpu().numpy()
     a = np.asarray(x)
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.uint64)  # [] is float64 to numpy: no id is wrong
     if a.ndim != 1 or a.shape[0] != n:
         raise InvalidArgument(EINVAL, "%s: %s must hold %d entries, got "
                               "shape %s" % (call, what, n, a.shape))

@@ -33,6 +33,7 @@ from . import _arrays as A
 from . import _lib
 from . import _lib_mpi
 from ._lib import lib
+from ._check import set_field
 from .errors import Closed, Error, InvalidArgument, ECLOSED, EINVAL, error
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
@@ -92,11 +93,7 @@ def _store_options(options, call):
                                           call, value,
                                           sorted(_lib.EVICT_POLICIES)))
             value = _lib.EVICT_POLICIES[value]
-        try:
-            setattr(opts, name, value)
-        except TypeError:
-            raise InvalidArgument(EINVAL, "%s: option %s=%r has the wrong "
-                                  "type" % (call, name, value)) from None
+        set_field(opts, name, value, call)
     return opts
 
 
@@ -143,7 +140,7 @@ class ShardedStore:
         o = _lib_mpi.new(_lib_mpi.MpiOptions, ctypes.byref(model))
         o.shard = _lib_mpi.SHARDS[shard]
         o.block_tokens = _int(block_tokens, call, "block_tokens", 32)
-        o.root = int(root)
+        set_field(o, "root", root, call)
         o.store = ctypes.pointer(self._store_opts)
         handle = ctypes.c_void_p()
         c_comm = _COMM(MPI._handleof(comm))

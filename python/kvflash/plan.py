@@ -21,7 +21,7 @@ import numpy as np
 from . import _arrays as A
 from . import _lib
 from ._lib import lib, c_size_t, c_u32, c_u64, c_f32, c_f64, c_ptr, c_i32
-from .store import check
+from ._check import check, set_field
 
 PROFILE_FIELDS = ["caller_flops", "link_bytes_per_s", "read_cold_bytes_per_s",
                   "read_warm_bytes_per_s", "sparf_cold_bytes_per_s",
@@ -78,7 +78,7 @@ def _profile(d):
     lib.kvf_profile_init_sized(ctypes.byref(p), ctypes.sizeof(p))
     for f in PROFILE_FIELDS + ["profile_tokens", "measured_unix_s"]:
         if f in d:
-            setattr(p, f, d[f])
+            set_field(p, f, d[f], "kvflash.plan: profile")
     return p
 
 
@@ -88,9 +88,11 @@ def _dict(p):
 
 def _model(m):
     if isinstance(m, dict):
-        code = A.parse_dtype(m.get("dtype", "f16"))[0]
-        return _lib.Model(0, m["n_q_heads"], m["n_kv_heads"], m["head_dim"],
-                          code)
+        model = _lib.Model()
+        model.dtype = A.parse_dtype(m.get("dtype", "f16"))[0]
+        for f in ("n_q_heads", "n_kv_heads", "head_dim"):
+            set_field(model, f, m[f], "kvflash.plan: model")
+        return model
     return _lib.Model(m.n_layers, m.n_q_heads, m.n_kv_heads, m.head_dim,
                       m.dtype_code)
 

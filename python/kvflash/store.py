@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import _lib
-from ._check import check, _u64
+from ._check import check, set_field, _u64
 from ._reuse import ReuseCalls, _evict_policy
 from ._lib import lib
 from .errors import (Closed, InvalidArgument, OutOfRange, ECLOSED, EINVAL,
@@ -24,6 +24,14 @@ _OPT_KINDS = {"adam": _lib.OPT_ADAM, "adamw": _lib.OPT_ADAMW,
 _OPTION_NAMES = [f for f, _ in _lib.Options._fields_
                  if f not in ("struct_size", "model", "device_paths",
                               "n_device_paths")] + ["device_paths"]
+
+
+def _name(call, name):
+    """An optimizer state's name as the C call takes it."""
+    if not isinstance(name, str):
+        raise InvalidArgument(EINVAL, "%s: name must be a str, got %s" % (
+            call, type(name).__name__))
+    return name.encode()
 
 
 def _u32(v, call, what):
@@ -76,7 +84,11 @@ class Store(ReuseCalls):
                                   "torch.float32 or 'f16', 'bf16', 'f32'); "
                                   "none is assumed.  To reopen a store as "
                                   "stored, give no shape")
-        model = _lib.Model(n_layers, n_q_heads, n_kv_heads, head_dim, 0)
+        model = _lib.Model()
+        for name, value in (("n_layers", n_layers), ("n_q_heads", n_q_heads),
+                            ("n_kv_heads", n_kv_heads),
+                            ("head_dim", head_dim)):
+            set_field(model, name, value, "Store")
         kind = None
         if dtype is not None:
             model.dtype, kind = A.parse_dtype(dtype)
@@ -97,6 +109,11 @@ class Store(ReuseCalls):
             if name == "codec":
                 value = _codec(value, "Store")
             if name == "device_paths":
+                if isinstance(value, (str, bytes, os.PathLike)) or \
+                        not isinstance(value, (list, tuple)):
+                    raise InvalidArgument(EINVAL, "Store: device_paths must "
+                                          "be a list of paths, one a stripe, "
+                                          "got %s" % type(value).__name__)
                 arr = (ctypes.c_char_p * len(value))(
                     *[os.fsencode(p) for p in value])
                 self._keep.append(arr)
@@ -104,15 +121,14 @@ class Store(ReuseCalls):
                     arr, ctypes.POINTER(ctypes.c_char_p))
                 opts.n_device_paths = len(value)
                 continue
-            try:
-                setattr(opts, name, value)
-            except TypeError:
-                raise InvalidArgument(EINVAL, "Store: option %s=%r has the "
-                                      "wrong type" % (name, value)) from None
+            set_field(opts, name, value, "Store")
         if tensor not in (None, "torch", "numpy"):
             raise InvalidArgument(EINVAL, "Store: tensor %r is not 'torch' or "
                                   "'numpy'" % (tensor,))
         handle = ctypes.c_void_p()
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise InvalidArgument(EINVAL, "Store: path must be a str or "
+                                  "path, got %s" % type(path).__name__)
         bpath = os.fsencode(os.fspath(path))
         if dtype is None and not (n_layers or n_q_heads or n_kv_heads or
                                   head_dim):
@@ -150,8 +166,9 @@ class Store(ReuseCalls):
         peek = _lib.new(_lib.Options, None)
         peek.read_only = 1
         h = ctypes.c_void_p()
-        if lib.kvf_open(bpath, ctypes.byref(peek), ctypes.byref(h)) != 0:
-            return  # no store there (or busy): kvf_open will say so
+        # no store there (or busy): options without a shape open only a
+        # store, so its refusal is the answer ("holds no store", ...)
+        check(lib.kvf_open(bpath, ctypes.byref(peek), ctypes.byref(h)))
         info = _lib.new(_lib.StoreInfo)
         rc = lib.kvf_store_info_get(h, ctypes.byref(info))
         lib.kvf_close(h)
@@ -351,9 +368,19 @@ class Store(ReuseCalls):
         del xx
 
     def _range(self, call, seq, layer, t0, t1, x=False):
+        t0 = _u64(t0, call, "t0")
+        end = (self.seq_x_len if x else self.seq_len)(seq, layer)
         if t1 is None:
-            t1 = (self.seq_x_len if x else self.seq_len)(seq, layer)
-        return _u64(t0, call, "t0"), _u64(t1, call, "t1")
+            return t0, end
+        t1 = _u64(t1, call, "t1")
+        # refused before the output is made: a t1 far past the end would
+        # ask numpy or torch for terabytes first
+        if t1 > end:
+            raise OutOfRange(ERANGE, "%s: tokens [%d, %d) past the end of "
+                             "sequence %d (layer %d has %d %stokens)" % (
+                                 call, t0, t1, seq, layer, end,
+                                 "X " if x else ""))
+        return t0, t1
 
     def _out_dtype(self, dtype):
         """The kvf_dtype code a typed read returns: the store's for None."""
@@ -457,8 +484,14 @@ class Store(ReuseCalls):
         return (out, lse_buf) if lse else out
 
     def _seqs(self, call, seqs):
-        return A.as_uint64(call, "seqs", list(seqs) if not hasattr(
-            seqs, "shape") else seqs, len(seqs))
+        if not hasattr(seqs, "shape"):
+            try:
+                seqs = list(seqs)
+            except TypeError:
+                raise InvalidArgument(EINVAL, "%s: seqs must be a list of "
+                                      "sequence ids, got %s" % (
+                                          call, type(seqs).__name__)) from None
+        return A.as_uint64(call, "seqs", seqs, len(seqs))
 
     def attend_batch(self, seqs, layer, q, *, lse=False, sparse=0,
                      scale=None, window=0, mask=None, top_r=0, top_k=0,
@@ -647,13 +680,13 @@ class Store(ReuseCalls):
                 raise InvalidArgument(EINVAL, "%s: unknown hyper-parameter %r "
                                       "(known: %s)" % (call, key,
                                                        ", ".join(fields)))
-            setattr(cfg, key, val)
+            set_field(cfg, key, val, call)
         n_params = _u64(n_params, call, "n_params")
         keep = None
         if init is not None:
             keep = A.f32(call, "init", init, (n_params,))
         handle = ctypes.c_void_p()
-        check(lib.kvf_opt_create(st, name.encode(), n_params,
+        check(lib.kvf_opt_create(st, _name(call, name), n_params,
                                  ctypes.byref(cfg),
                                  A.pointer(keep) if keep is not None
                                  else None, ctypes.byref(handle)))
@@ -665,13 +698,13 @@ class Store(ReuseCalls):
         """The optimizer state called name (kvf_opt_open).  Set the
         handle's kind (and out_dtype) to step it with hyper-parameters."""
         handle = ctypes.c_void_p()
-        check(lib.kvf_opt_open(self._h("opt_open"), name.encode(),
+        check(lib.kvf_opt_open(self._h("opt_open"), _name("opt_open", name),
                                ctypes.byref(handle)))
         return Optimizer(self, name, handle, None)
 
     def opt_free(self, name):
         """Delete the optimizer state called name (kvf_opt_free)."""
-        check(lib.kvf_opt_free(self._h("opt_free"), name.encode()))
+        check(lib.kvf_opt_free(self._h("opt_free"), _name("opt_free", name)))
 
     def __repr__(self):
         state = "closed" if self._st is None else "open"
@@ -750,7 +783,7 @@ class Optimizer:
                 raise InvalidArgument(EINVAL, "%s: unknown hyper-parameter %r "
                                       "(known: %s)" % (call, key,
                                                        ", ".join(fields)))
-            setattr(cfg, key, val)
+            set_field(cfg, key, val, call)
         return cfg
 
     def step(self, grad, params_out=None, indices=None, **hyper):
@@ -818,11 +851,16 @@ class Optimizer:
         """The current parameters [i0, i0 + n) as float32."""
         call = "Optimizer.read"
         h = self._handle(call)
-        if n is None:
-            n = self.n_params - i0
+        i0 = _u64(i0, call, "i0")
+        if i0 > self.n_params:
+            raise OutOfRange(ERANGE, "%s: i0 %d is past the %d parameters" % (
+                call, i0, self.n_params))
+        n = self.n_params - i0 if n is None else _u64(n, call, "n")
+        if n > self.n_params - i0:
+            raise OutOfRange(ERANGE, "%s: [%d, %d) is past the %d parameters"
+                             % (call, i0, i0 + n, self.n_params))
         out = A.empty_like_kind(kind or self._store.kind, (n,), np.float32)
-        check(lib.kvf_opt_read(h, _u64(i0, call, "i0"), _u64(n, call, "n"),
-                               A.pointer(out)))
+        check(lib.kvf_opt_read(h, i0, n, A.pointer(out)))
         return out
 
     def close(self):
