@@ -111,7 +111,7 @@ static int demo(const char *base, kvf_mpi_shard shard, int rank, int n,
 
 int main(int argc, char **argv)
 {
-	const char *base = argc > 1 ? argv[1] : "kvflash-mpi-demo";
+	const char *base = argc == 2 ? argv[1] : "kvflash-mpi-demo";
 	size_t tok = (size_t)model.n_kv_heads * model.head_dim;
 	float *k = malloc(PROMPT * tok * 4), *v = malloc(PROMPT * tok * 4);
 	float q[16 * 64], want[16 * 64];
@@ -122,6 +122,16 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	/* one argument, a directory: not an option, not empty */
+	if (argc > 2 || (argc == 2 && (base[0] == '\0' || base[0] == '-'))) {
+		if (rank == 0)
+			fprintf(stderr, "usage: mpirun -np N %s [DIR]   (default DIR: ./kvflash-mpi-demo)\n",
+				argv[0]);
+		free(k);
+		free(v);
+		MPI_Finalize();
+		return 2;
+	}
 	for (size_t i = 0; i < PROMPT * tok; i++) {
 		k[i] = val(i, 0);
 		v[i] = val(i, 1);

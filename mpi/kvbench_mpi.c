@@ -58,8 +58,47 @@ static int usage(const char *argv0)
 	return 2;
 }
 
+static char parse_error[256]; /* why parse refused, for the root to print */
+
+/* num - flag's value v as a whole number in [lo, hi] (digits only: "-5"
+ * and a value past hi are refused, not wrapped); 0 or -1 */
+static int num(const char *flag, const char *v, uint64_t lo, uint64_t hi,
+	       uint64_t *out)
+{
+	const char *d = v;
+	uint64_t x = 0;
+
+	for (; *d; d++) {
+		if (*d < '0' || *d > '9' || x > (UINT64_MAX - 9) / 10)
+			break;
+		x = x * 10 + (uint64_t)(*d - '0');
+	}
+	if (*v == '\0' || *d != '\0' || x < lo || x > hi) {
+		snprintf(parse_error, sizeof(parse_error),
+			 "%s '%s' is not a whole number in [%llu, %llu]", flag,
+			 v, (unsigned long long)lo, (unsigned long long)hi);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+/* num32 - num into a uint32_t */
+static int num32(const char *flag, const char *v, uint32_t lo, uint32_t hi,
+		 uint32_t *out)
+{
+	uint64_t x;
+
+	if (num(flag, v, lo, hi, &x) != 0)
+		return -1;
+	*out = (uint32_t)x;
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct cfg *c)
 {
+	int bad = 0;
+
 	memset(c, 0, sizeof(*c));
 	c->dir = "kvbench-mpi";
 	c->ranks[0] = 1, c->ranks[1] = 2, c->ranks[2] = 4;
@@ -100,27 +139,29 @@ static int parse(int argc, char **argv, struct cfg *c)
 				    !strcmp(v, "both")  ? 3 :
 							  -1;
 		else if (!strcmp(a, "--tokens"))
-			c->tokens = strtoull(v, NULL, 10);
+			bad |= num(a, v, 1, 1u << 24, &c->tokens);
 		else if (!strcmp(a, "--steps"))
-			c->steps = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 1u << 20, &c->steps);
 		else if (!strcmp(a, "--layers"))
-			c->m.n_layers = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 65535, &c->m.n_layers);
 		else if (!strcmp(a, "--q-heads"))
-			c->m.n_q_heads = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 1024, &c->m.n_q_heads);
 		else if (!strcmp(a, "--kv-heads"))
-			c->m.n_kv_heads = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 1024, &c->m.n_kv_heads);
 		else if (!strcmp(a, "--head-dim"))
-			c->m.head_dim = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 1024, &c->m.head_dim);
 		else if (!strcmp(a, "--block"))
-			c->block = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 1u << 24, &c->block);
 		else if (!strcmp(a, "--budget"))
-			c->budget = strtoull(v, NULL, 10);
+			bad |= num(a, v, 0, 1ull << 40, &c->budget);
 		else if (!strcmp(a, "--threads"))
-			c->threads = (uint32_t)strtoul(v, NULL, 10);
+			bad |= num32(a, v, 1, 256, &c->threads);
 		else
 			return -1;
+		if (bad)
+			return -1;
 	}
-	if (c->shards < 0 || !c->tokens || !c->steps || !c->m.n_layers)
+	if (c->shards < 0)
 		return -1;
 	return 0;
 }
@@ -393,6 +434,8 @@ int main(int argc, char **argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	if (parse(argc, argv, &c) != 0) {
+		if (rank == 0 && parse_error[0])
+			fprintf(stderr, "kvbench_mpi: %s\n", parse_error);
 		if (rank == 0)
 			usage(argv[0]);
 		MPI_Finalize();

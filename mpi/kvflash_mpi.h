@@ -120,12 +120,17 @@ typedef struct kvf_mpi_store kvf_mpi_store;
  * prefix that every rank holds its share of (tokens appended after the
  * last kvf_mpi_sync may be lost, synced ones never).
  * Return: KVF_OK; KVF_EINVAL (NULL, bad enum, a model kvflash refuses,
- * root out of range; head sharding with more ranks than KV heads);
- * KVF_EMISMATCH (ranks passed different models or options, or opts
- * contradict a stored placement: rank count, policy, block size, model);
- * KVF_ECORRUPT (a damaged placement file, named); KVF_EVERSION; any
+ * root out of range; head sharding with more ranks than KV heads; comm
+ * MPI_COMM_NULL, refused on that rank alone);
+ * KVF_EMISMATCH (ranks passed different models or options: the model,
+ * policy, block size, root, and of opts->store media, codec, kt_pages,
+ * read_only, evict_policy and admit_tokens; or opts contradict a stored
+ * placement: rank count, policy, block size, model);
+ * KVF_ECORRUPT (a damaged placement file, named; a store some ranks hold
+ * and others do not: a rank's directory or placement lost or moved);
+ * KVF_EVERSION (a placement file of another version); any
  * status of kvf_open on some rank.  On failure *out is NULL on every rank
- * and nothing was created.
+ * and nothing was created or changed.
  * Concurrency: collective over comm.
  */
 KVF_MPI_API kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,

@@ -270,30 +270,41 @@ int token_owner(const struct kvf_mpi_store *s, uint64_t t)
  * placement; appending or attending then would misplace tokens or mix
  * prefixes, so the sequence is refused until a reopen cuts it back.
  */
+/* rank_share - what rank r should hold of a sequence layer whose ranks
+ * hold lens[] (head sharding: the root's length; token: its share) */
+static uint64_t rank_share(const struct kvf_mpi_store *s, const uint64_t *lens,
+			   int r, uint64_t total)
+{
+	return s->shard == KVF_MPI_SHARD_HEAD ? lens[s->root] :
+						token_share(s, r, total);
+}
+
 static kvf_status check_shares(struct kvf_mpi_store *s, const struct op_hdr *h,
 			       const uint64_t *lens, const char *call)
 {
-	uint64_t total = 0, want;
+	uint64_t total = 0;
+	int bad = -1;
 
 	for (int r = 0; r < s->n_ranks; r++)
 		total += lens[r];
-	for (int r = 0; r < s->n_ranks; r++) {
-		want = s->shard == KVF_MPI_SHARD_HEAD ?
-			       lens[s->root] :
-			       token_share(s, r, total);
-		if (lens[r] != want)
-			return mpi_fail(KVF_ECORRUPT,
-					"%s: sequence %llu layer "
-					"%u: rank %d holds %llu tokens, its share "
-					"is %llu: the ranks disagree (an append "
-					"failed on some rank); close and reopen "
-					"to cut back to the common prefix",
-					call, (unsigned long long)h->seq,
-					h->layer, r,
-					(unsigned long long)lens[r],
-					(unsigned long long)want);
-	}
-	return KVF_OK;
+	/* name a rank holding more than its share if there is one (the
+	 * one that took an append the others refused), else the first off */
+	for (int r = 0; r < s->n_ranks && bad < 0; r++)
+		if (lens[r] > rank_share(s, lens, r, total))
+			bad = r;
+	for (int r = 0; r < s->n_ranks && bad < 0; r++)
+		if (lens[r] != rank_share(s, lens, r, total))
+			bad = r;
+	if (bad < 0)
+		return KVF_OK;
+	return mpi_fail(KVF_ECORRUPT,
+			"%s: sequence %llu layer %u: rank %d holds %llu "
+			"tokens, its share is %llu: the ranks disagree (an "
+			"append failed on some rank); close and reopen to cut "
+			"back to the common prefix",
+			call, (unsigned long long)h->seq, h->layer, bad,
+			(unsigned long long)lens[bad],
+			(unsigned long long)rank_share(s, lens, bad, total));
 }
 
 /*

@@ -24,7 +24,8 @@
 
 #include "mpi_int.h"
 
-#define PLACEMENT_MAGIC "kvflash_mpi placement 1"
+#define PLACEMENT_PREFIX "kvflash_mpi placement "
+#define PLACEMENT_MAGIC PLACEMENT_PREFIX "1"
 #define BLOCK_DEFAULT 256u
 
 void kvf_mpi_options_init_sized(kvf_mpi_options *o, const kvf_model *m,
@@ -57,11 +58,37 @@ const char *kvf_mpi_shard_name(kvf_mpi_shard shard)
 }
 
 /* What every rank must agree on at open. */
+/* What every rank must open the store with alike: the model, the policy,
+ * and the store options that decide what each rank keeps and for how
+ * long (a rank on memory media loses its part at close, one evicting or
+ * admitting alone drops parts the others keep, and the next open's
+ * repair then cuts every sequence to what all hold; another codec or
+ * K^T setting answers differently).  The local layout may differ:
+ * page and segment size, capacity, stripes, devices, threads, DRAM. */
 struct open_args {
 	uint32_t n_layers, n_q_heads, n_kv_heads, head_dim, dtype;
 	uint32_t shard, block;
 	int32_t root;
+	uint32_t media, kt_pages, read_only, codec, evict_policy;
+	uint64_t admit_tokens;
 };
+
+/* store_args - the store options open_args compares (NULL: the
+ * defaults) */
+static void store_args(const kvf_options *so, struct open_args *a)
+{
+	kvf_options def;
+
+	kvf_options_init(&def, NULL);
+	if (so == NULL)
+		so = &def;
+	a->media = (uint32_t)so->media;
+	a->kt_pages = so->kt_pages;
+	a->read_only = so->read_only;
+	a->codec = so->codec;
+	a->evict_policy = so->evict_policy;
+	a->admit_tokens = so->admit_tokens;
+}
 
 static kvf_status check_args(const kvf_mpi_options *o, int n_ranks,
 			     struct open_args *a)
@@ -123,6 +150,8 @@ static kvf_status check_args(const kvf_mpi_options *o, int n_ranks,
 			   (o->block_tokens ? o->block_tokens : BLOCK_DEFAULT) :
 			   0;
 	a->root = o->root;
+	store_args(o->struct_size > offsetof(kvf_mpi_options, store) ?
+			   o->store : NULL, a);
 	return KVF_OK;
 }
 
@@ -140,6 +169,18 @@ static const char *args_differ(const struct open_args *a,
 		return "block_tokens";
 	if (a->root != b->root)
 		return "root";
+	if (a->media != b->media)
+		return "store->media";
+	if (a->kt_pages != b->kt_pages)
+		return "store->kt_pages";
+	if (a->read_only != b->read_only)
+		return "store->read_only";
+	if (a->codec != b->codec)
+		return "store->codec";
+	if (a->evict_policy != b->evict_policy)
+		return "store->evict_policy";
+	if (a->admit_tokens != b->admit_tokens)
+		return "store->admit_tokens";
 	return NULL;
 }
 
@@ -182,6 +223,15 @@ static kvf_status write_placement(const char *path, const char *text)
 	return KVF_OK;
 }
 
+static size_t lines(const char *text)
+{
+	size_t n = 0;
+
+	for (; *text; text++)
+		n += *text == '\n';
+	return n + (text[-1] != '\n'); /* a last line without its end */
+}
+
 /* Compare a stored placement with this open's; *found = 0 if none. */
 static kvf_status check_placement(const char *path, const char *want,
 				  int *found)
@@ -201,11 +251,26 @@ static kvf_status check_placement(const char *path, const char *want,
 	n = fread(have, 1, sizeof(have) - 1, f);
 	fclose(f);
 	have[n] = '\0';
+	if (strncmp(have, PLACEMENT_PREFIX, strlen(PLACEMENT_PREFIX)) == 0 &&
+	    strncmp(have, PLACEMENT_MAGIC "\n", strlen(PLACEMENT_MAGIC) + 1))
+		return mpi_fail(KVF_EVERSION,
+				"kvf_mpi_open: %s is a placement file of "
+				"another version ('%.*s'); this library reads "
+				"'%s'",
+				path, (int)strcspn(have, "\n"), have,
+				PLACEMENT_MAGIC);
 	if (strncmp(have, PLACEMENT_MAGIC "\n", strlen(PLACEMENT_MAGIC) + 1))
 		return mpi_fail(KVF_ECORRUPT,
 				"kvf_mpi_open: %s is not a "
 				"kvflash_mpi placement file (no '%s' line)",
 				path, PLACEMENT_MAGIC);
+	if (lines(have) != lines(want) || have[n - 1] != '\n')
+		return mpi_fail(KVF_ECORRUPT,
+				"kvf_mpi_open: %s is damaged: %zu lines%s, a "
+				"placement file has %zu",
+				path, lines(have),
+				have[n - 1] != '\n' ? ", the last cut short" : "",
+				lines(want));
 	if (strcmp(have, want) != 0) {
 		/* name the first line that differs */
 		const char *a = have, *b = want;
@@ -247,32 +312,86 @@ static void split_heads(struct kvf_mpi_store *s)
 	}
 }
 
-/* Placement and local store of this rank; *created = 1 if made now. */
-static kvf_status open_local(struct kvf_mpi_store *s, const char *dir,
-			     const kvf_options *store_opts, int *created)
+/* probe_local - this rank's placement, checked, made nothing but dir:
+ * *found = 1 if it exists (then so must its store) */
+static kvf_status probe_local(struct kvf_mpi_store *s, const char *dir,
+			      int *found)
 {
-	char pl[4096], sd[4096], text[512];
-	kvf_options lo;
-	int found;
+	char pl[4096], sd[4096], kf[4200], text[512];
+	struct stat sb;
 	kvf_status rc;
 
-	*created = 0;
+	*found = 0;
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-		return mpi_fail(KVF_EIO, "kvf_mpi_open: cannot create %s: %s",
-				dir, strerror(errno));
+		return mpi_fail(KVF_EIO, "kvf_mpi_open: rank %d cannot create %s: %s",
+				s->rank, dir, strerror(errno));
 	snprintf(pl, sizeof(pl), "%s/rank-%d.placement", dir, s->rank);
 	snprintf(sd, sizeof(sd), "%s/rank-%d", dir, s->rank);
 	placement_text(s, text, sizeof(text));
-	rc = check_placement(pl, text, &found);
-	if (rc != KVF_OK)
+	if ((rc = check_placement(pl, text, found)) != KVF_OK)
 		return rc;
+	if (!*found && stat(sd, &sb) == 0)
+		return mpi_fail(KVF_ECORRUPT,
+				"kvf_mpi_open: %s exists "
+				"without its placement file %s",
+				sd, pl);
+	/* kvf_open would make a new, empty store there, and the repair
+	 * would then cut every sequence on the other ranks to nothing */
+	snprintf(kf, sizeof(kf), "%s/KVFLASH", sd);
+	if (*found && stat(kf, &sb) != 0)
+		return mpi_fail(KVF_ECORRUPT,
+				"kvf_mpi_open: %s says rank %d holds part of "
+				"the store in %s, which holds no store (%s): "
+				"a rank's directory lost or moved; nothing was "
+				"changed",
+				pl, s->rank, sd, strerror(errno));
+	return KVF_OK;
+}
+
+/* all_or_none - every rank found its placement, or none did (a new
+ * store); else the store is incomplete, refused on every rank */
+static kvf_status all_or_none(struct kvf_mpi_store *s, const char *dir,
+			      int found)
+{
+	int32_t mine = found, *all;
+	int have = -1, lack = -1;
+	kvf_status rc;
+
+	if (!(all = malloc(sizeof(*all) * (size_t)s->n_ranks)))
+		return mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory");
+	rc = c_allgather(s, &mine, (int)sizeof(mine), all, CAT_CTL);
+	for (int r = 0; r < s->n_ranks && rc == KVF_OK; r++) {
+		if (all[r] && have < 0)
+			have = r;
+		if (!all[r] && lack < 0)
+			lack = r;
+	}
+	free(all);
+	if (rc == KVF_OK && have >= 0 && lack >= 0)
+		rc = mpi_fail(KVF_ECORRUPT,
+			      "kvf_mpi_open: %s/rank-%d.placement is missing "
+			      "while rank %d's placement is there: the store "
+			      "is incomplete (a rank's directory lost or "
+			      "moved); nothing was changed",
+			      dir, lack, have);
+	return rc;
+}
+
+/* open_local - this rank's local store, its placement written first if
+ * the store is new (!found; *created = 1) */
+static kvf_status open_local(struct kvf_mpi_store *s, const char *dir,
+			     const kvf_options *store_opts, int found,
+			     int *created)
+{
+	char pl[4096], sd[4096], text[512];
+	kvf_options lo;
+	kvf_status rc;
+
+	*created = 0;
+	snprintf(pl, sizeof(pl), "%s/rank-%d.placement", dir, s->rank);
+	snprintf(sd, sizeof(sd), "%s/rank-%d", dir, s->rank);
 	if (!found) {
-		struct stat sb;
-		if (stat(sd, &sb) == 0)
-			return mpi_fail(KVF_ECORRUPT,
-					"kvf_mpi_open: %s exists "
-					"without its placement file %s",
-					sd, pl);
+		placement_text(s, text, sizeof(text));
 		rc = write_placement(pl, text);
 		if (rc != KVF_OK)
 			return rc;
@@ -360,10 +479,14 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 	struct kvf_mpi_store *s;
 	struct open_args mine, *all = NULL;
 	kvf_status rc, local = KVF_OK;
-	int created = 0, mrc;
+	int created = 0, found = 0, mrc;
 
 	if (out)
 		*out = NULL;
+	/* a rank a split left out has no communicator to fail on together:
+	 * refused here, alone, before MPI_Comm_dup would abort the job */
+	if (comm == MPI_COMM_NULL)
+		return mpi_fail(KVF_EINVAL, "kvf_mpi_open: comm is MPI_COMM_NULL");
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory");
@@ -417,12 +540,18 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 		   "kvf_mpi_open");
 	if (rc != KVF_OK)
 		goto fail;
+	local = probe_local(s, dir, &found);
+	rc = agree(s, local, "kvf_mpi_open");
+	if (rc == KVF_OK)
+		rc = all_or_none(s, dir, found);
+	if (rc != KVF_OK)
+		goto fail;
 	local = open_local(s, dir,
 			   opts->struct_size >
 					   offsetof(kvf_mpi_options, store) ?
 				   opts->store :
 				   NULL,
-			   &created);
+			   found, &created);
 	rc = agree(s, local, "kvf_mpi_open");
 	if (rc == KVF_OK)
 		rc = repair_all(s, dir);

@@ -43,8 +43,8 @@ static kvf_status seq_change(struct kvf_mpi_store *s, uint64_t seq,
 		; /* a rank that made another call: its message is set */
 	else if ((local = kvf_seq_len(s->local, h.seq, 0, &n)) == KVF_OK &&
 		 op == OP_SEQ_CREATE)
-		local = mpi_fail(KVF_EEXIST, "%s: sequence %llu exists", call,
-				 (unsigned long long)h.seq);
+		local = mpi_fail(KVF_EEXIST, "%s: rank %d: sequence %llu exists",
+				 call, s->rank, (unsigned long long)h.seq);
 	else if (op == OP_SEQ_CREATE && local == KVF_ENOENT)
 		local = KVF_OK;
 	else if (local != KVF_OK)

@@ -305,6 +305,8 @@ static int empty_dir(const char *dir)
 	return stat(p, &sb) != 0;
 }
 
+static void lost_rank(const char *good);
+
 static void refusals(const char *base)
 {
 	char dir[4096], good[4096];
@@ -408,11 +410,118 @@ static void refusals(const char *base)
 			MPI_Comm_free(&half);
 		}
 	}
+	/* a rank with another codec: its part of every sequence would be
+	 * encoded differently (accepted before, as was memory media, whose
+	 * rank lost its part at close) */
+	rc = open_on(MPI_COMM_WORLD, good, KVF_MPI_SHARD_TOKEN, 16, &model, 0,
+		     test_rank == 3 ? KVF_CODEC_INT8 : KVF_CODEC_NONE, &st);
+	CHECK_RC(rc, KVF_EMISMATCH, "rank 3 passed another store->codec");
+	/* a rank opening without a communicator is refused alone, at once
+	 * (MPI_Comm_dup aborted the job) */
+	if (test_rank == 1) {
+		kvf_mpi_options mo;
+		kvf_mpi_store *none = (kvf_mpi_store *)1;
+
+		kvf_mpi_options_init(&mo, &model);
+		rc = kvf_mpi_open(MPI_COMM_NULL, good, &mo, &none);
+		CHECK_RC(rc, KVF_EINVAL, "MPI_COMM_NULL");
+		CHECK(none == NULL, "a refused open set *out");
+	}
 	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
 	CHECK(rc == KVF_OK, "reopen after refusals: %s", kvf_mpi_last_error());
 	if (rc == KVF_OK) {
 		rc = kvf_mpi_seq_len(st, 1, 0, &len);
 		CHECK(rc == KVF_OK && len == 1, "len %llu after reopen",
+		      (unsigned long long)len);
+		kvf_mpi_close(st);
+	}
+	lost_rank(good);
+}
+
+/* move_aside - rank r's store directory (and placement) out of dir and
+ * back (back = 1), as a moved or lost node-local directory would */
+static void move_aside(const char *dir, int r, int placement, int back)
+{
+	char a[4200], b[4300];
+
+	MPI_Barrier(MPI_COMM_WORLD); /* every rank done with what is there */
+	if (test_rank == 0) {
+		snprintf(a, sizeof(a), "%s/rank-%d", dir, r);
+		snprintf(b, sizeof(b), "%s.aside", a);
+		CHECK(rename(back ? b : a, back ? a : b) == 0, "rename %s", a);
+		if (placement) {
+			snprintf(a, sizeof(a), "%s/rank-%d.placement", dir, r);
+			snprintf(b, sizeof(b), "%s.aside", a);
+			CHECK(rename(back ? b : a, back ? a : b) == 0,
+			      "rename %s", a);
+		}
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/*
+ * A rank whose store directory is gone: the open is refused on every
+ * rank and nothing changes.  It made a new, empty store there, and the
+ * repair then cut the sequence to nothing on every rank, synced tokens
+ * and all.  Also a damaged and a newer placement file.
+ */
+static void lost_rank(const char *good)
+{
+	kvf_mpi_store *st = NULL;
+	uint64_t len = 0;
+	kvf_status rc;
+	char p[4200], saved[1024] = "";
+	FILE *f;
+
+	move_aside(good, 2, 0, 0); /* the store, its placement kept */
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK_RC(rc, KVF_ECORRUPT, "rank 2 holds part of the store");
+	move_aside(good, 2, 0, 1);
+	move_aside(good, 1, 1, 0); /* the store and its placement */
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK_RC(rc, KVF_ECORRUPT, "rank-1.placement is missing");
+	CHECK(empty_dir(good) == (test_rank == 1), "the refused open made rank %d's store",
+	      test_rank);
+	move_aside(good, 1, 1, 1);
+	/* a placement file cut short, then one of a newer version */
+	snprintf(p, sizeof(p), "%s/rank-3.placement", good);
+	for (int damage = 0; damage < 2; damage++) {
+		if (test_rank == 3) {
+			size_t n = 0;
+
+			if ((f = fopen(p, "r"))) {
+				n = fread(saved, 1, sizeof(saved) - 1, f);
+				fclose(f);
+			}
+			saved[n] = '\0';
+			if ((f = fopen(p, "w"))) {
+				if (damage == 0)
+					fwrite(saved, 1, n / 2, f);
+				else
+					fprintf(f, "kvflash_mpi placement 9\n%s",
+						strchr(saved, '\n') + 1);
+				fclose(f);
+			}
+		}
+		MPI_Barrier(MPI_COMM_WORLD);
+		rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+		if (damage == 0)
+			CHECK_RC(rc, KVF_ECORRUPT, "rank-3.placement is damaged");
+		else
+			CHECK_RC(rc, KVF_EVERSION, "another version");
+		if (test_rank == 3 && (f = fopen(p, "w"))) {
+			fputs(saved, f);
+			fclose(f);
+		}
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
+	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK(rc == KVF_OK, "reopen with every rank back: %s",
+	      kvf_mpi_last_error());
+	if (rc == KVF_OK) {
+		rc = kvf_mpi_seq_len(st, 1, 0, &len);
+		CHECK(rc == KVF_OK && len == 1,
+		      "len %llu after the refused opens (was cut to nothing)",
 		      (unsigned long long)len);
 		kvf_mpi_close(st);
 	}

@@ -189,6 +189,28 @@ def test_failures_are_raised_on_every_rank():
                                  if st.is_root else None), "q")
         raises(kvflash.OutOfRange,
                lambda: st.read(3, 0, 0, 0, 5), "past")
+        # an end far past the length: refused before the output is made
+        raises(kvflash.OutOfRange,
+               lambda: st.read(3, 0, 0, 0, 2 ** 62 if st.is_root else None),
+               "past")
+        # an argument Python itself refuses on the root reaches every
+        # rank (the others were left waiting in the collective)
+        raises(kvflash.InvalidArgument,
+               lambda: st.attend(3, 0, np.zeros((8, 32), np.float32)
+                                 if st.is_root else None, scale="x"),
+               "ValueError")
+        # no tokens: nothing appended, no refusal
+        st.append(3, 0, k[:0] if st.is_root else None,
+                  v[:0] if st.is_root else None)
+        assert st.seq_len(3, 0) == 0
+        st.append(3, 0, k if st.is_root else None,
+                  v if st.is_root else None)
+        # the root's t1 decides; the others may leave it out
+        got = st.read(3, 0, 0, 0, 5) if st.is_root else st.read(3, 0, 0)
+        if st.is_root:
+            assert got[0].shape == (5, 32) and np.array_equal(got[0], k[:5, 0])
+        st.seq_free(3)
+        st.seq_create(3)
         assert st.seq_len(3, 0) == 0
     raises(kvflash.Closed, lambda: st.seq_len(3, 0), "closed")
     st.close()  # a second close is a no-op

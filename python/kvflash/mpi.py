@@ -34,7 +34,8 @@ from . import _lib
 from . import _lib_mpi
 from ._lib import lib
 from ._check import set_field
-from .errors import Closed, Error, InvalidArgument, ECLOSED, EINVAL, error
+from .errors import (Closed, Error, InvalidArgument, OutOfRange, ECLOSED,
+                     EINVAL, ERANGE, error)
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
           "flash": _lib.MEDIA_FLASH}
@@ -179,15 +180,22 @@ class ShardedStore:
         on every rank, before any collective of the library.  Returns
         prepare()'s value on the root, None elsewhere."""
         st = self._h(call)
-        got, err = None, None
+        got, err, cause = None, None, None
         if self.is_root:
             try:
                 got = prepare()
             except Error as e:
                 err = (e.status, e.message)
+                cause = e
+            except Exception as e:  # noqa: BLE001 - every rank must hear
+                # a bad argument Python itself refused (a scale that is
+                # not a number, an output too large to make): raised
+                # here alone, it left the other ranks in the collective
+                err = (EINVAL, "%s: %s: %s" % (call, type(e).__name__, e))
+                cause = e
         err = self._comm.bcast(err, root=self.root)
         if err is not None:
-            raise error(*err)
+            raise error(*err) from cause
         return st, got
 
     def close(self):
@@ -300,9 +308,8 @@ class ShardedStore:
             check(mlib.kvf_mpi_append(st, 0, 0, 0, None, None))
             return
         seq, layer, n, kx, vx = args
-        check(mlib.kvf_mpi_append(st, seq, layer, n,
-                                  A.pointer(kx) if n else None,
-                                  A.pointer(vx) if n else None))
+        check(mlib.kvf_mpi_append(st, seq, layer, n, A.pointer(kx),
+                                  A.pointer(vx)))
         del kx, vx
 
     def read(self, seq, layer, kv_head, t0=0, t1=None):
@@ -310,13 +317,18 @@ class ShardedStore:
         on the root: (k, v) there, each [t1 - t0, head_dim] in the store's
         dtype; None on the other ranks."""
         call = "read"
-        if t1 is None:
-            t1 = self.seq_len(seq, layer)
+        # every rank asks (the root's t1 is the one that counts, and an
+        # end past the length is refused before the output is made)
+        end = self.seq_len(seq, layer)
 
         def prepare():
             a = (_int(seq, call, "seq", 64), _int(layer, call, "layer", 32),
                  _int(kv_head, call, "kv_head", 32), _int(t0, call, "t0", 64),
-                 _int(t1, call, "t1", 64))
+                 end if t1 is None else _int(t1, call, "t1", 64))
+            if a[4] > end:
+                raise OutOfRange(ERANGE, "%s: tokens [%d, %d) past the end "
+                                 "of sequence %d (layer %d has %d tokens)" %
+                                 (call, a[3], a[4], a[0], a[1], end))
             n = max(a[4] - a[3], 0)
             return a + (A.empty(self.kind, (n, self.head_dim),
                                 self.dtype_code),
