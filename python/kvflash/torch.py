@@ -84,6 +84,9 @@ class _StoreOptimizer(Optimizer):
         name = "%s/%d/%d" % (self.name, gi, pi)
         cfg = self._config(group)
         n = p.numel()
+        if n == 0:  # nothing to keep (torch.optim steps it as a no-op)
+            self.state[p]["step"] = 0
+            return
         try:
             h = self.store.opt_open(name)
             if h.n_params != n:
@@ -114,6 +117,9 @@ class _StoreOptimizer(Optimizer):
             cfg = self._config(group)   # this step's, as the group says now
             for p in group["params"]:
                 if p.grad is None:
+                    continue
+                if p not in self._handles:  # no elements: no state
+                    self.state[p]["step"] += 1
                     continue
                 h, _ = self._handles[p]
                 g = p.grad

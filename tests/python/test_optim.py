@@ -203,3 +203,22 @@ def test_lr_schedulers_across_a_reopen(tmp_path, ours, theirs, hyper, sched):
     assert len(set(lrs)) > 3            # the schedule did change the lr
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa, pb, atol=2e-5, rtol=1e-4)
+
+
+def test_a_parameter_with_no_elements_is_stepped_as_torch_does(make_store):
+    # torch.optim takes a zero-element parameter; kvflash.torch refused it
+    # ("n_params 0 out of range")
+    st = make_store(media="memory", n_layers=1, n_q_heads=1, n_kv_heads=1)
+    a = make_model()
+    a.register_parameter("empty", torch.nn.Parameter(torch.zeros(0, 3)))
+    b = copy.deepcopy(a)
+    opt_a = kt.Adam(a.parameters(), st, lr=1e-2)
+    opt_b = torch.optim.Adam(b.parameters(), lr=1e-2)
+    for m, o in ((a, opt_a), (b, opt_b)):
+        o.zero_grad()
+        loss = m(torch.ones(2, 16)).sum() + m.empty.sum()
+        loss.backward()
+        o.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=2e-5, rtol=1e-4)
+    assert opt_a.state[a.empty]["step"] == 1
