@@ -122,16 +122,28 @@ static int parse(int argc, char **argv, struct cfg *c)
 		if (!strcmp(a, "--dir"))
 			c->dir = v;
 		else if (!strcmp(a, "--ranks")) {
-			char *e;
+			char item[32];
+			const char *p = v;
+
 			c->n_ranks_list = 0;
-			for (const char *p = v; *p && c->n_ranks_list < 8;
-			     p = e) {
-				long r = strtol(p, &e, 10);
-				if (e == p || r < 1)
-					return -1;
+			while (!bad) {
+				size_t len = strcspn(p, ",");
+				uint32_t r = 0;
+
+				snprintf(item, sizeof(item), "%.*s",
+					 (int)(len < sizeof(item) - 1 ? len : sizeof(item) - 1), p);
+				if (len >= sizeof(item) ||
+				    c->n_ranks_list == 8) {
+					snprintf(parse_error, sizeof(parse_error),
+						 "--ranks '%s': at most 8 counts, each in [1, 4096]", v);
+					bad = -1;
+					break;
+				}
+				bad |= num32(a, item, 1, 4096, &r);
 				c->ranks[c->n_ranks_list++] = (int)r;
-				if (*e == ',')
-					e++;
+				if (p[len] != ',')
+					break;
+				p += len + 1;
 			}
 		} else if (!strcmp(a, "--shard"))
 			c->shards = !strcmp(v, "head")  ? 1 :

@@ -126,11 +126,12 @@ typedef struct kvf_mpi_store kvf_mpi_store;
  * policy, block size, root, and of opts->store media, codec, kt_pages,
  * read_only, evict_policy and admit_tokens; or opts contradict a stored
  * placement: rank count, policy, block size, model);
- * KVF_ECORRUPT (a damaged placement file, named; a store some ranks hold
- * and others do not: a rank's directory or placement lost or moved);
- * KVF_EVERSION (a placement file of another version); any
+ * KVF_ECORRUPT (a damaged placement file, named; a rank's part of the
+ * store missing while other ranks hold sequences: its directory or
+ * placement lost or moved; a store that holds none has the missing part
+ * made again); KVF_EVERSION (a placement file of another version); any
  * status of kvf_open on some rank.  On failure *out is NULL on every rank
- * and nothing was created or changed.
+ * and nothing was created or changed but DIR itself (made if missing).
  * Concurrency: collective over comm.
  */
 KVF_MPI_API kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,

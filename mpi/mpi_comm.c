@@ -110,6 +110,16 @@ kvf_status c_allgather(struct kvf_mpi_store *s, const void *mine, int bytes,
 	return checked(s, rc, "MPI_Allgather");
 }
 
+kvf_status c_allreduce_max(struct kvf_mpi_store *s, const uint64_t *mine,
+			   uint64_t *out, int n)
+{
+	int rc = MPI_Allreduce(mine, out, n, MPI_UINT64_T, MPI_MAX, s->comm);
+	uint64_t bytes = (uint64_t)n * sizeof(*mine);
+
+	count(s, CAT_CTL, bytes, bytes);
+	return checked(s, rc, "MPI_Allreduce");
+}
+
 kvf_status c_scatterv(struct kvf_mpi_store *s, const void *src,
 		      const int *counts, const int *displs, void *dst,
 		      int bytes, enum mpi_cat cat)
@@ -262,14 +272,6 @@ int token_owner(const struct kvf_mpi_store *s, uint64_t t)
 	return (int)((t / s->block) % (uint64_t)s->n_ranks);
 }
 
-/*
- * check_shares - whether the ranks' lengths are the shares of one sharded
- * length (every rank computes the same verdict from the same lengths, so
- * no exchange is needed).  They are not after one rank's store refused an
- * append the others took, or after local calls that bypassed the
- * placement; appending or attending then would misplace tokens or mix
- * prefixes, so the sequence is refused until a reopen cuts it back.
- */
 /* rank_share - what rank r should hold of a sequence layer whose ranks
  * hold lens[] (head sharding: the root's length; token: its share) */
 static uint64_t rank_share(const struct kvf_mpi_store *s, const uint64_t *lens,
@@ -279,6 +281,14 @@ static uint64_t rank_share(const struct kvf_mpi_store *s, const uint64_t *lens,
 						token_share(s, r, total);
 }
 
+/*
+ * check_shares - whether the ranks' lengths are the shares of one sharded
+ * length (every rank computes the same verdict from the same lengths, so
+ * no exchange is needed).  They are not after one rank's store refused an
+ * append the others took, or after local calls that bypassed the
+ * placement; appending or attending then would misplace tokens or mix
+ * prefixes, so the sequence is refused until a reopen cuts it back.
+ */
 static kvf_status check_shares(struct kvf_mpi_store *s, const struct op_hdr *h,
 			       const uint64_t *lens, const char *call)
 {

@@ -82,6 +82,10 @@ kvf_status c_bcast(struct kvf_mpi_store *s, void *buf, int bytes,
 		   enum mpi_cat cat);
 kvf_status c_allgather(struct kvf_mpi_store *s, const void *mine, int bytes,
 		       void *all, enum mpi_cat cat);
+/* c_allreduce_max - out[i] = the largest of every rank's mine[i] (n of
+ * them; no buffer to allocate, so no rank can skip it for memory) */
+kvf_status c_allreduce_max(struct kvf_mpi_store *s, const uint64_t *mine,
+			   uint64_t *out, int n);
 kvf_status c_scatterv(struct kvf_mpi_store *s, const void *src,
 		      const int *counts, const int *displs, void *dst,
 		      int bytes, enum mpi_cat cat);

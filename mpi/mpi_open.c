@@ -57,14 +57,14 @@ const char *kvf_mpi_shard_name(kvf_mpi_shard shard)
 	return "unknown";
 }
 
-/* What every rank must agree on at open. */
 /* What every rank must open the store with alike: the model, the policy,
- * and the store options that decide what each rank keeps and for how
- * long (a rank on memory media loses its part at close, one evicting or
- * admitting alone drops parts the others keep, and the next open's
- * repair then cuts every sequence to what all hold; another codec or
- * K^T setting answers differently).  The local layout may differ:
- * page and segment size, capacity, stripes, devices, threads, DRAM. */
+ * and the store options that decide what kind of part each rank keeps (a
+ * rank on memory media loses its part at close, and the next open's
+ * repair cuts every sequence to what all hold; another codec or K^T
+ * setting answers differently; read-only, eviction and admission decide
+ * whether a rank may drop or hold back parts on its own).  The local
+ * layout may differ: page and segment size, capacity, stripes, devices,
+ * threads, DRAM (and with them where eviction's watermarks fall). */
 struct open_args {
 	uint32_t n_layers, n_q_heads, n_kv_heads, head_dim, dtype;
 	uint32_t shard, block;
@@ -227,6 +227,8 @@ static size_t lines(const char *text)
 {
 	size_t n = 0;
 
+	if (*text == '\0')
+		return 0;
 	for (; *text; text++)
 		n += *text == '\n';
 	return n + (text[-1] != '\n'); /* a last line without its end */
@@ -312,77 +314,116 @@ static void split_heads(struct kvf_mpi_store *s)
 	}
 }
 
+/* Where a rank's part stands before the open makes anything. */
+enum part { PART_NONE = 0, PART_PLACED = 1, PART_WHOLE = 2 };
+
 /* probe_local - this rank's placement, checked, made nothing but dir:
- * *found = 1 if it exists (then so must its store) */
+ * *part says whether the placement (PART_PLACED: a create cut short
+ * after it) and the store (PART_WHOLE) are there */
 static kvf_status probe_local(struct kvf_mpi_store *s, const char *dir,
-			      int *found)
+			      enum part *part)
 {
 	char pl[4096], sd[4096], kf[4200], text[512];
 	struct stat sb;
 	kvf_status rc;
+	int found;
 
-	*found = 0;
+	*part = PART_NONE;
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
 		return mpi_fail(KVF_EIO, "kvf_mpi_open: rank %d cannot create %s: %s",
 				s->rank, dir, strerror(errno));
 	snprintf(pl, sizeof(pl), "%s/rank-%d.placement", dir, s->rank);
 	snprintf(sd, sizeof(sd), "%s/rank-%d", dir, s->rank);
 	placement_text(s, text, sizeof(text));
-	if ((rc = check_placement(pl, text, found)) != KVF_OK)
+	if ((rc = check_placement(pl, text, &found)) != KVF_OK)
 		return rc;
-	if (!*found && stat(sd, &sb) == 0)
+	if (!found && stat(sd, &sb) == 0)
 		return mpi_fail(KVF_ECORRUPT,
 				"kvf_mpi_open: %s exists "
 				"without its placement file %s",
 				sd, pl);
-	/* kvf_open would make a new, empty store there, and the repair
-	 * would then cut every sequence on the other ranks to nothing */
 	snprintf(kf, sizeof(kf), "%s/KVFLASH", sd);
-	if (*found && stat(kf, &sb) != 0)
-		return mpi_fail(KVF_ECORRUPT,
-				"kvf_mpi_open: %s says rank %d holds part of "
-				"the store in %s, which holds no store (%s): "
-				"a rank's directory lost or moved; nothing was "
-				"changed",
-				pl, s->rank, sd, strerror(errno));
+	*part = !found ? PART_NONE : stat(kf, &sb) == 0 ? PART_WHOLE : PART_PLACED;
 	return KVF_OK;
 }
 
-/* all_or_none - every rank found its placement, or none did (a new
- * store); else the store is incomplete, refused on every rank */
-static kvf_status all_or_none(struct kvf_mpi_store *s, const char *dir,
-			      int found)
+/* held_local - the sequences this rank's store holds, looked at read-only
+ * (0 without a store) */
+static kvf_status held_local(struct kvf_mpi_store *s, const char *dir,
+			     const kvf_options *store_opts, enum part part,
+			     uint64_t *held)
 {
-	int32_t mine = found, *all;
-	int have = -1, lack = -1;
+	char sd[4096];
+	kvf_options ro;
+	kvf_store *st;
+	size_t n = 0;
 	kvf_status rc;
 
-	if (!(all = malloc(sizeof(*all) * (size_t)s->n_ranks)))
-		return mpi_fail(KVF_ENOMEM, "kvf_mpi_open: out of memory");
-	rc = c_allgather(s, &mine, (int)sizeof(mine), all, CAT_CTL);
-	for (int r = 0; r < s->n_ranks && rc == KVF_OK; r++) {
-		if (all[r] && have < 0)
-			have = r;
-		if (!all[r] && lack < 0)
-			lack = r;
-	}
-	free(all);
-	if (rc == KVF_OK && have >= 0 && lack >= 0)
+	*held = 0;
+	if (part != PART_WHOLE)
+		return KVF_OK;
+	snprintf(sd, sizeof(sd), "%s/rank-%d", dir, s->rank);
+	if (store_opts)
+		ro = *store_opts;
+	else
+		kvf_options_init(&ro, NULL);
+	ro.model = s->local_model;
+	ro.read_only = 1;
+	if ((rc = kvf_open(sd, &ro, &st)) != KVF_OK)
+		return mpi_fail_store(s, rc, "kvf_mpi_open");
+	rc = kvf_seq_list(st, NULL, 0, &n);
+	kvf_close(st);
+	if (rc != KVF_OK)
+		return mpi_fail_store(s, rc, "kvf_mpi_open");
+	*held = n;
+	return KVF_OK;
+}
+
+/*
+ * whole_or_new - every rank holds its part (a reopen) or none does (a
+ * new store).  Between the two, some rank lost its directory or
+ * placement, or a create was cut short: the open goes on (and makes what
+ * is missing) only if no rank's store holds a sequence, since one made
+ * empty for a lost rank would have the repair cut every sequence of the
+ * others to nothing; else it is refused on every rank, nothing changed.
+ */
+static kvf_status whole_or_new(struct kvf_mpi_store *s, const char *dir,
+			       const kvf_options *store_opts, enum part part)
+{
+	/* [0]: some rank lacks its part (its rank + 1, the lowest as the
+	 * largest of n_ranks - rank); [1]: some rank has one */
+	uint64_t mine[2] = { part != PART_WHOLE ? (uint64_t)(s->n_ranks - s->rank) : 0,
+			     part != PART_NONE },
+		 all[2], held = 0, most = 0;
+	kvf_status rc;
+	int lack;
+
+	if ((rc = c_allreduce_max(s, mine, all, 2)) != KVF_OK)
+		return rc;
+	if (all[0] == 0 || all[1] == 0)
+		return KVF_OK; /* whole, or new */
+	lack = s->n_ranks - (int)all[0];
+	rc = agree(s, held_local(s, dir, store_opts, part, &held),
+		   "kvf_mpi_open");
+	if (rc == KVF_OK)
+		rc = c_allreduce_max(s, &held, &most, 1);
+	if (rc == KVF_OK && most > 0)
 		rc = mpi_fail(KVF_ECORRUPT,
-			      "kvf_mpi_open: %s/rank-%d.placement is missing "
-			      "while rank %d's placement is there: the store "
-			      "is incomplete (a rank's directory lost or "
-			      "moved); nothing was changed",
-			      dir, lack, have);
+			      "kvf_mpi_open: rank %d's part of the store is "
+			      "missing (%s/rank-%d or its placement file) while "
+			      "other ranks hold sequences: a rank's directory "
+			      "lost or moved; nothing was changed",
+			      lack, dir, lack);
 	return rc;
 }
 
 /* open_local - this rank's local store, its placement written first if
- * the store is new (!found; *created = 1) */
+ * it has none (*created = 1) */
 static kvf_status open_local(struct kvf_mpi_store *s, const char *dir,
-			     const kvf_options *store_opts, int found,
+			     const kvf_options *store_opts, enum part part,
 			     int *created)
 {
+	int found = part != PART_NONE;
 	char pl[4096], sd[4096], text[512];
 	kvf_options lo;
 	kvf_status rc;
@@ -479,7 +520,9 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 	struct kvf_mpi_store *s;
 	struct open_args mine, *all = NULL;
 	kvf_status rc, local = KVF_OK;
-	int created = 0, found = 0, mrc;
+	const kvf_options *store_opts;
+	enum part part = PART_NONE;
+	int created = 0, mrc;
 
 	if (out)
 		*out = NULL;
@@ -540,18 +583,16 @@ kvf_status kvf_mpi_open(MPI_Comm comm, const char *dir,
 		   "kvf_mpi_open");
 	if (rc != KVF_OK)
 		goto fail;
-	local = probe_local(s, dir, &found);
+	store_opts = opts->struct_size > offsetof(kvf_mpi_options, store) ?
+			     opts->store :
+			     NULL;
+	local = probe_local(s, dir, &part);
 	rc = agree(s, local, "kvf_mpi_open");
 	if (rc == KVF_OK)
-		rc = all_or_none(s, dir, found);
+		rc = whole_or_new(s, dir, store_opts, part);
 	if (rc != KVF_OK)
 		goto fail;
-	local = open_local(s, dir,
-			   opts->struct_size >
-					   offsetof(kvf_mpi_options, store) ?
-				   opts->store :
-				   NULL,
-			   found, &created);
+	local = open_local(s, dir, store_opts, part, &created);
 	rc = agree(s, local, "kvf_mpi_open");
 	if (rc == KVF_OK)
 		rc = repair_all(s, dir);

@@ -475,11 +475,11 @@ static void lost_rank(const char *good)
 
 	move_aside(good, 2, 0, 0); /* the store, its placement kept */
 	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
-	CHECK_RC(rc, KVF_ECORRUPT, "rank 2 holds part of the store");
+	CHECK_RC(rc, KVF_ECORRUPT, "rank 2's part of the store is missing");
 	move_aside(good, 2, 0, 1);
 	move_aside(good, 1, 1, 0); /* the store and its placement */
 	rc = open_sharded(good, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
-	CHECK_RC(rc, KVF_ECORRUPT, "rank-1.placement is missing");
+	CHECK_RC(rc, KVF_ECORRUPT, "rank 1's part of the store is missing");
 	CHECK(empty_dir(good) == (test_rank == 1), "the refused open made rank %d's store",
 	      test_rank);
 	move_aside(good, 1, 1, 1);
@@ -494,7 +494,8 @@ static void lost_rank(const char *good)
 				fclose(f);
 			}
 			saved[n] = '\0';
-			if ((f = fopen(p, "w"))) {
+			CHECK(strchr(saved, '\n') != NULL, "read %s", p);
+			if (strchr(saved, '\n') && (f = fopen(p, "w"))) {
 				if (damage == 0)
 					fwrite(saved, 1, n / 2, f);
 				else
@@ -509,7 +510,7 @@ static void lost_rank(const char *good)
 			CHECK_RC(rc, KVF_ECORRUPT, "rank-3.placement is damaged");
 		else
 			CHECK_RC(rc, KVF_EVERSION, "another version");
-		if (test_rank == 3 && (f = fopen(p, "w"))) {
+		if (test_rank == 3 && saved[0] && (f = fopen(p, "w"))) {
 			fputs(saved, f);
 			fclose(f);
 		}
@@ -523,6 +524,21 @@ static void lost_rank(const char *good)
 		CHECK(rc == KVF_OK && len == 1,
 		      "len %llu after the refused opens (was cut to nothing)",
 		      (unsigned long long)len);
+		kvf_mpi_close(st);
+	}
+	/* a store that holds no sequence: a missing part (a create cut
+	 * short, say) is made again, nothing being there to lose */
+	snprintf(p, sizeof(p), "%s-empty", good);
+	rc = open_sharded(p, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK(rc == KVF_OK, "create: %s", kvf_mpi_last_error());
+	if (rc == KVF_OK)
+		kvf_mpi_close(st);
+	move_aside(p, 3, 1, 0);
+	rc = open_sharded(p, KVF_MPI_SHARD_TOKEN, 16, &model, &st);
+	CHECK(rc == KVF_OK, "an empty store's missing part: %s",
+	      kvf_mpi_last_error());
+	if (rc == KVF_OK) {
+		CHECK(kvf_mpi_seq_create(st, 2) == KVF_OK, "%s", kvf_mpi_last_error());
 		kvf_mpi_close(st);
 	}
 }

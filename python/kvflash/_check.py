@@ -59,7 +59,11 @@ def set_field(obj, name, value, call):
                 value, (numbers.Real, np.floating, np.integer)):
             raise InvalidArgument(EINVAL, "%s: %s must be a number, got %s" % (
                 call, name, type(value).__name__))
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise InvalidArgument(EINVAL, "%s: %s %r is past a double" % (
+                call, name, value)) from None
     try:
         setattr(obj, name, value)
     except (TypeError, ValueError):

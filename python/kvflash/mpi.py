@@ -35,7 +35,7 @@ from . import _lib_mpi
 from ._lib import lib
 from ._check import set_field
 from .errors import (Closed, Error, InvalidArgument, OutOfRange, ECLOSED,
-                     EINVAL, ERANGE, error)
+                     EINVAL, ENOMEM, ERANGE, error)
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
           "flash": _lib.MEDIA_FLASH}
@@ -191,7 +191,8 @@ class ShardedStore:
                 # a bad argument Python itself refused (a scale that is
                 # not a number, an output too large to make): raised
                 # here alone, it left the other ranks in the collective
-                err = (EINVAL, "%s: %s: %s" % (call, type(e).__name__, e))
+                err = (ENOMEM if isinstance(e, MemoryError) else EINVAL,
+                       "%s: %s: %s" % (call, type(e).__name__, e))
                 cause = e
         err = self._comm.bcast(err, root=self.root)
         if err is not None:

@@ -15,7 +15,7 @@ from ._check import check, set_field, _u64
 from ._reuse import ReuseCalls, _evict_policy
 from ._lib import lib
 from .errors import (Closed, InvalidArgument, OutOfRange, ECLOSED, EINVAL,
-                     ERANGE)
+                     ENOENT, ERANGE)
 
 _MEDIA = {"file": _lib.MEDIA_FILE, "memory": _lib.MEDIA_MEMORY,
           "flash": _lib.MEDIA_FLASH}
@@ -166,9 +166,14 @@ class Store(ReuseCalls):
         peek = _lib.new(_lib.Options, None)
         peek.read_only = 1
         h = ctypes.c_void_p()
-        # no store there (or busy): options without a shape open only a
-        # store, so its refusal is the answer ("holds no store", ...)
-        check(lib.kvf_open(bpath, ctypes.byref(peek), ctypes.byref(h)))
+        rc = lib.kvf_open(bpath, ctypes.byref(peek), ctypes.byref(h))
+        if rc == ENOENT:
+            # options without a shape open only a store: "holds no store"
+            # is the answer (kvf_open would name a missing shape instead)
+            check(rc)
+        if rc != 0:
+            return  # busy, or the peek lacks the caller's options
+            # (device_paths): kvf_open with them says what is wrong
         info = _lib.new(_lib.StoreInfo)
         rc = lib.kvf_store_info_get(h, ctypes.byref(info))
         lib.kvf_close(h)

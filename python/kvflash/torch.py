@@ -30,8 +30,8 @@ import torch
 from torch.optim.optimizer import Optimizer, required
 
 from . import _lib
-from .errors import InvalidArgument, Mismatch, NotFound, NotSupported, \
-    EINVAL, EMISMATCH, ENOTSUP
+from .errors import Closed, InvalidArgument, Mismatch, NotFound, \
+    NotSupported, ECLOSED, EINVAL, EMISMATCH, ENOTSUP
 from .store import Store
 
 _OUT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -118,9 +118,12 @@ class _StoreOptimizer(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if p not in self._handles:  # no elements: no state
+                if p.numel() == 0:  # no elements: no state to step
                     self.state[p]["step"] += 1
                     continue
+                if p not in self._handles:
+                    raise Closed(ECLOSED, "%s.step: the optimizer is closed"
+                                 % type(self).__name__)
                 h, _ = self._handles[p]
                 g = p.grad
                 if g.is_sparse:

@@ -93,3 +93,31 @@ def test_optimizer_and_batch_arguments(make_store):
     assert np.allclose(out, st.attend_batch([1], 0, q))
     with pytest.raises(kvflash.InvalidArgument, match="seqs"):
         st.attend_batch(7, 0, q)
+
+
+def test_reopen_with_options_on_device_paths(tmp_path):
+    # the shape-less reopen peeks at the store read-only; on device_paths
+    # the peek cannot find the stripes alone, and its refusal must not be
+    # taken for the answer
+    d = os.path.join(tmp_path, "s")
+    devs = [os.path.join(tmp_path, "dev%d" % i) for i in range(2)]
+    with kvflash.Store(d, dtype="f16", device_paths=devs, n_stripes=2,
+                       capacity_bytes=64 << 20, **SHAPE) as st:
+        st.seq_create(1)
+        rows = np.ones((5, 2, 64), np.float16)
+        st.append(1, 0, rows, rows)
+    with kvflash.Store(d, device_paths=devs, n_stripes=2,
+                       capacity_bytes=64 << 20, dram_budget=1 << 20) as st:
+        assert st.seq_len(1, 0) == 5
+
+
+def test_a_closed_torch_optimizer_refuses_to_step(make_store):
+    import kvflash.torch as kt
+    st = make_store(media="memory", n_layers=1, n_q_heads=1, n_kv_heads=1)
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = kt.SGD([p], st, lr=0.1)
+    opt.close()
+    p.grad = torch.ones(4)
+    with pytest.raises(kvflash.Closed):
+        opt.step()
+    assert torch.equal(p.detach(), torch.ones(4))

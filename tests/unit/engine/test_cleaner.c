@@ -460,8 +460,10 @@ Test(cleaner, compacts_partly_filled_live_segments)
  * each one's pages in a segment of their own, less than half full, and
  * the cleaner pairs such segments.  When its cost-benefit pick (the older,
  * fuller segments first) leaves no room for a second victim, it takes the
- * fewest live pages first: the store fills to 3/4 of its data pages
- * before KVF_ENOSPC, where it stopped at 0.64, every token readable. */
+ * fewest live pages first: the store fills to about 3/4 of its data
+ * pages before KVF_ENOSPC (0.738 to 0.76 from run to run: the writers'
+ * timing decides which segments are open when it runs), where it stopped
+ * at 0.64, every token readable. */
 Test(cleaner, pairs_half_empty_segments_when_the_oldest_cannot_pair)
 {
 	kvf_model m = { LAYERS, KVH, KVH, DIM, KVF_DTYPE_F16 };
@@ -483,7 +485,7 @@ Test(cleaner, pairs_half_empty_segments_when_the_oldest_cannot_pair)
 	}
 	cr_assert(eq(int, rc, KVF_ENOSPC), "%s", kvf_last_error());
 	OK(kvf_stats_get(st, &s));
-	cr_assert(s.live_share >= 0.74, "refused at %.3f of the data pages live",
+	cr_assert(s.live_share >= 0.70, "refused at %.3f of the data pages live",
 		  s.live_share);
 	for (uint64_t q = 1; q <= n; q++)
 		for (uint32_t l = 0; l < LAYERS; l++)
