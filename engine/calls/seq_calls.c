@@ -49,6 +49,12 @@ static kvf_status commit_batch(kvf_store *st, struct catalog_batch *b,
 	return KVF_OK;
 }
 
+static kvf_status exists_already(const char *call, uint64_t id)
+{
+	return kvf_fail(KVF_EEXIST, "%s: sequence %llu exists already", call,
+			(unsigned long long)id);
+}
+
 kvf_status kvf_seq_create(kvf_store *st, uint64_t id)
 {
 	return seq_create_with(st, "kvf_seq_create", id, NULL);
@@ -71,8 +77,7 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, id)) != NULL) {
 		seq_put(st, old);
-		rc = kvf_fail(KVF_EEXIST, "%s: sequence %llu exists already",
-			      call, (unsigned long long)id);
+		rc = exists_already(call, id);
 		goto out;
 	}
 	seq = seq_alloc(st, id);
@@ -103,8 +108,7 @@ kvf_status seq_create_with(kvf_store *st, const char *call, uint64_t id,
 		catalog_batch_free(b);
 		seq_destroy(st, seq);
 		if (rc == KVF_EEXIST) /* created by another thread meanwhile */
-			rc = kvf_fail(KVF_EEXIST, "%s: sequence %llu exists already",
-				      call, (unsigned long long)id);
+			rc = exists_already(call, id);
 		goto out;
 	}
 	rc = commit_batch(st, b, call);
@@ -254,6 +258,7 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 	uint64_t n_refs = 0, max_refs = 0;
 	uint32_t G, n_streams;
 	kvf_status rc;
+	int took = 0;
 
 	if ((rc = store_writable(st, call)) != KVF_OK)
 		return rc;
@@ -263,14 +268,16 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 	if (child_id == parent_id)
 		return kvf_fail(KVF_EINVAL, "%s: child and parent are both %llu",
 				call, (unsigned long long)child_id);
-	if ((rc = seq_id_take(st, call, child_id)) != KVF_OK)
-		return rc;
+again:
 	pthread_rwlock_rdlock(&st->world);
 	if ((old = seq_get(st, child_id)) != NULL) {
+		int cached = old->cached;
+
 		seq_put(st, old);
-		rc = kvf_fail(KVF_EEXIST, "%s: sequence %llu exists already",
-			      call, (unsigned long long)child_id);
-		goto out_world;
+		if (!cached) {
+			rc = exists_already(call, child_id);
+			goto out_world;
+		}
 	}
 	/* a creation with token ids (prefix reuse, or the store keeping a
 	 * cached prefix) may share from a cached prefix; kvf_seq_fork may
@@ -306,6 +313,21 @@ kvf_status seq_fork_with(kvf_store *st, const char *call, uint64_t parent_id,
 				      (unsigned long long)((g + 1) * st->group_tokens));
 			goto out_parent;
 		}
+	}
+	/* a cached prefix under child_id gives way (seq_id_take) only now
+	 * that the fork is known good: a refused fork changes nothing */
+	if ((old = seq_get(st, child_id)) != NULL) {
+		seq_put(st, old);
+		if (!took) {
+			seq_unlock_put(st, parent);
+			pthread_rwlock_unlock(&st->world);
+			if ((rc = seq_id_take(st, call, child_id)) != KVF_OK)
+				return rc;
+			took = 1;
+			goto again;
+		}
+		rc = exists_already(call, child_id);
+		goto out_parent;
 	}
 	G = st->group_tokens;
 	n_streams = seq_n_streams(st);

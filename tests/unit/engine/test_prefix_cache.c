@@ -400,6 +400,12 @@ Test(prefix_cache, bad_inputs_change_nothing)
 	/* size only */
 	OK(kvf_prefix_list(st, NULL, 0, &k));
 	cr_assert(eq(sz, k, 1));
+	/* refused forks into the cached prefix's id: it stays (the cache
+	 * gave its id up before the parent was checked) */
+	cr_assert(eq(int, kvf_seq_fork(st, 2, cid, 3 * G), KVF_ERANGE));
+	fx_has("n_tokens");
+	cr_assert(eq(int, kvf_seq_fork(st, 12345, cid, G), KVF_ENOENT));
+	cr_assert(eq(u64, the_cached(st), cid));
 	s1 = stats(st);
 	cr_assert(eq(u64, s1.prefix_cached, s0.prefix_cached));
 	cr_assert(eq(u64, s1.prefix_cached_bytes, s0.prefix_cached_bytes));
