@@ -169,35 +169,27 @@ static int parse_args(int argc, char **argv, struct attend_args *a)
 	rc = bench_parse_opts("attend", usage, opts, argc, argv);
 	if (rc != 0)
 		return rc;
-	if (a->model_dir != NULL) {
-		static const char *const unused[] = {
-			"--tokens", "--q-heads", "--kv-heads", "--head-dim",
-			"--top-r", "--top-k", "--threads", "--repeat",
-			"--budget", NULL
-		};
+	/* what a mode does not read is refused, not ignored */
+	static const char *const shape[] = {
+		"--tokens", "--q-heads", "--kv-heads", "--head-dim", "--top-r",
+		"--top-k", "--threads", "--repeat", "--budget", NULL
+	};
+	static const char *const windows[] = { "--windows", "--window", NULL };
+	static const char *const sparf[] = { "--top-r", "--top-k", NULL };
+	static const char *const budget[] = { "--budget", NULL };
 
-		if ((rc = bench_refuse_unused("attend", argc, argv, unused,
-					      "with --model (the model sets the shape)")) != 0)
-			return rc;
-	} else if (a->codec != KVF_CODEC_NONE) {
-		static const char *const sparf[] = { "--top-r", "--top-k", NULL };
-		static const char *const no_model[] = { "--windows", "--window", NULL };
-
-		if ((rc = bench_refuse_unused("attend", argc, argv, sparf,
-					      "with --codec (dense attention only)")) != 0 ||
-		    (rc = bench_refuse_unused("attend", argc, argv, no_model,
-					      "without --model")) != 0)
-			return rc;
-	} else {
-		static const char *const no_codec[] = { "--budget", NULL };
-		static const char *const no_model[] = { "--windows", "--window", NULL };
-
-		if ((rc = bench_refuse_unused("attend", argc, argv, no_codec,
-					      "without --codec")) != 0 ||
-		    (rc = bench_refuse_unused("attend", argc, argv, no_model,
-					      "without --model")) != 0)
-			return rc;
-	}
+	if (a->model_dir != NULL)
+		rc = bench_refuse_unused("attend", argc, argv, shape,
+					 "with --model (the model sets the shape)");
+	else if ((rc = bench_refuse_unused("attend", argc, argv, windows,
+					   "without --model")) == 0)
+		rc = a->codec != KVF_CODEC_NONE ?
+			     bench_refuse_unused("attend", argc, argv, sparf,
+						 "with --codec (dense attention only)") :
+			     bench_refuse_unused("attend", argc, argv, budget,
+						 "without --codec");
+	if (rc != 0)
+		return rc;
 	if (bench_check_heads("attend", &a->model) != 0)
 		return 2;
 	if (a->top_r > a->model.head_dim)

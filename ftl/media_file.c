@@ -542,17 +542,17 @@ static kvf_status open_fd(struct file_stripe *s, enum kvf_media_switch direct_io
 			  int read_only, int existing)
 {
 	struct stat st;
-	int existed = stat(s->path, &st) == 0;
+	int existed = stat(s->path, &st) == 0, stat_errno = existed ? 0 : errno;
 	int flags = read_only ? O_RDONLY | O_CLOEXEC : O_RDWR | O_CLOEXEC | O_CREAT;
 	int fd = -1;
 
 	if ((read_only || existing) && !existed)
-		return errno == ENOENT
+		return stat_errno == ENOENT
 			? kvf_fail(KVF_ECORRUPT,
 				   "kvf_media_open: %s is missing: the data of that stripe is gone",
 				   s->path)
-			: kvf_fail_errno(KVF_EIO, errno, "kvf_media_open: open %s",
-					 s->path);
+			: kvf_fail_errno(KVF_EIO, stat_errno,
+					 "kvf_media_open: open %s", s->path);
 
 	if (direct_io != KVF_MEDIA_OFF) {
 		int err;

@@ -26,6 +26,11 @@ _OPTION_NAMES = [f for f, _ in _lib.Options._fields_
                               "n_device_paths")] + ["device_paths"]
 
 
+# tokens a read may ask for before its range is checked here, against the
+# sequence's length, rather than by the C call (after the output is made)
+_RANGE_CHECKED_BY_C = 1 << 16
+
+
 def _name(call, name):
     """An optimizer state's name as the C call takes it."""
     if not isinstance(name, str):
@@ -374,12 +379,16 @@ class Store(ReuseCalls):
 
     def _range(self, call, seq, layer, t0, t1, x=False):
         t0 = _u64(t0, call, "t0")
+        if t1 is not None:
+            t1 = _u64(t1, call, "t1")
+            # a range the C call checks anyway, unless its output would
+            # be large: a t1 far past the end asked numpy or torch for
+            # terabytes before the library could refuse it
+            if t1 <= t0 or t1 - t0 <= _RANGE_CHECKED_BY_C:
+                return t0, t1
         end = (self.seq_x_len if x else self.seq_len)(seq, layer)
         if t1 is None:
             return t0, end
-        t1 = _u64(t1, call, "t1")
-        # refused before the output is made: a t1 far past the end would
-        # ask numpy or torch for terabytes first
         if t1 > end:
             raise OutOfRange(ERANGE, "%s: tokens [%d, %d) past the end of "
                              "sequence %d (layer %d has %d %stokens)" % (
